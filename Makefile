@@ -1,0 +1,38 @@
+# PCastKit. `make demo` and `make test` install what is missing (scripts/setup.sh) before building.
+SWIFT ?= swift
+# Seconds the demo runs; 0 runs until Ctrl-C.
+DEMO_SECONDS ?= 15
+BENCH_DIR ?= bench-results
+
+# A display shows the demo's video; headless machines use a fake sink.
+DEMO_SINK := $(if $(DISPLAY),--set "sink=autovideosink sync=false",)
+DEMO_LIMIT := $(if $(filter 0,$(DEMO_SECONDS)),,--seconds $(DEMO_SECONDS))
+
+.PHONY: setup build demo test bench inspect clean
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	$(SWIFT) build
+
+demo: setup
+	$(SWIFT) build -c release --product pcast
+	.build/release/pcast pipeline --file pipelines/h264-loopback.pipeline $(DEMO_SINK) $(DEMO_LIMIT)
+
+# The leak suite runs in a process of its own so other tests' threads and memory don't blur its figures.
+test: setup
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build --skip LeakTests
+	$(SWIFT) test --skip-build --filter LeakTests
+
+bench: setup
+	$(SWIFT) build -c release --product pcast
+	.build/release/pcast bench --output $(BENCH_DIR)
+
+inspect: setup
+	$(SWIFT) build --product pcast
+	.build/debug/pcast inspect
+
+clean:
+	rm -rf .build $(BENCH_DIR)

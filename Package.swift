@@ -1,0 +1,58 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+// Layering (arrows point down only):
+//   pcast (CLI) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer (system library)
+//   CSRTP: libsrtp2, used by the relay (issue 4) and reported by `pcast inspect`.
+let package = Package(
+    name: "PCastKit",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "GStreamer", targets: ["GStreamer"]),
+        .executable(name: "pcast", targets: ["pcast"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CGStreamer",
+            pkgConfig: "gstreamer-1.0",
+            providers: [.apt(["libgstreamer1.0-dev", "libgstreamer-plugins-base1.0-dev"])]
+        ),
+        .systemLibrary(
+            name: "CSRTP",
+            pkgConfig: "libsrtp2",
+            providers: [.apt(["libsrtp2-dev"])]
+        ),
+        .target(
+            name: "CGStreamerShim",
+            dependencies: ["CGStreamer"]
+        ),
+        .target(
+            name: "GStreamer",
+            dependencies: [
+                "CGStreamer",
+                "CGStreamerShim",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "pcast",
+            dependencies: [
+                "GStreamer",
+                "CSRTP",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ]
+        ),
+        .testTarget(
+            name: "GStreamerTests",
+            dependencies: ["GStreamer"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,137 @@
+import CGStreamer
+import Synchronization
+
+/// A buffer with the caps it was negotiated with, as an `appsink` hands it over.
+public final class Sample: Sendable {
+    public let buffer: Buffer
+    public let caps: Caps?
+
+    public init(buffer: Buffer, caps: Caps?) {
+        self.buffer = buffer
+        self.caps = caps
+    }
+
+    /// Raw video layout, for raw video samples.
+    public var videoInfo: VideoInfo? { caps?.videoInfo }
+}
+
+/// What an ``AppSink`` drops when its consumer falls behind.
+public enum SampleDropPolicy: Sendable {
+    /// Keep the newest samples (right for live media).
+    case dropOldest
+    /// Keep the oldest samples, refuse new ones while full.
+    case dropNewest
+}
+
+/// An `appsink` in a pipeline: where the application takes samples out.
+///
+/// Samples are pulled on GStreamer's streaming thread as they arrive (never on Swift's
+/// cooperative pool) and handed over either to a callback or to an `AsyncSequence` whose buffer
+/// is bounded: when the consumer falls behind, samples are dropped by the policy and counted.
+///
+/// ```swift
+/// let sink = try pipeline.appSink(named: "out")
+/// let samples = sink.samples(limit: 8, dropping: .dropOldest)
+/// try await pipeline.play()
+/// for await sample in samples { print(sample.buffer.presentationTimestamp!) }
+/// ```
+public final class AppSink: Element, @unchecked Sendable {
+    private let context = AppSinkContext()
+    private let router: BusRouter
+
+    init(owning pointer: UnsafeMutablePointer<GstElement>, router: BusRouter) {
+        self.router = router
+        super.init(owning: pointer)
+    }
+
+    private var appSink: UnsafeMutablePointer<GstAppSink> { UnsafeMutableRawPointer(pointer).assumingMemoryBound(to: GstAppSink.self) }
+
+    /// Samples dropped because the consumer was behind.
+    public var droppedSamples: Int { context.dropped.load(ordering: .relaxed) }
+
+    /// Calls `handler` with each sample on the streaming thread. Replaces an earlier consumer.
+    public func onSample(_ handler: @escaping @Sendable (Sample) -> Void) {
+        context.setConsumer(.callback(handler))
+        install()
+    }
+
+    /// The samples as an `AsyncSequence`, buffered up to `limit`. Replaces an earlier consumer;
+    /// the sequence ends at end of stream.
+    public func samples(limit: Int = 8, dropping policy: SampleDropPolicy = .dropOldest) -> AsyncStream<Sample> {
+        let buffering: AsyncStream<Sample>.Continuation.BufferingPolicy =
+            policy == .dropOldest ? .bufferingNewest(max(limit, 1)) : .bufferingOldest(max(limit, 1))
+        let (stream, continuation) = AsyncStream.makeStream(of: Sample.self, bufferingPolicy: buffering)
+        context.setConsumer(.stream(continuation))
+        install()
+        return stream
+    }
+
+    private func install() {
+        guard context.installOnce() else { return }
+        // Samples are taken as they arrive, so appsink's own queue never grows.
+        var callbacks = GstAppSinkCallbacks()
+        callbacks.eos = appSinkEOS
+        callbacks.new_sample = appSinkNewSample
+        gst_app_sink_set_callbacks(appSink, &callbacks, Unmanaged.passRetained(context).toOpaque(), releaseAppSinkContext)
+    }
+}
+
+final class AppSinkContext: @unchecked Sendable {
+    enum Consumer {
+        case none
+        case callback(@Sendable (Sample) -> Void)
+        case stream(AsyncStream<Sample>.Continuation)
+    }
+
+    let consumer = Mutex<Consumer>(.none)
+    let installed = Atomic<Bool>(false)
+    let dropped = Atomic<Int>(0)
+
+    func installOnce() -> Bool { !installed.exchange(true, ordering: .relaxed) }
+
+    func setConsumer(_ new: Consumer) {
+        let old = consumer.withLock { current in
+            defer { current = new }
+            return current
+        }
+        if case .stream(let continuation) = old { continuation.finish() }
+    }
+
+    func deliver(_ sample: Sample) {
+        let current = consumer.withLock { $0 }
+        switch current {
+        case .none: break
+        case .callback(let handler): handler(sample)
+        case .stream(let continuation):
+            if case .dropped = continuation.yield(sample) { dropped.add(1, ordering: .relaxed) }
+        }
+    }
+
+    func finish() {
+        if case .stream(let continuation) = consumer.withLock({ $0 }) { continuation.finish() }
+    }
+
+    deinit { finish() }
+}
+
+private let appSinkNewSample: @convention(c) (UnsafeMutablePointer<GstAppSink>?, gpointer?) -> GstFlowReturn = { sink, userData in
+    guard let sink, let userData else { return GST_FLOW_OK }
+    let context = Unmanaged<AppSinkContext>.fromOpaque(userData).takeUnretainedValue()
+    // A sample is ready, so this pull returns at once.
+    guard let sample = gst_app_sink_pull_sample(sink) else { return GST_FLOW_OK }
+    defer { gst_mini_object_unref(UnsafeMutableRawPointer(sample).assumingMemoryBound(to: GstMiniObject.self)) }
+    guard let buffer = gst_sample_get_buffer(sample) else { return GST_FLOW_OK }
+    let caps = gst_sample_get_caps(sample).map { Caps(retaining: $0) }
+    context.deliver(Sample(buffer: Buffer(retaining: buffer), caps: caps))
+    return GST_FLOW_OK
+}
+
+private let appSinkEOS: @convention(c) (UnsafeMutablePointer<GstAppSink>?, gpointer?) -> Void = { _, userData in
+    guard let userData else { return }
+    Unmanaged<AppSinkContext>.fromOpaque(userData).takeUnretainedValue().finish()
+}
+
+private let releaseAppSinkContext: GDestroyNotify = { userData in
+    guard let userData else { return }
+    Unmanaged<AppSinkContext>.fromOpaque(userData).release()
+}

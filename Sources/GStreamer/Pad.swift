@@ -1,0 +1,162 @@
+import CGStreamer
+import Synchronization
+
+/// What a buffer probe does with the buffer it was shown.
+public enum PadProbeAction: Sendable {
+    /// Let the (possibly replaced or modified) buffer through.
+    case pass
+    /// Drop the buffer: downstream never sees it.
+    case drop
+    /// Let it through and remove the probe.
+    case remove
+}
+
+/// A pad: where elements link and where buffers can be observed, changed or dropped.
+///
+/// ```swift
+/// let pad = try pipeline.element(named: "conv").staticPad("src")
+/// let probe = pad.addBufferProbe { buffer in
+///     try? buffer.withUnsafeMutableBytes { $0[0] = 255 }   // rewrite
+///     return .pass
+/// }
+/// probe.remove()
+/// ```
+public final class Pad: @unchecked Sendable, CustomStringConvertible {
+    let pointer: UnsafeMutablePointer<GstPad>
+
+    init(owning pointer: UnsafeMutablePointer<GstPad>) {
+        self.pointer = pointer
+    }
+
+    init(retaining pointer: UnsafeMutablePointer<GstPad>) {
+        gst_object_ref(UnsafeMutableRawPointer(pointer))
+        self.pointer = pointer
+    }
+
+    deinit {
+        gst_object_unref(UnsafeMutableRawPointer(pointer))
+    }
+
+    public var name: String {
+        guard let text = gst_object_get_name(UnsafeMutableRawPointer(pointer).assumingMemoryBound(to: GstObject.self)) else { return "" }
+        defer { g_free(text) }
+        return String(cString: text)
+    }
+
+    public var description: String { "pad '\(name)'" }
+
+    /// Whether data leaves the element through this pad.
+    public var isSource: Bool { gst_pad_get_direction(pointer) == GST_PAD_SRC }
+
+    /// The caps negotiated on the pad, once data flows.
+    public var currentCaps: Caps? {
+        gst_pad_get_current_caps(pointer).map { Caps(owning: $0) }
+    }
+
+    /// Whether the pad is linked to a peer.
+    public var isLinked: Bool { gst_pad_is_linked(pointer) != 0 }
+
+    /// Calls `handler` with every buffer that passes the pad, on the streaming thread.
+    ///
+    /// The handler may read the buffer, write into it (copy-on-write), replace it with another buffer
+    /// by assigning to the `inout` parameter, or drop it by returning ``PadProbeAction/drop``. The
+    /// buffer is valid for the call; keep a ``Buffer/copy()`` to use it later. Buffer lists (as RTP
+    /// payloaders push) are not shown to this probe; count them with ``countBuffers()``.
+    ///
+    /// The handler runs on GStreamer's streaming thread: keep it short and never block in it.
+    @discardableResult
+    public func addBufferProbe(_ handler: @escaping @Sendable (inout Buffer) -> PadProbeAction) -> PadProbe {
+        let context = Unmanaged.passRetained(BufferProbeContext(handler)).toOpaque()
+        let id = gst_pad_add_probe(pointer, GST_PAD_PROBE_TYPE_BUFFER, bufferProbeTrampoline, context, releaseRetainedContext)
+        return PadProbe(pad: self, id: id)
+    }
+
+    /// Counts the buffers (including those inside buffer lists) that pass the pad.
+    public func countBuffers() -> BufferCounter {
+        let counter = BufferCounter()
+        let context = Unmanaged.passRetained(counter).toOpaque()
+        let types = GstPadProbeType(rawValue: GST_PAD_PROBE_TYPE_BUFFER.rawValue | GST_PAD_PROBE_TYPE_BUFFER_LIST.rawValue)
+        counter.probe = PadProbe(pad: self, id: gst_pad_add_probe(pointer, types, countingProbeTrampoline, context, releaseRetainedContext))
+        return counter
+    }
+}
+
+/// A probe installed on a pad. It stays until ``remove()`` is called or the pad goes away.
+///
+/// Holds the pad weakly, so a probe handle never keeps a pipeline alive.
+public final class PadProbe: @unchecked Sendable {
+    private let weakPad: UnsafeMutablePointer<GWeakRef>
+    private let id: UInt
+    private let removed = Atomic<Bool>(false)
+
+    init(pad: Pad, id: UInt) {
+        weakPad = .allocate(capacity: 1)
+        weakPad.initialize(to: GWeakRef())
+        g_weak_ref_init(weakPad, UnsafeMutableRawPointer(pad.pointer))
+        self.id = id
+    }
+
+    deinit {
+        g_weak_ref_clear(weakPad)
+        weakPad.deallocate()
+    }
+
+    /// Removes the probe; later calls, or calls after the pad is gone, do nothing.
+    public func remove() {
+        guard !removed.exchange(true, ordering: .relaxed), id != 0,
+              let pad = g_weak_ref_get(weakPad) else { return }
+        gst_pad_remove_probe(pad.assumingMemoryBound(to: GstPad.self), id)
+        gst_object_unref(pad)
+    }
+}
+
+/// Counts buffers passing a pad; read from any thread.
+public final class BufferCounter: @unchecked Sendable {
+    private let count = Atomic<Int>(0)
+    fileprivate var probe: PadProbe?
+
+    public var value: Int { count.load(ordering: .relaxed) }
+    fileprivate func add(_ n: Int) { count.add(n, ordering: .relaxed) }
+
+    /// Stops counting.
+    public func stop() { probe?.remove() }
+}
+
+private final class BufferProbeContext {
+    let handler: @Sendable (inout Buffer) -> PadProbeAction
+    init(_ handler: @escaping @Sendable (inout Buffer) -> PadProbeAction) { self.handler = handler }
+}
+
+// C callbacks: file-scope and nonisolated, since GStreamer calls them from streaming threads.
+
+private let releaseRetainedContext: GDestroyNotify = { context in
+    guard let context else { return }
+    Unmanaged<AnyObject>.fromOpaque(context).release()
+}
+
+private let bufferProbeTrampoline: GstPadProbeCallback = { _, info, userData in
+    guard let info, let userData, let data = info.pointee.data else { return GST_PAD_PROBE_OK }
+    let context = Unmanaged<BufferProbeContext>.fromOpaque(userData).takeUnretainedValue()
+    // Take over the probe's reference so the buffer stays writable (refcount 1) for the handler.
+    var buffer = Buffer(owning: data.assumingMemoryBound(to: GstBuffer.self))
+    info.pointee.data = nil
+    let action = context.handler(&buffer)
+    // Hand whatever buffer the handler left (the same, a private copy, or a replacement) back.
+    info.pointee.data = UnsafeMutableRawPointer(buffer.retainedPointer())
+    switch action {
+    case .pass: return GST_PAD_PROBE_OK
+    case .drop: return GST_PAD_PROBE_DROP
+    case .remove: return GST_PAD_PROBE_REMOVE
+    }
+}
+
+private let countingProbeTrampoline: GstPadProbeCallback = { _, info, userData in
+    guard let info, let userData else { return GST_PAD_PROBE_OK }
+    let counter = Unmanaged<BufferCounter>.fromOpaque(userData).takeUnretainedValue()
+    if info.pointee.type.rawValue & GST_PAD_PROBE_TYPE_BUFFER_LIST.rawValue != 0, let list = info.pointee.data {
+        counter.add(Int(gst_buffer_list_length(OpaquePointer(list))))
+    } else {
+        counter.add(1)
+    }
+    return GST_PAD_PROBE_OK
+}

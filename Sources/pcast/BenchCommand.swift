@@ -1,0 +1,187 @@
+import ArgumentParser
+import Foundation
+import GStreamer
+import Histogram
+import Synchronization
+
+/// `pcast bench`: the performance figures, written as JSON and as a markdown table.
+struct BenchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Run the benchmarks; write bench.json and bench.md."
+    )
+
+    @Option(help: "Frames per run.")
+    var frames = 900
+
+    @Option(help: "Runs per variant (the median is reported).")
+    var runs = 5
+
+    @Option(help: "Directory for bench.json and bench.md.")
+    var output = "bench-results"
+
+    func run() async throws {
+        PCastCommand.bootstrapLogging()
+        let probe = try await ProbeBenchmark(frames: frames, runs: runs).run()
+        let report = BenchReport(
+            date: ISO8601DateFormatter().string(from: Date()),
+            machine: BenchReport.Machine.current(),
+            gstreamer: GStreamerRuntime.version,
+            probe: probe)
+        let directory = URL(fileURLWithPath: output)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try encoder.encode(report).write(to: directory.appendingPathComponent("bench.json"))
+        let markdown = report.markdown()
+        try Data(markdown.utf8).write(to: directory.appendingPathComponent("bench.md"))
+        print(markdown)
+        print("written: \(directory.path)/bench.json, \(directory.path)/bench.md")
+    }
+}
+
+struct BenchReport: Codable {
+    struct Machine: Codable {
+        let cores: Int
+        let cpu: String
+        static func current() -> Machine {
+            let cpuinfo = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? ""
+            let model = cpuinfo.split(separator: "\n").first { $0.hasPrefix("model name") }
+                .map { String($0.split(separator: ":", maxSplits: 1).last ?? "").trimmingCharacters(in: .whitespaces) } ?? "unknown"
+            return Machine(cores: ProcessInfo.processInfo.activeProcessorCount, cpu: model)
+        }
+    }
+    let date: String
+    let machine: Machine
+    let gstreamer: String
+    let probe: ProbeBenchmark.Result
+
+    func markdown() -> String {
+        var lines = [
+            "## Pad probe cost, 720p I420 (\(probe.frames) frames per run, median of \(probe.runs) runs)",
+            "",
+            "Machine: \(machine.cores) cores, \(machine.cpu); \(gstreamer). Goal: read + write ≤ \(probe.goalMilliseconds) ms per frame.",
+            "Time in probe is measured around the probe's work on the streaming thread; the CPU columns are whole-process",
+            "figures whose difference includes run-to-run noise of the same order as the probe itself.",
+            "",
+            "| variant | process CPU per frame (ms) | overhead vs no probe (ms) | time in probe p50 / p99 (ms) |",
+            "|---|---:|---:|---:|",
+        ]
+        for variant in probe.variants {
+            let overhead = variant.overheadMilliseconds.map { String(format: "%.3f", $0) } ?? "—"
+            let inProbe = variant.probeP50Milliseconds.map { p50 in
+                String(format: "%.3f / %.3f", p50, variant.probeP99Milliseconds ?? 0)
+            } ?? "—"
+            lines.append("| \(variant.name) | \(String(format: "%.3f", variant.cpuMillisecondsPerFrame)) | \(overhead) | \(inProbe) |")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+}
+
+/// Cost of a Swift pad probe on 720p I420 frames: none, read-only, read + write, same run.
+struct ProbeBenchmark {
+    let frames: Int
+    let runs: Int
+
+    enum Variant: String, CaseIterable, Codable {
+        case none = "no probe"
+        case read = "read (sum every byte)"
+        case readWrite = "read + write (sum, then invert luma)"
+    }
+
+    struct VariantResult: Codable {
+        let name: String
+        let cpuMillisecondsPerFrame: Double
+        let overheadMilliseconds: Double?
+        let probeP50Milliseconds: Double?
+        let probeP99Milliseconds: Double?
+    }
+
+    struct Result: Codable {
+        let frames: Int
+        let runs: Int
+        let goalMilliseconds: Double
+        let variants: [VariantResult]
+    }
+
+    private struct Sample {
+        let cpuPerFrame: Double
+        let probeNanoseconds: [UInt64]
+    }
+
+    func run() async throws -> Result {
+        var samples: [Variant: [Sample]] = [:]
+        // Interleave the variants so drift on a shared machine hits them alike.
+        for _ in 0..<runs {
+            for variant in Variant.allCases {
+                samples[variant, default: []].append(try await measure(variant))
+            }
+        }
+        let baseline = median(samples[.none]!.map(\.cpuPerFrame))
+        let results = Variant.allCases.map { variant -> VariantResult in
+            let runs = samples[variant]!
+            let cpu = median(runs.map(\.cpuPerFrame))
+            var histogram = Histogram<UInt64>(highestTrackableValue: 10_000_000_000)
+            for run in runs { for value in run.probeNanoseconds { _ = histogram.record(max(value, 1)) } }
+            let hasProbe = variant != .none
+            return VariantResult(
+                name: variant.rawValue,
+                cpuMillisecondsPerFrame: cpu * 1000,
+                overheadMilliseconds: hasProbe ? (cpu - baseline) * 1000 : nil,
+                probeP50Milliseconds: hasProbe ? Double(histogram.valueAtPercentile(50)) / 1e6 : nil,
+                probeP99Milliseconds: hasProbe ? Double(histogram.valueAtPercentile(99)) / 1e6 : nil)
+        }
+        return Result(frames: frames, runs: runs, goalMilliseconds: 0.3, variants: results)
+    }
+
+    private func measure(_ variant: Variant) async throws -> Sample {
+        let pipeline = try Pipeline(description: """
+            videotestsrc num-buffers=\(frames) pattern=black ! video/x-raw,format=I420,width=1280,height=720,framerate=30/1 \
+            ! identity name=hook ! fakesink sync=false
+            """)
+        let timings = Mutex<[UInt64]>([])
+        timings.withLock { $0.reserveCapacity(frames) }
+        let lumaBytes = 1280 * 720
+        if variant != .none {
+            let writes = variant == .readWrite
+            try pipeline.element(named: "hook").staticPad("src").addBufferProbe { buffer in
+                let start = DispatchTime.now().uptimeNanoseconds
+                let sum = (try? buffer.withUnsafeBytes { raw -> UInt64 in
+                    var total: UInt64 = 0
+                    for word in raw.bindMemory(to: UInt64.self) { total &+= word }
+                    return total
+                }) ?? 0
+                if writes {
+                    try? buffer.withUnsafeMutableBytes { raw in
+                        let words = UnsafeMutableRawBufferPointer(rebasing: raw[0..<lumaBytes]).bindMemory(to: UInt64.self)
+                        for index in words.indices { words[index] ^= ~0 }
+                    }
+                }
+                let elapsed = DispatchTime.now().uptimeNanoseconds - start
+                timings.withLock { $0.append(elapsed) }
+                // Keep the sum observable so the read is not optimised away.
+                if sum == 1 { buffer.offset = 1 }
+                return .pass
+            }
+        }
+        let before = processCPUSeconds()
+        try await pipeline.play()
+        try await pipeline.waitUntilEnd(timeout: .seconds(120))
+        let after = processCPUSeconds()
+        await pipeline.stop()
+        return Sample(cpuPerFrame: (after - before) / Double(frames), probeNanoseconds: timings.withLock { $0 })
+    }
+}
+
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+    return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
+        + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+}
+
+func median(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    guard !sorted.isEmpty else { return 0 }
+    return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the Debian packages PCastKit needs, only those that are missing.
+# Idempotent and non-interactive: safe to run before every build (make demo / make test do).
+set -euo pipefail
+
+packages=(
+  pkg-config
+  libglib2.0-dev
+  libgstreamer1.0-dev
+  libgstreamer-plugins-base1.0-dev
+  libgstreamer-plugins-bad1.0-dev
+  libsrtp2-dev
+  libsqlite3-dev
+  gstreamer1.0-tools
+  gstreamer1.0-plugins-base
+  gstreamer1.0-plugins-good
+  gstreamer1.0-plugins-bad
+  gstreamer1.0-plugins-ugly
+  gstreamer1.0-libav
+  gstreamer1.0-x
+  gstreamer1.0-pulseaudio
+  gstreamer1.0-alsa
+  pulseaudio
+  xvfb
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  # dpkg-query prints "install ok installed" only for a fully installed package.
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
