@@ -3,18 +3,21 @@ import PackageDescription
 
 // Layering (arrows point down only):
 //   pcast (CLI) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer (system library)
-//   CSRTP: libsrtp2, used by the relay (issue 4) and reported by `pcast inspect`.
+//   PCastProtocol: wire formats (digest tokens, RTP/RTCP), pure, no I/O.
+//   CSRTP: libsrtp2, used by the relay and reported by `pcast inspect`.
 let package = Package(
     name: "PCastKit",
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "GStreamer", targets: ["GStreamer"]),
+        .library(name: "PCastProtocol", targets: ["PCastProtocol"]),
         .executable(name: "pcast", targets: ["pcast"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
     ],
     targets: [
         .systemLibrary(
@@ -39,10 +42,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .target(
+            name: "PCastProtocol",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")]
+        ),
         .executableTarget(
             name: "pcast",
             dependencies: [
                 "GStreamer",
+                "PCastProtocol",
                 "CSRTP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -52,6 +60,15 @@ let package = Package(
         .testTarget(
             name: "GStreamerTests",
             dependencies: ["GStreamer"]
+        ),
+        .testTarget(
+            name: "PCastProtocolTests",
+            dependencies: ["PCastProtocol", .product(name: "Crypto", package: "swift-crypto")]
+        ),
+        // Runs the built `pcast` binary, as a user would.
+        .testTarget(
+            name: "PCastCLITests",
+            dependencies: []
         ),
     ],
     swiftLanguageModes: [.v6]

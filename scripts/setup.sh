@@ -22,7 +22,18 @@ packages=(
   gstreamer1.0-alsa
   pulseaudio
   xvfb
+  python3
+  python3-pip
 )
+
+# The independent oracle the digest-token tests check against (PyPI: phenix-edge-auth).
+ensure_python_oracle() {
+  command -v python3 >/dev/null 2>&1 || return 0
+  python3 -c "import edgeauth" 2>/dev/null && return 0
+  echo "setup: installing phenix-edge-auth (PyPI)" >&2
+  python3 -m pip install -q phenix-edge-auth 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages phenix-edge-auth
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -33,6 +44,7 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
+  ensure_python_oracle
   exit 0
 fi
 
@@ -42,3 +54,4 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+ensure_python_oracle

@@ -1,0 +1,56 @@
+import Foundation
+import Testing
+
+@Suite("pcast pipeline and inspect")
+struct PipelineCommandTests {
+    @Test("a pipeline runs to end of stream and exits 0 with a summary")
+    func endOfStream() throws {
+        let result = try runCommand(try pcastBinary(), ["pipeline", "videotestsrc num-buffers=30 ! fakesink name=out sync=false"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("end of stream") && result.stdout.contains("out=30"))
+    }
+
+    @Test("a template runs with values, and --seconds stops a live pipeline")
+    func templateWithDeadline() throws {
+        let template = repositoryRoot.appendingPathComponent("pipelines/h264-loopback.pipeline").path
+        let result = try runCommand(try pcastBinary(), ["pipeline", "--file", template, "--set", "port=5790",
+                                                        "--set", "width=320", "--set", "height=240", "--seconds", "2"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("time limit reached"))
+        // The status line reports buffers per second at the decoded-video sink.
+        #expect(result.stderr.contains("video-out"))
+    }
+
+    @Test("a missing element exits non-zero with GStreamer's error and the package to install")
+    func missingElement() throws {
+        let result = try runCommand(try pcastBinary(), ["pipeline", "videotestsrc ! avdec_notreal ! fakesink"])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("avdec_notreal"))
+        #expect(result.stderr.contains("apt-get install gstreamer1.0-libav"))
+    }
+
+    @Test("a runtime error exits non-zero with GStreamer's message")
+    func runtimeError() throws {
+        let result = try runCommand(try pcastBinary(), ["pipeline", "filesrc location=/nonexistent/pcast ! fakesink"])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("No such file"))
+    }
+
+    @Test("an unknown template placeholder is refused")
+    func unknownPlaceholder() throws {
+        let template = repositoryRoot.appendingPathComponent("pipelines/test-pattern.pipeline").path
+        let result = try runCommand(try pcastBinary(), ["pipeline", "--file", template, "--set", "nonsense=1"])
+        #expect(result.status != 0)
+        #expect(result.stderr.contains("nonsense"))
+    }
+
+    @Test("inspect lists the needed elements as present")
+    func inspect() throws {
+        let result = try runCommand(try pcastBinary(), ["inspect"])
+        #expect(result.status == 0, "\(result.stdout)")
+        #expect(result.stdout.contains("all required elements are present"))
+        #expect(result.stdout.contains("libsrtp"))
+    }
+}
+
+let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
