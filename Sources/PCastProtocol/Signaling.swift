@@ -1,0 +1,457 @@
+import Foundation
+
+// The signaling channel's wire format: versioned JSON messages over a WebSocket, each request
+// carrying an id its reply echoes. Pure value types and a codec; the platform and the client
+// carry them over sockets.
+
+/// The outcome of a request, as the seed's `PhenixRequestStatus` names it.
+public enum RequestStatus: String, Codable, Sendable, Hashable {
+    case ok
+    case unauthorized
+    case conflict
+    case failed
+    case noStreamPlaying = "no-stream-playing"
+    case notFound = "not-found"
+    case badRequest = "bad-request"
+    case capacity
+    case notSupported = "not-supported"
+    case timeout
+}
+
+/// Why a stream ended, as the seed's `PhenixStreamEndedReason` names it.
+public enum StreamEndedReason: String, Codable, Sendable, Hashable, CaseIterable {
+    /// The stream ended normally.
+    case ended
+    /// The stream failed.
+    case failed
+    /// The stream was censored (an operator ended it).
+    case censored
+    /// A maintenance event ended it.
+    case maintenance
+    /// Capacity limits ended it.
+    case capacity
+    /// The publishing app went to the background.
+    case appBackground = "app-background"
+    /// The publisher stopped it with a reason of its own (the description carries it).
+    case custom
+}
+
+/// How a publish relates to recordings, after the third vendor's publish types.
+public enum PublishType: String, Codable, Sendable, Hashable {
+    /// No recording.
+    case live
+    /// A new recording, replacing one of the same stream name.
+    case record
+    /// Continue the recording of this stream name after an interruption.
+    case append
+}
+
+/// One media track as negotiated over signaling (RTP parameters).
+public struct MediaTrackDescription: Codable, Sendable, Hashable {
+    public enum Kind: String, Codable, Sendable, Hashable { case audio, video }
+    public var kind: Kind
+    /// Encoding name as in SDP/RTP caps: `H264`, `OPUS`, `VP8`.
+    public var codec: String
+    public var payloadType: UInt8
+    public var clockRate: UInt32
+    public var ssrc: UInt32
+
+    public init(kind: Kind, codec: String, payloadType: UInt8, clockRate: UInt32, ssrc: UInt32) {
+        self.kind = kind
+        self.codec = codec
+        self.payloadType = payloadType
+        self.clockRate = clockRate
+        self.ssrc = ssrc
+    }
+}
+
+/// Where media flows and how it is protected: the relay's UDP port and this flow's SRTP keys.
+public struct MediaTransport: Codable, Sendable, Hashable {
+    /// SRTP protection profile (`AEAD_AES_128_GCM` by default, `AES_CM_128_HMAC_SHA1_80` for peers that need it).
+    public var srtpProfile: String
+    /// The relay's UDP media port (one for all flows).
+    public var port: UInt16
+    /// Base64 master key + salt protecting what the client sends.
+    public var clientKey: String
+    /// Base64 master key + salt protecting what the relay sends.
+    public var serverKey: String
+
+    public init(srtpProfile: String, port: UInt16, clientKey: String, serverKey: String) {
+        self.srtpProfile = srtpProfile
+        self.port = port
+        self.clientKey = clientKey
+        self.serverKey = serverKey
+    }
+}
+
+/// What a client sends.
+///
+/// ```swift
+/// let bytes = try SignalingCodec.encode(.request(id: 1, .authenticate(.init(token: authToken))))
+/// ```
+public enum ClientMessage: Sendable, Hashable {
+    public struct Authenticate: Codable, Sendable, Hashable {
+        public var token: String
+        /// A session to resume after a reconnection.
+        public var sessionId: String?
+        public init(token: String, sessionId: String? = nil) {
+            self.token = token
+            self.sessionId = sessionId
+        }
+    }
+    public struct Publish: Codable, Sendable, Hashable {
+        public var streamToken: String
+        public var tags: [String]
+        public var publishType: PublishType
+        /// The name recordings are kept under (required for `record` and `append`).
+        public var streamName: String?
+        public var tracks: [MediaTrackDescription]
+        public init(streamToken: String, tags: [String] = [], publishType: PublishType = .live,
+                    streamName: String? = nil, tracks: [MediaTrackDescription]) {
+            self.streamToken = streamToken
+            self.tags = tags
+            self.publishType = publishType
+            self.streamName = streamName
+            self.tracks = tracks
+        }
+    }
+    public struct Unpublish: Codable, Sendable, Hashable {
+        public var streamId: String
+        public var reason: StreamEndedReason
+        public var description: String?
+        public init(streamId: String, reason: StreamEndedReason, description: String? = nil) {
+            self.streamId = streamId
+            self.reason = reason
+            self.description = description
+        }
+    }
+    public struct Subscribe: Codable, Sendable, Hashable {
+        public var streamToken: String
+        public init(streamToken: String) { self.streamToken = streamToken }
+    }
+    public struct StreamReference: Codable, Sendable, Hashable {
+        public var streamId: String
+        public init(streamId: String) { self.streamId = streamId }
+    }
+
+    case authenticate(Authenticate)
+    case keepAlive
+    case publish(Publish)
+    case unpublish(Unpublish)
+    case subscribe(Subscribe)
+    case unsubscribe(StreamReference)
+    case bye
+
+    public var type: String {
+        switch self {
+        case .authenticate: return "authenticate"
+        case .keepAlive: return "keep-alive"
+        case .publish: return "publish"
+        case .unpublish: return "unpublish"
+        case .subscribe: return "subscribe"
+        case .unsubscribe: return "unsubscribe"
+        case .bye: return "bye"
+        }
+    }
+}
+
+/// What the platform sends: replies (echoing a request id) and events.
+public enum ServerMessage: Sendable, Hashable {
+    public struct Authenticated: Codable, Sendable, Hashable {
+        public var sessionId: String
+        /// Seconds between keep-alives the platform expects.
+        public var keepAliveInterval: Int
+        public init(sessionId: String, keepAliveInterval: Int) {
+            self.sessionId = sessionId
+            self.keepAliveInterval = keepAliveInterval
+        }
+    }
+    public struct Published: Codable, Sendable, Hashable {
+        public var streamId: String
+        public var transport: MediaTransport
+        public init(streamId: String, transport: MediaTransport) {
+            self.streamId = streamId
+            self.transport = transport
+        }
+    }
+    public struct Subscribed: Codable, Sendable, Hashable {
+        public var streamId: String
+        public var tracks: [MediaTrackDescription]
+        public var transport: MediaTransport
+        public init(streamId: String, tracks: [MediaTrackDescription], transport: MediaTransport) {
+            self.streamId = streamId
+            self.tracks = tracks
+            self.transport = transport
+        }
+    }
+    public struct StreamEnded: Codable, Sendable, Hashable {
+        public var streamId: String
+        public var reason: StreamEndedReason
+        public var description: String?
+        public init(streamId: String, reason: StreamEndedReason, description: String? = nil) {
+            self.streamId = streamId
+            self.reason = reason
+            self.description = description
+        }
+    }
+    /// A typed error reply.
+    public struct Failure: Codable, Sendable, Hashable, Error {
+        public var status: RequestStatus
+        public var message: String
+        public init(status: RequestStatus, message: String) {
+            self.status = status
+            self.message = message
+        }
+    }
+
+    case authenticated(Authenticated)
+    case published(Published)
+    case subscribed(Subscribed)
+    /// A request that needs no data in its reply succeeded.
+    case ok
+    case streamEnded(StreamEnded)
+    case failure(Failure)
+
+    public var type: String {
+        switch self {
+        case .authenticated: return "authenticated"
+        case .published: return "published"
+        case .subscribed: return "subscribed"
+        case .ok: return "ok"
+        case .streamEnded: return "stream-ended"
+        case .failure: return "error"
+        }
+    }
+}
+
+/// A message with its request id: requests and their replies carry one, events do not.
+public struct Envelope<Message: Sendable & Hashable>: Sendable, Hashable {
+    public var id: UInt64?
+    public var message: Message
+
+    public init(id: UInt64?, _ message: Message) {
+        self.id = id
+        self.message = message
+    }
+
+    public static func request(id: UInt64, _ message: Message) -> Self { Self(id: id, message) }
+    public static func event(_ message: Message) -> Self { Self(id: nil, message) }
+}
+
+/// Why a signaling message was refused. Carries the request id when it could be read, so the
+/// platform can answer the request that caused it with a typed error reply.
+public struct SignalingError: Error, Sendable, Hashable, CustomStringConvertible {
+    public enum Kind: Sendable, Hashable {
+        /// Over the size limit (the WebSocket closes with 1009).
+        case tooLarge(size: Int, limit: Int)
+        /// Not JSON, or not a JSON object.
+        case malformed
+        case unsupportedVersion(Int)
+        case unknownType(String)
+        /// The payload does not fit its type (missing or mistyped fields, values out of limits).
+        case invalidPayload(type: String, detail: String)
+    }
+    public let kind: Kind
+    public let requestId: UInt64?
+
+    public init(kind: Kind, requestId: UInt64?) {
+        self.kind = kind
+        self.requestId = requestId
+    }
+
+    public var description: String {
+        switch kind {
+        case .tooLarge(let size, let limit): return "message of \(size) bytes exceeds the \(limit)-byte limit"
+        case .malformed: return "message is not a JSON object"
+        case .unsupportedVersion(let v): return "unsupported protocol version \(v) (this side speaks \(SignalingCodec.version))"
+        case .unknownType(let t): return "unknown message type '\(t)'"
+        case .invalidPayload(let t, let d): return "invalid '\(t)' message: \(d)"
+        }
+    }
+
+    /// The error reply the platform sends for it.
+    public var reply: Envelope<ServerMessage> {
+        Envelope(id: requestId, .failure(.init(status: .badRequest, message: description)))
+    }
+}
+
+/// Encodes and decodes signaling messages: `{"v":1,"id":7,"type":"publish","payload":{…}}`.
+///
+/// ```swift
+/// let data = try SignalingCodec.encode(Envelope.request(id: 7, ClientMessage.keepAlive))
+/// let decoded = try SignalingCodec.decodeClientMessage(data)   // id 7, .keepAlive
+/// ```
+public enum SignalingCodec {
+    public static let version = 1
+    /// Largest message either side accepts (bytes).
+    public static let defaultSizeLimit = 64 * 1024
+    /// Limits on lists and strings inside messages, so a message within the size limit still
+    /// cannot make the other side do unbounded work.
+    public static let maximumTags = 64
+    public static let maximumTracks = 8
+    public static let maximumStringLength = 8 * 1024
+
+    private struct Header: Decodable {
+        var v: Int?
+        var id: UInt64?
+        var type: String?
+    }
+
+    private struct Wire<Payload: Encodable>: Encodable {
+        var v: Int
+        var id: UInt64?
+        var type: String
+        var payload: Payload?
+    }
+
+    private struct Empty: Codable {}
+
+    private struct PayloadBox<Payload: Decodable>: Decodable {
+        var payload: Payload
+    }
+
+    // MARK: Encoding
+
+    public static func encode(_ envelope: Envelope<ClientMessage>) throws -> Data {
+        switch envelope.message {
+        case .authenticate(let p): return try wire(envelope, p)
+        case .publish(let p): return try wire(envelope, p)
+        case .unpublish(let p): return try wire(envelope, p)
+        case .subscribe(let p): return try wire(envelope, p)
+        case .unsubscribe(let p): return try wire(envelope, p)
+        case .keepAlive, .bye: return try wire(envelope, Empty?.none)
+        }
+    }
+
+    public static func encode(_ envelope: Envelope<ServerMessage>) throws -> Data {
+        switch envelope.message {
+        case .authenticated(let p): return try wire(envelope, p)
+        case .published(let p): return try wire(envelope, p)
+        case .subscribed(let p): return try wire(envelope, p)
+        case .streamEnded(let p): return try wire(envelope, p)
+        case .failure(let p): return try wire(envelope, p)
+        case .ok: return try wire(envelope, Empty?.none)
+        }
+    }
+
+    private static func wire<M, P: Encodable>(_ envelope: Envelope<M>, _ payload: P?) throws -> Data where M: CustomTyped {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return try encoder.encode(Wire(v: version, id: envelope.id, type: envelope.message.type, payload: payload))
+    }
+
+    // MARK: Decoding
+
+    public static func decodeClientMessage(_ data: Data, sizeLimit: Int = defaultSizeLimit) throws(SignalingError) -> Envelope<ClientMessage> {
+        let header = try readHeader(data, sizeLimit: sizeLimit)
+        let id = header.id
+        let type = header.type!
+        let message: ClientMessage
+        switch type {
+        case "authenticate": message = .authenticate(try payload(data, type, id))
+        case "keep-alive": message = .keepAlive
+        case "publish": message = .publish(try payload(data, type, id))
+        case "unpublish": message = .unpublish(try payload(data, type, id))
+        case "subscribe": message = .subscribe(try payload(data, type, id))
+        case "unsubscribe": message = .unsubscribe(try payload(data, type, id))
+        case "bye": message = .bye
+        default: throw SignalingError(kind: .unknownType(type), requestId: id)
+        }
+        try validate(message, id: id)
+        return Envelope(id: id, message)
+    }
+
+    public static func decodeServerMessage(_ data: Data, sizeLimit: Int = defaultSizeLimit) throws(SignalingError) -> Envelope<ServerMessage> {
+        let header = try readHeader(data, sizeLimit: sizeLimit)
+        let id = header.id
+        let type = header.type!
+        let message: ServerMessage
+        switch type {
+        case "authenticated": message = .authenticated(try payload(data, type, id))
+        case "published": message = .published(try payload(data, type, id))
+        case "subscribed": message = .subscribed(try payload(data, type, id))
+        case "ok": message = .ok
+        case "stream-ended": message = .streamEnded(try payload(data, type, id))
+        case "error": message = .failure(try payload(data, type, id))
+        default: throw SignalingError(kind: .unknownType(type), requestId: id)
+        }
+        return Envelope(id: id, message)
+    }
+
+    private static func readHeader(_ data: Data, sizeLimit: Int) throws(SignalingError) -> Header {
+        guard data.count <= sizeLimit else { throw SignalingError(kind: .tooLarge(size: data.count, limit: sizeLimit), requestId: nil) }
+        let header: Header
+        do {
+            header = try JSONDecoder().decode(Header.self, from: data)
+        } catch {
+            throw SignalingError(kind: .malformed, requestId: nil)
+        }
+        guard let v = header.v else { throw SignalingError(kind: .invalidPayload(type: header.type ?? "?", detail: "no version field 'v'"), requestId: header.id) }
+        guard v == version else { throw SignalingError(kind: .unsupportedVersion(v), requestId: header.id) }
+        guard let type = header.type, !type.isEmpty else {
+            throw SignalingError(kind: .invalidPayload(type: "?", detail: "no message type"), requestId: header.id)
+        }
+        return header
+    }
+
+    private static func payload<P: Decodable>(_ data: Data, _ type: String, _ id: UInt64?) throws(SignalingError) -> P {
+        do {
+            return try JSONDecoder().decode(PayloadBox<P>.self, from: data).payload
+        } catch let DecodingError.keyNotFound(key, context) {
+            let path = (context.codingPath + [key]).map(\.stringValue).filter { $0 != "payload" }.joined(separator: ".")
+            throw SignalingError(kind: .invalidPayload(type: type, detail: "missing field '\(path)'"), requestId: id)
+        } catch let DecodingError.typeMismatch(_, context), let DecodingError.valueNotFound(_, context) {
+            let path = context.codingPath.map(\.stringValue).filter { $0 != "payload" }.joined(separator: ".")
+            throw SignalingError(kind: .invalidPayload(type: type, detail: "field '\(path)' has the wrong type"), requestId: id)
+        } catch let DecodingError.dataCorrupted(context) {
+            let path = context.codingPath.map(\.stringValue).filter { $0 != "payload" }.joined(separator: ".")
+            throw SignalingError(kind: .invalidPayload(type: type, detail: "field '\(path)' has an invalid value"), requestId: id)
+        } catch {
+            throw SignalingError(kind: .invalidPayload(type: type, detail: "unreadable payload"), requestId: id)
+        }
+    }
+
+    private static func validate(_ message: ClientMessage, id: UInt64?) throws(SignalingError) {
+        func fail(_ detail: String) -> SignalingError {
+            SignalingError(kind: .invalidPayload(type: message.type, detail: detail), requestId: id)
+        }
+        func check(_ string: String?, _ name: String) throws(SignalingError) {
+            if let string, string.utf8.count > maximumStringLength { throw fail("'\(name)' is longer than \(maximumStringLength) bytes") }
+        }
+        switch message {
+        case .authenticate(let p):
+            try check(p.token, "token")
+            try check(p.sessionId, "sessionId")
+        case .publish(let p):
+            try check(p.streamToken, "streamToken")
+            try check(p.streamName, "streamName")
+            guard p.tags.count <= maximumTags else { throw fail("more than \(maximumTags) tags") }
+            for tag in p.tags { try check(tag, "tags") }
+            guard !p.tracks.isEmpty else { throw fail("no tracks") }
+            guard p.tracks.count <= maximumTracks else { throw fail("more than \(maximumTracks) tracks") }
+            guard Set(p.tracks.map(\.ssrc)).count == p.tracks.count else { throw fail("two tracks share an SSRC") }
+            for track in p.tracks {
+                guard (96...127).contains(track.payloadType) || track.payloadType < 35 else { throw fail("payload type \(track.payloadType) collides with RTCP") }
+                guard track.clockRate > 0 else { throw fail("clock rate 0") }
+                try check(track.codec, "codec")
+            }
+            if p.publishType != .live && (p.streamName ?? "").isEmpty {
+                throw fail("publish type '\(p.publishType.rawValue)' needs a streamName")
+            }
+        case .unpublish(let p):
+            try check(p.streamId, "streamId")
+            try check(p.description, "description")
+        case .subscribe(let p):
+            try check(p.streamToken, "streamToken")
+        case .unsubscribe(let p):
+            try check(p.streamId, "streamId")
+        case .keepAlive, .bye:
+            break
+        }
+    }
+}
+
+/// Messages that name their own wire type.
+protocol CustomTyped { var type: String { get } }
+extension ClientMessage: CustomTyped {}
+extension ServerMessage: CustomTyped {}
