@@ -46,11 +46,17 @@ let package = Package(
             name: "PCastProtocol",
             dependencies: [.product(name: "Crypto", package: "swift-crypto")]
         ),
+        // Safe Swift face of libsrtp2.
+        .target(
+            name: "SRTP",
+            dependencies: ["CSRTP"]
+        ),
         .executableTarget(
             name: "pcast",
             dependencies: [
                 "GStreamer",
                 "PCastProtocol",
+                "SRTP",
                 "CSRTP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -64,6 +70,10 @@ let package = Package(
         .testTarget(
             name: "PCastProtocolTests",
             dependencies: ["PCastProtocol", .product(name: "Crypto", package: "swift-crypto")]
+        ),
+        .testTarget(
+            name: "SRTPTests",
+            dependencies: ["SRTP"]
         ),
         // Runs the built `pcast` binary, as a user would.
         .testTarget(

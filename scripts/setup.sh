@@ -26,13 +26,13 @@ packages=(
   python3-pip
 )
 
-# The independent oracle the digest-token tests check against (PyPI: phenix-edge-auth).
+# Independent oracles the tests check against (PyPI): phenix-edge-auth for digest tokens, pylibsrtp for SRTP.
 ensure_python_oracle() {
   command -v python3 >/dev/null 2>&1 || return 0
-  python3 -c "import edgeauth" 2>/dev/null && return 0
-  echo "setup: installing phenix-edge-auth (PyPI)" >&2
-  python3 -m pip install -q phenix-edge-auth 2>/dev/null \
-    || python3 -m pip install -q --break-system-packages phenix-edge-auth
+  python3 -c "import edgeauth, pylibsrtp" 2>/dev/null && return 0
+  echo "setup: installing phenix-edge-auth and pylibsrtp (PyPI)" >&2
+  python3 -m pip install -q phenix-edge-auth pylibsrtp 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages phenix-edge-auth pylibsrtp
 }
 
 missing=()
