@@ -3,6 +3,7 @@ import PackageDescription
 
 // Layering (arrows point down only):
 //   pcast (CLI) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer (system library)
+//   PCastMedia (media engine) → GStreamer, PCastProtocol
 //   PCastProtocol: wire formats (digest tokens, RTP/RTCP), pure, no I/O.
 //   CSRTP: libsrtp2, used by the relay and reported by `pcast inspect`.
 let package = Package(
@@ -11,6 +12,7 @@ let package = Package(
     products: [
         .library(name: "GStreamer", targets: ["GStreamer"]),
         .library(name: "PCastProtocol", targets: ["PCastProtocol"]),
+        .library(name: "PCastMedia", targets: ["PCastMedia"]),
         .executable(name: "pcast", targets: ["pcast"]),
     ],
     dependencies: [
@@ -46,6 +48,14 @@ let package = Package(
             name: "PCastProtocol",
             dependencies: [.product(name: "Crypto", package: "swift-crypto")]
         ),
+        .target(
+            name: "PCastMedia",
+            dependencies: [
+                "GStreamer",
+                "PCastProtocol",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // Safe Swift face of libsrtp2.
         .target(
             name: "SRTP",
@@ -56,6 +66,7 @@ let package = Package(
             dependencies: [
                 "GStreamer",
                 "PCastProtocol",
+                "PCastMedia",
                 "SRTP",
                 "CSRTP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -79,6 +90,10 @@ let package = Package(
         .testTarget(
             name: "PCastCLITests",
             dependencies: []
+        ),
+        .testTarget(
+            name: "PCastMediaTests",
+            dependencies: ["PCastMedia", "GStreamer"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import GStreamer
 import Histogram
+import PCastMedia
 import SRTP
 import Synchronization
 
@@ -25,12 +26,14 @@ struct BenchCommand: AsyncParsableCommand {
         PCastCommand.bootstrapLogging()
         let probe = try await ProbeBenchmark(frames: frames, runs: runs).run()
         let srtp = try SRTPBenchmark(packets: 200_000).run()
+        let hooks = try await FrameHookBenchmark(frames: frames, conversionThreads: 1).run()
         let report = BenchReport(
             date: ISO8601DateFormatter().string(from: Date()),
             machine: BenchReport.Machine.current(),
             gstreamer: GStreamerRuntime.version,
             probe: probe,
-            srtp: srtp)
+            srtp: srtp,
+            frameHooks: hooks)
         let directory = URL(fileURLWithPath: output)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let encoder = JSONEncoder()
@@ -59,6 +62,7 @@ struct BenchReport: Codable {
     let gstreamer: String
     let probe: ProbeBenchmark.Result
     let srtp: [SRTPBenchmark.ProfileResult]
+    let frameHooks: [FrameHookBenchmark.Result]
 
     func markdown() -> String {
         var lines = [
@@ -87,6 +91,16 @@ struct BenchReport: Codable {
         ]
         for result in srtp {
             lines.append("| \(result.profile) | \(Int(result.packetsPerSecond)) | \(String(format: "%.2f", result.microsecondsPerPacket)) |")
+        }
+        lines += [
+            "",
+            "## Frame-ready hook, 720p I420, time inside the callback (goal for read(format: .bgra) + write: ≤ \(FrameHookBenchmark.goalMilliseconds) ms)",
+            "",
+            "| variant | frames | mean (ms) | p50 (ms) | p99 (ms) |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for result in frameHooks {
+            lines.append("| \(result.variant) | \(result.frames) | \(String(format: "%.3f", result.meanMilliseconds)) | \(String(format: "%.3f", result.p50Milliseconds)) | \(String(format: "%.3f", result.p99Milliseconds)) |")
         }
         return lines.joined(separator: "\n") + "\n"
     }

@@ -1,0 +1,136 @@
+import CGStreamer
+import CGStreamerShim
+import Synchronization
+
+/// Converts raw video frames between pixel formats and sizes (`GstVideoConverter`).
+///
+/// Make one per input and output layout and reuse it: setting up costs far more than a frame.
+/// Output buffers come from a pool of the converter's own, so steady conversion does not allocate.
+/// Colorimetry is taken from the caps, so conversions between YUV and RGB use the right matrix.
+///
+/// ```swift
+/// let converter = try VideoConverter(
+///     from: Caps("video/x-raw,format=I420,width=1280,height=720,framerate=30/1"),
+///     to: Caps("video/x-raw,format=BGRA,width=1280,height=720,framerate=30/1"))
+/// let bgra = try converter.convert(sample.buffer)   // timestamps and flags are kept
+/// ```
+///
+/// Conversions on one converter run one at a time; different converters run in parallel.
+public final class VideoConverter: @unchecked Sendable {
+    /// How the conversion runs.
+    ///
+    /// ```swift
+    /// let converter = try VideoConverter(from: input, to: output, options: .init(threads: 2))
+    /// ```
+    public struct Options: Sendable, Hashable {
+        /// Threads one conversion is split over (1: on the calling thread only).
+        public var threads: Int
+        public init(threads: Int = 1) { self.threads = threads }
+    }
+
+    /// What is converted from and to.
+    public let inputCaps: Caps
+    public let outputCaps: Caps
+    public let input: VideoInfo
+    public let output: VideoInfo
+
+    private struct State: @unchecked Sendable {
+        var converter: OpaquePointer
+        var inputInfo: GstVideoInfo
+        var outputInfo: GstVideoInfo
+        var pool: UnsafeMutablePointer<GstBufferPool>
+    }
+    private let state: Mutex<State>
+
+    /// A converter between two fixed raw video caps.
+    ///
+    /// - Throws: ``GStreamerError/invalidCaps(_:)`` when either caps is not fixed raw video, or
+    ///   GStreamer cannot convert between them.
+    public init(from inputCaps: Caps, to outputCaps: Caps, options: Options = Options()) throws(GStreamerError) {
+        try GStreamerRuntime.initialize()
+        // Checking the media type first spares GStreamer's error log for caps of another kind.
+        for caps in [inputCaps, outputCaps] where caps.structures.first?.name.hasPrefix("video/") != true {
+            throw .invalidCaps(caps.description)
+        }
+        guard var inputInfo = inputCaps.gstVideoInfo, let input = inputCaps.videoInfo else {
+            throw .invalidCaps(inputCaps.description)
+        }
+        guard var outputInfo = outputCaps.gstVideoInfo, let output = outputCaps.videoInfo else {
+            throw .invalidCaps(outputCaps.description)
+        }
+        let config = gst_structure_new_empty("GstVideoConverter")!
+        var threads = GValue()
+        g_value_init(&threads, pcast_g_type_uint())
+        g_value_set_uint(&threads, guint(clamping: max(options.threads, 1)))
+        gst_structure_take_value(config, GST_VIDEO_CONVERTER_OPT_THREADS, &threads)
+        // 8-bit to 8-bit needs no dithering; turning it off keeps values exact and the work short.
+        var dither = GValue()
+        g_value_init(&dither, gst_video_dither_method_get_type())
+        g_value_set_enum(&dither, gint(GST_VIDEO_DITHER_NONE.rawValue))
+        gst_structure_take_value(config, GST_VIDEO_CONVERTER_OPT_DITHER_METHOD, &dither)
+        // The converter takes the config.
+        guard let converter = gst_video_converter_new(&inputInfo, &outputInfo, config) else {
+            throw .invalidCaps("cannot convert \(inputCaps) to \(outputCaps)")
+        }
+
+        let pool = gst_buffer_pool_new()!
+        let poolConfig = gst_buffer_pool_get_config(pool)
+        gst_buffer_pool_config_set_params(poolConfig, outputCaps.pointer, guint(clamping: outputInfo.size), 0, 0)
+        var params = GstAllocationParams()
+        gst_allocation_params_init(&params)
+        params.align = 63   // 64-byte rows starts suit the SIMD code converting into them
+        gst_buffer_pool_config_set_allocator(poolConfig, nil, &params)
+        guard gst_buffer_pool_set_config(pool, poolConfig) != 0, gst_buffer_pool_set_active(pool, 1) != 0 else {
+            gst_video_converter_free(converter)
+            gst_object_unref(UnsafeMutableRawPointer(pool))
+            throw .invalidCaps("no buffer pool for \(outputCaps)")
+        }
+        self.inputCaps = inputCaps
+        self.outputCaps = outputCaps
+        self.input = input
+        self.output = output
+        state = Mutex(State(converter: converter, inputInfo: inputInfo, outputInfo: outputInfo, pool: pool))
+    }
+
+    /// A converter between two default layouts (colorimetry defaults for each format and size).
+    public convenience init(from input: VideoInfo, to output: VideoInfo, options: Options = Options()) throws(GStreamerError) {
+        try self.init(from: input.caps, to: output.caps, options: options)
+    }
+
+    deinit {
+        state.withLock { state in
+            gst_video_converter_free(state.converter)
+            // Buffers still out return to an inactive pool, which frees them.
+            _ = gst_buffer_pool_set_active(state.pool, 0)
+            gst_object_unref(UnsafeMutableRawPointer(state.pool))
+        }
+    }
+
+    /// Converts one frame into a new buffer of the output layout, keeping timestamps, offsets and flags.
+    ///
+    /// - Throws: ``GStreamerError/mapFailed`` when the input is smaller than its layout says or
+    ///   cannot be mapped, or ``GStreamerError/flow(_:)`` when no output buffer can be had.
+    public func convert(_ buffer: Buffer) throws(GStreamerError) -> Buffer {
+        let source = buffer.retainedPointer()
+        defer { gst_mini_object_unref(UnsafeMutableRawPointer(source).assumingMemoryBound(to: GstMiniObject.self)) }
+        return try state.withLock { state throws(GStreamerError) -> Buffer in
+            var acquired: UnsafeMutablePointer<GstBuffer>?
+            let flow = gst_buffer_pool_acquire_buffer(state.pool, &acquired, nil)
+            guard flow == GST_FLOW_OK, let destination = acquired else {
+                throw .flow(String(cString: gst_flow_get_name(flow)))
+            }
+            // Owned from here on, so it is released on every path.
+            let result = Buffer(owning: destination)
+            let converter = state.converter
+            try MappedVideoFrame.withReading(source, info: &state.inputInfo) { (input) throws(GStreamerError) in
+                try MappedVideoFrame.withWriting(destination, info: &state.outputInfo) { output in
+                    gst_video_converter_frame(converter, input, output)
+                }
+            }
+            // Timestamps, offsets and buffer flags (GStreamer leaves the pool's memory tag alone).
+            let copied = GstBufferCopyFlags(rawValue: GST_BUFFER_COPY_FLAGS.rawValue | GST_BUFFER_COPY_TIMESTAMPS.rawValue)
+            _ = gst_buffer_copy_into(destination, source, copied, 0, gsize.max)
+            return result
+        }
+    }
+}
