@@ -165,7 +165,7 @@ public final class FrameHook: Sendable {
 struct VideoStream: @unchecked Sendable {
     let caps: Caps
     let info: VideoInfo
-    var format: PixelFormat { PixelFormat(info.format) }
+    var format: PixelFormat { info.format }
 
     /// Frame interval from the caps' frame rate; `nil` for a variable rate.
     var interval: Duration? {
@@ -371,7 +371,7 @@ final class FrameHookCore: @unchecked Sendable {
         guard case .video(let video) = input else { throw .unsupportedFormat("the stream is not raw video") }
         let caps: Caps
         do {
-            caps = try video.caps.replacingVideoLayout(format: format.videoFormat, width: width, height: height)
+            caps = try video.caps.replacingVideoLayout(format: format, width: width, height: height)
         } catch {
             throw .invalidFrame("no \(format) layout for \(width)×\(height)")
         }
@@ -390,8 +390,8 @@ final class FrameHookCore: @unchecked Sendable {
             throw .unsupportedFormat("cannot convert \(input) to \(output)")
         }
         let key = ConversionKey(
-            from: LayoutKey(format: PixelFormat(from.format), width: from.width, height: from.height),
-            to: LayoutKey(format: PixelFormat(to.format), width: to.width, height: to.height))
+            from: LayoutKey(format: from.format, width: from.width, height: from.height),
+            to: LayoutKey(format: to.format, width: to.width, height: to.height))
         do {
             let converter: VideoConverter
             if let cached = state.withLock({ $0.converters[key] }) {

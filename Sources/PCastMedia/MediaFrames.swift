@@ -11,7 +11,7 @@ public enum MediaKind: String, Sendable, Hashable, CustomStringConvertible {
     public var description: String { rawValue }
 }
 
-/// A raw video pixel format, by GStreamer's name.
+/// A raw video pixel format, by GStreamer's name: the SDK's name for ``GStreamer/VideoFormat``.
 ///
 /// ``FrameNotification/read(format:)`` converts to any of them; `.i420`, `.nv12` and `.bgra` are
 /// the formats the PCast SDK documents (`PhenixMediaFormat`).
@@ -21,25 +21,7 @@ public enum MediaKind: String, Sendable, Hashable, CustomStringConvertible {
 /// frame.format == .bgra   // true
 /// PixelFormat(rawValue: "YUY2") == .yuy2
 /// ```
-public struct PixelFormat: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
-    public let rawValue: String
-    public init(rawValue: String) { self.rawValue = rawValue }
-    public var description: String { rawValue }
-
-    /// Planar YUV 4:2:0: a Y plane, then U, then V at half width and height.
-    public static let i420 = PixelFormat(rawValue: "I420")
-    /// YUV 4:2:0 with a Y plane and one interleaved UV plane.
-    public static let nv12 = PixelFormat(rawValue: "NV12")
-    /// Packed 8-bit B, G, R, A: four bytes per pixel.
-    public static let bgra = PixelFormat(rawValue: "BGRA")
-    public static let rgba = PixelFormat(rawValue: "RGBA")
-    public static let bgrx = PixelFormat(rawValue: "BGRx")
-    public static let yuy2 = PixelFormat(rawValue: "YUY2")
-    public static let gray8 = PixelFormat(rawValue: "GRAY8")
-
-    var videoFormat: VideoFormat { VideoFormat(rawValue: rawValue) }
-    init(_ format: VideoFormat) { rawValue = format.rawValue }
-}
+public typealias PixelFormat = VideoFormat
 
 /// One raw video frame: its layout, its timestamps and its bytes.
 ///
@@ -116,7 +98,7 @@ public struct VideoFrame: Sendable {
 
     static func layout(format: PixelFormat, width: Int, height: Int) throws(MediaError) -> VideoInfo {
         do {
-            return try VideoInfo(format: format.videoFormat, width: width, height: height)
+            return try VideoInfo(format: format, width: width, height: height)
         } catch {
             throw .invalidFrame("no \(format) layout for \(width)×\(height)")
         }
