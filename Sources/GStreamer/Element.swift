@@ -81,18 +81,14 @@ public class Element: @unchecked Sendable, CustomStringConvertible {
 
     /// All pads the element has now.
     public var pads: [Pad] {
-        var result: [Pad] = []
-        gst_object_ref(UnsafeMutableRawPointer(pointer))
-        defer { gst_object_unref(UnsafeMutableRawPointer(pointer)) }
-        // GST_OBJECT_LOCK is a macro; gst_element_foreach_pad takes the lock for us.
-        let box = Unmanaged.passRetained(PadCollector())
+        // gst_element_foreach_pad takes the element's lock (GST_OBJECT_LOCK is a macro).
+        let collector = Unmanaged.passRetained(PadCollector())
         _ = gst_element_foreach_pad(pointer, { _, pad, userData in
             let collector = Unmanaged<PadCollector>.fromOpaque(userData!).takeUnretainedValue()
             if let pad { collector.pads.append(Pad(retaining: pad)) }
             return 1
-        }, box.toOpaque())
-        result = box.takeRetainedValue().pads
-        return result
+        }, collector.toOpaque())
+        return collector.takeRetainedValue().pads
     }
 
     // MARK: Properties

@@ -187,6 +187,22 @@ public final class Pipeline: Element, @unchecked Sendable {
         try await router.waitForEnd(timeout: timeout).get()
     }
 
+    /// Plays until end of stream, then stops; stops as well when playing or the stream fails.
+    ///
+    /// ```swift
+    /// try await Pipeline(description: "videotestsrc num-buffers=30 ! fakesink").runToEnd(timeout: .seconds(10))
+    /// ```
+    public func runToEnd(timeout: Duration? = nil) async throws(GStreamerError) {
+        do {
+            try await play()
+            try await waitUntilEnd(timeout: timeout)
+        } catch {
+            await stop()
+            throw error
+        }
+        await stop()
+    }
+
     /// Asks the sources to finish: an end-of-stream flows down and the bus reports it.
     public func sendEndOfStream() {
         _ = gst_element_send_event(pointer, gst_event_new_eos())

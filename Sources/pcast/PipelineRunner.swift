@@ -65,7 +65,7 @@ struct PipelineRunner {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .seconds(1))
                     let now = ContinuousClock.now
-                    let elapsed = Double((now - last).components.attoseconds) / 1e18 + Double((now - last).components.seconds)
+                    let elapsed = (now - last).seconds
                     last = now
                     let current = counters.map { $0.1.value }
                     let rates = zip(counters, zip(current, previous)).map { entry, values in
@@ -119,10 +119,15 @@ struct PipelineRunner {
 
 func formatDuration(_ duration: Duration?) -> String {
     guard let duration else { return "--:--:--.-" }
-    let total = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    let total = duration.seconds
     let hours = Int(total) / 3600, minutes = (Int(total) / 60) % 60
     let seconds = total - Double(hours * 3600 + minutes * 60)
     return String(format: "%02d:%02d:%04.1f", hours, minutes, seconds)
+}
+
+extension Duration {
+    /// Seconds as a floating-point number, for display and rates.
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }
 
 /// One status line, rewritten in place on a terminal and printed once a second otherwise.

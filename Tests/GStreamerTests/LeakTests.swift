@@ -11,9 +11,7 @@ struct LeakTests {
             let pipeline = try Pipeline(description: "videotestsrc num-buffers=2 ! video/x-raw,width=320,height=240 ! identity name=hook ! fakesink sync=false")
             try pipeline.element(named: "hook").staticPad("src").addBufferProbe { _ in .pass }
             let samples = pipeline.bus
-            try await pipeline.play()
-            try await pipeline.waitUntilEnd(timeout: .seconds(10))
-            await pipeline.stop()
+            try await pipeline.runToEnd(timeout: .seconds(10))
             _ = samples
         }
         func settle() async throws {

@@ -48,6 +48,8 @@ struct PipelineParsingTests {
             try pipeline.appSink(named: "sink")
         }
         #expect(Set(pipeline.sinks.map(\.name)) == ["sink"])
+        #expect(try pipeline.element(named: "src").pads.map(\.name) == ["src"])
+        #expect(Set(try pipeline.element(named: "sink").pads.map(\.name)) == ["sink"])
     }
 
     @Test("a state change that fails carries the element's error")

@@ -37,9 +37,7 @@ struct AudioFrameHookTests {
                 errors.append("\(error)")
             }
         }
-        try await pipeline.play()
-        try await pipeline.waitUntilEnd(timeout: .seconds(10))
-        await pipeline.stop()
+        try await pipeline.runToEnd(timeout: .seconds(10))
         #expect(errors.all.isEmpty, "\(errors.all)")
         #expect(seen.all.count == 5)
         for (index, frame) in seen.all.enumerated() {
@@ -158,9 +156,7 @@ struct AudioFrameHookTests {
             kinds.append(notification.kind)
             do { _ = try notification.read() } catch let error as MediaError { floatErrors.append(error) } catch {}
         }
-        try await float.play()
-        try await float.waitUntilEnd(timeout: .seconds(10))
-        await float.stop()
+        try await float.runToEnd(timeout: .seconds(10))
         #expect(kinds.all == [.audio, .audio])
         #expect(floatErrors.all.count == 2)
         #expect(floatErrors.all.allSatisfy { if case .unsupportedFormat = $0 { true } else { false } })

@@ -21,9 +21,7 @@ final class Counter: Sendable {
 /// Plays `pipeline` to its end and returns what the appsink `out` received.
 func runCollecting(_ pipeline: Pipeline, sink: String = "out", timeout: Duration = .seconds(20)) async throws -> [Sample] {
     let samples = try pipeline.appSink(named: sink).samples(limit: 10_000, dropping: .dropNewest)
-    try await pipeline.play()
-    try await pipeline.waitUntilEnd(timeout: timeout)
-    await pipeline.stop()
+    try await pipeline.runToEnd(timeout: timeout)
     var received: [Sample] = []
     for await sample in samples { received.append(sample) }
     return received

@@ -68,9 +68,7 @@ struct VideoFrameHookTests {
                 errors.append("\(error)")
             }
         }
-        try await pipeline.play()
-        try await pipeline.waitUntilEnd(timeout: .seconds(10))
-        await pipeline.stop()
+        try await pipeline.runToEnd(timeout: .seconds(10))
 
         #expect(errors.all.isEmpty, "\(errors.all)")
         #expect(seen.all.count == 3)
@@ -333,9 +331,7 @@ struct VideoFrameHookTests {
         let hook = try FrameHook(pipeline: pipeline, element: "hook")
         let kept = Recorder<FrameNotification>()
         hook.setFrameReadyCallback { kept.append($0) }
-        try await pipeline.play()
-        try await pipeline.waitUntilEnd(timeout: .seconds(10))
-        await pipeline.stop()
+        try await pipeline.runToEnd(timeout: .seconds(10))
         let notification = try #require(kept.all.first)
         #expect(notification.kind == .video)
         #expect(throws: MediaError.notificationExpired) { try notification.read() }
@@ -357,9 +353,7 @@ struct VideoFrameHookTests {
                 errors.append("\(error)")
             }
         }
-        try await pipeline.play()
-        try await pipeline.waitUntilEnd(timeout: .seconds(10))
-        await pipeline.stop()
+        try await pipeline.runToEnd(timeout: .seconds(10))
         #expect(errors.all.isEmpty, "\(errors.all)")
         #expect(hook.statistics.framesDelivered == 1)
 
@@ -391,9 +385,7 @@ struct VideoFrameHookTests {
             do { _ = try notification.read() } catch let error as MediaError { errors.append(error) } catch {}
         }
         let counter = try pipeline.element(named: "sink").staticPad("sink").countBuffers()
-        try await pipeline.play()
-        try await pipeline.waitUntilEnd(timeout: .seconds(20))
-        await pipeline.stop()
+        try await pipeline.runToEnd(timeout: .seconds(20))
         #expect(counter.value == 5)
         #expect(kinds.all == [Bool](repeating: true, count: 5))
         #expect(errors.all.count == 5)
