@@ -75,12 +75,17 @@ public struct MediaTransport: Codable, Sendable, Hashable {
     public var clientKey: String
     /// Base64 master key + salt protecting what the relay sends.
     public var serverKey: String
+    /// The SSRC this client puts in the sender field of the RTCP it sends (receiver reports,
+    /// NACK, PLI). Assigned by the relay, which finds the flow by it; for a publisher it is
+    /// absent and the relay finds the flow by the SSRCs of its tracks.
+    public var rtcpSSRC: UInt32?
 
-    public init(srtpProfile: String, port: UInt16, clientKey: String, serverKey: String) {
+    public init(srtpProfile: String, port: UInt16, clientKey: String, serverKey: String, rtcpSSRC: UInt32? = nil) {
         self.srtpProfile = srtpProfile
         self.port = port
         self.clientKey = clientKey
         self.serverKey = serverKey
+        self.rtcpSSRC = rtcpSSRC
     }
 }
 
