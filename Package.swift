@@ -13,6 +13,7 @@ let package = Package(
         .library(name: "GStreamer", targets: ["GStreamer"]),
         .library(name: "PCastProtocol", targets: ["PCastProtocol"]),
         .library(name: "PCastMedia", targets: ["PCastMedia"]),
+        .library(name: "PCastRelay", targets: ["PCastRelay"]),
         .executable(name: "pcast", targets: ["pcast"]),
     ],
     dependencies: [
@@ -53,6 +54,15 @@ let package = Package(
             dependencies: [
                 "GStreamer",
                 "PCastProtocol",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The media relay (SFU): one UDP port, SRTP per flow, forwards without decoding.
+        .target(
+            name: "PCastRelay",
+            dependencies: [
+                "PCastProtocol",
+                "SRTP",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
