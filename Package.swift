@@ -55,7 +55,9 @@ let package = Package(
                 "GStreamer",
                 "PCastProtocol",
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            // The stock pipelines (`pipelines/` at the top is a link to them).
+            resources: [.copy("Pipelines")]
         ),
         // The media relay (SFU): one UDP port, SRTP per flow, forwards without decoding.
         .target(

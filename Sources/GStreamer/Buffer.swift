@@ -148,6 +148,12 @@ public final class Buffer: @unchecked Sendable {
         (try? withUnsafeBytes { Array($0.bindMemory(to: UInt8.self)) }) ?? []
     }
 
+    /// A new buffer sharing this one's memory (no bytes copied), with timestamps and flags of its
+    /// own; writing to either gives that one private memory first.
+    public func shallowCopy() -> Buffer {
+        read { Buffer(owning: gst_buffer_copy($0)) }
+    }
+
     /// A deep copy: new memory, same timestamps and flags.
     public func copy() -> Buffer {
         read { Buffer(owning: gst_buffer_copy_deep($0)) }

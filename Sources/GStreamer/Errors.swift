@@ -34,6 +34,8 @@ public enum GStreamerError: Error, Sendable, Equatable, CustomStringConvertible 
     case stateChangeFailed(to: PipelineState, error: StreamError?)
     /// A state change that did not complete within its timeout.
     case stateChangeTimeout(to: PipelineState, after: Duration)
+    /// Two elements could not be linked (no compatible pads or caps).
+    case linkFailed(from: String, to: String)
     /// An error posted by an element while running.
     case stream(StreamError)
     /// Buffer memory could not be mapped.
@@ -69,6 +71,7 @@ public enum GStreamerError: Error, Sendable, Equatable, CustomStringConvertible 
         case .stateChangeFailed(let to, let error):
             return "state change to \(to) failed" + (error.map { ": \($0)" } ?? "")
         case .stateChangeTimeout(let to, let after): return "state change to \(to) did not complete within \(after)"
+        case .linkFailed(let from, let to): return "could not link \(from) to \(to): no compatible pads or formats"
         case .stream(let e): return e.description
         case .mapFailed: return "buffer memory could not be mapped"
         case .flow(let reason): return "appsrc refused the buffer: \(reason)"

@@ -16,7 +16,7 @@ import Synchronization
 /// await pipeline.stop()
 /// ```
 public final class Pipeline: Element, @unchecked Sendable {
-    private let queue: DispatchQueue
+    let queue: DispatchQueue
     let router: BusRouter
     private let busPointer: UnsafeMutablePointer<GstBus>
 

@@ -1,0 +1,210 @@
+import CGStreamer
+import CGStreamerShim
+import Dispatch
+
+extension Element {
+    /// Parses a gst-launch fragment into a bin whose unlinked pads (of the directions in `ghosting`)
+    /// are ghosted, ready to be attached to a running pipeline with ``Pipeline/attach(_:after:before:)``.
+    ///
+    /// A source bin whose first element has pads that appear later (`uridecodebin ! queue`) must
+    /// ghost only source pads: the pending link to the queue's sink pad would otherwise find that pad
+    /// taken by a ghost pad, and the stream would fail as not linked.
+    ///
+    /// ```swift
+    /// let source = try Element.bin(description: "videotestsrc is-live=true pattern=ball")
+    /// ```
+    ///
+    /// - Throws: ``GStreamerError/missingElements(_:message:)`` or ``GStreamerError/invalidDescription(_:)``.
+    public static func bin(description: String, name: String? = nil, ghosting: PadDirections = .all) throws(GStreamerError) -> Element {
+        try GStreamerRuntime.initialize()
+        let context = gst_parse_context_new()
+        defer { gst_parse_context_free(context) }
+        var error: UnsafeMutablePointer<GError>?
+        let parsed = gst_parse_bin_from_description_full(description, 0, context, GST_PARSE_FLAG_FATAL_ERRORS, &error)
+        if let error {
+            let message = String(cString: error.pointee.message)
+            var missing: [MissingElement] = []
+            if let names = gst_parse_context_get_missing_elements(context) {
+                var index = 0
+                while let name = names[index] { missing.append(MissingElement(name: String(cString: name))); index += 1 }
+                g_strfreev(names)
+            }
+            let isMissing = error.pointee.domain == gst_parse_error_quark()
+                && error.pointee.code == Int32(GST_PARSE_ERROR_NO_SUCH_ELEMENT.rawValue)
+            g_error_free(error)
+            if let parsed { gst_object_unref(UnsafeMutableRawPointer(parsed)) }
+            if isMissing || !missing.isEmpty { throw .missingElements(missing, message: message) }
+            throw .invalidDescription(message)
+        }
+        guard let parsed else { throw .invalidDescription("GStreamer returned no bin") }
+        let element = Element(owning: gst_object_ref_sink(UnsafeMutableRawPointer(parsed)).assumingMemoryBound(to: GstElement.self))
+        if let name {
+            _ = gst_object_set_name(UnsafeMutableRawPointer(element.pointer).assumingMemoryBound(to: GstObject.self), name)
+        }
+        element.ghostUnlinkedPads(ghosting)
+        return element
+    }
+
+    /// Which pad directions to ghost.
+    public struct PadDirections: OptionSet, Sendable {
+        public let rawValue: Int
+        public init(rawValue: Int) { self.rawValue = rawValue }
+        public static let sources = PadDirections(rawValue: 1)
+        public static let sinks = PadDirections(rawValue: 2)
+        public static let all: PadDirections = [.sources, .sinks]
+    }
+
+    private func ghostUnlinkedPads(_ directions: PadDirections) {
+        let bin = UnsafeMutableRawPointer(pointer)
+        var sourceCount = 0, sinkCount = 0
+        for child in descendants where child.parentPointer == bin {
+            for pad in child.pads where !pad.isLinked {
+                let isSource = pad.isSource
+                guard directions.contains(isSource ? .sources : .sinks) else { continue }
+                let name = isSource ? (sourceCount == 0 ? "src" : "src_\(sourceCount)") : (sinkCount == 0 ? "sink" : "sink_\(sinkCount)")
+                if isSource { sourceCount += 1 } else { sinkCount += 1 }
+                if let ghost = gst_ghost_pad_new(name, pad.pointer) {
+                    _ = gst_element_add_pad(pointer, ghost)
+                }
+            }
+        }
+    }
+
+    var parentPointer: UnsafeMutableRawPointer? {
+        guard let parent = gst_object_get_parent(UnsafeMutableRawPointer(pointer).assumingMemoryBound(to: GstObject.self)) else { return nil }
+        defer { gst_object_unref(UnsafeMutableRawPointer(parent)) }
+        return UnsafeMutableRawPointer(parent)
+    }
+
+    /// The elements inside this one when it is a bin (nested bins included); empty otherwise.
+    public var descendants: [Element] {
+        guard pcast_gst_is_bin(UnsafeMutableRawPointer(pointer)) != 0,
+              let iterator = gst_bin_iterate_recurse(UnsafeMutableRawPointer(pointer).assumingMemoryBound(to: GstBin.self)) else { return [] }
+        defer { gst_iterator_free(iterator) }
+        var result: [Element] = []
+        var value = GValue()
+        loop: while true {
+            switch gst_iterator_next(iterator, &value) {
+            case GST_ITERATOR_OK:
+                if let object = g_value_get_object(&value) {
+                    result.append(Element(retaining: object.assumingMemoryBound(to: GstElement.self)))
+                }
+                g_value_reset(&value)
+            case GST_ITERATOR_RESYNC:
+                result.removeAll()
+                gst_iterator_resync(iterator)
+            default:
+                break loop
+            }
+        }
+        g_value_unset(&value)
+        return result
+    }
+}
+
+extension Pad {
+    /// A time offset added to the running time of everything that passes (a source attached to a
+    /// pipeline that has been playing for a while starts its timestamps at zero; offset it by the
+    /// pipeline's running time).
+    public var offset: Duration {
+        get { .nanoseconds(Int64(gst_pad_get_offset(pointer))) }
+        set {
+            let (seconds, attoseconds) = newValue.components
+            gst_pad_set_offset(pointer, Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
+        }
+    }
+}
+
+extension Pipeline {
+    /// Runs the pipeline on the system clock, so removing a sink that provided the clock (an audio
+    /// sink) does not make the pipeline lose its clock. Call before playing.
+    public func useSystemClock() {
+        let clock = gst_system_clock_obtain()
+        gst_pipeline_use_clock(UnsafeMutableRawPointer(pointer).assumingMemoryBound(to: GstPipeline.self), clock)
+        if let clock { gst_object_unref(UnsafeMutableRawPointer(clock)) }
+    }
+
+    /// Adds `element` (typically a bin from ``Element/bin(description:name:)``) to the pipeline,
+    /// links `upstream → element → downstream` (either may be `nil`), and brings it to the pipeline's
+    /// state: a branch on a `tee`, a source in front of a converter, while the pipeline plays.
+    ///
+    /// Runs on the pipeline's own thread. On failure the element is taken out again.
+    ///
+    /// - Throws: ``GStreamerError/linkFailed(from:to:)`` or ``GStreamerError/stateChangeFailed(to:error:)``.
+    public func attach(_ element: Element, after upstream: Element? = nil, before downstream: Element? = nil) async throws(GStreamerError) {
+        let result: Result<Void, GStreamerError> = await withCheckedContinuation { continuation in
+            queue.async { continuation.resume(returning: self.attachNow(element, after: upstream, before: downstream)) }
+        }
+        try result.get()
+    }
+
+    private func attachNow(_ element: Element, after upstream: Element?, before downstream: Element?) -> Result<Void, GStreamerError> {
+        guard gst_bin_add(bin, element.pointer) != 0 else {
+            return .failure(.linkFailed(from: element.name, to: name))
+        }
+        // gst_bin_add took its own reference; our wrapper keeps one too.
+        gst_object_ref(UnsafeMutableRawPointer(element.pointer))
+        func undo() {
+            gst_element_set_state(element.pointer, GST_STATE_NULL)
+            _ = gst_bin_remove(bin, element.pointer)
+        }
+        if let upstream, gst_element_link(upstream.pointer, element.pointer) == 0 {
+            undo()
+            return .failure(.linkFailed(from: upstream.name, to: element.name))
+        }
+        if let downstream, gst_element_link(element.pointer, downstream.pointer) == 0 {
+            if let upstream { gst_element_unlink(upstream.pointer, element.pointer) }
+            undo()
+            return .failure(.linkFailed(from: element.name, to: downstream.name))
+        }
+        let errorsBefore = router.errorCount
+        if gst_element_sync_state_with_parent(element.pointer) == 0 {
+            if let upstream { gst_element_unlink(upstream.pointer, element.pointer) }
+            if let downstream { gst_element_unlink(element.pointer, downstream.pointer) }
+            undo()
+            return .failure(.stateChangeFailed(to: currentState, error: router.firstError(after: errorsBefore)))
+        }
+        return .success(())
+    }
+
+    /// Takes `element` out of the running pipeline: data it would still push is dropped, it is
+    /// unlinked from its neighbours (releasing `tee` request pads), stopped, and removed.
+    /// An element that is not in this pipeline is left alone.
+    public func detach(_ element: Element) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            queue.async {
+                self.detachNow(element)
+                continuation.resume()
+            }
+        }
+    }
+
+    private func detachNow(_ element: Element) {
+        guard let parent = gst_object_get_parent(UnsafeMutableRawPointer(element.pointer).assumingMemoryBound(to: GstObject.self)) else { return }
+        defer { gst_object_unref(UnsafeMutableRawPointer(parent)) }
+        let parentAddress = Int(bitPattern: parent), selfAddress = Int(bitPattern: self.pointer)
+        guard parentAddress == selfAddress else { return }
+        // Drop what the element's source pads still push, so the source does not fail with not-linked.
+        var probes: [PadProbe] = []
+        for pad in element.pads where pad.isSource {
+            probes.append(pad.addBufferProbe { _ in .drop })
+        }
+        for pad in element.pads {
+            guard let peer = gst_pad_get_peer(pad.pointer) else { continue }
+            if pad.isSource { _ = gst_pad_unlink(pad.pointer, peer) } else { _ = gst_pad_unlink(peer, pad.pointer) }
+            // Release the neighbour's request pad (tee src_N, mixer sink_N).
+            if let template = gst_pad_get_pad_template(peer) {
+                if template.pointee.presence == GST_PAD_REQUEST,
+                   let owner = gst_pad_get_parent_element(peer) {
+                    gst_element_release_request_pad(owner, peer)
+                    gst_object_unref(UnsafeMutableRawPointer(owner))
+                }
+                gst_object_unref(UnsafeMutableRawPointer(template))
+            }
+            gst_object_unref(UnsafeMutableRawPointer(peer))
+        }
+        gst_element_set_state(element.pointer, GST_STATE_NULL)
+        _ = gst_bin_remove(bin, element.pointer)
+        probes.forEach { $0.remove() }
+    }
+}

@@ -1,0 +1,198 @@
+import Foundation
+import GStreamer
+import Logging
+import Synchronization
+
+/// Whether a track still carries media.
+public enum TrackState: String, Sendable, Hashable {
+    case live
+    case ended
+}
+
+/// One track of a ``MediaStream``: video or audio.
+///
+/// Disabling a track keeps the pipeline running and replaces its content: black frames for video,
+/// silence for audio (what a muted camera or microphone sends).
+public final class MediaStreamTrack: Sendable, Identifiable, CustomStringConvertible {
+    public let id: String
+    public let kind: MediaType
+    let gate: TrackGate
+    private let stateBox = Mutex<TrackState>(.live)
+    private let sourceBox: Mutex<SourceDeviceInfo?>
+
+    init(kind: MediaType, source: SourceDeviceInfo?, gate: TrackGate) {
+        id = "\(kind)-\(UUID().uuidString.prefix(8).lowercased())"
+        self.kind = kind
+        self.gate = gate
+        sourceBox = Mutex(source)
+    }
+
+    /// Whether the track's content is sent (`false`: black or silence).
+    public var isEnabled: Bool { gate.isEnabled }
+
+    /// Enables or disables the track without stopping it.
+    public func setEnabled(_ enabled: Bool) { gate.isEnabled = enabled }
+
+    public var state: TrackState { stateBox.withLock { $0 } }
+
+    /// The device the track captures from, for local tracks.
+    public var source: SourceDeviceInfo? { sourceBox.withLock { $0 } }
+
+    func markEnded() { stateBox.withLock { $0 = .ended } }
+    func setSource(_ source: SourceDeviceInfo) { sourceBox.withLock { $0 = source } }
+
+    public var description: String { "\(kind) track \(id) (\(state.rawValue), \(isEnabled ? "enabled" : "disabled"))" }
+}
+
+/// The pipeline behind a ``MediaStream``: where raw video and audio can be tapped.
+protocol StreamEngine: AnyObject, Sendable {
+    var pipeline: Pipeline { get }
+    /// The `tee` carrying the raw media of `kind`, or nil when the stream has none.
+    func tee(for kind: MediaType) -> Element?
+    func stop() async
+}
+
+/// Why a stream ended.
+public enum MediaStreamEndReason: Sendable, Hashable {
+    /// `stop()` was called.
+    case stopped
+    /// The source reached its end (a file played out).
+    case endOfStream
+    /// The source or pipeline failed.
+    case failed(String)
+}
+
+/// A stream of media tracks: local (from ``UserMedia/getUserMedia(_:)``) or, later, remote.
+///
+/// ```swift
+/// let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true))
+/// _ = await renderer.start()
+/// for track in stream.getVideoTracks() { print(track) }
+/// ```
+public final class MediaStream: Sendable, Identifiable {
+    public let id: String
+    let engine: any StreamEngine
+    private let trackList: [MediaStreamTrack]
+    private let endState = Mutex<(reason: MediaStreamEndReason?, waiters: [CheckedContinuation<MediaStreamEndReason, Never>], callbacks: [@Sendable (MediaStreamEndReason) -> Void])>((nil, [], []))
+
+    init(engine: any StreamEngine, tracks: [MediaStreamTrack]) {
+        id = "stream-\(UUID().uuidString.prefix(8).lowercased())"
+        self.engine = engine
+        trackList = tracks
+    }
+
+    public func getTracks() -> [MediaStreamTrack] { trackList }
+    public func getVideoTracks() -> [MediaStreamTrack] { trackList.filter { $0.kind == .video } }
+    public func getAudioTracks() -> [MediaStreamTrack] { trackList.filter { $0.kind == .audio } }
+
+    /// A renderer (decode-to-sink) for this stream. Call ``Renderer/start()`` to show it.
+    public func createRenderer(_ options: RendererOptions = RendererOptions()) -> Renderer {
+        Renderer(stream: self, options: options)
+    }
+
+    /// Why the stream ended, once it has.
+    public var endReason: MediaStreamEndReason? { endState.withLock { $0.reason } }
+
+    /// Waits until the stream ends.
+    public func ended() async -> MediaStreamEndReason {
+        await withCheckedContinuation { continuation in
+            let reason: MediaStreamEndReason? = endState.withLock { state in
+                if let reason = state.reason { return reason }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let reason { continuation.resume(returning: reason) }
+        }
+    }
+
+    /// Calls `callback` once when the stream ends (at once if it has).
+    public func setStreamEndedCallback(_ callback: @escaping @Sendable (MediaStreamEndReason) -> Void) {
+        let reason: MediaStreamEndReason? = endState.withLock { state in
+            if let reason = state.reason { return reason }
+            state.callbacks.append(callback)
+            return nil
+        }
+        if let reason { callback(reason) }
+    }
+
+    func finish(_ reason: MediaStreamEndReason) {
+        let (waiters, callbacks): ([CheckedContinuation<MediaStreamEndReason, Never>], [@Sendable (MediaStreamEndReason) -> Void]) = endState.withLock { state in
+            guard state.reason == nil else { return ([], []) }
+            state.reason = reason
+            defer { state.waiters = []; state.callbacks = [] }
+            return (state.waiters, state.callbacks)
+        }
+        trackList.forEach { $0.markEnded() }
+        waiters.forEach { $0.resume(returning: reason) }
+        callbacks.forEach { $0(reason) }
+    }
+
+    /// Stops every track and releases the devices.
+    public func stop() async {
+        await engine.stop()
+        finish(.stopped)
+    }
+}
+
+/// Replaces a track's content with black or silence while it is disabled.
+final class TrackGate: Sendable {
+    let kind: MediaType
+    private let enabled = Atomic<Bool>(true)
+    /// The blank buffer for the current format, shared by every replaced frame.
+    private let blank = Mutex<(info: VideoInfo?, buffer: Buffer?)>((nil, nil))
+    private let probes = Mutex<[PadProbe]>([])
+
+    init(kind: MediaType) { self.kind = kind }
+
+    var isEnabled: Bool {
+        get { enabled.load(ordering: .relaxed) }
+        set { enabled.store(newValue, ordering: .relaxed) }
+    }
+
+    /// Installs the gate on the source pad where raw media of the final format passes.
+    func install(on pad: Pad) {
+        let caps = pad.addCapsProbe { [weak self] caps in
+            self?.blank.withLock { $0 = (caps.videoInfo, nil) }
+        }
+        let buffers = pad.addBufferProbe { [weak self] buffer in
+            guard let self, !self.isEnabled else { return .pass }
+            buffer = self.blankReplacement(for: buffer)
+            return .pass
+        }
+        probes.withLock { $0 = [caps, buffers] }
+    }
+
+    func remove() {
+        probes.withLock { probes in
+            probes.forEach { $0.remove() }
+            probes = []
+        }
+    }
+
+    private func blankReplacement(for original: Buffer) -> Buffer {
+        let size = original.size
+        let template: Buffer = blank.withLock { state in
+            if let buffer = state.buffer, buffer.size == size { return buffer }
+            let made = Buffer(size: size)
+            try? made.withUnsafeMutableBytes { bytes in
+                if kind == .video, let info = state.info, info.format == .i420 || info.format == .nv12 {
+                    // Black in YUV: luma 16, chroma 128.
+                    let lumaEnd = min(info.offsets.count > 1 ? info.offsets[1] : bytes.count, bytes.count)
+                    guard let base = bytes.baseAddress else { return }
+                    memset(base, 16, lumaEnd)
+                    if lumaEnd < bytes.count { memset(base + lumaEnd, 128, bytes.count - lumaEnd) }
+                } else if let base = bytes.baseAddress {
+                    // Silence (S16) and black in RGB formats are all zeros.
+                    memset(base, 0, bytes.count)
+                }
+            }
+            state.buffer = made
+            return made
+        }
+        let replacement = template.shallowCopy()
+        replacement.presentationTimestamp = original.presentationTimestamp
+        replacement.decodingTimestamp = original.decodingTimestamp
+        replacement.duration = original.duration
+        return replacement
+    }
+}

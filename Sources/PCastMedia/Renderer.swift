@@ -1,0 +1,375 @@
+import Foundation
+import GStreamer
+import Logging
+import Synchronization
+
+/// How video fills the render surface.
+public enum AspectRatioMode: String, Sendable, Hashable, Codable {
+    /// Fill (the seed's default).
+    case automatic
+    /// Fill the whole surface; the video is cropped to the surface's shape.
+    case fill
+    /// Show the whole video; black bars fill the rest.
+    case letterbox
+}
+
+/// Width and height in pixels.
+public struct Dimensions: Sendable, Hashable, Codable, CustomStringConvertible {
+    public var width: Int
+    public var height: Int
+    public init(width: Int, height: Int) {
+        self.width = width
+        self.height = height
+    }
+    public var description: String { "\(width)x\(height)" }
+}
+
+/// Options of ``MediaStream/createRenderer(_:)``.
+public struct RendererOptions: Sendable, Hashable {
+    public var aspectRatioMode: AspectRatioMode = .automatic
+    /// Video goes to no device (a synchronised fake sink): frames are still timed, hooked and
+    /// kept for screenshots.
+    public var useNullVideoDevice = false
+    /// Audio goes to no device.
+    public var useNullAudioDevice = false
+    /// The render surface's size. With it, video is scaled (and cropped or letterboxed) to exactly
+    /// this size in the pipeline; without it, a window sink sizes the video itself and keeps its
+    /// aspect ratio for `letterbox` (and for `fill`, which needs the surface's size to crop).
+    public var displaySize: Dimensions?
+
+    public init(aspectRatioMode: AspectRatioMode = .automatic, useNullVideoDevice: Bool = false,
+                useNullAudioDevice: Bool = false, displaySize: Dimensions? = nil) {
+        self.aspectRatioMode = aspectRatioMode
+        self.useNullVideoDevice = useNullVideoDevice
+        self.useNullAudioDevice = useNullAudioDevice
+        self.displaySize = displaySize
+    }
+}
+
+/// What ``Renderer/start()`` reports.
+public enum RendererStartStatus: Sendable, Hashable, CustomStringConvertible {
+    case ok
+    /// There is no display to render video to (no `DISPLAY` or `WAYLAND_DISPLAY`); use
+    /// `useNullVideoDevice` on headless machines.
+    case noDisplay
+    /// The renderer is already started.
+    case alreadyStarted
+    /// The stream has ended.
+    case streamEnded
+    /// The sinks could not be set up (missing plugin, no audio device…), with the reason.
+    case failed(String)
+
+    public var description: String {
+        switch self {
+        case .ok: return "ok"
+        case .noDisplay: return "no display: set DISPLAY, or use useNullVideoDevice"
+        case .alreadyStarted: return "already started"
+        case .streamEnded: return "the stream has ended"
+        case .failed(let why): return "failed: \(why)"
+        }
+    }
+}
+
+/// Where video is shown, reported when the sink is ready to draw.
+public enum RenderSurface: Sendable, Hashable {
+    /// A window of the display server (an X11 window id).
+    case window(handle: UInt64)
+    /// No window: the null video device.
+    case offscreen
+}
+
+/// Shows a ``MediaStream``: decoded video to a video sink, audio to an audio sink.
+///
+/// ```swift
+/// let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true))
+/// renderer.setVideoDisplayDimensionsChangedCallback { print("now \($0)") }
+/// guard await renderer.start() == .ok else { return }
+/// let still = try await renderer.lastVideoFrameRendered()
+/// try still.pngData().write(to: URL(fileURLWithPath: "still.png"))
+/// ```
+public final class Renderer: Sendable {
+    public let options: RendererOptions
+    let stream: MediaStream
+    private let id = "renderer-\(UUID().uuidString.prefix(6).lowercased())"
+    private let log = Logger(label: "pcast.renderer")
+
+    private struct State {
+        var branches: [MediaType: Element] = [:]
+        var probes: [PadProbe] = []
+        var hooks: [MediaType: FrameHook] = [:]
+        var lastFrame: (buffer: Buffer, info: VideoInfo)?
+        var info: VideoInfo?
+        var dimensions: Dimensions?
+        var muted = false
+        var surfaceReady: (@Sendable (RenderSurface) -> Void)?
+        var dimensionsChanged: (@Sendable (Dimensions) -> Void)?
+        var lastFrameReceived: (@Sendable (VideoFrame) -> Void)?
+        var busTask: Task<Void, Never>?
+        var started = false
+    }
+    private let state = Mutex(State())
+    private let serial = AsyncSerial()
+
+    init(stream: MediaStream, options: RendererOptions) {
+        self.stream = stream
+        self.options = options
+    }
+
+    deinit {
+        let (branches, probes, task) = state.withLock { ($0.branches, $0.probes, $0.busTask) }
+        probes.forEach { $0.remove() }
+        task?.cancel()
+        let pipeline = stream.engine.pipeline
+        if !branches.isEmpty {
+            Task { for branch in branches.values { await pipeline.detach(branch) } }
+        }
+    }
+
+    // MARK: Callbacks
+
+    /// Called when the sink has a surface (a window, or `.offscreen` for the null device); may be
+    /// called again after the sink is re-created.
+    public func setRenderSurfaceReadyCallback(_ callback: (@Sendable (RenderSurface) -> Void)?) {
+        state.withLock { $0.surfaceReady = callback }
+    }
+
+    /// Called whenever the video's dimensions change (a camera switch, a resolution change).
+    public func setVideoDisplayDimensionsChangedCallback(_ callback: (@Sendable (Dimensions) -> Void)?) {
+        state.withLock { $0.dimensionsChanged = callback }
+    }
+
+    /// Called with the frame ``requestLastVideoFrameRendered()`` asks for.
+    public func setLastVideoFrameRenderedReceivedCallback(_ callback: (@Sendable (VideoFrame) -> Void)?) {
+        state.withLock { $0.lastFrameReceived = callback }
+    }
+
+    /// The video's current dimensions, once known.
+    public var videoDimensions: Dimensions? { state.withLock { $0.dimensions } }
+
+    // MARK: Start and stop
+
+    /// Attaches sinks to the stream and starts rendering.
+    public func start() async -> RendererStartStatus {
+        await serial.run { () async -> RendererStartStatus in await self.startNow() }
+    }
+
+    private func startNow() async -> RendererStartStatus {
+        if state.withLock({ $0.started }) { return .alreadyStarted }
+        if stream.endReason != nil { return .streamEnded }
+        let engine = stream.engine
+        let videoTee = engine.tee(for: .video)
+        let audioTee = engine.tee(for: .audio)
+        if videoTee != nil && !options.useNullVideoDevice && !Self.hasDisplay {
+            return .noDisplay
+        }
+        var attached: [MediaType: Element] = [:]
+        do {
+            if let videoTee {
+                let branch = try Element.bin(description: videoBranchDescription(), name: "\(id)-video", ghosting: .sinks)
+                try installVideoProbes(branch)
+                try await engine.pipeline.attach(branch, after: videoTee)
+                attached[.video] = branch
+            }
+            if let audioTee {
+                let branch = try Element.bin(description: audioBranchDescription(), name: "\(id)-audio", ghosting: .sinks)
+                try await engine.pipeline.attach(branch, after: audioTee)
+                attached[.audio] = branch
+            }
+        } catch {
+            for branch in attached.values { await engine.pipeline.detach(branch) }
+            state.withLock { state in state.probes.forEach { $0.remove() }; state.probes = [] }
+            return .failed(error.description)
+        }
+        let muted = state.withLock { state in
+            state.branches = attached
+            state.started = true
+            return state.muted
+        }
+        applyMute(muted)
+        watchBus()
+        if attached[.video] != nil, options.useNullVideoDevice {
+            state.withLock { $0.surfaceReady }?(.offscreen)
+        }
+        return .ok
+    }
+
+    /// Detaches the sinks; the stream keeps running for its other consumers.
+    public func stop() async {
+        await serial.run { () async in
+            let (branches, probes, task) = self.state.withLock { state in
+                defer {
+                    state.branches = [:]
+                    state.probes = []
+                    state.busTask = nil
+                    state.started = false
+                }
+                return (state.branches, state.probes, state.busTask)
+            }
+            task?.cancel()
+            probes.forEach { $0.remove() }
+            for branch in branches.values { await self.stream.engine.pipeline.detach(branch) }
+        }
+    }
+
+    public var isStarted: Bool { state.withLock { $0.started } }
+
+    static var hasDisplay: Bool {
+        let environment = ProcessInfo.processInfo.environment
+        return !(environment["DISPLAY"] ?? "").isEmpty || !(environment["WAYLAND_DISPLAY"] ?? "").isEmpty
+    }
+
+    private func videoBranchDescription() -> String {
+        var parts = ["queue name=\(id)-video-queue leaky=downstream max-size-buffers=2", "identity name=\(id)-video-hook", "videoconvert"]
+        if let size = options.displaySize {
+            switch options.aspectRatioMode {
+            case .letterbox:
+                parts.append("videoscale add-borders=true")
+            case .fill, .automatic:
+                parts.append("aspectratiocrop aspect-ratio=\(size.width)/\(size.height)")
+                parts.append("videoscale")
+            }
+            parts.append("video/x-raw,width=\(size.width),height=\(size.height),pixel-aspect-ratio=1/1")
+        } else {
+            parts.append("videoscale")
+        }
+        if options.useNullVideoDevice {
+            parts.append("fakesink name=\(id)-video-sink sync=true async=false")
+        } else {
+            parts.append("autovideosink name=\(id)-video-sink sync=true")
+        }
+        return parts.joined(separator: " ! ")
+    }
+
+    private func audioBranchDescription() -> String {
+        let sink = options.useNullAudioDevice ? "fakesink sync=true async=false" : "autoaudiosink"
+        return "queue name=\(id)-audio-queue leaky=downstream max-size-time=200000000 ! identity name=\(id)-audio-hook ! audioconvert ! volume name=\(id)-volume ! \(sink) name=\(id)-audio-sink"
+    }
+
+    private func installVideoProbes(_ branch: Element) throws(GStreamerError) {
+        let hook = try child(branch, "\(id)-video-hook").staticPad("src")
+        let sinkPad = try child(branch, "\(id)-video-sink").staticPad("sink")
+        let capsProbe = hook.addCapsProbe { [weak self] caps in self?.capsChanged(caps) }
+        let framesProbe = sinkPad.addBufferProbe { [weak self] buffer in
+            self?.rendered(buffer, caps: nil)
+            return .pass
+        }
+        let sinkCaps = sinkPad.addCapsProbe { [weak self] caps in self?.sinkCapsChanged(caps) }
+        state.withLock { $0.probes = [capsProbe, framesProbe, sinkCaps] }
+    }
+
+    private func child(_ branch: Element, _ name: String) throws(GStreamerError) -> Element {
+        guard let element = branch.descendants.first(where: { $0.name == name }) else { throw .elementNotFound(name) }
+        return element
+    }
+
+    private func capsChanged(_ caps: Caps) {
+        guard let info = caps.videoInfo else { return }
+        let dimensions = Dimensions(width: info.width, height: info.height)
+        let callback: (@Sendable (Dimensions) -> Void)? = state.withLock { state in
+            guard state.dimensions != dimensions else { return nil }
+            state.dimensions = dimensions
+            return state.dimensionsChanged
+        }
+        callback?(dimensions)
+    }
+
+    private func sinkCapsChanged(_ caps: Caps) {
+        state.withLock { $0.info = caps.videoInfo }
+    }
+
+    private func rendered(_ buffer: Buffer, caps: Caps?) {
+        state.withLock { state in
+            guard let info = state.info else { return }
+            state.lastFrame = (buffer, info)
+        }
+    }
+
+    private func watchBus() {
+        let bus = stream.engine.pipeline.bus
+        let prefix = id
+        let task = Task { [weak self] in
+            for await message in bus {
+                guard case .element(let structure) = message.kind, structure.name == "have-window-handle" else { continue }
+                guard message.source.hasPrefix(prefix) || (self?.ownsSink(named: message.source) ?? false) else { continue }
+                var handle: UInt64 = 0
+                switch structure["window-handle"] {
+                case .uint(let value): handle = value
+                case .int(let value): handle = UInt64(clamping: value)
+                default: continue
+                }
+                self?.state.withLock { $0.surfaceReady }?(.window(handle: handle))
+            }
+        }
+        state.withLock { $0.busTask = task }
+    }
+
+    private func ownsSink(named name: String) -> Bool {
+        let branch = state.withLock { $0.branches[.video] }
+        return branch?.descendants.contains { $0.name == name } ?? false
+    }
+
+    // MARK: Audio
+
+    public var isAudioMuted: Bool { state.withLock { $0.muted } }
+
+    public func muteAudio() {
+        state.withLock { $0.muted = true }
+        applyMute(true)
+    }
+
+    public func unmuteAudio() {
+        state.withLock { $0.muted = false }
+        applyMute(false)
+    }
+
+    private func applyMute(_ muted: Bool) {
+        guard let branch = state.withLock({ $0.branches[.audio] }),
+              let volume = branch.descendants.first(where: { $0.name == "\(id)-volume" }) else { return }
+        try? volume.set("mute", muted)
+    }
+
+    // MARK: Frames
+
+    /// The last video frame that reached the sink, as rendered (after scaling to ``RendererOptions/displaySize``).
+    ///
+    /// - Throws: ``MediaError/unsupportedFormat(_:)`` when no frame has been rendered yet.
+    public func lastVideoFrameRendered() throws(MediaError) -> VideoFrame {
+        guard let (buffer, info) = state.withLock({ $0.lastFrame }) else {
+            throw .unsupportedFormat("no video frame has been rendered yet")
+        }
+        return VideoFrame(storage: buffer.shallowCopy(), format: info.format, width: info.width, height: info.height,
+                          strides: info.strides, planeOffsets: info.offsets,
+                          presentationTimestamp: buffer.presentationTimestamp, duration: buffer.duration)
+    }
+
+    /// The seed's form: the last frame is passed to the callback set with
+    /// ``setLastVideoFrameRenderedReceivedCallback(_:)`` (nothing is called before a first frame).
+    public func requestLastVideoFrameRendered() {
+        guard let frame = try? lastVideoFrameRendered() else { return }
+        state.withLock { $0.lastFrameReceived }?(frame)
+    }
+
+    /// Calls `callback` with every decoded frame of `track` this renderer shows (after the decoder,
+    /// before the sink): read, write or drop it. Only this renderer's output is affected.
+    public func setFrameReadyCallback(_ track: MediaStreamTrack, _ callback: FrameReadyCallback?,
+                                      options: FrameHook.Options = FrameHook.Options()) throws(MediaError) {
+        guard stream.getTracks().contains(where: { $0 === track }) else {
+            throw .unsupportedPad("track \(track.id) is not a track of this renderer's stream")
+        }
+        let hook: FrameHook = try state.withLock { (state: inout State) throws(MediaError) -> FrameHook in
+            if let hook = state.hooks[track.kind] { return hook }
+            guard let branch = state.branches[track.kind] else {
+                throw .unsupportedPad("start the renderer before hooking its \(track.kind) frames")
+            }
+            guard let element = branch.descendants.first(where: { $0.name == "\(id)-\(track.kind)-hook" }) else {
+                throw .gstreamer(.elementNotFound("\(id)-\(track.kind)-hook"))
+            }
+            let pad: Pad
+            do throws(GStreamerError) { pad = try element.staticPad("src") } catch { throw .gstreamer(error) }
+            let hook = try FrameHook(pad: pad, options: options)
+            state.hooks[track.kind] = hook
+            return hook
+        }
+        hook.setFrameReadyCallback(callback)
+    }
+}
