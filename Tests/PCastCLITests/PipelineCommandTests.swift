@@ -54,3 +54,35 @@ struct PipelineCommandTests {
 }
 
 let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+@Suite("pcast devices and preview")
+struct DevicesPreviewCommandTests {
+    @Test("devices lists the synthetic and null sources")
+    func devices() throws {
+        let result = try runCommand(try pcastBinary(), ["devices"])
+        #expect(result.status == 0)
+        #expect(result.stdout.contains("synthetic-video"))
+        #expect(result.stdout.contains("null-audio"))
+    }
+
+    @Test("preview renders a test pattern and writes a PNG screenshot of the asked size")
+    func previewScreenshot() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-preview-\(UUID().uuidString).png")
+        defer { try? FileManager.default.removeItem(at: file) }
+        let result = try runCommand(try pcastBinary(), ["preview", "--width", "320", "--height", "180", "--seconds", "0.5", "--sink", "null", "--screenshot", file.path])
+        #expect(result.status == 0, "\(result.stderr)")
+        let png = try Data(contentsOf: file)
+        // PNG signature, then the IHDR chunk: width and height as big-endian 32-bit integers.
+        #expect(Array(png.prefix(8)) == [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
+        let width = png[16..<20].reduce(0) { $0 << 8 | Int($1) }
+        let height = png[20..<24].reduce(0) { $0 << 8 | Int($1) }
+        #expect(width == 320 && height == 180)
+    }
+
+    @Test("preview of a missing camera fails with the not-found status")
+    func previewMissingCamera() throws {
+        let result = try runCommand(try pcastBinary(), ["preview", "--source", "/dev/video0", "--seconds", "0.5"])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("not-found"))
+    }
+}
