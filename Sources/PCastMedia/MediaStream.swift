@@ -196,3 +196,47 @@ final class TrackGate: Sendable {
         return replacement
     }
 }
+
+/// A consumer attached to a stream's raw media with ``MediaStream/attachConsumer(_:to:)``: an
+/// encoder branch, a recorder, an analyser.
+public final class MediaConsumer: Sendable {
+    let bin: Element
+    let pipeline: Pipeline
+    private let detached = Atomic<Bool>(false)
+
+    init(bin: Element, pipeline: Pipeline) {
+        self.bin = bin
+        self.pipeline = pipeline
+    }
+
+    /// The element named `name` inside the consumer.
+    public func element(named name: String) throws(MediaError) -> Element {
+        guard let element = bin.descendants.first(where: { $0.name == name }) else { throw .gstreamer(.elementNotFound(name)) }
+        return element
+    }
+
+    /// Takes the consumer off the stream; the stream and its other consumers keep running.
+    public func detach() async {
+        guard !detached.exchange(true, ordering: .relaxed) else { return }
+        await pipeline.detach(bin)
+    }
+}
+
+extension MediaStream {
+    /// Attaches a gst-launch fragment that consumes the stream's raw `kind` media
+    /// (`queue ! x264enc tune=zerolatency ! rtph264pay ! appsink name=rtp`), while the stream runs.
+    /// Start it with a `queue` so it runs on its own thread.
+    ///
+    /// - Throws: ``MediaError/unsupportedPad(_:)`` when the stream has no such track, or
+    ///   ``MediaError/gstreamer(_:)`` when the fragment cannot be parsed or linked.
+    public func attachConsumer(_ description: String, to kind: MediaType) async throws(MediaError) -> MediaConsumer {
+        guard let tee = engine.tee(for: kind) else { throw .unsupportedPad("the stream has no \(kind) track") }
+        do {
+            let bin = try Element.bin(description: description, name: "consumer-\(UUID().uuidString.prefix(6).lowercased())", ghosting: .sinks)
+            try await engine.pipeline.attach(bin, after: tee)
+            return MediaConsumer(bin: bin, pipeline: engine.pipeline)
+        } catch {
+            throw .gstreamer(error)
+        }
+    }
+}

@@ -27,13 +27,15 @@ struct BenchCommand: AsyncParsableCommand {
         let probe = try await ProbeBenchmark(frames: frames, runs: runs).run()
         let srtp = try SRTPBenchmark(packets: 200_000).run()
         let hooks = try await FrameHookBenchmark(frames: frames, conversionThreads: 1).run()
+        let captureEncode = try await CaptureEncodeBenchmark(seconds: 5, runs: 3).run()
         let report = BenchReport(
             date: ISO8601DateFormatter().string(from: Date()),
             machine: BenchReport.Machine.current(),
             gstreamer: GStreamerRuntime.version,
             probe: probe,
             srtp: srtp,
-            frameHooks: hooks)
+            frameHooks: hooks,
+            captureEncode: captureEncode)
         let directory = URL(fileURLWithPath: output)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let encoder = JSONEncoder()
@@ -63,6 +65,7 @@ struct BenchReport: Codable {
     let probe: ProbeBenchmark.Result
     let srtp: [SRTPBenchmark.ProfileResult]
     let frameHooks: [FrameHookBenchmark.Result]
+    let captureEncode: CaptureEncodeBenchmark.Result
 
     func markdown() -> String {
         var lines = [
@@ -102,6 +105,12 @@ struct BenchReport: Codable {
         for result in frameHooks {
             lines.append("| \(result.variant) | \(result.frames) | \(String(format: "%.3f", result.meanMilliseconds)) | \(String(format: "%.3f", result.p50Milliseconds)) | \(String(format: "%.3f", result.p99Milliseconds)) |")
         }
+        lines.append("")
+        lines.append("### Capture → frame hook → x264 720p30 through the SDK vs gst-launch-1.0 (median of \(captureEncode.runs) × \(Int(captureEncode.seconds)) s; goal ratio ≤ \(CaptureEncodeBenchmark.goalRatio))")
+        lines.append("")
+        lines.append("| SDK CPU (% of a core) | gst-launch-1.0 CPU | ratio | frames hooked | hook drops |")
+        lines.append("|---|---|---|---|---|")
+        lines.append("| \(String(format: "%.1f", captureEncode.sdkCPU)) | \(String(format: "%.1f", captureEncode.gstLaunchCPU)) | \(String(format: "%.3f", captureEncode.ratio)) | \(captureEncode.sdkFrames) | \(captureEncode.hookDropped) |")
         return lines.joined(separator: "\n") + "\n"
     }
 }

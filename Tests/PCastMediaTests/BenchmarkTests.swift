@@ -21,3 +21,14 @@ struct BenchmarkTests {
         #expect(flat.count == 3 * FrameHookBenchmark.Variant.allCases.count)
     }
 }
+
+@Suite("Capture → encode CPU benchmark")
+struct CaptureEncodeBenchmarkTests {
+    @Test("the SDK and gst-launch-1.0 runs both encode and both report CPU")
+    func runs() async throws {
+        let result = try await CaptureEncodeBenchmark(seconds: 1, runs: 1).run()
+        #expect(result.sdkFrames > 0)
+        #expect(result.sdkCPU > 0 && result.gstLaunchCPU > 0)
+        print(String(format: "bench: capture+hook+x264 SDK %.1f%%, gst-launch %.1f%%, ratio %.3f", result.sdkCPU, result.gstLaunchCPU, result.ratio))
+    }
+}
