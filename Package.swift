@@ -86,9 +86,14 @@ let package = Package(
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ]
         ),
+        // Device stand-ins (PulseAudio null sink, Xvfb) for the test targets; not a product.
+        .target(
+            name: "PCastTestSupport",
+            dependencies: []
+        ),
         .testTarget(
             name: "GStreamerTests",
-            dependencies: ["GStreamer"]
+            dependencies: ["GStreamer", "PCastTestSupport"]
         ),
         .testTarget(
             name: "PCastProtocolTests",
@@ -105,7 +110,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PCastMediaTests",
-            dependencies: ["PCastMedia", "GStreamer"]
+            dependencies: ["PCastMedia", "GStreamer", "PCastProtocol", "PCastTestSupport"]
         ),
     ],
     swiftLanguageModes: [.v6]

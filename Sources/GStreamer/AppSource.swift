@@ -72,6 +72,15 @@ public final class AppSource: Element, @unchecked Sendable {
         guard result == GST_FLOW_OK else { throw .flow(String(cString: gst_flow_get_name(result))) }
     }
 
+    /// Pushes a buffer without waiting, from any thread (a pad probe, a socket thread): a real-time
+    /// producer that must not wait drops instead. Returns `false` when the buffer was not taken
+    /// (the queue is full, the source is flushing or has ended).
+    @discardableResult
+    public func pushNow(_ buffer: Buffer) -> Bool {
+        guard !context.isFull else { return false }
+        return gst_app_src_push_buffer(appSource, buffer.retainedPointer()) == GST_FLOW_OK
+    }
+
     /// Signals the end of the data: downstream finishes, and the bus reports end of stream.
     public func endOfStream() throws(GStreamerError) {
         let result = gst_app_src_end_of_stream(appSource)
@@ -106,6 +115,8 @@ final class AppSourceContext: @unchecked Sendable {
             waiter?.resume(returning: .failure(.cancelled))
         }
     }
+
+    var isFull: Bool { state.withLock { $0.full } }
 
     func setFull(_ full: Bool) {
         let waiters = state.withLock { state -> [CheckedContinuation<Result<Void, GStreamerError>, Never>] in

@@ -208,3 +208,36 @@ extension Pipeline {
         probes.forEach { $0.remove() }
     }
 }
+
+/// What a latency query reports.
+public struct Latency: Sendable, Hashable {
+    public var live: Bool
+    public var minimum: Duration
+    public var maximum: Duration?
+}
+
+extension Element {
+    /// Asks the element how much latency it (and what is upstream of it) adds; nil when it cannot tell.
+    public func queryLatency() -> Latency? {
+        guard let query = gst_query_new_latency() else { return nil }
+        defer { gst_mini_object_unref(UnsafeMutableRawPointer(query).assumingMemoryBound(to: GstMiniObject.self)) }
+        guard gst_element_query(pointer, query) != 0 else { return nil }
+        var live: gboolean = 0
+        var minimum: GstClockTime = 0, maximum: GstClockTime = 0
+        gst_query_parse_latency(query, &live, &minimum, &maximum)
+        return Latency(live: live != 0, minimum: Duration(clockTime: minimum) ?? .zero, maximum: Duration(clockTime: maximum))
+    }
+}
+
+extension Pipeline {
+    /// The clock time at which running time zero was (set when the pipeline starts playing).
+    public var baseTime: Duration? {
+        Duration(clockTime: gst_element_get_base_time(pointer))
+    }
+
+    /// The latency of the running pipeline (what its live sources and sinks add: the time from a
+    /// buffer's running time to its rendering), as a latency query reports it; nil before playing.
+    public var latency: Duration? {
+        queryLatency()?.minimum
+    }
+}

@@ -138,10 +138,7 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
                 parts.append(try StockPipelines.template("user-media-video").render(Self.videoValues(video)))
             }
             if let audio = plan.audio {
-                var values = ["rate": String(audio.sampleRate), "channels": String(audio.channelCount)]
-                if audio.echoCancelation {
-                    values["processing"] = "webrtcdsp name=audio-processing echo-cancel=true noise-suppression=false gain-control=false"
-                }
+                let values = ["rate": String(audio.sampleRate), "channels": String(audio.channelCount)]
                 parts.append(try StockPipelines.template("user-media-audio").render(values))
             }
             pipeline = try Pipeline(description: parts.joined(separator: "\n"), name: "user-media")

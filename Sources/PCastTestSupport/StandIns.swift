@@ -1,0 +1,143 @@
+import Foundation
+import Synchronization
+
+// Real stand-ins for devices these machines lack, shared by the test targets (this target is not
+// a product): a private PulseAudio server with a null sink, and a private X display.
+//
+// They are started with posix_spawn and reaped with waitpid here, not with Foundation's Process:
+// a long-lived Process child (the shared sound server) makes Foundation's child reaping block
+// on it, so that waiting for any other Process child then never returns.
+
+/// A child process started with posix_spawn; output goes to /dev/null.
+public struct ChildProcess: Sendable {
+    public let pid: pid_t
+
+    public static func spawn(_ executable: URL, _ arguments: [String], environment: [String: String]) throws -> ChildProcess {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // Children must not inherit a blocked SIGTERM from whatever thread spawns them.
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
+        let argv = ([executable.path] + arguments).map { strdup($0) } + [nil]
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var pid: pid_t = 0
+        let status = posix_spawn(&pid, executable.path, &actions, &attributes, argv, envp)
+        guard status == 0 else { throw StandInFailure(description: "\(executable.lastPathComponent) could not start: errno \(status)") }
+        return ChildProcess(pid: pid)
+    }
+
+    /// Whether it still runs (reaps it if it has exited).
+    public var isRunning: Bool {
+        var status: Int32 = 0
+        return waitpid(pid, &status, WNOHANG) == 0
+    }
+
+    /// Kills and reaps it.
+    public func stop() {
+        kill(pid, SIGKILL)
+        var status: Int32 = 0
+        _ = waitpid(pid, &status, 0)
+    }
+}
+
+nonisolated(unsafe) private var sharedProcessID: pid_t = 0
+private let sharedServer = Mutex<PulseAudioServer?>(nil)
+
+/// A private PulseAudio server with one null sink (`pcast_null`), on a socket in a temporary directory.
+public struct PulseAudioServer: Sendable {
+    public let process: ChildProcess
+    public let directory: URL
+    public var socket: String { directory.appendingPathComponent("pulse.sock").path }
+
+    /// One server for the whole test process, started on first use, with `PULSE_SERVER` pointing
+    /// at it (set once, so suites running in parallel never race on the environment), killed when
+    /// the process exits.
+    public static func shared() throws -> PulseAudioServer {
+        try sharedServer.withLock { server in
+            if let server { return server }
+            let started = try start()
+            setenv("PULSE_SERVER", "unix:\(started.socket)", 1)
+            sharedProcessID = started.process.pid
+            atexit {
+                if sharedProcessID > 0 { kill(sharedProcessID, SIGKILL) }
+            }
+            server = started
+            return started
+        }
+    }
+
+    public static func start() throws -> PulseAudioServer {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-pulse-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let socket = directory.appendingPathComponent("pulse.sock").path
+        var environment = ProcessInfo.processInfo.environment
+        environment["XDG_RUNTIME_DIR"] = directory.path
+        environment["HOME"] = directory.path
+        let process = try ChildProcess.spawn(try executable("pulseaudio"),
+            ["-n", "--daemonize=no", "--exit-idle-time=-1", "--disable-shm=true",
+             "--load=module-native-protocol-unix auth-anonymous=1 socket=\(socket)",
+             "--load=module-null-sink sink_name=pcast_null"], environment: environment)
+        try waitFor(path: socket, process: process, what: "PulseAudio")
+        return PulseAudioServer(process: process, directory: directory)
+    }
+
+    public func stop() {
+        process.stop()
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
+
+public struct StandInFailure: Error, CustomStringConvertible {
+    public let description: String
+}
+
+public func executable(_ name: String) throws -> URL {
+    for directory in ["/usr/bin", "/usr/local/bin", "/bin"] {
+        let url = URL(fileURLWithPath: directory).appendingPathComponent(name)
+        if FileManager.default.isExecutableFile(atPath: url.path) { return url }
+    }
+    throw StandInFailure(description: "\(name) is not installed (scripts/setup.sh installs it)")
+}
+
+public func waitFor(path: String, process: ChildProcess, what: String) throws {
+    for _ in 0..<100 {
+        if FileManager.default.fileExists(atPath: path) { return }
+        guard process.isRunning else { throw StandInFailure(description: "\(what) exited before it was ready") }
+        Thread.sleep(forTimeInterval: 0.05)
+    }
+    process.stop()
+    throw StandInFailure(description: "\(what) did not come up within 5 s")
+}
+
+/// A private X display.
+public struct XvfbServer: Sendable {
+    public let process: ChildProcess
+    public let name: String
+
+    public static func start(width: Int, height: Int) throws -> XvfbServer {
+        // Pick a display number nobody holds (a stale lock file means it is taken).
+        guard let number = (100..<600).shuffled().first(where: { !FileManager.default.fileExists(atPath: "/tmp/.X\($0)-lock") }) else {
+            throw StandInFailure(description: "no free X display number")
+        }
+        let process = try ChildProcess.spawn(try executable("Xvfb"),
+            [":\(number)", "-screen", "0", "\(width)x\(height)x24", "-nolisten", "tcp"],
+            environment: ProcessInfo.processInfo.environment)
+        try waitFor(path: "/tmp/.X11-unix/X\(number)", process: process, what: "Xvfb")
+        return XvfbServer(process: process, name: ":\(number)")
+    }
+
+    public func stop() { process.stop() }
+}
