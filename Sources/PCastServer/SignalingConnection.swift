@@ -1,0 +1,74 @@
+import Foundation
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import NIOWebSocket
+import PCastProtocol
+
+/// One WebSocket's two halves: the reader decodes messages and hands them to the ``Platform``;
+/// the writer sends what the platform queued for this session, in order, and closes the socket
+/// when told to. Whichever half ends first ends the other.
+struct SignalingConnection: Sendable {
+    let platform: Platform
+    let sizeLimit: Int
+
+    func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, remoteAddress: String?) async {
+        guard let (sessionId, outbox) = await platform.connect(remoteAddress: remoteAddress) else {
+            try? await outbound.close(.goingAway, reason: "the platform is shutting down")
+            return
+        }
+        let platform = self.platform
+        let sizeLimit = self.sizeLimit
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                // Writer.
+                for await item in outbox {
+                    do {
+                        switch item {
+                        case .message(let envelope):
+                            let data = try SignalingCodec.encode(envelope)
+                            try await outbound.write(.text(String(decoding: data, as: UTF8.self)))
+                        case .close(let code, let reason):
+                            try await outbound.close(WebSocketErrorCode(codeNumber: Int(code.rawValue)), reason: reason)
+                            return
+                        }
+                    } catch {
+                        return
+                    }
+                }
+            }
+            group.addTask {
+                // Reader. The message iterator closes with 1009 on its own when fragments add
+                // up past the limit; single frames over it never get here (the frame decoder
+                // answers 1009), nor do compressed frames that inflate past it (SizeLimitedDeflate).
+                var messages = inbound.messages(maxSize: sizeLimit).makeAsyncIterator()
+                while true {
+                    let message: WebSocketMessage?
+                    do {
+                        message = try await messages.next()
+                    } catch {
+                        return
+                    }
+                    guard let message else { return }
+                    let decoded: Result<Envelope<ClientMessage>, SignalingError>
+                    do throws(SignalingError) {
+                        decoded = .success(try SignalingCodec.decodeClientMessage(Self.bytes(of: message), sizeLimit: sizeLimit))
+                    } catch {
+                        decoded = .failure(error)
+                    }
+                    await platform.receive(sessionId, decoded)
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+        await platform.disconnected(sessionId)
+    }
+
+    private static func bytes(of message: WebSocketMessage) -> Data {
+        switch message {
+        case .text(let text): return Data(text.utf8)
+        case .binary(let buffer): return Data(buffer.readableBytesView)
+        }
+    }
+}
