@@ -141,6 +141,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "CompressNIO", package: "compress-nio"),
             ]
         ),
         .testTarget(

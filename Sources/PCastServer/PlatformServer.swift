@@ -202,7 +202,7 @@ public final class PlatformServer: Sendable {
                 guard request.path?.split(separator: "?", maxSplits: 1).first == "/ws" else { return .dontUpgrade }
                 let remoteAddress = channel.remoteAddress?.ipAddress
                 return .upgrade([:]) { inbound, outbound, _ in
-                    await signaling.run(inbound: inbound, outbound: outbound, remoteAddress: remoteAddress)
+                    try await signaling.run(inbound: inbound, outbound: outbound, remoteAddress: remoteAddress)
                 }
             },
             configuration: .init(address: .hostname(configuration.host, port: configuration.httpPort), serverName: "pcast"),

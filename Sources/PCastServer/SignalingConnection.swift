@@ -12,14 +12,16 @@ struct SignalingConnection: Sendable {
     let platform: Platform
     let sizeLimit: Int
 
-    func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, remoteAddress: String?) async {
+    /// Throws what the message iterator throws, so the WebSocket handler closes with the code
+    /// it carries (1009 for fragments past the limit).
+    func run(inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, remoteAddress: String?) async throws {
         guard let (sessionId, outbox) = await platform.connect(remoteAddress: remoteAddress) else {
             try? await outbound.close(.goingAway, reason: "the platform is shutting down")
             return
         }
         let platform = self.platform
         let sizeLimit = self.sizeLimit
-        await withTaskGroup(of: Void.self) { group in
+        let readerError: (any Error)? = await withTaskGroup(of: (any Error)?.self) { group in
             group.addTask {
                 // Writer.
                 for await item in outbox {
@@ -30,26 +32,28 @@ struct SignalingConnection: Sendable {
                             try await outbound.write(.text(String(decoding: data, as: UTF8.self)))
                         case .close(let code, let reason):
                             try await outbound.close(WebSocketErrorCode(codeNumber: Int(code.rawValue)), reason: reason)
-                            return
+                            return nil
                         }
                     } catch {
-                        return
+                        return nil
                     }
                 }
+                return nil
             }
             group.addTask {
-                // Reader. The message iterator closes with 1009 on its own when fragments add
-                // up past the limit; single frames over it never get here (the frame decoder
-                // answers 1009), nor do compressed frames that inflate past it (SizeLimitedDeflate).
+                // Reader. When fragments add up past the limit the message iterator throws a
+                // close error carrying 1009, handed back to the WebSocket handler. Single frames
+                // over it never get here (the frame decoder answers 1009), nor do compressed
+                // frames that inflate past it (SizeLimitedDeflate).
                 var messages = inbound.messages(maxSize: sizeLimit).makeAsyncIterator()
                 while true {
                     let message: WebSocketMessage?
                     do {
                         message = try await messages.next()
                     } catch {
-                        return
+                        return error
                     }
-                    guard let message else { return }
+                    guard let message else { return nil }
                     let decoded: Result<Envelope<ClientMessage>, SignalingError>
                     do throws(SignalingError) {
                         decoded = .success(try SignalingCodec.decodeClientMessage(Self.bytes(of: message), sizeLimit: sizeLimit))
@@ -59,10 +63,12 @@ struct SignalingConnection: Sendable {
                     await platform.receive(sessionId, decoded)
                 }
             }
-            await group.next()
+            let first = await group.next() ?? nil
             group.cancelAll()
+            return first
         }
         await platform.disconnected(sessionId)
+        if let readerError { throw readerError }
     }
 
     private static func bytes(of message: WebSocketMessage) -> Data {
