@@ -31,6 +31,10 @@ actor Platform {
     private var registry: StreamRegistry
     private(set) var isAccepting = true
 
+    /// Messages queued for one connection before it counts as not reading: a client that sends
+    /// requests without reading the replies cannot make the platform hold unbounded memory.
+    static let outboxLimit = 1024
+
     init(configuration: PlatformConfiguration, relay: any RelayControl, metrics: PlatformMetrics, clock: @escaping @Sendable () -> Date, logger: Logger) {
         self.configuration = configuration
         self.relay = relay
@@ -45,7 +49,7 @@ actor Platform {
     func connect(remoteAddress: String?) -> (sessionId: String, outbox: AsyncStream<Outbound>)? {
         guard isAccepting else { return nil }
         let sessionId = Self.makeId("session")
-        let (stream, continuation) = AsyncStream<Outbound>.makeStream()
+        let (stream, continuation) = AsyncStream<Outbound>.makeStream(bufferingPolicy: .bufferingOldest(Self.outboxLimit))
         var connectionLogger = logger
         connectionLogger[metadataKey: "pcast.session"] = .string(sessionId)
         connectionLogger[metadataKey: "pcast.remote"] = .string(remoteAddress ?? "?")
@@ -172,7 +176,11 @@ actor Platform {
             metrics.refusals.increment()
             connection.logger.debug("request refused", metadata: ["pcast.status": .string(failure.status.rawValue), "pcast.reason": .string(failure.message)])
         }
-        connection.outbox.yield(.message(envelope))
+        if case .dropped = connection.outbox.yield(.message(envelope)) {
+            // The writer sees the stream end without a close and closes with 1008.
+            connection.logger.warning("client does not read its messages; closing")
+            connection.outbox.finish()
+        }
     }
 
     private func updateGauges() {

@@ -17,11 +17,14 @@ public enum PlatformServerError: Error, Sendable, Hashable, CustomStringConverti
     /// The HTTP listener could not be bound (address in use, bad host…).
     case cannotListen(host: String, port: Int, reason: String)
     case invalidConfiguration(ConfigurationError)
+    /// The data directory could not be created.
+    case dataDirectory(path: String, reason: String)
 
     public var description: String {
         switch self {
         case .cannotListen(let host, let port, let reason): return "cannot listen on \(host):\(port): \(reason)"
         case .invalidConfiguration(let error): return error.description
+        case .dataDirectory(let path, let reason): return "cannot create data directory \(path): \(reason)"
         }
     }
 }
@@ -76,7 +79,8 @@ public final class PlatformServer: Sendable {
         self.runTask = runTask
     }
 
-    /// Starts the server in this process and returns once it listens.
+    /// Starts the server in this process and returns once it listens. Creates the data
+    /// directory if it is missing.
     ///
     /// - Parameters:
     ///   - clock: the time sessions and tokens are judged by (tests pass their own).
@@ -179,6 +183,11 @@ public final class PlatformServer: Sendable {
             try configuration.validate()
         } catch {
             throw .invalidConfiguration(error)
+        }
+        do {
+            try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
+        } catch {
+            throw .dataDirectory(path: configuration.dataDirectory, reason: error.localizedDescription)
         }
         let metrics = PlatformMetrics()
         let platform = Platform(configuration: configuration, relay: relay, metrics: metrics, clock: clock, logger: logger)

@@ -38,6 +38,11 @@ struct SignalingConnection: Sendable {
                         return nil
                     }
                 }
+                // The outbox ended without a close: the platform gave up on a client that does
+                // not read (when the reader ended first this task is cancelled instead).
+                if !Task.isCancelled {
+                    try? await outbound.close(.policyViolation, reason: "too many unread messages")
+                }
                 return nil
             }
             group.addTask {
