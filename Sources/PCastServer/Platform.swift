@@ -103,6 +103,8 @@ actor Platform {
     }
 
     var streamCount: Int { registry.streamCount }
+    /// Open sockets (authenticated or not).
+    var connectionCount: Int { connections.count }
 
     // MARK: Carrying out actions
 

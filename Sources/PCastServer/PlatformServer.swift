@@ -233,10 +233,13 @@ public final class PlatformServer: Sendable {
     }
 }
 
-/// Ticks keep-alive deadlines until graceful shutdown, then shuts the platform down.
+/// Ticks keep-alive deadlines until graceful shutdown, then shuts the platform down and waits
+/// (a few seconds at most) for every connection to have sent its close frame, so that the HTTP
+/// server's own shutdown (which closes WebSockets with 1000) does not overtake the 1001s.
 struct PlatformService: Service {
     let platform: Platform
     let tickInterval: Duration
+    static let drainDeadline: Duration = .seconds(5)
 
     func run() async throws {
         let platform = self.platform
@@ -248,5 +251,10 @@ struct PlatformService: Service {
             }
         }
         await platform.shutdown()
+        let clock = ContinuousClock()
+        let end = clock.now.advanced(by: Self.drainDeadline)
+        while await platform.connectionCount > 0, clock.now < end {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
     }
 }

@@ -402,9 +402,11 @@ import Testing
         let expected = Envelope<ServerMessage>.event(.streamEnded(.init(
             streamId: published.streamId, reason: .maintenance, description: SessionEnd.serverShutdown.streamEndedDescription)))
         #expect(try await subscriber.nextMessage() == expected)
-        #expect(try await subscriber.closeCode() == 1001)
+        let subscriberClose = try await subscriber.closeCode()
+        #expect(subscriberClose == 1001)
         #expect(try await publisher.nextMessage() == expected)
-        #expect(try await publisher.closeCode() == 1001)
+        let publisherClose = try await publisher.closeCode()
+        #expect(publisherClose == 1001)
         #expect(relay.calls.last == .removeStream(streamId: published.streamId))
         await publisher.waitUntilClosed()
         await subscriber.waitUntilClosed()
