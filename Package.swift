@@ -5,6 +5,7 @@ import PackageDescription
 //   pcast (CLI) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer (system library)
 //   PCastMedia (media engine) → GStreamer, PCastProtocol
 //   PCastProtocol: wire formats (digest tokens, RTP/RTCP), pure, no I/O.
+//   PCastServer (platform: signaling, tokens, sessions, metrics) → PCastProtocol, PCastRelay (its control contract).
 //   CSRTP: libsrtp2, used by the relay and reported by `pcast inspect`.
 let package = Package(
     name: "PCastKit",
@@ -24,7 +25,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
-        .package(url: "https://github.com/hummingbird-project/swift-websocket", from: "1.6.2"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
@@ -90,7 +90,6 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "CompressNIO", package: "compress-nio"),
-                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         // Safe Swift face of libsrtp2.
@@ -134,9 +133,8 @@ let package = Package(
                 "PCastServer",
                 "PCastProtocol",
                 "PCastRelay",
-                // A small NIO WebSocket client of our own: WSClient would pull in a second BoringSSL (NIOSSL).
-                .product(name: "HummingbirdWSCompression", package: "hummingbird-websocket"),
-                .product(name: "WSCore", package: "swift-websocket"),
+                // Small NIO WebSocket and HTTP clients of our own: WSClient and async-http-client
+                // would pull in a second BoringSSL (NIOSSL), and URLSession stalls on 401s here.
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -113,6 +113,10 @@ public struct PlatformConfiguration: Sendable, Hashable {
     }
 
     /// Environment variables read by ``load(file:environment:overrides:)``.
+    ///
+    /// ```swift
+    /// let port = ProcessInfo.processInfo.environment[PlatformConfiguration.EnvironmentKey.httpPort]
+    /// ```
     public enum EnvironmentKey {
         public static let applicationId = "PCAST_APPLICATION_ID"
         public static let secret = "PCAST_SECRET"

@@ -412,6 +412,26 @@ import Testing
         await subscriber.waitUntilClosed()
     }
 
+    @Test func notReadyWhileTheRelayHasNoMediaPort() async throws {
+        var logger = Logger(label: "pcast.test")
+        logger.logLevel = .warning
+        let server = try await PlatformServer.start(configuration: Self.configuration, relay: RecordingRelay(mediaPort: 0), logger: logger)
+        let ready = try await http("GET", "\(server.httpURL)/readyz")
+        let health = try await http("GET", "\(server.httpURL)/healthz")
+        await server.shutdown()
+        #expect(ready.status == 503)
+        #expect(ready.body.contains("media port"))
+        #expect(health.status == 200)
+    }
+
+    @Test func startRefusesAnInvalidConfiguration() async throws {
+        var bad = Self.configuration
+        bad.secret = ""
+        await #expect(throws: PlatformServerError.invalidConfiguration(.missingSecret)) {
+            _ = try await PlatformServer.start(configuration: bad, relay: RecordingRelay())
+        }
+    }
+
     @Test func startFailsCleanlyWhenThePortIsTaken() async throws {
         try await withServer { server, relay in
             var taken = Self.configuration
