@@ -5,6 +5,7 @@ import PackageDescription
 //   pcast (CLI) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer (system library)
 //   PCastMedia (media engine) → GStreamer, PCastProtocol
 //   PCastProtocol: wire formats (digest tokens, RTP/RTCP), pure, no I/O.
+//   PCastServer (platform: signaling, tokens, sessions, metrics) → PCastProtocol, PCastRelay (its control contract).
 //   CSRTP: libsrtp2, used by the relay and reported by `pcast inspect`.
 let package = Package(
     name: "PCastKit",
@@ -14,6 +15,7 @@ let package = Package(
         .library(name: "PCastProtocol", targets: ["PCastProtocol"]),
         .library(name: "PCastMedia", targets: ["PCastMedia"]),
         .library(name: "PCastRelay", targets: ["PCastRelay"]),
+        .library(name: "PCastServer", targets: ["PCastServer"]),
         .executable(name: "pcast", targets: ["pcast"]),
     ],
     dependencies: [
@@ -21,6 +23,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
+        .package(url: "https://github.com/adam-fowler/compress-nio", from: "1.5.0"),
     ],
     targets: [
         .systemLibrary(
@@ -68,6 +76,24 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The platform: signaling (HTTP + WebSocket), tokens, sessions, stream registry, metrics.
+        .target(
+            name: "PCastServer",
+            dependencies: [
+                "PCastProtocol",
+                "PCastRelay",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "HummingbirdWSCompression", package: "hummingbird-websocket"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "CompressNIO", package: "compress-nio"),
+            ]
+        ),
         // Safe Swift face of libsrtp2.
         .target(
             name: "SRTP",
@@ -107,6 +133,21 @@ let package = Package(
         .testTarget(
             name: "PCastCLITests",
             dependencies: []
+        ),
+        .testTarget(
+            name: "PCastServerTests",
+            dependencies: [
+                "PCastServer",
+                "PCastProtocol",
+                "PCastRelay",
+                // Small NIO WebSocket and HTTP clients of our own: WSClient and async-http-client
+                // would pull in a second BoringSSL (NIOSSL), and URLSession stalls on 401s here.
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "CompressNIO", package: "compress-nio"),
+            ]
         ),
         .testTarget(
             name: "PCastMediaTests",

@@ -1,0 +1,118 @@
+import Foundation
+import Hummingbird
+import NIOCore
+import PCastProtocol
+import PCastRelay
+
+/// The plain HTTP routes: health, readiness, metrics and the operator's admin calls.
+struct HTTPRoutes: Sendable {
+    let platform: Platform
+    let configuration: PlatformConfiguration
+    let relay: any RelayControl
+    let metrics: PlatformMetrics
+
+    /// Largest admin request body read.
+    static let adminBodyLimit = 16 * 1024
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.get("/healthz") { _, _ in
+            Self.text("ok\n")
+        }
+        router.get("/readyz") { _, _ in
+            let accepting = await platform.isAccepting
+            let relayReady = relay.mediaPort != 0
+            guard accepting, relayReady else {
+                var reasons: [String] = []
+                if !accepting { reasons.append("the platform is shutting down") }
+                if !relayReady { reasons.append("the relay has no media port") }
+                return Self.text(reasons.joined(separator: "; ") + "\n", status: .serviceUnavailable)
+            }
+            return Self.text("ready\n")
+        }
+        router.get("/metrics") { _, _ in
+            var response = Self.text(metrics.render(relay: relay.statistics()))
+            response.headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
+            return response
+        }
+        router.post("/admin/streams/:streamId/end") { request, context in
+            try await endStream(request, context: context)
+        }
+    }
+
+    private func endStream(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        guard AdminCredentials(applicationId: configuration.applicationId, secret: configuration.secret)
+            .authorises(request.headers[.authorization])
+        else {
+            var response = Self.json(["error": "unauthorized"], status: .unauthorized)
+            response.headers[.wwwAuthenticate] = "Basic realm=\"pcast\""
+            return response
+        }
+        guard let streamId = context.parameters.get("streamId"), !streamId.isEmpty else {
+            return Self.json(["error": "no stream id"], status: .badRequest)
+        }
+        var request = request
+        let body: ByteBuffer
+        do {
+            body = try await request.collectBody(upTo: Self.adminBodyLimit)
+        } catch {
+            return Self.json(["error": "body larger than \(Self.adminBodyLimit) bytes"], status: .contentTooLarge)
+        }
+        var description: String?
+        if body.readableBytes > 0 {
+            struct Body: Decodable { var description: String? }
+            guard let decoded = try? JSONDecoder().decode(Body.self, from: Data(body.readableBytesView)) else {
+                return Self.json(["error": "the body must be a JSON object like {\"description\": \"…\"}"], status: .badRequest)
+            }
+            description = decoded.description
+        }
+        guard await platform.endStream(streamId, reason: .censored, description: description) else {
+            return Self.json(["error": "no stream '\(streamId)'"], status: .notFound)
+        }
+        context.logger.notice("stream censored by the operator", metadata: ["pcast.stream": .string(streamId)])
+        return Self.json(["streamId": streamId, "reason": StreamEndedReason.censored.rawValue])
+    }
+
+    private static func text(_ text: String, status: HTTPResponse.Status = .ok) -> Response {
+        Response(status: status, headers: [.contentType: "text/plain; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: text)))
+    }
+
+    private static func json(_ object: [String: String], status: HTTPResponse.Status = .ok) -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let data = (try? encoder.encode(object)) ?? Data("{}".utf8)
+        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+}
+
+/// HTTP Basic credentials for the admin routes: user = application id, password = secret,
+/// compared in constant time.
+///
+/// ```swift
+/// AdminCredentials(applicationId: "app", secret: "s").authorises("Basic YXBwOnM=") // true
+/// ```
+public struct AdminCredentials: Sendable {
+    let expected: [UInt8]
+
+    public init(applicationId: String, secret: String) {
+        expected = Array("\(applicationId):\(secret)".utf8)
+    }
+
+    /// True when `header` is `Basic base64(applicationId:secret)`.
+    public func authorises(_ header: String?) -> Bool {
+        guard let header else { return false }
+        let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "basic",
+              let decoded = Data(base64Encoded: String(parts[1]).trimmingCharacters(in: .whitespaces))
+        else { return false }
+        return Self.constantTimeEquals(expected, Array(decoded))
+    }
+
+    /// Compares without an early exit; only the length can show.
+    static func constantTimeEquals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        var difference = UInt8(truncatingIfNeeded: a.count ^ b.count) | (a.count == b.count ? 0 : 1)
+        for i in 0..<a.count {
+            difference |= a[i] ^ (i < b.count ? b[i] : ~a[i])
+        }
+        return difference == 0
+    }
+}

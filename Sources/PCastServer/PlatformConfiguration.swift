@@ -1,0 +1,257 @@
+import Foundation
+import PCastProtocol
+
+/// How the platform runs: credentials, addresses, limits.
+///
+/// Values come from four layers, each overriding the one before:
+/// defaults < JSON file < environment (`PCAST_*`) < explicit overrides (the CLI's flags).
+///
+/// ```swift
+/// var overrides = PlatformConfiguration.Overrides()
+/// overrides.httpPort = 8080
+/// let configuration = try PlatformConfiguration.load(
+///     file: URL(fileURLWithPath: "/etc/pcast.json"),
+///     environment: ProcessInfo.processInfo.environment,
+///     overrides: overrides)
+/// ```
+public struct PlatformConfiguration: Sendable, Hashable {
+    /// The application id digest tokens must carry.
+    public var applicationId: String
+    /// The secret digest tokens are signed with (with the application id). Also the admin password.
+    public var secret: String
+    /// Address HTTP and WebSocket listen on.
+    public var host: String
+    /// HTTP and WebSocket port; 0 picks a free one (see ``PlatformServer/httpPort``).
+    public var httpPort: Int
+    /// The relay's one UDP media port; 0 lets the relay pick. The platform passes it to the relay it
+    /// creates and reports it; a relay handed in already bound keeps its own.
+    public var mediaPort: Int
+    /// Where the platform keeps its files.
+    public var dataDirectory: String
+    /// Largest signaling message accepted, in bytes, after decompression. Larger ones close the
+    /// WebSocket with 1009.
+    public var messageSizeLimit: Int
+    /// Seconds between the keep-alives a client must send; a session silent for
+    /// ``keepAliveTimeoutMultiplier`` intervals is closed.
+    public var keepAliveInterval: Int
+
+    /// A session is closed after this many keep-alive intervals without a message.
+    public static let keepAliveTimeoutMultiplier = 3
+
+    public static let defaultApplicationId = "pcast"
+    public static let defaultHost = "127.0.0.1"
+    public static let defaultHTTPPort = 8080
+    public static let defaultMediaPort = 10_000
+    public static let defaultDataDirectory = "pcast-data"
+    public static let defaultKeepAliveInterval = 10
+
+    public init(
+        applicationId: String = Self.defaultApplicationId,
+        secret: String,
+        host: String = Self.defaultHost,
+        httpPort: Int = Self.defaultHTTPPort,
+        mediaPort: Int = Self.defaultMediaPort,
+        dataDirectory: String = Self.defaultDataDirectory,
+        messageSizeLimit: Int = SignalingCodec.defaultSizeLimit,
+        keepAliveInterval: Int = Self.defaultKeepAliveInterval
+    ) {
+        self.applicationId = applicationId
+        self.secret = secret
+        self.host = host
+        self.httpPort = httpPort
+        self.mediaPort = mediaPort
+        self.dataDirectory = dataDirectory
+        self.messageSizeLimit = messageSizeLimit
+        self.keepAliveInterval = keepAliveInterval
+    }
+
+    /// Seconds of silence after which a session is closed.
+    public var keepAliveTimeout: TimeInterval {
+        TimeInterval(keepAliveInterval * Self.keepAliveTimeoutMultiplier)
+    }
+
+    /// Values set explicitly (by the CLI's flags); `nil` leaves the lower layers' value.
+    ///
+    /// ```swift
+    /// var overrides = PlatformConfiguration.Overrides()
+    /// overrides.secret = "s3cret"
+    /// ```
+    public struct Overrides: Sendable, Hashable, Codable {
+        public var applicationId: String?
+        public var secret: String?
+        public var host: String?
+        public var httpPort: Int?
+        public var mediaPort: Int?
+        public var dataDirectory: String?
+        public var messageSizeLimit: Int?
+        public var keepAliveInterval: Int?
+
+        public init(
+            applicationId: String? = nil, secret: String? = nil, host: String? = nil, httpPort: Int? = nil,
+            mediaPort: Int? = nil, dataDirectory: String? = nil, messageSizeLimit: Int? = nil,
+            keepAliveInterval: Int? = nil
+        ) {
+            self.applicationId = applicationId
+            self.secret = secret
+            self.host = host
+            self.httpPort = httpPort
+            self.mediaPort = mediaPort
+            self.dataDirectory = dataDirectory
+            self.messageSizeLimit = messageSizeLimit
+            self.keepAliveInterval = keepAliveInterval
+        }
+
+        /// Self, with `other`'s set values on top.
+        func overlaid(by other: Overrides) -> Overrides {
+            Overrides(
+                applicationId: other.applicationId ?? applicationId, secret: other.secret ?? secret,
+                host: other.host ?? host, httpPort: other.httpPort ?? httpPort,
+                mediaPort: other.mediaPort ?? mediaPort, dataDirectory: other.dataDirectory ?? dataDirectory,
+                messageSizeLimit: other.messageSizeLimit ?? messageSizeLimit,
+                keepAliveInterval: other.keepAliveInterval ?? keepAliveInterval)
+        }
+    }
+
+    /// Environment variables read by ``load(file:environment:overrides:)``.
+    ///
+    /// ```swift
+    /// let port = ProcessInfo.processInfo.environment[PlatformConfiguration.EnvironmentKey.httpPort]
+    /// ```
+    public enum EnvironmentKey {
+        public static let applicationId = "PCAST_APPLICATION_ID"
+        public static let secret = "PCAST_SECRET"
+        public static let host = "PCAST_HOST"
+        public static let httpPort = "PCAST_HTTP_PORT"
+        public static let mediaPort = "PCAST_MEDIA_PORT"
+        public static let dataDirectory = "PCAST_DATA_DIR"
+        public static let messageSizeLimit = "PCAST_MESSAGE_SIZE_LIMIT"
+        public static let keepAliveInterval = "PCAST_KEEPALIVE_INTERVAL"
+        /// A JSON configuration file to read when the caller names none.
+        public static let configFile = "PCAST_CONFIG"
+    }
+
+    /// Builds the configuration from a JSON file (optional), the environment and overrides.
+    ///
+    /// The file holds the same keys as ``Overrides`` (`applicationId`, `secret`, `host`, `httpPort`,
+    /// `mediaPort`, `dataDirectory`, `messageSizeLimit`, `keepAliveInterval`), all optional. When
+    /// `file` is nil, `PCAST_CONFIG` in `environment` may name one.
+    public static func load(
+        file: URL? = nil,
+        environment: [String: String] = [:],
+        overrides: Overrides = Overrides()
+    ) throws(ConfigurationError) -> PlatformConfiguration {
+        var layers = Overrides()
+        let fileURL = file ?? environment[EnvironmentKey.configFile].flatMap { $0.isEmpty ? nil : URL(fileURLWithPath: $0) }
+        if let fileURL {
+            layers = layers.overlaid(by: try fromFile(fileURL))
+        }
+        layers = layers.overlaid(by: try fromEnvironment(environment))
+        layers = layers.overlaid(by: overrides)
+        return try resolve(layers)
+    }
+
+    /// Reads a JSON configuration file.
+    public static func fromFile(_ url: URL) throws(ConfigurationError) -> Overrides {
+        let data: Data
+        do {
+            data = try Data(contentsOf: url)
+        } catch {
+            throw .unreadableFile(path: url.path, reason: error.localizedDescription)
+        }
+        do {
+            return try JSONDecoder().decode(Overrides.self, from: data)
+        } catch {
+            throw .invalidFile(path: url.path, reason: describe(error))
+        }
+    }
+
+    /// Reads the `PCAST_*` environment variables (empty ones count as unset).
+    public static func fromEnvironment(_ environment: [String: String]) throws(ConfigurationError) -> Overrides {
+        func string(_ key: String) -> String? {
+            guard let value = environment[key], !value.isEmpty else { return nil }
+            return value
+        }
+        func integer(_ key: String) throws(ConfigurationError) -> Int? {
+            guard let text = string(key) else { return nil }
+            guard let value = Int(text.trimmingCharacters(in: .whitespaces)) else {
+                throw .invalidValue(name: key, value: text, reason: "not an integer")
+            }
+            return value
+        }
+        return Overrides(
+            applicationId: string(EnvironmentKey.applicationId), secret: string(EnvironmentKey.secret),
+            host: string(EnvironmentKey.host), httpPort: try integer(EnvironmentKey.httpPort),
+            mediaPort: try integer(EnvironmentKey.mediaPort), dataDirectory: string(EnvironmentKey.dataDirectory),
+            messageSizeLimit: try integer(EnvironmentKey.messageSizeLimit),
+            keepAliveInterval: try integer(EnvironmentKey.keepAliveInterval))
+    }
+
+    /// Fills defaults and checks every value.
+    static func resolve(_ layers: Overrides) throws(ConfigurationError) -> PlatformConfiguration {
+        guard let secret = layers.secret, !secret.isEmpty else { throw .missingSecret }
+        let configuration = PlatformConfiguration(
+            applicationId: layers.applicationId ?? defaultApplicationId, secret: secret,
+            host: layers.host ?? defaultHost, httpPort: layers.httpPort ?? defaultHTTPPort,
+            mediaPort: layers.mediaPort ?? defaultMediaPort,
+            dataDirectory: layers.dataDirectory ?? defaultDataDirectory,
+            messageSizeLimit: layers.messageSizeLimit ?? SignalingCodec.defaultSizeLimit,
+            keepAliveInterval: layers.keepAliveInterval ?? defaultKeepAliveInterval)
+        try configuration.validate()
+        return configuration
+    }
+
+    /// Throws when a value is out of range.
+    public func validate() throws(ConfigurationError) {
+        if applicationId.isEmpty { throw .invalidValue(name: "applicationId", value: "", reason: "empty") }
+        if secret.isEmpty { throw .missingSecret }
+        if host.isEmpty { throw .invalidValue(name: "host", value: "", reason: "empty") }
+        if !(0...65_535).contains(httpPort) {
+            throw .invalidValue(name: "httpPort", value: String(httpPort), reason: "not a port (0...65535)")
+        }
+        if !(0...65_535).contains(mediaPort) {
+            throw .invalidValue(name: "mediaPort", value: String(mediaPort), reason: "not a port (0...65535)")
+        }
+        if dataDirectory.isEmpty { throw .invalidValue(name: "dataDirectory", value: "", reason: "empty") }
+        // A message must at least hold a token; more than 16 MiB is not a signaling message.
+        if !(1024...(16 << 20)).contains(messageSizeLimit) {
+            throw .invalidValue(name: "messageSizeLimit", value: String(messageSizeLimit), reason: "outside 1024...16777216 bytes")
+        }
+        if !(1...3600).contains(keepAliveInterval) {
+            throw .invalidValue(name: "keepAliveInterval", value: String(keepAliveInterval), reason: "outside 1...3600 seconds")
+        }
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        switch error {
+        case DecodingError.typeMismatch(_, let context), DecodingError.valueNotFound(_, let context):
+            return "'\(context.codingPath.map(\.stringValue).joined(separator: "."))' has the wrong type"
+        case DecodingError.dataCorrupted:
+            return "not valid JSON"
+        default:
+            return "unreadable (\(error))"
+        }
+    }
+}
+
+/// Why a configuration could not be built.
+///
+/// ```swift
+/// do { _ = try PlatformConfiguration.load() } catch { print(error) } // missingSecret
+/// ```
+public enum ConfigurationError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// No secret in the flags, the environment (`PCAST_SECRET`) or the file.
+    case missingSecret
+    case unreadableFile(path: String, reason: String)
+    case invalidFile(path: String, reason: String)
+    case invalidValue(name: String, value: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .missingSecret:
+            return "no application secret: pass --secret, set \(PlatformConfiguration.EnvironmentKey.secret) or put \"secret\" in the configuration file"
+        case .unreadableFile(let path, let reason): return "cannot read configuration file \(path): \(reason)"
+        case .invalidFile(let path, let reason): return "configuration file \(path) is invalid: \(reason)"
+        case .invalidValue(let name, let value, let reason): return "invalid \(name) '\(value)': \(reason)"
+        }
+    }
+}

@@ -1,0 +1,86 @@
+import PCastRelay
+import Prometheus
+import Synchronization
+
+/// The platform's Prometheus metrics: its own gauges and counters, and the relay's counters
+/// copied from ``RelayControl/statistics()`` at every scrape.
+///
+/// Names (all prefixed `pcast_`): gauges `sessions`, `streams`, `subscribers`,
+/// `relay_streams`, `relay_subscribers`; counters `signaling_messages_total`,
+/// `signaling_refusals_total`, `relay_packets_in_total`,
+/// `relay_bytes_in_total`, `relay_packets_out_total`, `relay_bytes_out_total`,
+/// `relay_srtp_failures_total`, `relay_unknown_packets_total`, `relay_nacks_served_total`,
+/// `relay_nacks_missed_total`, `relay_keyframe_requests_total`.
+///
+/// ```swift
+/// let metrics = PlatformMetrics()
+/// print(metrics.render(relay: relay.statistics()))
+/// ```
+public final class PlatformMetrics: Sendable {
+    private let registry: PrometheusCollectorRegistry
+
+    let sessions: Gauge
+    let streams: Gauge
+    let subscribers: Gauge
+    let messages: Counter
+    let refusals: Counter
+
+    private let relayStreams: Gauge
+    private let relaySubscribers: Gauge
+    private let relayCounters: [(KeyPath<RelayStatistics, UInt64> & Sendable, Counter)]
+    /// What the relay counters were at the last scrape; counters only move by the difference.
+    private let lastRelay = Mutex(RelayStatistics())
+
+    public init() {
+        let registry = PrometheusCollectorRegistry()
+        self.registry = registry
+        sessions = registry.makeGauge(descriptor: Self.name("sessions", "", "Authenticated signaling sessions"))
+        streams = registry.makeGauge(descriptor: Self.name("streams", "", "Published streams"))
+        subscribers = registry.makeGauge(descriptor: Self.name("subscribers", "", "Subscriptions on published streams"))
+        messages = registry.makeCounter(descriptor: Self.name("signaling_messages", "total", "Signaling messages received"))
+        refusals = registry.makeCounter(descriptor: Self.name("signaling_refusals", "total", "Signaling requests answered with an error"))
+        relayStreams = registry.makeGauge(descriptor: Self.name("relay_streams", "", "Streams open on the relay"))
+        relaySubscribers = registry.makeGauge(descriptor: Self.name("relay_subscribers", "", "Subscriber flows open on the relay"))
+        let counters: [(KeyPath<RelayStatistics, UInt64> & Sendable, String, String)] = [
+            (\.packetsIn, "relay_packets_in", "Media packets received by the relay"),
+            (\.bytesIn, "relay_bytes_in", "Media bytes received by the relay"),
+            (\.packetsOut, "relay_packets_out", "Media packets sent by the relay"),
+            (\.bytesOut, "relay_bytes_out", "Media bytes sent by the relay"),
+            (\.srtpFailures, "relay_srtp_failures", "Packets dropped for failing SRTP/SRTCP authentication or replay checks"),
+            (\.unknownPackets, "relay_unknown_packets", "Packets from unknown SSRCs or not RTP/RTCP"),
+            (\.nacksServed, "relay_nacks_served", "Retransmissions sent from the packet cache for NACKs"),
+            (\.nacksMissed, "relay_nacks_missed", "NACKed packets no longer in the cache"),
+            (\.keyframeRequests, "relay_keyframe_requests", "Keyframe requests (PLI/FIR) sent to publishers"),
+        ]
+        relayCounters = counters.map { ($0.0, registry.makeCounter(descriptor: Self.name($0.1, "total", $0.2))) }
+    }
+
+    /// `pcast_<name>[_<unit>]`; an empty unit adds nothing.
+    private static func name(_ name: String, _ unit: String, _ help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(namespace: "pcast", metricName: name, unitName: unit, helpText: help)
+    }
+
+    /// Sets the registry gauges.
+    func update(sessions: Int, streams: Int, subscribers: Int) {
+        self.sessions.set(to: Double(sessions))
+        self.streams.set(to: Double(streams))
+        self.subscribers.set(to: Double(subscribers))
+    }
+
+    /// The Prometheus text exposition, with the relay's figures brought up to date first.
+    public func render(relay statistics: RelayStatistics) -> String {
+        relayStreams.set(to: Double(statistics.streams))
+        relaySubscribers.set(to: Double(statistics.subscribers))
+        lastRelay.withLock { last in
+            for (path, counter) in relayCounters {
+                let now = statistics[keyPath: path]
+                let before = last[keyPath: path]
+                // A relay that restarted counts from zero again: start from its new figure.
+                let delta = now >= before ? now - before : now
+                if delta > 0 { counter.increment(by: Int64(clamping: delta)) }
+            }
+            last = statistics
+        }
+        return registry.emitToString()
+    }
+}

@@ -1,0 +1,260 @@
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import PCastProtocol
+import PCastRelay
+import ServiceLifecycle
+import UnixSignals
+
+/// Why the platform server could not start.
+///
+/// ```swift
+/// do { _ = try await PlatformServer.start(configuration: c, relay: r) } catch { print(error) }
+/// ```
+public enum PlatformServerError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The HTTP listener could not be bound (address in use, bad host…).
+    case cannotListen(host: String, port: Int, reason: String)
+    case invalidConfiguration(ConfigurationError)
+    /// The data directory could not be created.
+    case dataDirectory(path: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .cannotListen(let host, let port, let reason): return "cannot listen on \(host):\(port): \(reason)"
+        case .invalidConfiguration(let error): return error.description
+        case .dataDirectory(let path, let reason): return "cannot create data directory \(path): \(reason)"
+        }
+    }
+}
+
+/// The platform's signaling server: Hummingbird HTTP with a WebSocket upgrade at `/ws`.
+///
+/// Routes:
+/// - `GET /ws`: WebSocket carrying ``SignalingCodec`` text frames (binary frames are read the
+///   same way). permessage-deflate is accepted. A message over
+///   ``PlatformConfiguration/messageSizeLimit`` (as sent, or once inflated) closes the
+///   connection with 1009; a malformed one gets a typed error reply and the connection stays.
+/// - `GET /healthz`: 200 while the server runs.
+/// - `GET /readyz`: 200 when the server accepts sessions and the relay has its media port, else 503.
+/// - `GET /metrics`: Prometheus text (see ``PlatformMetrics``).
+/// - `POST /admin/streams/{streamId}/end`: HTTP Basic `applicationId:secret`; ends the stream as
+///   `censored` with the optional JSON body's `description`. 200, 401, 404 or 400.
+///
+/// In process (tests, the embedded default):
+/// ```swift
+/// let server = try await PlatformServer.start(configuration: configuration, relay: relay)
+/// print(server.httpPort)          // the bound port, also when configured as 0
+/// await server.shutdown()
+/// ```
+/// As a server (`pcast serve`), until SIGINT/SIGTERM:
+/// ```swift
+/// try await PlatformServer.run(configuration: configuration, relay: relay, logger: logger)
+/// ```
+public final class PlatformServer: Sendable {
+    /// The port HTTP and WebSocket listen on.
+    public let httpPort: Int
+    /// The host they listen on.
+    public let host: String
+    /// The relay's UDP media port.
+    public let mediaPort: UInt16
+    /// `ws://host:port/ws`.
+    public var signalingURL: String { "ws://\(Self.urlHost(host)):\(httpPort)/ws" }
+    /// `http://host:port`.
+    public var httpURL: String { "http://\(Self.urlHost(host)):\(httpPort)" }
+
+    public let metrics: PlatformMetrics
+    let platform: Platform
+    private let serviceGroup: ServiceGroup
+    private let runTask: Task<Void, any Error>
+
+    private init(httpPort: Int, host: String, mediaPort: UInt16, metrics: PlatformMetrics, platform: Platform, serviceGroup: ServiceGroup, runTask: Task<Void, any Error>) {
+        self.httpPort = httpPort
+        self.host = host
+        self.mediaPort = mediaPort
+        self.metrics = metrics
+        self.platform = platform
+        self.serviceGroup = serviceGroup
+        self.runTask = runTask
+    }
+
+    /// Starts the server in this process and returns once it listens. Creates the data
+    /// directory if it is missing.
+    ///
+    /// - Parameters:
+    ///   - clock: the time sessions and tokens are judged by (tests pass their own).
+    ///   - tickInterval: how often keep-alive deadlines are checked.
+    public static func start(
+        configuration: PlatformConfiguration,
+        relay: any RelayControl,
+        logger: Logger = Logger(label: "pcast.server"),
+        clock: @escaping @Sendable () -> Date = { Date() },
+        tickInterval: Duration = .seconds(1)
+    ) async throws(PlatformServerError) -> PlatformServer {
+        let parts = try build(configuration: configuration, relay: relay, logger: logger, clock: clock, tickInterval: tickInterval, signals: [])
+        let serviceGroup = parts.serviceGroup
+        let bound = parts.bound
+        let runTask = Task {
+            do {
+                try await serviceGroup.run()
+                bound.finish()
+            } catch {
+                bound.finish()
+                throw error
+            }
+        }
+        var port: Int?
+        for await value in parts.ports {
+            port = value
+            break
+        }
+        guard let port else {
+            let reason: String
+            do {
+                try await runTask.value
+                reason = "the server stopped before listening"
+            } catch {
+                reason = "\(error)"
+            }
+            throw .cannotListen(host: configuration.host, port: configuration.httpPort, reason: reason)
+        }
+        logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
+        return PlatformServer(
+            httpPort: port, host: configuration.host, mediaPort: relay.mediaPort, metrics: parts.metrics,
+            platform: parts.platform, serviceGroup: serviceGroup, runTask: runTask)
+    }
+
+    /// Runs the server until SIGINT or SIGTERM, then shuts down gracefully: streams end as
+    /// `maintenance`, sessions close with 1001, the listener closes.
+    public static func run(
+        configuration: PlatformConfiguration,
+        relay: any RelayControl,
+        logger: Logger = Logger(label: "pcast.server"),
+        onListening: @escaping @Sendable (_ httpPort: Int) -> Void = { _ in }
+    ) async throws {
+        let parts = try build(
+            configuration: configuration, relay: relay, logger: logger, clock: { Date() }, tickInterval: .seconds(1),
+            signals: [.sigterm, .sigint])
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await port in parts.ports {
+                    logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
+                    onListening(port)
+                    break
+                }
+            }
+            group.addTask {
+                defer { parts.bound.finish() }
+                try await parts.serviceGroup.run()
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    /// Ends every stream as `maintenance`, closes every session (1001) and stops listening.
+    /// Returns once the server has stopped.
+    public func shutdown() async {
+        await serviceGroup.triggerGracefulShutdown()
+        _ = try? await runTask.value
+    }
+
+    /// Ends a stream as the operator would (what the admin route does).
+    /// False when there is no such stream.
+    public func endStream(_ streamId: String, reason: StreamEndedReason = .censored, description: String? = nil) async -> Bool {
+        await platform.endStream(streamId, reason: reason, description: description)
+    }
+
+    // MARK: Assembly
+
+    private struct Parts: Sendable {
+        let serviceGroup: ServiceGroup
+        let platform: Platform
+        let metrics: PlatformMetrics
+        let ports: AsyncStream<Int>
+        let bound: AsyncStream<Int>.Continuation
+    }
+
+    private static func build(
+        configuration: PlatformConfiguration, relay: any RelayControl, logger: Logger,
+        clock: @escaping @Sendable () -> Date, tickInterval: Duration, signals: [UnixSignal]
+    ) throws(PlatformServerError) -> Parts {
+        do {
+            try configuration.validate()
+        } catch {
+            throw .invalidConfiguration(error)
+        }
+        do {
+            try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
+        } catch {
+            throw .dataDirectory(path: configuration.dataDirectory, reason: error.localizedDescription)
+        }
+        let metrics = PlatformMetrics()
+        let platform = Platform(configuration: configuration, relay: relay, metrics: metrics, clock: clock, logger: logger)
+        let (ports, bound) = AsyncStream<Int>.makeStream(bufferingPolicy: .bufferingNewest(1))
+
+        let router = Router(context: BasicRequestContext.self)
+        HTTPRoutes(platform: platform, configuration: configuration, relay: relay, metrics: metrics).register(on: router)
+
+        let limit = configuration.messageSizeLimit
+        let webSocket = WebSocketServerConfiguration(
+            maxFrameSize: limit,
+            extensions: [SizeLimitedDeflate.factory(limit: limit)],
+            // Liveness is the signaling keep-alive (SessionStateMachine), not WebSocket pings.
+            autoPing: .disabled,
+            closeTimeout: .seconds(5),
+            validateUTF8: true)
+        let signaling = SignalingConnection(platform: platform, sizeLimit: limit)
+        let application = Application(
+            router: router,
+            server: .http1WebSocketUpgrade(configuration: .init(http1: .init(idleTimeout: .seconds(60)), ws: webSocket)) { request, channel, _ in
+                guard request.path?.split(separator: "?", maxSplits: 1).first == "/ws" else { return .dontUpgrade }
+                let remoteAddress = channel.remoteAddress?.ipAddress
+                return .upgrade([:]) { inbound, outbound, _ in
+                    try await signaling.run(inbound: inbound, outbound: outbound, remoteAddress: remoteAddress)
+                }
+            },
+            configuration: .init(address: .hostname(configuration.host, port: configuration.httpPort), serverName: "pcast"),
+            onServerRunning: { channel in
+                bound.yield(channel.localAddress?.port ?? configuration.httpPort)
+            },
+            logger: logger)
+        // Services shut down in reverse order: the platform first (streams end as maintenance,
+        // sessions close), then the HTTP server.
+        var groupConfiguration = ServiceGroupConfiguration(
+            services: [application, PlatformService(platform: platform, tickInterval: tickInterval)],
+            gracefulShutdownSignals: signals, logger: logger)
+        groupConfiguration.maximumGracefulShutdownDuration = .seconds(15)
+        return Parts(serviceGroup: ServiceGroup(configuration: groupConfiguration), platform: platform, metrics: metrics, ports: ports, bound: bound)
+    }
+
+    private static func urlHost(_ host: String) -> String {
+        host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+    }
+}
+
+/// Ticks keep-alive deadlines until graceful shutdown, then shuts the platform down and waits
+/// (a few seconds at most) for every connection to have sent its close frame, so that the HTTP
+/// server's own shutdown (which closes WebSockets with 1000) does not overtake the 1001s.
+struct PlatformService: Service {
+    let platform: Platform
+    let tickInterval: Duration
+    static let drainDeadline: Duration = .seconds(5)
+
+    func run() async throws {
+        let platform = self.platform
+        let interval = tickInterval
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try await Task.sleep(for: interval)
+                await platform.tick()
+            }
+        }
+        await platform.shutdown()
+        let clock = ContinuousClock()
+        let end = clock.now.advanced(by: Self.drainDeadline)
+        while await platform.connectionCount > 0, clock.now < end {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+    }
+}

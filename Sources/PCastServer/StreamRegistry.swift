@@ -1,0 +1,377 @@
+import Foundation
+import Logging
+import PCastProtocol
+import PCastRelay
+
+/// A published stream as the platform knows it.
+///
+/// ```swift
+/// registry.stream("s-1")?.tags // ["channelId:demo"]
+/// ```
+public struct StreamRecord: Sendable, Hashable {
+    public let streamId: String
+    public let publisherSessionId: String
+    /// The publish request's tags, then the publish token's `applyTags`, without repeats.
+    public let tags: [String]
+    public let tracks: [MediaTrackDescription]
+    public let publishType: PublishType
+    public let streamName: String?
+    /// Order of publication, to pick the newest of several streams carrying a tag.
+    public let sequence: UInt64
+    /// Subscriber id → subscribing session, in order of subscription.
+    public fileprivate(set) var subscribers: [(subscriberId: String, sessionId: String)] = []
+
+    public static func == (a: Self, b: Self) -> Bool {
+        a.streamId == b.streamId && a.publisherSessionId == b.publisherSessionId && a.tags == b.tags
+            && a.tracks == b.tracks && a.publishType == b.publishType && a.streamName == b.streamName
+            && a.sequence == b.sequence && a.subscribers.map(\.subscriberId) == b.subscribers.map(\.subscriberId)
+            && a.subscribers.map(\.sessionId) == b.subscribers.map(\.sessionId)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(streamId)
+        hasher.combine(sequence)
+    }
+}
+
+/// The platform's streams and who subscribes to them. Pure: the caller passes time and fresh ids
+/// in, carries out the returned actions, and reports relay results back as events.
+///
+/// Rules:
+/// - Publish needs a `publish` token (checks of ``TokenAuthority``); the stream's tags are the
+///   request's tags plus the token's `applyTags`. A publish token's `requiredTag` must be among
+///   those tags. Its `originStreamId` is ignored (the platform assigns stream ids).
+/// - Subscribe needs a `stream` token. Which stream: the token's `originStreamId` when present
+///   (`not-found` if no such stream; with a `requiredTag` too, the stream must carry it, else
+///   `unauthorized`). Without `originStreamId`, the newest live stream carrying the token's
+///   `requiredTag` (`no-stream-playing` when none does). A token with neither is `bad-request`.
+/// - Only the publishing session may unpublish; `censored` is reserved for the operator (admin).
+/// - Ending a stream, however it happens, tells every subscriber (in order of subscription) and
+///   then the publisher with a `stream-ended` event carrying the reason and description, and
+///   closes it on the relay. A session that ends is not sent its own events.
+/// - A publisher's session ending ends its streams with ``SessionEnd/streamEndedReason``
+///   (`ended` after `bye`, `maintenance` on shutdown, `failed` otherwise); a subscriber's
+///   session ending removes its subscriptions.
+/// - Nothing is opened on the relay for a refused request; a relay refusal becomes a typed failure.
+///
+/// ```swift
+/// var registry = StreamRegistry(tokens: TokenAuthority(applicationId: "app", secret: "s"))
+/// _ = registry.handle(.sessionOpened(sessionId: "a", remoteAddress: "127.0.0.1"))
+/// let actions = registry.handle(.request(sessionId: "a", requestId: 1, .publish(publish), now: Date(), newId: "stream-1"))
+/// // [.addPublisher(streamId: "stream-1", tracks: …)] — then report the relay's answer:
+/// _ = registry.handle(.publisherAdded(streamId: "stream-1", .success(transport)))
+/// ```
+public struct StreamRegistry: Sendable {
+    public enum Event: Sendable {
+        case sessionOpened(sessionId: String, remoteAddress: String?)
+        /// An authenticated request; `newId` is the stream id (publish) or subscriber id
+        /// (subscribe) to use if the request goes ahead.
+        case request(sessionId: String, requestId: UInt64?, SessionStateMachine.Request, now: Date, newId: String)
+        /// The relay's answer to ``Action/addPublisher(streamId:tracks:)``.
+        case publisherAdded(streamId: String, Result<MediaTransport, RelayError>)
+        /// The relay's answer to ``Action/addSubscriber(streamId:subscriberId:)``.
+        case subscriberAdded(streamId: String, subscriberId: String, Result<MediaTransport, RelayError>)
+        /// The operator ends a stream (admin).
+        case endStream(streamId: String, reason: StreamEndedReason, description: String?)
+        case sessionClosed(sessionId: String, SessionEnd)
+    }
+
+    public enum Action: Sendable, Hashable {
+        case send(sessionId: String, Envelope<ServerMessage>)
+        case addPublisher(streamId: String, tracks: [MediaTrackDescription])
+        case addSubscriber(streamId: String, subscriberId: String)
+        case removeSubscriber(streamId: String, subscriberId: String)
+        case removeStream(streamId: String)
+        case log(Logger.Level, String, sessionId: String?, streamId: String?)
+    }
+
+    private struct Session {
+        var remoteAddress: String?
+        var published: [String] = []
+        /// Subscriber id → stream id.
+        var subscriptions: [String: String] = [:]
+    }
+
+    private struct PendingPublish {
+        var sessionId: String
+        var requestId: UInt64?
+        var request: ClientMessage.Publish
+        var tags: [String]
+    }
+
+    private struct PendingSubscribe {
+        var sessionId: String
+        var requestId: UInt64?
+        var streamId: String
+        var tracks: [MediaTrackDescription]
+    }
+
+    public let tokens: TokenAuthority
+    private var sessions: [String: Session] = [:]
+    private var streams: [String: StreamRecord] = [:]
+    private var pendingPublishes: [String: PendingPublish] = [:]
+    private var pendingSubscribes: [String: PendingSubscribe] = [:]
+    private var nextSequence: UInt64 = 0
+
+    public init(tokens: TokenAuthority) {
+        self.tokens = tokens
+    }
+
+    public func stream(_ streamId: String) -> StreamRecord? { streams[streamId] }
+    public var streamCount: Int { streams.count }
+    public var sessionCount: Int { sessions.count }
+    public var subscriberCount: Int { streams.values.reduce(0) { $0 + $1.subscribers.count } }
+    public var streamIds: [String] { streams.values.sorted { $0.sequence < $1.sequence }.map(\.streamId) }
+
+    public mutating func handle(_ event: Event) -> [Action] {
+        switch event {
+        case .sessionOpened(let sessionId, let remoteAddress):
+            sessions[sessionId] = Session(remoteAddress: remoteAddress)
+            return [.log(.info, "session opened", sessionId: sessionId, streamId: nil)]
+        case .request(let sessionId, let requestId, let request, let now, let newId):
+            guard let session = sessions[sessionId] else {
+                return [send(sessionId, requestId, .failure(.init(status: .unauthorized, message: "no such session")))]
+            }
+            switch request {
+            case .publish(let publish):
+                return self.publish(publish, sessionId: sessionId, session: session, requestId: requestId, now: now, streamId: newId)
+            case .subscribe(let subscribe):
+                return self.subscribe(subscribe, sessionId: sessionId, session: session, requestId: requestId, now: now, subscriberId: newId)
+            case .unpublish(let unpublish):
+                return self.unpublish(unpublish, sessionId: sessionId, requestId: requestId)
+            case .unsubscribe(let reference):
+                return self.unsubscribe(reference.streamId, sessionId: sessionId, requestId: requestId)
+            }
+        case .publisherAdded(let streamId, let result):
+            return publisherAdded(streamId, result)
+        case .subscriberAdded(let streamId, let subscriberId, let result):
+            return subscriberAdded(streamId, subscriberId, result)
+        case .endStream(let streamId, let reason, let description):
+            guard streams[streamId] != nil else { return [] }
+            return end(streamId, reason: reason, description: description, skipping: nil)
+        case .sessionClosed(let sessionId, let how):
+            return sessionClosed(sessionId, how)
+        }
+    }
+
+    // MARK: Publish
+
+    private mutating func publish(
+        _ request: ClientMessage.Publish, sessionId: String, session: Session, requestId: UInt64?, now: Date, streamId: String
+    ) -> [Action] {
+        func fail(_ status: RequestStatus, _ message: String) -> [Action] {
+            [send(sessionId, requestId, .failure(.init(status: status, message: message))),
+             .log(.notice, "publish refused: \(message)", sessionId: sessionId, streamId: nil)]
+        }
+        let claims: TokenClaims
+        switch tokens.check(request.streamToken, as: .publish, sessionId: sessionId, remoteAddress: session.remoteAddress, now: now) {
+        case .failure(let failure): return fail(failure.status, failure.message)
+        case .success(let checked): claims = checked
+        }
+        if let kind = TokenAuthority.onlyKind(claims), request.tracks.contains(where: { $0.kind != kind }) {
+            return fail(.unauthorized, "the token allows \(kind.rawValue) tracks only")
+        }
+        var tags: [String] = []
+        for tag in request.tags + claims.applyTags where !tags.contains(tag) { tags.append(tag) }
+        if let required = claims.requiredTag, !tags.contains(required.rawValue) {
+            return fail(.unauthorized, "the token requires the stream to carry tag '\(required.rawValue)'")
+        }
+        guard streams[streamId] == nil, pendingPublishes[streamId] == nil else {
+            return fail(.conflict, "stream id '\(streamId)' is taken")
+        }
+        pendingPublishes[streamId] = PendingPublish(sessionId: sessionId, requestId: requestId, request: request, tags: tags)
+        return [.addPublisher(streamId: streamId, tracks: request.tracks)]
+    }
+
+    private mutating func publisherAdded(_ streamId: String, _ result: Result<MediaTransport, RelayError>) -> [Action] {
+        guard let pending = pendingPublishes.removeValue(forKey: streamId) else {
+            // Nobody waits for it (cannot happen when results follow their actions); do not leak the flow.
+            if case .success = result { return [.removeStream(streamId: streamId)] }
+            return []
+        }
+        switch result {
+        case .failure(let error):
+            return [
+                send(pending.sessionId, pending.requestId, .failure(Self.failure(for: error))),
+                .log(.warning, "relay refused publisher: \(error)", sessionId: pending.sessionId, streamId: streamId),
+            ]
+        case .success(let transport):
+            guard sessions[pending.sessionId] != nil else {
+                // The session ended while the relay was being asked.
+                return [.removeStream(streamId: streamId)]
+            }
+            nextSequence += 1
+            streams[streamId] = StreamRecord(
+                streamId: streamId, publisherSessionId: pending.sessionId, tags: pending.tags,
+                tracks: pending.request.tracks, publishType: pending.request.publishType,
+                streamName: pending.request.streamName, sequence: nextSequence)
+            sessions[pending.sessionId]?.published.append(streamId)
+            return [
+                send(pending.sessionId, pending.requestId, .published(.init(streamId: streamId, transport: transport))),
+                .log(.info, "stream published (tags: \(pending.tags.joined(separator: ", ")))", sessionId: pending.sessionId, streamId: streamId),
+            ]
+        }
+    }
+
+    // MARK: Subscribe
+
+    private mutating func subscribe(
+        _ request: ClientMessage.Subscribe, sessionId: String, session: Session, requestId: UInt64?, now: Date, subscriberId: String
+    ) -> [Action] {
+        func fail(_ status: RequestStatus, _ message: String) -> [Action] {
+            [send(sessionId, requestId, .failure(.init(status: status, message: message))),
+             .log(.notice, "subscribe refused: \(message)", sessionId: sessionId, streamId: nil)]
+        }
+        let claims: TokenClaims
+        switch tokens.check(request.streamToken, as: .stream, sessionId: sessionId, remoteAddress: session.remoteAddress, now: now) {
+        case .failure(let failure): return fail(failure.status, failure.message)
+        case .success(let checked): claims = checked
+        }
+        let record: StreamRecord
+        switch resolve(claims) {
+        case .failure(let failure): return fail(failure.status, failure.message)
+        case .success(let found): record = found
+        }
+        var tracks = record.tracks
+        if let kind = TokenAuthority.onlyKind(claims) {
+            tracks = tracks.filter { $0.kind == kind }
+            if tracks.isEmpty { return fail(.notFound, "stream '\(record.streamId)' has no \(kind.rawValue) track") }
+        }
+        guard pendingSubscribes[subscriberId] == nil, !record.subscribers.contains(where: { $0.subscriberId == subscriberId }) else {
+            return fail(.conflict, "subscriber id '\(subscriberId)' is taken")
+        }
+        pendingSubscribes[subscriberId] = PendingSubscribe(sessionId: sessionId, requestId: requestId, streamId: record.streamId, tracks: tracks)
+        return [.addSubscriber(streamId: record.streamId, subscriberId: subscriberId)]
+    }
+
+    /// Which stream a stream token names (see the type's documentation).
+    private func resolve(_ claims: TokenClaims) -> Result<StreamRecord, ServerMessage.Failure> {
+        let required = claims.requiredTag?.rawValue
+        if let origin = claims.originStreamId {
+            guard let record = streams[origin] else {
+                return .failure(.init(status: .notFound, message: "no stream '\(origin)'"))
+            }
+            if let required, !record.tags.contains(required) {
+                return .failure(.init(status: .unauthorized, message: "stream '\(origin)' does not carry the token's required tag '\(required)'"))
+            }
+            return .success(record)
+        }
+        if let required {
+            let newest = streams.values.filter { $0.tags.contains(required) }.max { $0.sequence < $1.sequence }
+            guard let newest else {
+                return .failure(.init(status: .noStreamPlaying, message: "no stream carries tag '\(required)'"))
+            }
+            return .success(newest)
+        }
+        return .failure(.init(status: .badRequest, message: "the stream token names no stream (no originStreamId or requiredTag)"))
+    }
+
+    private mutating func subscriberAdded(_ streamId: String, _ subscriberId: String, _ result: Result<MediaTransport, RelayError>) -> [Action] {
+        guard let pending = pendingSubscribes.removeValue(forKey: subscriberId) else {
+            // Its session ended while the relay was being asked: do not leak the flow.
+            if case .success = result { return [.removeSubscriber(streamId: streamId, subscriberId: subscriberId)] }
+            return []
+        }
+        switch result {
+        case .failure(let error):
+            return [
+                send(pending.sessionId, pending.requestId, .failure(Self.failure(for: error))),
+                .log(.warning, "relay refused subscriber: \(error)", sessionId: pending.sessionId, streamId: pending.streamId),
+            ]
+        case .success(let transport):
+            guard streams[pending.streamId] != nil, sessions[pending.sessionId] != nil else {
+                var actions: [Action] = [.removeSubscriber(streamId: pending.streamId, subscriberId: subscriberId)]
+                if sessions[pending.sessionId] != nil {
+                    actions.append(send(pending.sessionId, pending.requestId, .failure(.init(status: .notFound, message: "stream '\(pending.streamId)' ended"))))
+                }
+                return actions
+            }
+            streams[pending.streamId]?.subscribers.append((subscriberId, pending.sessionId))
+            sessions[pending.sessionId]?.subscriptions[subscriberId] = pending.streamId
+            return [
+                send(pending.sessionId, pending.requestId, .subscribed(.init(streamId: pending.streamId, tracks: pending.tracks, transport: transport))),
+                .log(.info, "subscribed (\(subscriberId))", sessionId: pending.sessionId, streamId: pending.streamId),
+            ]
+        }
+    }
+
+    // MARK: Unpublish, unsubscribe, end
+
+    private mutating func unpublish(_ request: ClientMessage.Unpublish, sessionId: String, requestId: UInt64?) -> [Action] {
+        guard let record = streams[request.streamId] else {
+            return [send(sessionId, requestId, .failure(.init(status: .notFound, message: "no stream '\(request.streamId)'")))]
+        }
+        guard record.publisherSessionId == sessionId else {
+            return [send(sessionId, requestId, .failure(.init(status: .unauthorized, message: "stream '\(request.streamId)' is not published by this session")))]
+        }
+        guard request.reason != .censored else {
+            return [send(sessionId, requestId, .failure(.init(status: .badRequest, message: "'censored' is reserved for the platform operator")))]
+        }
+        return [send(sessionId, requestId, .ok)] + end(request.streamId, reason: request.reason, description: request.description, skipping: nil)
+    }
+
+    private mutating func unsubscribe(_ streamId: String, sessionId: String, requestId: UInt64?) -> [Action] {
+        // One subscribe, one unsubscribe: this session's oldest subscription to the stream goes.
+        guard let subscriberId = streams[streamId]?.subscribers.first(where: { $0.sessionId == sessionId })?.subscriberId else {
+            return [send(sessionId, requestId, .failure(.init(status: .notFound, message: "this session does not subscribe to '\(streamId)'")))]
+        }
+        sessions[sessionId]?.subscriptions[subscriberId] = nil
+        streams[streamId]?.subscribers.removeAll { $0.subscriberId == subscriberId }
+        return [
+            .removeSubscriber(streamId: streamId, subscriberId: subscriberId),
+            send(sessionId, requestId, .ok),
+            .log(.info, "unsubscribed (\(subscriberId))", sessionId: sessionId, streamId: streamId),
+        ]
+    }
+
+    /// Ends a stream: events to subscribers then publisher (except `skipping`), relay removal.
+    private mutating func end(_ streamId: String, reason: StreamEndedReason, description: String?, skipping: String?) -> [Action] {
+        guard let record = streams.removeValue(forKey: streamId) else { return [] }
+        let event = Envelope<ServerMessage>.event(.streamEnded(.init(streamId: streamId, reason: reason, description: description)))
+        var actions: [Action] = [.removeStream(streamId: streamId)]
+        for subscriber in record.subscribers {
+            sessions[subscriber.sessionId]?.subscriptions[subscriber.subscriberId] = nil
+            if subscriber.sessionId != skipping { actions.append(.send(sessionId: subscriber.sessionId, event)) }
+        }
+        sessions[record.publisherSessionId]?.published.removeAll { $0 == streamId }
+        if record.publisherSessionId != skipping { actions.append(.send(sessionId: record.publisherSessionId, event)) }
+        let why = description.map { "\(reason.rawValue): \($0)" } ?? reason.rawValue
+        actions.append(.log(.info, "stream ended (\(why))", sessionId: record.publisherSessionId, streamId: streamId))
+        return actions
+    }
+
+    private mutating func sessionClosed(_ sessionId: String, _ how: SessionEnd) -> [Action] {
+        guard let session = sessions[sessionId] else { return [] }
+        var actions: [Action] = []
+        for streamId in session.published {
+            actions += end(streamId, reason: how.streamEndedReason, description: how.streamEndedDescription, skipping: sessionId)
+        }
+        // Subscriptions left (those on streams that just ended are gone already).
+        for (subscriberId, streamId) in (sessions[sessionId]?.subscriptions ?? [:]).sorted(by: { $0.key < $1.key }) {
+            streams[streamId]?.subscribers.removeAll { $0.subscriberId == subscriberId }
+            actions.append(.removeSubscriber(streamId: streamId, subscriberId: subscriberId))
+        }
+        sessions[sessionId] = nil
+        for (id, pending) in pendingPublishes where pending.sessionId == sessionId { pendingPublishes[id] = nil }
+        for (id, pending) in pendingSubscribes where pending.sessionId == sessionId { pendingSubscribes[id] = nil }
+        actions.append(.log(.info, "session closed (\(how))", sessionId: sessionId, streamId: nil))
+        return actions
+    }
+
+    // MARK: Helpers
+
+    private func send(_ sessionId: String, _ requestId: UInt64?, _ message: ServerMessage) -> Action {
+        .send(sessionId: sessionId, Envelope(id: requestId, message))
+    }
+
+    /// The typed failure for a relay refusal.
+    static func failure(for error: RelayError) -> ServerMessage.Failure {
+        switch error {
+        case .streamNotFound: return .init(status: .notFound, message: error.description)
+        case .streamExists, .ssrcInUse: return .init(status: .conflict, message: error.description)
+        case .invalidTracks: return .init(status: .badRequest, message: error.description)
+        case .stopped: return .init(status: .capacity, message: error.description)
+        case .socket: return .init(status: .failed, message: error.description)
+        }
+    }
+}

@@ -1,0 +1,63 @@
+import Foundation
+import PCastServer
+import Testing
+
+@Suite struct PlatformConfigurationTests {
+    @Test func missingSecretIsATypedError() {
+        #expect(throws: ConfigurationError.missingSecret) {
+            _ = try PlatformConfiguration.load(environment: [:])
+        }
+    }
+
+    @Test func defaultsApplyWhenOnlyTheSecretIsGiven() throws {
+        let configuration = try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s"])
+        #expect(configuration.secret == "s")
+        #expect(configuration.applicationId == PlatformConfiguration.defaultApplicationId)
+        #expect(configuration.httpPort == PlatformConfiguration.defaultHTTPPort)
+        #expect(configuration.messageSizeLimit == 64 * 1024)
+    }
+
+    @Test func flagsBeatEnvironmentWhichBeatsTheFile() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-config-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("pcast.json")
+        try Data(#"{"applicationId":"from-file","secret":"file-secret","httpPort":1111,"mediaPort":2222,"dataDirectory":"/file"}"#.utf8).write(to: file)
+
+        let fileOnly = try PlatformConfiguration.load(file: file)
+        #expect(fileOnly.applicationId == "from-file")
+        #expect(fileOnly.httpPort == 1111)
+        #expect(fileOnly.mediaPort == 2222)
+
+        let environment = ["PCAST_HTTP_PORT": "3333", "PCAST_SECRET": "env-secret", "PCAST_DATA_DIR": "/env"]
+        let withEnvironment = try PlatformConfiguration.load(file: file, environment: environment)
+        #expect(withEnvironment.httpPort == 3333)
+        #expect(withEnvironment.secret == "env-secret")
+        #expect(withEnvironment.mediaPort == 2222)
+        #expect(withEnvironment.dataDirectory == "/env")
+
+        var flags = PlatformConfiguration.Overrides()
+        flags.httpPort = 0
+        flags.applicationId = "from-flags"
+        let all = try PlatformConfiguration.load(file: file, environment: environment, overrides: flags)
+        #expect(all.httpPort == 0)
+        #expect(all.applicationId == "from-flags")
+        #expect(all.secret == "env-secret")
+
+        // PCAST_CONFIG names the file when the caller does not.
+        let viaEnvironment = try PlatformConfiguration.load(environment: ["PCAST_CONFIG": file.path])
+        #expect(viaEnvironment.applicationId == "from-file")
+    }
+
+    @Test func badValuesAreTypedErrors() throws {
+        #expect(throws: ConfigurationError.invalidValue(name: "PCAST_HTTP_PORT", value: "eighty", reason: "not an integer")) {
+            _ = try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s", "PCAST_HTTP_PORT": "eighty"])
+        }
+        #expect(throws: ConfigurationError.self) {
+            _ = try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s", "PCAST_MEDIA_PORT": "70000"])
+        }
+        #expect(throws: ConfigurationError.self) {
+            _ = try PlatformConfiguration.load(file: URL(fileURLWithPath: "/nonexistent/pcast.json"), environment: ["PCAST_SECRET": "s"])
+        }
+    }
+}

@@ -1,0 +1,217 @@
+import Foundation
+import PCastProtocol
+import PCastRelay
+import PCastServer
+import Testing
+
+@Suite struct StreamRegistryTests {
+    let now = Date(timeIntervalSince1970: 1_700_000_000)
+    let transport = MediaTransport(srtpProfile: "AEAD_AES_128_GCM", port: 40_000, clientKey: "c", serverKey: "s")
+
+    func registry(sessions: [String] = ["pub", "sub", "sub2"]) -> StreamRegistry {
+        var registry = StreamRegistry(tokens: TokenAuthority(applicationId: Fixture.applicationId, secret: Fixture.secret))
+        for session in sessions { _ = registry.handle(.sessionOpened(sessionId: session, remoteAddress: "127.0.0.1")) }
+        return registry
+    }
+
+    func sends(_ actions: [StreamRegistry.Action]) -> [(String, Envelope<ServerMessage>)] {
+        actions.compactMap { if case .send(let session, let envelope) = $0 { return (session, envelope) } else { return nil } }
+    }
+
+    func failure(_ actions: [StreamRegistry.Action]) -> ServerMessage.Failure? {
+        for (_, envelope) in sends(actions) { if case .failure(let failure) = envelope.message { return failure } }
+        return nil
+    }
+
+    func relayCalls(_ actions: [StreamRegistry.Action]) -> [StreamRegistry.Action] {
+        actions.filter {
+            switch $0 {
+            case .addPublisher, .addSubscriber, .removeStream, .removeSubscriber: return true
+            case .send, .log: return false
+            }
+        }
+    }
+
+    /// Publishes `streamId` from `pub` with a token carrying `applyTags`.
+    func publish(_ registry: inout StreamRegistry, _ streamId: String, tags: [String] = ["room:1"], applyTags: [String] = []) {
+        let token = Fixture.token(.publish, now: now) { $0.applyTags(applyTags) }
+        let actions = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(token, tags: tags)), now: now, newId: streamId))
+        #expect(relayCalls(actions) == [.addPublisher(streamId: streamId, tracks: [Fixture.video, Fixture.audio])])
+        let done = registry.handle(.publisherAdded(streamId: streamId, .success(transport)))
+        #expect(sends(done).first?.1 == Envelope(id: 1, .published(.init(streamId: streamId, transport: transport))))
+    }
+
+    func subscribe(_ registry: inout StreamRegistry, _ session: String, token: String, subscriberId: String) -> [StreamRegistry.Action] {
+        registry.handle(.request(sessionId: session, requestId: 2, .subscribe(.init(streamToken: token)), now: now, newId: subscriberId))
+    }
+
+    @Test func publishKeepsTagsAndAddsApplyTags() {
+        var registry = registry()
+        publish(&registry, "stream-1", tags: ["room:1", "x"], applyTags: ["channelId:demo", "x"])
+        #expect(registry.stream("stream-1")?.tags == ["room:1", "x", "channelId:demo"])
+        #expect(registry.stream("stream-1")?.publisherSessionId == "pub")
+        #expect(registry.streamCount == 1)
+    }
+
+    @Test func publishRefusalsOpenNothingOnTheRelay() {
+        var registry = registry()
+        let cases: [(String, RequestStatus)] = [
+            (Fixture.token(.stream, now: now), .unauthorized),
+            (Fixture.token(.publish, expiresIn: -1, now: now), .unauthorized),
+            (Fixture.token(.publish, now: now) { $0.sessionId("sub") }, .unauthorized),
+            (Fixture.token(.publish, now: now) { $0.channel("required") }, .unauthorized),
+            (Fixture.token(.publish, now: now) { $0.capability("audio-only") }, .unauthorized),
+            (Fixture.token(.publish, now: now) { $0.capability("hls") }, .notSupported),
+        ]
+        for (token, status) in cases {
+            let actions = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(token)), now: now, newId: "s"))
+            #expect(failure(actions)?.status == status)
+            #expect(relayCalls(actions).isEmpty)
+        }
+        #expect(registry.streamCount == 0)
+    }
+
+    @Test func relayRefusalBecomesATypedFailure() {
+        var registry = registry()
+        let token = Fixture.token(.publish, now: now)
+        _ = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(token)), now: now, newId: "s"))
+        let actions = registry.handle(.publisherAdded(streamId: "s", .failure(.ssrcInUse(1111))))
+        #expect(failure(actions)?.status == .conflict)
+        #expect(registry.streamCount == 0)
+    }
+
+    @Test func streamTokenResolvesByOriginStreamIdThenByNewestTaggedStream() {
+        var registry = registry()
+        publish(&registry, "old", applyTags: ["channelId:demo"])
+        publish(&registry, "new", applyTags: ["channelId:demo"])
+
+        let byOrigin = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("old") }, subscriberId: "a")
+        #expect(relayCalls(byOrigin) == [.addSubscriber(streamId: "old", subscriberId: "a")])
+        _ = registry.handle(.subscriberAdded(streamId: "old", subscriberId: "a", .success(transport)))
+
+        let byTag = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.channel("demo") }, subscriberId: "b")
+        #expect(relayCalls(byTag) == [.addSubscriber(streamId: "new", subscriberId: "b")])
+        let done = registry.handle(.subscriberAdded(streamId: "new", subscriberId: "b", .success(transport)))
+        #expect(sends(done).first?.1 == Envelope(id: 2, .subscribed(.init(streamId: "new", tracks: [Fixture.video, Fixture.audio], transport: transport))))
+        #expect(registry.subscriberCount == 2)
+    }
+
+    @Test func subscribeRefusals() {
+        var registry = registry()
+        publish(&registry, "s1", applyTags: ["channelId:demo"])
+        let cases: [(String, RequestStatus)] = [
+            (Fixture.token(.publish, now: now) { $0.originStreamId("s1") }, .unauthorized),
+            (Fixture.token(.stream, now: now) { $0.originStreamId("s1").channel("other") }, .unauthorized),
+            (Fixture.token(.stream, now: now) { $0.channel("other") }, .noStreamPlaying),
+            (Fixture.token(.stream, now: now) { $0.originStreamId("nope") }, .notFound),
+            (Fixture.token(.stream, now: now), .badRequest),
+            (Fixture.token(.stream, now: now) { $0.originStreamId("s1").sessionId("pub") }, .unauthorized),
+            (Fixture.token(.stream, now: now) { $0.originStreamId("s1").remoteAddress("192.0.2.1") }, .unauthorized),
+            (Fixture.token(.stream, now: now) { $0.originStreamId("s1").capability("multi-bitrate") }, .notSupported),
+            (Fixture.token(.stream, now: now) { $0.originStreamId("s1").capabilities(["audio-only", "video-only"]) }, .badRequest),
+        ]
+        for (token, status) in cases {
+            let actions = subscribe(&registry, "sub", token: token, subscriberId: "x")
+            #expect(failure(actions)?.status == status, "\(failure(actions)?.message ?? "no failure")")
+            #expect(relayCalls(actions).isEmpty)
+        }
+    }
+
+    @Test func audioOnlyCapabilityListsOnlyAudioTracks() {
+        var registry = registry()
+        publish(&registry, "s1")
+        _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1").capability("audio-only") }, subscriberId: "a")
+        let done = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "a", .success(transport)))
+        guard case .subscribed(let subscribed)? = sends(done).first?.1.message else {
+            Issue.record("no subscribed reply")
+            return
+        }
+        #expect(subscribed.tracks == [Fixture.audio])
+    }
+
+    @Test func unpublishTellsSubscribersInOrderThenThePublisher() {
+        var registry = registry()
+        publish(&registry, "s1")
+        for (session, id) in [("sub2", "first"), ("sub", "second")] {
+            _ = subscribe(&registry, session, token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: id)
+            _ = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: id, .success(transport)))
+        }
+        let actions = registry.handle(.request(
+            sessionId: "pub", requestId: 7, .unpublish(.init(streamId: "s1", reason: .custom, description: "lunch break")), now: now, newId: ""))
+        let ended = Envelope<ServerMessage>.event(.streamEnded(.init(streamId: "s1", reason: .custom, description: "lunch break")))
+        #expect(sends(actions).map(\.0) == ["pub", "sub2", "sub", "pub"])
+        #expect(sends(actions).map(\.1) == [Envelope(id: 7, .ok), ended, ended, ended])
+        #expect(relayCalls(actions) == [.removeStream(streamId: "s1")])
+        #expect(registry.streamCount == 0)
+        #expect(registry.subscriberCount == 0)
+    }
+
+    @Test func onlyThePublisherUnpublishesAndCensoredIsTheOperators() {
+        var registry = registry()
+        publish(&registry, "s1")
+        let other = registry.handle(.request(sessionId: "sub", requestId: 1, .unpublish(.init(streamId: "s1", reason: .ended)), now: now, newId: ""))
+        #expect(failure(other)?.status == .unauthorized)
+        let censored = registry.handle(.request(sessionId: "pub", requestId: 1, .unpublish(.init(streamId: "s1", reason: .censored)), now: now, newId: ""))
+        #expect(failure(censored)?.status == .badRequest)
+        let unknown = registry.handle(.request(sessionId: "pub", requestId: 1, .unpublish(.init(streamId: "zz", reason: .ended)), now: now, newId: ""))
+        #expect(failure(unknown)?.status == .notFound)
+        #expect(registry.streamCount == 1)
+
+        let admin = registry.handle(.endStream(streamId: "s1", reason: .censored, description: "terms"))
+        #expect(sends(admin).map(\.1) == [.event(.streamEnded(.init(streamId: "s1", reason: .censored, description: "terms")))])
+    }
+
+    @Test func everyReasonReachesSubscribersUnchanged() {
+        for reason in StreamEndedReason.allCases where reason != .censored {
+            var registry = registry()
+            publish(&registry, "s1")
+            _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: "a")
+            _ = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "a", .success(transport)))
+            let actions = registry.handle(.request(
+                sessionId: "pub", requestId: 1, .unpublish(.init(streamId: "s1", reason: reason, description: "why")), now: now, newId: ""))
+            #expect(sends(actions).contains { $0.0 == "sub" && $0.1 == .event(.streamEnded(.init(streamId: "s1", reason: reason, description: "why"))) })
+        }
+    }
+
+    @Test func publisherSessionEndingEndsItsStreams() {
+        for (how, reason) in [(SessionEnd.bye, StreamEndedReason.ended), (.connectionLost, .failed), (.keepAliveTimeout, .failed), (.serverShutdown, .maintenance)] {
+            var registry = registry()
+            publish(&registry, "s1")
+            _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: "a")
+            _ = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "a", .success(transport)))
+            let actions = registry.handle(.sessionClosed(sessionId: "pub", how))
+            #expect(sends(actions).map(\.0) == ["sub"], "the closed publisher is not sent anything")
+            #expect(sends(actions).first?.1 == .event(.streamEnded(.init(streamId: "s1", reason: reason, description: how.streamEndedDescription))))
+            #expect(relayCalls(actions) == [.removeStream(streamId: "s1")])
+            #expect(registry.sessionCount == 2)
+        }
+    }
+
+    @Test func subscriberSessionEndingRemovesItsSubscriptions() {
+        var registry = registry()
+        publish(&registry, "s1")
+        _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: "a")
+        _ = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "a", .success(transport)))
+        let actions = registry.handle(.sessionClosed(sessionId: "sub", .connectionLost))
+        #expect(relayCalls(actions) == [.removeSubscriber(streamId: "s1", subscriberId: "a")])
+        #expect(sends(actions).isEmpty)
+        #expect(registry.stream("s1")?.subscribers.isEmpty == true)
+        // A relay answer that arrives after its session ended is undone, not leaked.
+        _ = subscribe(&registry, "sub2", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: "late")
+        _ = registry.handle(.sessionClosed(sessionId: "sub2", .connectionLost))
+        let late = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "late", .success(transport)))
+        #expect(relayCalls(late) == [.removeSubscriber(streamId: "s1", subscriberId: "late")])
+    }
+
+    @Test func unsubscribeRemovesOneSubscription() {
+        var registry = registry()
+        publish(&registry, "s1")
+        _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: "a")
+        _ = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "a", .success(transport)))
+        let actions = registry.handle(.request(sessionId: "sub", requestId: 3, .unsubscribe(.init(streamId: "s1")), now: now, newId: ""))
+        #expect(relayCalls(actions) == [.removeSubscriber(streamId: "s1", subscriberId: "a")])
+        #expect(sends(actions).map(\.1) == [Envelope(id: 3, .ok)])
+        let again = registry.handle(.request(sessionId: "sub", requestId: 4, .unsubscribe(.init(streamId: "s1")), now: now, newId: ""))
+        #expect(failure(again)?.status == .notFound)
+    }
+}
