@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "PCastProtocol", targets: ["PCastProtocol"]),
         .library(name: "PCastMedia", targets: ["PCastMedia"]),
         .library(name: "PCastRelay", targets: ["PCastRelay"]),
+        .library(name: "PCast", targets: ["PCast"]),
         .library(name: "PCastServer", targets: ["PCastServer"]),
         .executable(name: "pcast", targets: ["pcast"]),
     ],
@@ -92,6 +93,21 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "CompressNIO", package: "compress-nio"),
+            ]
+        ),
+        // The client SDK: PCast (signaling over a WebSocket, media over SRTP/UDP to the relay).
+        .target(
+            name: "PCast",
+            dependencies: [
+                "PCastMedia",
+                "PCastProtocol",
+                "GStreamer",
+                "SRTP",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
             ]
         ),
         // Safe Swift face of libsrtp2.

@@ -1,6 +1,7 @@
 import Foundation
 import GStreamer
 import Logging
+import PCastProtocol
 import Synchronization
 
 /// Whether a track still carries media.
@@ -50,6 +51,60 @@ protocol StreamEngine: AnyObject, Sendable {
     /// The `tee` carrying the raw media of `kind`, or nil when the stream has none.
     func tee(for kind: MediaType) -> Element?
     func stop() async
+    /// The playout-delay overrides of the stream (nil for local media, which has no jitter buffer).
+    var playoutDelay: PlayoutDelay? { get }
+}
+
+extension StreamEngine {
+    var playoutDelay: PlayoutDelay? { nil }
+}
+
+/// Something to release: dropping the last reference releases it too, as the seed's disposables do.
+public final class Disposable: Sendable {
+    private let action: Mutex<(@Sendable () -> Void)?>
+
+    public init(_ action: @escaping @Sendable () -> Void) {
+        self.action = Mutex(action)
+    }
+
+    /// Releases it now; later calls do nothing.
+    public func dispose() {
+        let action = self.action.withLock { action in defer { action = nil }; return action }
+        action?()
+    }
+
+    deinit { dispose() }
+}
+
+/// A stream's jitter-buffer latency with a stack of overrides: the most recent override wins,
+/// releasing one restores the one before it, releasing all restores the default.
+public final class PlayoutDelay: Sendable {
+    public let defaultDelay: Duration
+    private let apply: @Sendable (Duration) -> Void
+    private let overrides = Mutex<[(id: Int, delay: Duration)]>([])
+    private let nextID = Atomic<Int>(0)
+
+    init(default delay: Duration, apply: @escaping @Sendable (Duration) -> Void) {
+        defaultDelay = delay
+        self.apply = apply
+    }
+
+    /// The delay in effect.
+    public var current: Duration { overrides.withLock { $0.last?.delay ?? defaultDelay } }
+
+    func override(_ delay: Duration) -> Disposable {
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        overrides.withLock { $0.append((id, delay)) }
+        apply(delay)
+        return Disposable { [weak self] in
+            guard let self else { return }
+            let now = self.overrides.withLock { list -> Duration in
+                list.removeAll { $0.id == id }
+                return list.last?.delay ?? self.defaultDelay
+            }
+            self.apply(now)
+        }
+    }
 }
 
 /// Why a stream ended.
@@ -60,6 +115,8 @@ public enum MediaStreamEndReason: Sendable, Hashable {
     case endOfStream
     /// The source or pipeline failed.
     case failed(String)
+    /// The remote stream ended, for the platform's reason.
+    case remote(StreamEndedReason, String?)
 }
 
 /// A stream of media tracks: local (from ``UserMedia/getUserMedia(_:)``) or, later, remote.
@@ -115,7 +172,7 @@ public final class MediaStream: Sendable, Identifiable {
         if let reason { callback(reason) }
     }
 
-    func finish(_ reason: MediaStreamEndReason) {
+    package func finish(_ reason: MediaStreamEndReason) {
         let (waiters, callbacks): ([CheckedContinuation<MediaStreamEndReason, Never>], [@Sendable (MediaStreamEndReason) -> Void]) = endState.withLock { state in
             guard state.reason == nil else { return ([], []) }
             state.reason = reason

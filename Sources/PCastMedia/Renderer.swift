@@ -308,6 +308,19 @@ public final class Renderer: Sendable {
         return branch?.descendants.contains { $0.name == name } ?? false
     }
 
+    // MARK: Playout delay
+
+    /// Sets the stream's playout delay (its jitter buffer's latency) until the returned disposable
+    /// is released; the most recent override wins, and releasing it restores the one before, or the
+    /// default. A local stream has no jitter buffer: the override is accepted and changes nothing.
+    public func overridePlayoutDelay(_ seconds: Double) -> Disposable {
+        guard let delay = stream.engine.playoutDelay else { return Disposable {} }
+        return delay.override(.milliseconds(Int64((max(seconds, 0) * 1000).rounded())))
+    }
+
+    /// The playout delay in effect (nil for local streams).
+    public var playoutDelay: Duration? { stream.engine.playoutDelay?.current }
+
     // MARK: Audio
 
     public var isAudioMuted: Bool { state.withLock { $0.muted } }

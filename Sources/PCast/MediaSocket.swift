@@ -1,0 +1,170 @@
+import Foundation
+import GStreamer
+import Logging
+import PCastMedia
+import PCastProtocol
+import SRTP
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One flow's media path to the relay: a UDP socket (sending and receiving on the same port, so
+/// the relay learns the address from our packets), SRTP with the flow's keys, RTP and RTCP
+/// multiplexed (RFC 5761). Received packets are handed on from a thread of its own.
+final class MediaSocket: @unchecked Sendable {
+    private let fd: Int32
+    private var relay = sockaddr_in()
+    private let protector: SRTPSession
+    private let verifier: SRTPSession
+    private let sendLock = Mutex<Void>(())
+    private let running = Atomic<Bool>(true)
+    private var thread: Thread?
+    private let onRTP: @Sendable (Buffer, UInt8) -> Void
+    private let onRTCP: @Sendable (Buffer) -> Void
+    /// Rewrites the sender SSRC of outgoing RTCP (a subscriber's is assigned by the relay).
+    private let rtcpSenderSSRC: UInt32?
+    let statistics = Statistics()
+
+    final class Statistics: Sendable {
+        let packetsSent = Atomic<Int>(0)
+        let packetsReceived = Atomic<Int>(0)
+        let bytesReceived = Atomic<Int>(0)
+        let authenticationFailures = Atomic<Int>(0)
+    }
+
+    init(host: String, transport: MediaTransport, rtcpSenderSSRC: UInt32?,
+         onRTP: @escaping @Sendable (Buffer, UInt8) -> Void, onRTCP: @escaping @Sendable (Buffer) -> Void) throws(PCastError) {
+        guard let profile = SRTPProfile(rawValue: transport.srtpProfile) else {
+            throw .invalidTransport("unknown SRTP profile \(transport.srtpProfile)")
+        }
+        do {
+            protector = try SRTPSession(key: SRTPKey(profile: profile, base64: transport.clientKey), direction: .outbound)
+            verifier = try SRTPSession(key: SRTPKey(profile: profile, base64: transport.serverKey), direction: .inbound)
+        } catch {
+            throw .invalidTransport("SRTP keys: \(error)")
+        }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = transport.port.bigEndian
+        let resolved = host == "localhost" ? "127.0.0.1" : host
+        guard inet_pton(AF_INET, resolved, &address.sin_addr) == 1 else {
+            throw .invalidTransport("relay host \(host) is not an IPv4 address")
+        }
+        relay = address
+        let descriptor = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        guard descriptor >= 0 else { throw .invalidTransport("socket: errno \(errno)") }
+        var size: Int32 = 4 << 20
+        setsockopt(descriptor, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        setsockopt(descriptor, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        var local = sockaddr_in()
+        local.sin_family = sa_family_t(AF_INET)
+        local.sin_addr.s_addr = INADDR_ANY
+        let bound = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard bound == 0 else {
+            close(descriptor)
+            throw .invalidTransport("bind: errno \(errno)")
+        }
+        fd = descriptor
+        self.rtcpSenderSSRC = rtcpSenderSSRC
+        self.onRTP = onRTP
+        self.onRTCP = onRTCP
+        let thread = Thread { [weak self] in self?.receiveLoop() }
+        thread.name = "pcast.media-socket"
+        thread.stackSize = 1 << 20
+        self.thread = thread
+        thread.start()
+    }
+
+    deinit {
+        running.store(false, ordering: .relaxed)
+        close(fd)
+    }
+
+    /// Stops receiving and closes the socket.
+    func shutdown() {
+        guard running.exchange(false, ordering: .relaxed) else { return }
+        shutdownSocket(fd)
+    }
+
+    /// Protects and sends a packet from a media pipeline.
+    func send(_ packet: OutgoingPacket) {
+        guard running.load(ordering: .relaxed), var bytes = try? packet.buffer.withUnsafeBytes({ Array($0.bindMemory(to: UInt8.self)) }) else { return }
+        do {
+            switch packet.kind {
+            case .rtp:
+                try sendLock.withLock { _ throws(SRTPError) in try protector.protect(&bytes) }
+            case .rtcp:
+                if let ssrc = rtcpSenderSSRC { Self.rewriteSenderSSRC(&bytes, ssrc) }
+                try sendLock.withLock { _ throws(SRTPError) in try protector.protectRTCP(&bytes) }
+            }
+        } catch {
+            return
+        }
+        send(raw: bytes)
+    }
+
+    /// Sends an already protected datagram (or any bytes, for keep-alives).
+    func send(raw bytes: [UInt8]) {
+        var target = relay
+        let sent = bytes.withUnsafeBytes { raw in
+            withUnsafePointer(to: &target) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                sendto(fd, raw.baseAddress, raw.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            } }
+        }
+        if sent > 0 { statistics.packetsSent.add(1, ordering: .relaxed) }
+    }
+
+    /// Sends an RTCP receiver report with no report blocks, from `ssrc`: how a subscriber tells the
+    /// relay where it is before any media flows, and keeps its NAT binding open.
+    func sendEmptyReceiverReport(ssrc: UInt32) {
+        var bytes: [UInt8] = [0x80, 201, 0, 1, UInt8(ssrc >> 24), UInt8(ssrc >> 16 & 0xFF), UInt8(ssrc >> 8 & 0xFF), UInt8(ssrc & 0xFF)]
+        do {
+            try sendLock.withLock { _ throws(SRTPError) in try protector.protectRTCP(&bytes) }
+        } catch {
+            return
+        }
+        send(raw: bytes)
+    }
+
+    /// Sets the sender SSRC of every packet in an RTCP compound.
+    static func rewriteSenderSSRC(_ bytes: inout [UInt8], _ ssrc: UInt32) {
+        var offset = 0
+        while offset + 8 <= bytes.count {
+            let words = Int(bytes[offset + 2]) << 8 | Int(bytes[offset + 3])
+            bytes[offset + 4] = UInt8(ssrc >> 24)
+            bytes[offset + 5] = UInt8(ssrc >> 16 & 0xFF)
+            bytes[offset + 6] = UInt8(ssrc >> 8 & 0xFF)
+            bytes[offset + 7] = UInt8(ssrc & 0xFF)
+            offset += (words + 1) * 4
+        }
+    }
+
+    private func receiveLoop() {
+        var storage = [UInt8](repeating: 0, count: 2048)
+        var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        while running.load(ordering: .relaxed) {
+            guard poll(&poller, 1, 200) > 0 else { continue }
+            let count = storage.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            guard count > 0 else { continue }
+            var packet = Array(storage[0..<count])
+            guard packet.count >= 8 else { continue }
+            let isRTCP = (192...223).contains(packet[1])
+            do {
+                if isRTCP { try verifier.unprotectRTCP(&packet) } else { try verifier.unprotect(&packet) }
+            } catch {
+                statistics.authenticationFailures.add(1, ordering: .relaxed)
+                continue
+            }
+            statistics.packetsReceived.add(1, ordering: .relaxed)
+            statistics.bytesReceived.add(count, ordering: .relaxed)
+            let buffer = Buffer(bytes: packet)
+            if isRTCP { onRTCP(buffer) } else { onRTP(buffer, packet[1] & 0x7F) }
+        }
+    }
+}
+
+private func shutdownSocket(_ fd: Int32) {
+    _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+}

@@ -1,0 +1,311 @@
+@_exported import PCastMedia
+@_exported import PCastProtocol
+import Foundation
+import GStreamer
+import Logging
+import Synchronization
+
+/// Why a PCast operation failed. ``status`` is the seed's request status for it.
+public enum PCastError: Error, Sendable, Equatable, CustomStringConvertible {
+    case invalidURI(String)
+    case connectionFailed(String)
+    /// The signaling connection is gone.
+    case disconnected
+    case timeout
+    /// The platform refused the request.
+    case refused(RequestStatus, String)
+    /// ``PCast/start(authToken:)`` has not succeeded (or ``PCast/stop()`` was called).
+    case notStarted
+    case invalidTransport(String)
+    case invalidRequest(String)
+    case media(MediaError)
+
+    public var status: RequestStatus {
+        switch self {
+        case .refused(let status, _): return status
+        case .timeout: return .timeout
+        case .invalidURI, .invalidRequest: return .badRequest
+        default: return .failed
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .invalidURI(let uri): return "invalid platform URI '\(uri)' (expected ws://host:port/ws)"
+        case .connectionFailed(let why): return "cannot connect: \(why)"
+        case .disconnected: return "the connection to the platform is gone"
+        case .timeout: return "the platform did not answer in time"
+        case .refused(let status, let message): return "refused (\(status.rawValue)): \(message)"
+        case .notStarted: return "PCast is not started"
+        case .invalidTransport(let why): return "invalid media transport: \(why)"
+        case .invalidRequest(let why): return "invalid request: \(why)"
+        case .media(let error): return error.description
+        }
+    }
+}
+
+/// Options of ``PCast``.
+public struct PCastOptions: Sendable, Hashable {
+    /// The platform's signaling endpoint, `ws://host:port/ws`.
+    public var uri: String
+    /// Playout delay of subscribed streams (their jitter buffer).
+    public var playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay
+    /// Reconnect (and authenticate again) when the connection drops.
+    public var reconnects = true
+
+    public init(uri: String, playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay, reconnects: Bool = true) {
+        self.uri = uri
+        self.playoutDelay = playoutDelay
+        self.reconnects = reconnects
+    }
+}
+
+/// The low-level PCast API: connect and authenticate, publish local media, subscribe to streams.
+///
+/// ```swift
+/// let pcast = PCast(PCastOptions(uri: "ws://127.0.0.1:8080/ws"))
+/// let sessionId = try await pcast.start(authToken: authToken)
+/// let media = try await pcast.getUserMedia(options)
+/// let publisher = try await pcast.publish(streamToken: publishToken, mediaStream: media, tags: ["demo"])
+/// let remote = try await pcast.subscribe(streamToken: streamToken)
+/// _ = await remote.createRenderer().start()
+/// ```
+public final class PCast: Sendable {
+    public let options: PCastOptions
+    let logger: Logger
+    let logs = LogRing(capacity: 2000)
+
+    struct State {
+        var signaling: SignalingClient?
+        var authToken: String?
+        var sessionId: String?
+        var stopped = true
+        var keepAlive: Task<Void, Never>?
+        var reconnect: Task<Void, Never>?
+        var publishers: [String: Publisher] = [:]
+        var subscriptions: [String: Subscription] = [:]
+        var authenticationCallback: (@Sendable (RequestStatus, String?) -> Void)?
+        var onlineCallback: (@Sendable () -> Void)?
+        var offlineCallback: (@Sendable () -> Void)?
+    }
+    let state = Mutex(State())
+
+    /// The seed's initialize.
+    public init(_ options: PCastOptions) {
+        self.options = options
+        let ring = logs
+        logger = Logger(label: "pcast.sdk") { label in
+            MultiplexLogHandler([ring.handler(label: label), StreamLogHandler.standardError(label: label)])
+        }
+        try? GStreamerRuntime.initialize()
+    }
+
+    /// The session id, while authenticated.
+    public var sessionId: String? { state.withLock { $0.sessionId } }
+
+    /// Whether the signaling connection is up and authenticated.
+    public var isOnline: Bool { state.withLock { $0.sessionId != nil && !($0.signaling?.isClosed ?? true) } }
+
+    /// The SDK's recent log messages, oldest first.
+    public func collectLogMessages() -> [String] { logs.messages }
+
+    // MARK: Start and stop
+
+    /// Connects and authenticates; returns the session id.
+    ///
+    /// - Throws: ``PCastError/refused(_:_:)`` with `unauthorized` for a bad token.
+    @discardableResult
+    public func start(authToken: String) async throws(PCastError) -> String {
+        state.withLock { $0.authToken = authToken; $0.stopped = false }
+        do {
+            let sessionId = try await connect()
+            state.withLock { $0.authenticationCallback }?(.ok, sessionId)
+            return sessionId
+        } catch {
+            state.withLock { $0.stopped = true }
+            state.withLock { $0.authenticationCallback }?(error.status, nil)
+            throw error
+        }
+    }
+
+    /// The seed's callback form. `authenticationCallback(status, sessionId)` is called after each
+    /// (re)authentication; `online` and `offline` follow the connection.
+    public func start(authToken: String,
+                      authenticationCallback: @escaping @Sendable (RequestStatus, String?) -> Void,
+                      onlineCallback: @escaping @Sendable () -> Void = {},
+                      offlineCallback: @escaping @Sendable () -> Void = {}) {
+        state.withLock {
+            $0.authenticationCallback = authenticationCallback
+            $0.onlineCallback = onlineCallback
+            $0.offlineCallback = offlineCallback
+        }
+        Task { _ = try? await self.start(authToken: authToken) }
+    }
+
+    private func connect() async throws(PCastError) -> String {
+        guard let url = URL(string: options.uri) else { throw .invalidURI(options.uri) }
+        let client = try await SignalingClient.connect(to: url, logger: logger,
+            onEvent: { [weak self] event in self?.handle(event) },
+            onClose: { [weak self] code in self?.connectionClosed(code) })
+        guard let token = state.withLock({ $0.authToken }) else { throw .notStarted }
+        let reply: ServerMessage
+        do {
+            reply = try await client.request(.authenticate(.init(token: token)))
+        } catch {
+            await client.close()
+            throw error
+        }
+        guard case .authenticated(let authenticated) = reply else {
+            await client.close()
+            throw .invalidRequest("unexpected reply to authenticate: \(reply.type)")
+        }
+        let interval = max(1, authenticated.keepAliveInterval)
+        let keepAlive = Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(interval))
+                guard self != nil, !Task.isCancelled else { return }
+                _ = try? await client.request(.keepAlive)
+            }
+        }
+        let online = state.withLock { state -> (@Sendable () -> Void)? in
+            state.signaling = client
+            state.sessionId = authenticated.sessionId
+            state.keepAlive?.cancel()
+            state.keepAlive = keepAlive
+            return state.onlineCallback
+        }
+        logger.info("authenticated", metadata: ["session": "\(authenticated.sessionId)"])
+        online?()
+        return authenticated.sessionId
+    }
+
+    private func connectionClosed(_ code: UInt16?) {
+        let (offline, publishers, subscriptions, reconnect) = state.withLock { state in
+            state.keepAlive?.cancel()
+            state.keepAlive = nil
+            state.signaling = nil
+            state.sessionId = nil
+            let ended = (state.offlineCallback, Array(state.publishers.values), Array(state.subscriptions.values), !state.stopped && options.reconnects)
+            state.publishers = [:]
+            state.subscriptions = [:]
+            return ended
+        }
+        logger.warning("signaling connection closed", metadata: ["code": "\(code.map(String.init) ?? "none")"])
+        offline?()
+        // The platform ends a session's streams with its connection.
+        for publisher in publishers { publisher.finish(.failed, "the connection to the platform was lost") }
+        for subscription in subscriptions { subscription.finish(.failed, "the connection to the platform was lost") }
+        if reconnect { scheduleReconnect() }
+    }
+
+    private func scheduleReconnect() {
+        let task = Task { [weak self] in
+            var delay = Duration.milliseconds(250)
+            while !Task.isCancelled {
+                try? await Task.sleep(for: delay)
+                guard let self, !self.state.withLock({ $0.stopped }) else { return }
+                do throws(PCastError) {
+                    let sessionId = try await self.connect()
+                    self.state.withLock { $0.authenticationCallback }?(.ok, sessionId)
+                    return
+                } catch {
+                    if case .refused(.unauthorized, _) = error {
+                        self.state.withLock { $0.authenticationCallback }?(.unauthorized, nil)
+                        return
+                    }
+                    delay = min(delay * 2, .seconds(5))
+                }
+            }
+        }
+        state.withLock { $0.reconnect?.cancel(); $0.reconnect = task }
+    }
+
+    /// Ends the session: published and subscribed streams end, the connection closes.
+    public func stop() async {
+        let (client, publishers, subscriptions) = state.withLock { state in
+            state.stopped = true
+            state.reconnect?.cancel()
+            state.keepAlive?.cancel()
+            defer { state.publishers = [:]; state.subscriptions = [:]; state.signaling = nil; state.sessionId = nil }
+            return (state.signaling, Array(state.publishers.values), Array(state.subscriptions.values))
+        }
+        for publisher in publishers { await publisher.stop(reason: .ended) }
+        for subscription in subscriptions { await subscription.stream.stop() }
+        if let client {
+            _ = try? await client.request(.bye, timeout: .seconds(2))
+            await client.close()
+        }
+    }
+
+    /// Stops and releases everything (the seed's shutdown, when the app exits).
+    public func shutdown() async {
+        await stop()
+    }
+
+    // MARK: Events
+
+    private func handle(_ event: ServerMessage) {
+        guard case .streamEnded(let ended) = event else { return }
+        let (publisher, subscription) = state.withLock { state in
+            (state.publishers.removeValue(forKey: ended.streamId), state.subscriptions.removeValue(forKey: ended.streamId))
+        }
+        logger.info("stream ended", metadata: ["stream": "\(ended.streamId)", "reason": "\(ended.reason.rawValue)"])
+        publisher?.finish(ended.reason, ended.description)
+        subscription?.finish(ended.reason, ended.description)
+    }
+
+    func signaling() throws(PCastError) -> SignalingClient {
+        guard let client = state.withLock({ $0.signaling }) else { throw .notStarted }
+        return client
+    }
+
+    var host: String {
+        URL(string: options.uri)?.host ?? "127.0.0.1"
+    }
+
+    // MARK: Media
+
+    /// Local user media (see ``UserMedia/getUserMedia(_:)``).
+    public func getUserMedia(_ options: UserMediaOptions = UserMediaOptions()) async throws(UserMediaError) -> UserMediaStream {
+        try await UserMedia.getUserMedia(options)
+    }
+
+    /// The sources of `mediaType` (see ``SourceDevices``).
+    public func enumerateSourceDevices(_ mediaType: MediaType) async -> [SourceDeviceInfo] {
+        await UserMedia.enumerateSourceDevices(mediaType)
+    }
+}
+
+/// Keeps the SDK's recent log lines for ``PCast/collectLogMessages()``.
+final class LogRing: Sendable {
+    private let lines = Mutex<[String]>([])
+    let capacity: Int
+    init(capacity: Int) { self.capacity = capacity }
+
+    var messages: [String] { lines.withLock { $0 } }
+
+    func append(_ line: String) {
+        lines.withLock { lines in
+            lines.append(line)
+            if lines.count > capacity { lines.removeFirst(lines.count - capacity) }
+        }
+    }
+
+    func handler(label: String) -> some LogHandler { RingHandler(ring: self, label: label) }
+
+    struct RingHandler: LogHandler {
+        let ring: LogRing
+        let label: String
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .debug
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) {
+            let all = self.metadata.merging(event.metadata ?? [:]) { $1 }
+            let fields = all.isEmpty ? "" : " " + all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+            ring.append("\(ISO8601DateFormatter().string(from: Date())) \(event.level) \(label): \(event.message)\(fields)")
+        }
+    }
+}

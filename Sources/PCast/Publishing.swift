@@ -1,0 +1,218 @@
+import Foundation
+import GStreamer
+import Logging
+import Synchronization
+
+/// A published stream (the seed's Publisher).
+///
+/// ```swift
+/// let publisher = try await pcast.publish(streamToken: token, mediaStream: media, tags: ["room:lobby"])
+/// print(publisher.streamId)
+/// publisher.setPublisherEndedCallback { reason, description in … }
+/// await publisher.stop(reason: .custom, description: "bye")
+/// ```
+public final class Publisher: Sendable {
+    public let streamId: String
+    let rtp: RTPPublisher
+    let socket: SocketSlot
+    private weak let pcast: PCast?
+    private let ending = Mutex<(ended: (StreamEndedReason, String?)?, callbacks: [@Sendable (StreamEndedReason, String?) -> Void], waiters: [CheckedContinuation<(StreamEndedReason, String?), Never>])>((nil, [], []))
+
+    init(streamId: String, rtp: RTPPublisher, socket: SocketSlot, pcast: PCast) {
+        self.streamId = streamId
+        self.rtp = rtp
+        self.socket = socket
+        self.pcast = pcast
+    }
+
+    /// The tracks announced to the platform.
+    public var tracks: [MediaTrackDescription] { rtp.tracks }
+
+    public var hasEnded: Bool { ending.withLock { $0.ended != nil } }
+
+    /// Called once when the stream ends: stopped here, ended by the platform (censored,
+    /// maintenance…), or the connection lost.
+    public func setPublisherEndedCallback(_ callback: @escaping @Sendable (StreamEndedReason, String?) -> Void) {
+        let ended: (StreamEndedReason, String?)? = ending.withLock { state in
+            if let ended = state.ended { return ended }
+            state.callbacks.append(callback)
+            return nil
+        }
+        if let ended { callback(ended.0, ended.1) }
+    }
+
+    /// Waits until the stream ends; returns why.
+    public func ended() async -> (StreamEndedReason, String?) {
+        await withCheckedContinuation { continuation in
+            let ended: (StreamEndedReason, String?)? = ending.withLock { state in
+                if let ended = state.ended { return ended }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let ended { continuation.resume(returning: ended) }
+        }
+    }
+
+    /// Packets sent to the relay so far.
+    public var packetsSent: Int { socket.value.withLock { $0?.statistics.packetsSent.load(ordering: .relaxed) ?? 0 } }
+
+    /// Stops publishing; subscribers are told the stream ended with `reason` (and `description`).
+    public func stop(reason: StreamEndedReason = .ended, description: String? = nil) async {
+        guard !hasEnded else { return }
+        if let client = try? pcast?.signaling() {
+            _ = try? await client.request(.unpublish(.init(streamId: streamId, reason: reason, description: description)), timeout: .seconds(3))
+        }
+        pcast?.state.withLock { _ = $0.publishers.removeValue(forKey: streamId) }
+        finish(reason, description)
+    }
+
+    func finish(_ reason: StreamEndedReason, _ description: String?) {
+        let (callbacks, waiters): ([@Sendable (StreamEndedReason, String?) -> Void], [CheckedContinuation<(StreamEndedReason, String?), Never>]) = ending.withLock { state in
+            guard state.ended == nil else { return ([], []) }
+            state.ended = (reason, description)
+            defer { state.callbacks = []; state.waiters = [] }
+            return (state.callbacks, state.waiters)
+        }
+        let socket = self.socket.value.withLock { socket in defer { socket = nil }; return socket }
+        socket?.shutdown()
+        let rtp = self.rtp
+        Task { await rtp.stop() }
+        callbacks.forEach { $0(reason, description) }
+        waiters.forEach { $0.resume(returning: (reason, description)) }
+    }
+}
+
+/// A subscribed stream's flow.
+final class Subscription: Sendable {
+    let streamId: String
+    let stream: MediaStream
+    let receiver: RTPReceiver
+    let socket: MediaSocket
+    let keepAlive: Task<Void, Never>
+
+    init(streamId: String, stream: MediaStream, receiver: RTPReceiver, socket: MediaSocket, keepAlive: Task<Void, Never>) {
+        self.streamId = streamId
+        self.stream = stream
+        self.receiver = receiver
+        self.socket = socket
+        self.keepAlive = keepAlive
+    }
+
+    func finish(_ reason: StreamEndedReason, _ description: String?) {
+        keepAlive.cancel()
+        socket.shutdown()
+        stream.finish(.remote(reason, description))
+        let stream = self.stream
+        Task { await stream.stop() }
+    }
+}
+
+extension PCast {
+    /// Publishes local media with a publish token; returns once the platform has assigned the
+    /// stream id. Tags are kept with the stream (the token's `applyTags` are added).
+    ///
+    /// - Throws: ``PCastError/refused(_:_:)`` with the platform's status for a refused token.
+    public func publish(streamToken: String, mediaStream: UserMediaStream, tags: [String] = [],
+                        settings: EncodingSettings = EncodingSettings(),
+                        publishType: PublishType = .live, streamName: String? = nil) async throws(PCastError) -> Publisher {
+        let client = try signaling()
+        let socketBox = SocketSlot()
+        let rtp: RTPPublisher
+        do {
+            rtp = try await RTPPublisher.start(stream: mediaStream.mediaStream, settings: settings) { packet in
+                socketBox.value.withLock { $0 }?.send(packet)
+            }
+        } catch {
+            throw .media(error)
+        }
+        let reply: ServerMessage
+        do {
+            reply = try await client.request(.publish(.init(streamToken: streamToken, tags: tags, publishType: publishType,
+                                                            streamName: streamName, tracks: rtp.tracks)))
+        } catch {
+            await rtp.stop()
+            throw error
+        }
+        guard case .published(let published) = reply else {
+            await rtp.stop()
+            throw .invalidRequest("unexpected reply to publish: \(reply.type)")
+        }
+        do {
+            let socket = try MediaSocket(host: host, transport: published.transport, rtcpSenderSSRC: nil,
+                                         onRTP: { _, _ in }, onRTCP: { rtcp in rtp.receiveRTCP(rtcp) })
+            socketBox.value.withLock { $0 = socket }
+        } catch {
+            _ = try? await client.request(.unpublish(.init(streamId: published.streamId, reason: .failed, description: error.description)))
+            await rtp.stop()
+            throw error
+        }
+        let publisher = Publisher(streamId: published.streamId, rtp: rtp, socket: socketBox, pcast: self)
+        state.withLock { $0.publishers[published.streamId] = publisher }
+        logger.info("publishing", metadata: ["stream": "\(published.streamId)", "tracks": "\(rtp.tracks.map(\.kind.rawValue))"])
+        return publisher
+    }
+
+    /// Subscribes with a stream token; returns the remote stream (create a renderer to show it).
+    /// Stopping the stream unsubscribes.
+    ///
+    /// - Throws: ``PCastError/refused(_:_:)``: `unauthorized` for a bad token, `not-found` or
+    ///   `no-stream-playing` when there is nothing to subscribe to.
+    public func subscribe(streamToken: String, playoutDelay: Duration? = nil) async throws(PCastError) -> MediaStream {
+        let client = try signaling()
+        let reply = try await client.request(.subscribe(.init(streamToken: streamToken)))
+        guard case .subscribed(let subscribed) = reply else {
+            throw .invalidRequest("unexpected reply to subscribe: \(reply.type)")
+        }
+        guard let rtcpSSRC = subscribed.transport.rtcpSSRC else {
+            _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId)))
+            throw .invalidTransport("the platform assigned no RTCP SSRC")
+        }
+        let socketBox = SocketSlot()
+        let receiver: RTPReceiver, stream: MediaStream
+        do {
+            (receiver, stream) = try await RTPReceiver.start(tracks: subscribed.tracks, playoutDelay: playoutDelay ?? options.playoutDelay) { rtcp in
+                socketBox.value.withLock { $0 }?.send(OutgoingPacket(kind: .rtcp, buffer: rtcp))
+            }
+        } catch {
+            _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId)))
+            throw .media(error)
+        }
+        let socket: MediaSocket
+        do {
+            socket = try MediaSocket(host: host, transport: subscribed.transport, rtcpSenderSSRC: rtcpSSRC,
+                                     onRTP: { packet, payloadType in receiver.receiveRTP(packet, payloadType: payloadType) },
+                                     onRTCP: { rtcp in receiver.receiveRTCP(rtcp) })
+        } catch {
+            await stream.stop()
+            _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId)))
+            throw error
+        }
+        socketBox.value.withLock { $0 = socket }
+        // Tell the relay where we are now, and keep telling it (NAT bindings expire).
+        socket.sendEmptyReceiverReport(ssrc: rtcpSSRC)
+        let keepAlive = Task {
+            var interval = Duration.milliseconds(100)
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                socket.sendEmptyReceiverReport(ssrc: rtcpSSRC)
+                interval = min(interval * 2, .seconds(1))
+            }
+        }
+        let subscription = Subscription(streamId: subscribed.streamId, stream: stream, receiver: receiver, socket: socket, keepAlive: keepAlive)
+        state.withLock { $0.subscriptions[subscribed.streamId] = subscription }
+        let streamId = subscribed.streamId
+        receiver.onStop { [weak self] in
+            keepAlive.cancel()
+            socket.shutdown()
+            guard let self, self.state.withLock({ $0.subscriptions.removeValue(forKey: streamId) }) != nil else { return }
+            _ = try? await self.signaling().request(.unsubscribe(.init(streamId: streamId)), timeout: .seconds(3))
+        }
+        logger.info("subscribed", metadata: ["stream": "\(streamId)", "tracks": "\(subscribed.tracks.map(\.kind.rawValue))"])
+        return stream
+    }
+}
+
+/// Where packets go once the flow's socket exists (media starts before the platform answers).
+final class SocketSlot: Sendable {
+    let value = Mutex<MediaSocket?>(nil)
+}

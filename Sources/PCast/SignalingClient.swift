@@ -1,0 +1,218 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOWebSocket
+import PCastProtocol
+import Synchronization
+
+/// The client side of signaling: one WebSocket to the platform carrying ``SignalingCodec`` messages.
+/// Requests get their reply by id; events (stream ended) go to `onEvent`; `onClose` reports the
+/// end of the connection with the platform's close code.
+final class SignalingClient: Sendable {
+    private let outgoing: AsyncStream<WebSocketFrame>.Continuation
+    private struct State {
+        var nextID: UInt64 = 1
+        var pending: [UInt64: CheckedContinuation<Result<ServerMessage, PCastError>, Never>] = [:]
+        var closed: UInt16?? = .none
+    }
+    private let state = Mutex(State())
+    private let task = Mutex<Task<Void, Never>?>(nil)
+    private let onEvent: @Sendable (ServerMessage) -> Void
+    private let onClose: @Sendable (UInt16?) -> Void
+    private let logger: Logger
+
+    private init(outgoing: AsyncStream<WebSocketFrame>.Continuation, logger: Logger,
+                 onEvent: @escaping @Sendable (ServerMessage) -> Void, onClose: @escaping @Sendable (UInt16?) -> Void) {
+        self.outgoing = outgoing
+        self.logger = logger
+        self.onEvent = onEvent
+        self.onClose = onClose
+    }
+
+    private enum Upgrade: Sendable {
+        case websocket(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>)
+        case notUpgraded
+    }
+
+    /// Connects to `ws://host:port/path`.
+    static func connect(to url: URL, logger: Logger,
+                        onEvent: @escaping @Sendable (ServerMessage) -> Void,
+                        onClose: @escaping @Sendable (UInt16?) -> Void) async throws(PCastError) -> SignalingClient {
+        guard url.scheme == "ws", let host = url.host, let port = url.port ?? 80 as Int? else {
+            throw .invalidURI(url.absoluteString)
+        }
+        let path = url.path.isEmpty ? "/ws" : url.path
+        let channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>
+        do {
+            let upgrade: EventLoopFuture<Upgrade> = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connectTimeout(.seconds(5))
+                .connect(host: host, port: port) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(maxFrameSize: SignalingCodec.defaultSizeLimit) { channel, _ in
+                            channel.eventLoop.makeCompletedFuture {
+                                .websocket(try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(wrappingChannelSynchronously: channel))
+                            }
+                        }
+                        var headers = HTTPHeaders()
+                        headers.add(name: "Host", value: "\(host):\(port)")
+                        let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: headers)
+                        let configuration = NIOTypedHTTPClientUpgradeConfiguration<Upgrade>(
+                            upgradeRequestHead: head, upgraders: [upgrader],
+                            notUpgradingCompletionHandler: { channel in channel.eventLoop.makeCompletedFuture { .notUpgraded } })
+                        return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(
+                            configuration: .init(upgradeConfiguration: configuration))
+                    }
+                }
+            guard case .websocket(let upgraded) = try await upgrade.get() else {
+                throw PCastError.connectionFailed("\(url) did not accept a WebSocket upgrade")
+            }
+            channel = upgraded
+        } catch let error as PCastError {
+            throw error
+        } catch {
+            throw .connectionFailed("\(url): \(error)")
+        }
+        let (frames, outgoing) = AsyncStream<WebSocketFrame>.makeStream()
+        let client = SignalingClient(outgoing: outgoing, logger: logger, onEvent: onEvent, onClose: onClose)
+        let task = Task<Void, Never> {
+            let code: UInt16?? = try? await channel.executeThenClose { inbound, outbound in
+                await withTaskGroup(of: UInt16??.self) { group in
+                    group.addTask {
+                        for await frame in frames {
+                            do { try await outbound.write(frame) } catch { break }
+                        }
+                        return .none
+                    }
+                    group.addTask { .some(await client.read(inbound)) }
+                    let first = await group.next() ?? .none
+                    group.cancelAll()
+                    return first
+                }
+            }
+            client.finish(code: code.flatMap { $0 } ?? nil)
+        }
+        client.task.withLock { $0 = task }
+        return client
+    }
+
+    /// Reads until the connection ends; returns the close code the platform sent.
+    private func read(_ inbound: NIOAsyncChannelInboundStream<WebSocketFrame>) async -> UInt16? {
+        var pending = ByteBuffer()
+        do {
+            for try await frame in inbound {
+                switch frame.opcode {
+                case .text, .binary, .continuation:
+                    var data = frame.unmaskedData
+                    pending.writeBuffer(&data)
+                    guard frame.fin else { continue }
+                    let bytes = Data(pending.readableBytesView)
+                    pending.clear()
+                    do throws(SignalingError) {
+                        deliver(try SignalingCodec.decodeServerMessage(bytes))
+                    } catch {
+                        logger.warning("undecodable signaling message: \(error)")
+                    }
+                case .connectionClose:
+                    var data = frame.unmaskedData
+                    let code = data.readInteger(as: UInt16.self)
+                    var payload = ByteBuffer()
+                    payload.writeInteger(code ?? 1000)
+                    outgoing.yield(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: .random(), data: payload))
+                    return code
+                case .ping:
+                    outgoing.yield(WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: frame.unmaskedData))
+                default:
+                    break
+                }
+            }
+        } catch {
+            logger.debug("signaling connection failed: \(error)")
+        }
+        return nil
+    }
+
+    private func deliver(_ envelope: Envelope<ServerMessage>) {
+        guard let id = envelope.id else {
+            onEvent(envelope.message)
+            return
+        }
+        let waiter = state.withLock { $0.pending.removeValue(forKey: id) }
+        guard let waiter else {
+            logger.debug("reply to an unknown request \(id)")
+            return
+        }
+        if case .failure(let failure) = envelope.message {
+            waiter.resume(returning: .failure(.refused(failure.status, failure.message)))
+        } else {
+            waiter.resume(returning: .success(envelope.message))
+        }
+    }
+
+    private func finish(code: UInt16?) {
+        let waiters = state.withLock { state -> [CheckedContinuation<Result<ServerMessage, PCastError>, Never>] in
+            state.closed = .some(code)
+            defer { state.pending = [:] }
+            return Array(state.pending.values)
+        }
+        outgoing.finish()
+        for waiter in waiters { waiter.resume(returning: .failure(.disconnected)) }
+        onClose(code)
+    }
+
+    var isClosed: Bool { state.withLock { $0.closed != nil } }
+
+    /// Sends a request and waits for its reply; a typed error reply throws ``PCastError/refused(_:_:)``.
+    func request(_ message: ClientMessage, timeout: Duration = .seconds(10)) async throws(PCastError) -> ServerMessage {
+        let id: UInt64? = state.withLock { state in
+            guard state.closed == nil else { return nil }
+            defer { state.nextID += 1 }
+            return state.nextID
+        }
+        guard let id else { throw .disconnected }
+        let data: Data
+        do { data = try SignalingCodec.encode(.request(id: id, message)) } catch { throw .invalidRequest("\(error)") }
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            guard !Task.isCancelled else { return }
+            let waiter = self?.state.withLock { $0.pending.removeValue(forKey: id) }
+            waiter?.resume(returning: .failure(.timeout))
+        }
+        defer { timer.cancel() }
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<ServerMessage, PCastError>, Never>) in
+            let accepted = state.withLock { state -> Bool in
+                guard state.closed == nil else { return false }
+                state.pending[id] = continuation
+                return true
+            }
+            guard accepted else {
+                continuation.resume(returning: .failure(.disconnected))
+                return
+            }
+            outgoing.yield(WebSocketFrame(fin: true, opcode: .text, maskKey: .random(), data: ByteBuffer(bytes: data)))
+        }
+        return try result.get()
+    }
+
+    /// Closes the connection (a close frame, then the socket).
+    func close() async {
+        var payload = ByteBuffer()
+        payload.writeInteger(UInt16(1000))
+        outgoing.yield(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: .random(), data: payload))
+        let task = self.task.withLock { $0 }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await task?.value }
+            group.addTask { try? await Task.sleep(for: .seconds(5)) }
+            await group.next()
+            task?.cancel()
+            group.cancelAll()
+        }
+    }
+}
+
+extension WebSocketMaskingKey {
+    static func random() -> WebSocketMaskingKey {
+        WebSocketMaskingKey((0..<4).map { _ in UInt8.random(in: 0...255) })!
+    }
+}

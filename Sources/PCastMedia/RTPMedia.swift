@@ -1,0 +1,231 @@
+import Foundation
+import GStreamer
+import Logging
+import PCastProtocol
+import Synchronization
+
+/// Encoder settings of a publisher.
+public struct EncodingSettings: Sendable, Hashable {
+    /// Video bitrate, kbit/s.
+    public var videoBitrate: Int = 2500
+    /// Frames between keyframes (a PLI asks for one sooner).
+    public var keyframeInterval: Int = 60
+    /// Audio bitrate, bit/s.
+    public var audioBitrate: Int = 64_000
+    public init(videoBitrate: Int = 2500, keyframeInterval: Int = 60, audioBitrate: Int = 64_000) {
+        self.videoBitrate = videoBitrate
+        self.keyframeInterval = keyframeInterval
+        self.audioBitrate = audioBitrate
+    }
+}
+
+/// A packet leaving a media pipeline for the network (RTP or RTCP, unprotected).
+public struct OutgoingPacket: Sendable {
+    public enum Kind: Sendable { case rtp, rtcp }
+    public let kind: Kind
+    public let buffer: Buffer
+    public init(kind: Kind, buffer: Buffer) {
+        self.kind = kind
+        self.buffer = buffer
+    }
+}
+
+/// Encodes a stream's tracks to RTP: one consumer per track (encoder, payloader, RTP session) on
+/// the stream's tees. Packets go to `send`; RTCP from the network comes in with ``receiveRTCP(_:)``
+/// (a PLI or FIR makes the encoder send a keyframe).
+///
+/// ```swift
+/// let rtp = try await RTPPublisher.start(stream: media.mediaStream) { packet in transport.send(packet) }
+/// rtp.tracks   // what to announce in the publish request
+/// ```
+public final class RTPPublisher: Sendable {
+    public let tracks: [MediaTrackDescription]
+    private let consumers: [MediaConsumer]
+    private let rtcpInputs: [AppSource]
+    private let stopped = Atomic<Bool>(false)
+
+    private init(tracks: [MediaTrackDescription], consumers: [MediaConsumer], rtcpInputs: [AppSource]) {
+        self.tracks = tracks
+        self.consumers = consumers
+        self.rtcpInputs = rtcpInputs
+    }
+
+    static func randomSSRC() -> UInt32 { UInt32.random(in: 1...UInt32.max) }
+
+    public static func start(stream: MediaStream, settings: EncodingSettings = EncodingSettings(),
+                             send: @escaping @Sendable (OutgoingPacket) -> Void) async throws(MediaError) -> RTPPublisher {
+        var tracks: [MediaTrackDescription] = []
+        var consumers: [MediaConsumer] = []
+        var inputs: [AppSource] = []
+        do {
+            for track in stream.getTracks() {
+                let prefix = "pub-\(track.kind)-\(UUID().uuidString.prefix(6).lowercased())"
+                let ssrc = randomSSRC()
+                let description: String
+                let announced: MediaTrackDescription
+                switch track.kind {
+                case .video:
+                    description = try StockPipelines.template("publish-video").render([
+                        "prefix": prefix, "ssrc": String(ssrc), "pt": "96",
+                        "bitrate": String(settings.videoBitrate), "keyint": String(settings.keyframeInterval)])
+                    announced = MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: ssrc)
+                case .audio:
+                    description = try StockPipelines.template("publish-audio").render([
+                        "prefix": prefix, "ssrc": String(ssrc), "pt": "111", "bitrate": String(settings.audioBitrate)])
+                    announced = MediaTrackDescription(kind: .audio, codec: "OPUS", payloadType: 111, clockRate: 48_000, ssrc: ssrc)
+                }
+                let consumer = try await stream.attachConsumer(description, to: track.kind)
+                let pipeline = stream.engine.pipeline
+                let rtp = try pipeline.appSink(named: "\(prefix)-rtp-out")
+                let rtcp = try pipeline.appSink(named: "\(prefix)-rtcp-out")
+                rtp.onSample { sample in send(OutgoingPacket(kind: .rtp, buffer: sample.buffer)) }
+                rtcp.onSample { sample in send(OutgoingPacket(kind: .rtcp, buffer: sample.buffer)) }
+                inputs.append(try pipeline.appSource(named: "\(prefix)-rtcp-in"))
+                consumers.append(consumer)
+                tracks.append(announced)
+            }
+        } catch let error as MediaError {
+            for consumer in consumers { await consumer.detach() }
+            throw error
+        } catch let error as GStreamerError {
+            for consumer in consumers { await consumer.detach() }
+            throw .gstreamer(error)
+        } catch {
+            for consumer in consumers { await consumer.detach() }
+            throw .gstreamer(.flow("\(error)"))
+        }
+        return RTPPublisher(tracks: tracks, consumers: consumers, rtcpInputs: inputs)
+    }
+
+    /// RTCP from the network (the relay's PLI, FIR, receiver reports).
+    public func receiveRTCP(_ packet: Buffer) {
+        for input in rtcpInputs { input.pushNow(packet.shallowCopy()) }
+    }
+
+    /// Stops encoding; the stream keeps running for its other consumers.
+    public func stop() async {
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
+        for consumer in consumers { await consumer.detach() }
+    }
+}
+
+/// Receives a remote stream: RTP in, jitter buffer (the playout delay), decode, and raw media on
+/// tees that renderers attach to. RTCP feedback (receiver reports, NACK, PLI) goes to `sendRTCP`.
+public final class RTPReceiver: StreamEngine, @unchecked Sendable {
+    let pipeline: Pipeline
+    private let inputs: [UInt8: AppSource]
+    private let rtcpInputs: [AppSource]
+    private let hasVideo: Bool
+    private let hasAudio: Bool
+    let playoutDelay: PlayoutDelay?
+    private let stopped = Atomic<Bool>(false)
+    private var busTask: Task<Void, Never>?
+    /// Called when the pipeline fails.
+    nonisolated(unsafe) var onEnd: (@Sendable (MediaStreamEndReason) -> Void)?
+    private let stopHandlers = Mutex<[@Sendable () async -> Void]>([])
+
+    /// Runs `handler` when the stream stops (the SDK closes the flow on the platform).
+    package func onStop(_ handler: @escaping @Sendable () async -> Void) {
+        stopHandlers.withLock { $0.append(handler) }
+    }
+
+    /// The default playout delay for real-time streams on a LAN (see the README's measurements).
+    public static let defaultPlayoutDelay: Duration = .milliseconds(40)
+
+    /// Builds and starts the receive pipeline for `tracks`; returns it with the stream renderers use.
+    public static func start(tracks: [MediaTrackDescription], playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay,
+                             sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
+        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, sendRTCP: sendRTCP)
+        var streamTracks: [MediaStreamTrack] = []
+        do {
+            for kind in [MediaType.video, .audio] where (kind == .video ? receiver.hasVideo : receiver.hasAudio) {
+                let gate = TrackGate(kind: kind)
+                gate.install(on: try receiver.pipeline.element(named: kind == .video ? "video-hook" : "audio-hook").staticPad("src"))
+                streamTracks.append(MediaStreamTrack(kind: kind, source: nil, gate: gate))
+            }
+            try await receiver.pipeline.play(timeout: nil)
+        } catch {
+            throw .gstreamer(error)
+        }
+        let stream = MediaStream(engine: receiver, tracks: streamTracks)
+        receiver.onEnd = { [weak stream] reason in stream?.finish(reason) }
+        receiver.watchBus()
+        return (receiver, stream)
+    }
+
+    private init(tracks: [MediaTrackDescription], playoutDelay delay: Duration, sendRTCP: @escaping @Sendable (Buffer) -> Void) throws(MediaError) {
+        let video = tracks.first { $0.kind == .video }
+        let audio = tracks.first { $0.kind == .audio }
+        guard video != nil || audio != nil else { throw .unsupportedFormat("a stream without tracks") }
+        if let video, video.codec.uppercased() != "H264" { throw .unsupportedFormat("video codec \(video.codec)") }
+        if let audio, audio.codec.uppercased() != "OPUS" { throw .unsupportedFormat("audio codec \(audio.codec)") }
+        let milliseconds = Int(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
+        do {
+            var parts = [try StockPipelines.template("subscribe").render(["latency": String(milliseconds)])]
+            if let video { parts.append(try StockPipelines.template("subscribe-video").render(["pt": String(video.payloadType)])) }
+            if let audio { parts.append(try StockPipelines.template("subscribe-audio").render(["pt": String(audio.payloadType)])) }
+            pipeline = try Pipeline(description: parts.joined(separator: "\n"), name: "subscriber")
+            pipeline.useSystemClock()
+            var inputs: [UInt8: AppSource] = [:]
+            var rtcpInputs: [AppSource] = []
+            if let video {
+                inputs[video.payloadType] = try pipeline.appSource(named: "video-rtp-in")
+                rtcpInputs.append(try pipeline.appSource(named: "video-rtcp-in"))
+                try pipeline.appSink(named: "video-rtcp-out").onSample { sendRTCP($0.buffer) }
+            }
+            if let audio {
+                inputs[audio.payloadType] = try pipeline.appSource(named: "audio-rtp-in")
+                rtcpInputs.append(try pipeline.appSource(named: "audio-rtcp-in"))
+                try pipeline.appSink(named: "audio-rtcp-out").onSample { sendRTCP($0.buffer) }
+            }
+            self.inputs = inputs
+            self.rtcpInputs = rtcpInputs
+            let rtpbin = try pipeline.element(named: "rtpbin")
+            playoutDelay = PlayoutDelay(default: delay) { delay in
+                let ms = UInt32(clamping: delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
+                try? rtpbin.set("latency", ms)
+            }
+        } catch {
+            throw .gstreamer(error)
+        }
+        hasVideo = video != nil
+        hasAudio = audio != nil
+    }
+
+    func tee(for kind: MediaType) -> Element? {
+        guard kind == .video ? hasVideo : hasAudio else { return nil }
+        return try? pipeline.element(named: kind == .video ? "video-tee" : "audio-tee")
+    }
+
+    /// An RTP packet from the network, routed by its payload type; unknown types are dropped.
+    @discardableResult
+    public func receiveRTP(_ packet: Buffer, payloadType: UInt8) -> Bool {
+        guard let input = inputs[payloadType] else { return false }
+        return input.pushNow(packet)
+    }
+
+    /// An RTCP packet from the network (sender reports of the publisher).
+    public func receiveRTCP(_ packet: Buffer) {
+        for input in rtcpInputs { input.pushNow(packet.shallowCopy()) }
+    }
+
+    private func watchBus() {
+        let bus = pipeline.bus
+        busTask = Task { [weak self] in
+            for await message in bus {
+                if case .error(let error) = message.kind {
+                    self?.onEnd?(.failed(error.description))
+                    return
+                }
+            }
+        }
+    }
+
+    func stop() async {
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
+        busTask?.cancel()
+        await pipeline.stop()
+        let handlers = stopHandlers.withLock { handlers in defer { handlers = [] }; return handlers }
+        for handler in handlers { await handler() }
+    }
+}

@@ -1,0 +1,84 @@
+import Foundation
+import GStreamer
+@testable import PCastMedia
+import PCastProtocol
+import Synchronization
+import Testing
+
+/// The publish and receive pipelines joined back to back in-process (no network, no SRTP): what
+/// the relay tests then carry over UDP.
+@Suite("RTP publish and receive pipelines", .serialized)
+struct RTPMediaTests {
+    @Test("a stamped frame counter arrives decoded, in order, none missing; RTCP flows both ways")
+    func loopback() async throws {
+        let media = try await UserMedia.getUserMedia(syntheticOptions(width: 640, height: 360))
+        let track = try #require(media.mediaStream.getVideoTracks().first)
+        let counter = Atomic<UInt32>(0)
+        try media.setFrameReadyCallback(track) { notification in
+            guard case .video(var frame)? = try? notification.read() else { return }
+            FrameStamp.paint(counter.add(1, ordering: .relaxed).newValue, into: &frame)
+            try? notification.write(.video(frame))
+        }
+        let receiverBox = Mutex<RTPReceiver?>(nil)
+        let publisherBox = Mutex<RTPPublisher?>(nil)
+        let rtcpToPublisher = Counter(), rtcpToReceiver = Counter(), rtpPackets = Counter(), accepted = Counter()
+        let publisher = try await RTPPublisher.start(stream: media.mediaStream) { packet in
+            guard let receiver = receiverBox.withLock({ $0 }) else { return }
+            switch packet.kind {
+            case .rtp:
+                let pt = (try? packet.buffer.withUnsafeBytes { $0[1] & 0x7F }) ?? 0
+                rtpPackets.increment()
+                if receiver.receiveRTP(packet.buffer, payloadType: pt) { accepted.increment() }
+            case .rtcp:
+                rtcpToReceiver.increment()
+                receiver.receiveRTCP(packet.buffer)
+            }
+        }
+        publisherBox.withLock { $0 = publisher }
+        #expect(publisher.tracks.map(\.kind) == [.video])
+        let (receiver, remote) = try await RTPReceiver.start(tracks: publisher.tracks) { rtcp in
+            rtcpToPublisher.increment()
+            publisherBox.withLock { $0 }?.receiveRTCP(rtcp)
+        }
+        receiverBox.withLock { $0 = receiver }
+        let renderer = remote.createRenderer(RendererOptions(useNullVideoDevice: true))
+        let seen = Recorder<UInt32>()
+        #expect(await renderer.start() == .ok)
+        try renderer.setFrameReadyCallback(remote.getVideoTracks()[0]) { notification in
+            guard case .video(let frame)? = try? notification.read(), let value = FrameStamp.read(frame) else { return }
+            seen.append(value)
+        }
+        let decoded = Counter()
+        _ = try receiver.pipeline.element(named: "video-hook").staticPad("src").addBufferProbe { _ in decoded.increment(); return .pass }
+        #expect(await eventually(.seconds(20)) { seen.all.count >= 60 }, "rtp \(rtpPackets.value) accepted \(accepted.value) decoded \(decoded.value) seen \(seen.all.count) rendered \((try? renderer.lastVideoFrameRendered()) != nil)")
+        let values = seen.all
+        // In order and consecutive from the first decoded frame (the first ones may precede the
+        // first keyframe the decoder could use).
+        let consecutive = zip(values, values.dropFirst()).allSatisfy { $1 == $0 &+ 1 }
+        #expect(consecutive, "gaps or reordering: \(values.prefix(80))")
+        #expect(rtcpToReceiver.value > 0 && rtcpToPublisher.value > 0)
+        // Overriding the playout delay changes the jitter buffer; releasing restores the default.
+        #expect(renderer.playoutDelay == RTPReceiver.defaultPlayoutDelay)
+        let first = renderer.overridePlayoutDelay(0.2)
+        let second = renderer.overridePlayoutDelay(0.1)
+        #expect(renderer.playoutDelay == .milliseconds(100))
+        second.dispose()
+        #expect(renderer.playoutDelay == .milliseconds(200))
+        #expect(try receiver.pipeline.element(named: "rtpbin").property("latency", as: UInt32.self) == 200)
+        first.dispose()
+        #expect(renderer.playoutDelay == RTPReceiver.defaultPlayoutDelay)
+        await publisher.stop()
+        await remote.stop()
+        await media.stop()
+    }
+
+    @Test("frame stamps read back what was painted and reject unstamped frames")
+    func stamps() throws {
+        var frame = try VideoFrame(format: .i420, width: 320, height: 240)
+        #expect(FrameStamp.read(frame) == nil)
+        for value: UInt32 in [0, 1, 0xABCDEF, 0xFFFFFF] {
+            FrameStamp.paint(value, into: &frame)
+            #expect(FrameStamp.read(frame) == value)
+        }
+    }
+}
