@@ -102,6 +102,10 @@ let package = Package(
             dependencies: []
         ),
         .testTarget(
+            name: "PCastRelayTests",
+            dependencies: ["PCastRelay", "PCastProtocol", "SRTP"]
+        ),
+        .testTarget(
             name: "PCastMediaTests",
             dependencies: ["PCastMedia", "GStreamer"]
         ),
