@@ -100,6 +100,16 @@ public final class Relay: RelayControl {
         return .nanoseconds(Int64(clamping: nanoseconds))
     }
 
+    /// User and system CPU time of the I/O thread while it runs (clock-tick resolution), or nil.
+    var ioThreadCPUSplit: (user: Duration, system: Duration)? {
+        let id = engine.threadID.load(ordering: .acquiring)
+        guard id != 0, let split = lifecycle.withLock({ state -> (user: UInt64, system: UInt64)? in
+            guard case .running = state else { return nil }
+            return ThreadIdentity.cpuSplit(thread: id)
+        }) else { return nil }
+        return (.nanoseconds(Int64(clamping: split.user)), .nanoseconds(Int64(clamping: split.system)))
+    }
+
     // MARK: RelayControl
 
     public func addPublisher(streamId: String, tracks: [MediaTrackDescription]) throws(RelayError) -> MediaTransport {

@@ -52,6 +52,8 @@ final class RelayEngine: @unchecked Sendable {
     let counters = SharedCounters()
     /// CPU nanoseconds the thread had used when it ended.
     let finalCPUTime = Atomic<UInt64>(0)
+    /// The I/O thread's kernel id once it runs (0 before).
+    let threadID = Atomic<Int32>(0)
 
     // I/O thread only.
     private var router: RelayRouter<FlowCrypto>
@@ -125,6 +127,8 @@ final class RelayEngine: @unchecked Sendable {
     // MARK: The loop (I/O thread)
 
     func run() {
+        ThreadIdentity.name("pcast-relay")
+        threadID.store(ThreadIdentity.current() ?? 0, ordering: .releasing)
         var clock = clockid_t()
         let hasClock = pthread_getcpuclockid(pthread_self(), &clock) == 0
         defer {

@@ -49,6 +49,10 @@ public struct RelayFanoutBenchmark: Sendable {
     public struct Leg: Sendable, Hashable, Codable {
         /// CPU used over the measured window, in % of one core.
         public var cpuPercent: Double
+        /// Its user-space part (SRTP, routing) and kernel part (sending, loopback delivery), from
+        /// `/proc` at clock-tick (10 ms) resolution.
+        public var userCPUPercent: Double
+        public var systemCPUPercent: Double
         /// Packets expected but not received in the measured window, in %.
         public var lossPercent: Double
         public var measuredSeconds: Double
@@ -150,7 +154,10 @@ public struct RelayFanoutBenchmark: Sendable {
             let receivers = FanoutReceivers(sockets: sockets, checkers: checkers, sampleInterval: c.authenticationSampleInterval)
             let window = publish(
                 to: relayAddress, ssrc: ssrc, receivers: receivers, protector: protector,
-                cpuTime: { relay.ioThreadCPUTime.nanoseconds }, alive: { true })
+                cpuTime: {
+                    let split = relay.ioThreadCPUSplit
+                    return CPUSample(total: relay.ioThreadCPUTime.nanoseconds, user: split?.user.nanoseconds ?? 0, system: split?.system.nanoseconds ?? 0)
+                }, alive: { true })
             return receivers.finish(window: window, subscribers: c.subscribers)
         } catch let error as RelayError {
             throw .relay(error)
@@ -198,31 +205,29 @@ public struct RelayFanoutBenchmark: Sendable {
         let receivers = FanoutReceivers(sockets: sockets, checkers: [], sampleInterval: c.authenticationSampleInterval)
         let window = publish(
             to: RelayAddress(ipv4: 0x7F00_0001, port: inputPort), ssrc: 0x5EED_0002, receivers: receivers, protector: nil,
-            cpuTime: { Self.processCPUNanoseconds(process.pid) }, alive: { process.isRunning })
+            cpuTime: {
+                let split = procStatCPU(path: "/proc/\(process.pid)/stat")
+                return CPUSample(total: split.map { $0.user + $0.system } ?? 0, user: split?.user ?? 0, system: split?.system ?? 0)
+            }, alive: { process.isRunning })
         let leg = receivers.finish(window: window, subscribers: c.subscribers)
         guard process.isRunning else { throw ReferenceError(message: "gst-launch-1.0 exited early") }
         return leg
     }
 
-    /// utime + stime of a process (all its threads) from `/proc/<pid>/stat`.
-    static func processCPUNanoseconds(_ pid: Int32) -> UInt64 {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = text.lastIndex(of: ")")
-        else { return 0 }
-        // Fields after "(comm)": state is field 3, utime 14 and stime 15.
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 12, let user = UInt64(fields[11]), let system = UInt64(fields[12]) else { return 0 }
-        let ticks = UInt64(max(1, sysconf(Int32(_SC_CLK_TCK))))
-        return (user + system) * 1_000_000_000 / ticks
-    }
-
     // MARK: Publisher
+
+    /// CPU time of the relay under test: total (as precise as available) and its user/system split.
+    struct CPUSample {
+        var total: UInt64 = 0
+        var user: UInt64 = 0
+        var system: UInt64 = 0
+    }
 
     /// What the publisher measured around the window it sent.
     struct Window {
         var packets: Int
         var seconds: Double
-        var cpuNanoseconds: UInt64
+        var cpu: CPUSample
     }
 
     /// Sends the stream: a warm-up until every receiver has had a packet (at least `warmUp`
@@ -230,12 +235,12 @@ public struct RelayFanoutBenchmark: Sendable {
     /// packets are not the stream's last. Runs on the calling thread.
     private func publish(
         to destination: RelayAddress, ssrc: UInt32, receivers: FanoutReceivers, protector: SRTPSession?,
-        cpuTime: () -> UInt64, alive: () -> Bool
+        cpuTime: () -> CPUSample, alive: () -> Bool
     ) -> Window {
         let c = configuration
         let socket: UDPSocket
         do { socket = try UDPSocket(host: "127.0.0.1", port: 0, bufferSize: 1 << 20) } catch {
-            return Window(packets: 0, seconds: 0, cpuNanoseconds: 0)
+            return Window(packets: 0, seconds: 0, cpu: CPUSample())
         }
         receivers.start(threads: c.receiverThreads)
         defer { receivers.stop() }
@@ -309,7 +314,8 @@ public struct RelayFanoutBenchmark: Sendable {
         let cpuEnd = cpuTime()
         let wallEnd = monotonicNanoseconds()
         _ = sendFrames { _, elapsed in elapsed >= 300_000_000 }
-        return Window(packets: sent, seconds: Double(wallEnd - wallStart) / 1e9, cpuNanoseconds: cpuEnd &- cpuStart)
+        let used = CPUSample(total: cpuEnd.total &- cpuStart.total, user: cpuEnd.user &- cpuStart.user, system: cpuEnd.system &- cpuStart.system)
+        return Window(packets: sent, seconds: Double(wallEnd - wallStart) / 1e9, cpu: used)
     }
 }
 
@@ -384,9 +390,10 @@ final class FanoutReceivers: @unchecked Sendable {
             total.failures += tally.failures
         }
         let expected = window.packets * subscribers
-        let cpu = window.seconds > 0 ? Double(window.cpuNanoseconds) / 1e9 / window.seconds * 100 : 0
+        func percent(_ nanoseconds: UInt64) -> Double { window.seconds > 0 ? Double(nanoseconds) / 1e9 / window.seconds * 100 : 0 }
+        let cpu = percent(window.cpu.total)
         return RelayFanoutBenchmark.Leg(
-            cpuPercent: cpu,
+            cpuPercent: cpu, userCPUPercent: percent(window.cpu.user), systemCPUPercent: percent(window.cpu.system),
             lossPercent: expected > 0 ? max(0, Double(expected - total.received) / Double(expected) * 100) : 100,
             measuredSeconds: window.seconds, packetsSent: window.packets, packetsExpected: expected,
             packetsReceived: total.received, sequenceDiscontinuities: total.discontinuities,
