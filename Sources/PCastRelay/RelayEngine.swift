@@ -67,6 +67,9 @@ final class RelayEngine: @unchecked Sendable {
     private var srtpFailures: UInt64 = 0
     private var unknownPackets: UInt64 = 0
     private var sendFailures: UInt64 = 0
+    /// Authenticated plain publisher packets of the current receive batch, fanned out together
+    /// once the batch is read (see `fanOutPending`).
+    private var pending: [(stream: Int, packet: [UInt8])] = []
 
     init(configuration: RelayConfiguration, relaySSRC: UInt32) throws(RelayError) {
         socket = try UDPSocket(host: configuration.host, port: configuration.port, bufferSize: configuration.socketBufferSize)
@@ -147,6 +150,7 @@ final class RelayEngine: @unchecked Sendable {
             let now = monotonicNanoseconds()
             if received > 0 {
                 for index in 0..<received { handleDatagram(index, now: now) }
+                fanOutPending()
             }
             if now >= nextTick { runTimers(now: now) }
             send.flush(descriptor: fd)
@@ -261,32 +265,51 @@ final class RelayEngine: @unchecked Sendable {
             return
         }
         router.authenticated(route, from: source)
-        packet.withUnsafeBytes { plain in
+        let accepted = packet.withUnsafeBytes { plain -> Bool in
             let layout: RTPPacketLayout
-            do { layout = try RTPPacketLayout(parsing: plain) } catch {
-                unknownPackets &+= 1
-                return
-            }
+            do { layout = try RTPPacketLayout(parsing: plain) } catch { return false }
             router.publisherRTP(
                 stream: stream, track: track, packet: plain, sequenceNumber: layout.sequenceNumber,
                 timestamp: layout.timestamp, now: now)
-            fanOut(plain, stream: stream)
+            return true
         }
+        guard accepted else {
+            unknownPackets &+= 1
+            return
+        }
+        pending.append((stream, packet))
     }
 
-    /// Re-protects one plain packet for every reachable subscriber, straight into send slots.
-    private func fanOut(_ plain: UnsafeRawBufferPointer, stream: Int) {
+    /// Re-protects the batch's publisher packets for every reachable subscriber, straight into
+    /// send slots, subscriber by subscriber: each SRTP session's state is then used for all the
+    /// packets of a frame's burst while it is in cache, rather than once per packet across
+    /// hundreds of sessions. A subscriber still gets its packets in arrival order.
+    private func fanOutPending() {
+        guard !pending.isEmpty else { return }
         let fd = socket.descriptor
-        router.forEachReachableSubscriber(of: stream) { crypto, address in
-            let slot = send.nextSlot(descriptor: fd)
-            slot.copyMemory(from: plain)
-            do {
-                let length = try crypto.outbound.protect(slot, length: plain.count)
-                send.commit(length: length, to: address)
-            } catch {
-                sendFailures &+= 1
+        var first = 0
+        while first < pending.count {
+            let stream = pending[first].stream
+            // Packets of one stream are adjacent in the common case; others wait for their turn.
+            var end = first + 1
+            while end < pending.count && pending[end].stream == stream { end += 1 }
+            router.forEachReachableSubscriber(of: stream) { crypto, address in
+                for index in first..<end {
+                    pending[index].packet.withUnsafeBytes { plain in
+                        let slot = send.nextSlot(descriptor: fd)
+                        slot.copyMemory(from: plain)
+                        do {
+                            let length = try crypto.outbound.protect(slot, length: plain.count)
+                            send.commit(length: length, to: address)
+                        } catch {
+                            sendFailures &+= 1
+                        }
+                    }
+                }
             }
+            first = end
         }
+        pending.removeAll(keepingCapacity: true)
     }
 
     private func publisherRTCP(_ data: UnsafeRawBufferPointer, route: RelayRoute, stream: Int, from source: RelayAddress, now: UInt64) {

@@ -12,8 +12,8 @@ import Synchronization
 /// of one video frame at 30 fps) from its own socket. Each subscriber is a real socket that
 /// announces itself with an authenticated receiver report; a few receiver threads drain all of
 /// them (`poll` + `recvmmsg`), count packets in the measured window, check sequence continuity
-/// and SRTP-unprotect a sample of what arrives. Relay CPU is the I/O thread's own clock; the
-/// reference's is its process's utime + stime.
+/// and SRTP-unprotect a sample of what arrives. Relay CPU is the I/O thread's own CPU clock; the
+/// reference's is its whole process's CPU clock.
 ///
 /// ```swift
 /// let result = try RelayFanoutBenchmark(configuration: .init(subscribers: 500)).run()
@@ -207,7 +207,10 @@ public struct RelayFanoutBenchmark: Sendable {
             to: RelayAddress(ipv4: 0x7F00_0001, port: inputPort), ssrc: 0x5EED_0002, receivers: receivers, protector: nil,
             cpuTime: {
                 let split = procStatCPU(path: "/proc/\(process.pid)/stat")
-                return CPUSample(total: split.map { $0.user + $0.system } ?? 0, user: split?.user ?? 0, system: split?.system ?? 0)
+                // The process's CPU clock is exact; /proc's ticks (10 ms) only give the split.
+                var clock = clockid_t()
+                let total = clock_getcpuclockid(process.pid, &clock) == 0 ? cpuNanoseconds(clock) : (split.map { $0.user + $0.system } ?? 0)
+                return CPUSample(total: total, user: split?.user ?? 0, system: split?.system ?? 0)
             }, alive: { process.isRunning })
         let leg = receivers.finish(window: window, subscribers: c.subscribers)
         guard process.isRunning else { throw ReferenceError(message: "gst-launch-1.0 exited early") }
