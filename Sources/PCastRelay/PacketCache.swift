@@ -2,79 +2,46 @@ import PCastProtocol
 
 /// The last `capacity` plain RTP packets of one SSRC, by sequence number, for answering NACKs.
 ///
-/// Storage is one flat buffer allocated up front (`capacity` slots of `slotSize` bytes) so storing
-/// a packet is a copy, never an allocation. A slot is found by `sequenceNumber % capacity`, so a
-/// packet stays until `capacity` newer sequence numbers have been stored — and, for `lookup`, while
-/// it is younger than `maximumAge`. A class: its buffer is shared, never copied, and it belongs to
-/// the one thread that runs the router.
+/// A slot is found by `sequenceNumber % capacity`, so a packet stays until `capacity` newer
+/// sequence numbers have been stored — and answers a NACK only while younger than `maximumAge`.
+/// Packets are kept by reference: the relay stores the array SRTP unprotected into, so caching
+/// costs neither a copy nor an allocation, and memory follows the packets' real sizes (an audio
+/// track's cache stays small). A class, owned by the one thread that runs the router.
 ///
 /// ```swift
-/// let cache = PacketCache(capacity: 512, slotSize: 1500, maximumAge: 1_000_000_000)
+/// let cache = PacketCache(capacity: 512, maximumAge: 1_000_000_000)
 /// cache.store(sequenceNumber: 7, packet: bytes, now: now)
-/// cache.lookup(sequenceNumber: 7, now: now) { packet in resend(packet) }   // true
+/// cache.packet(sequenceNumber: 7, now: now)   // bytes
 /// ```
 final class PacketCache {
+    private struct Entry {
+        var sequenceNumber: UInt16 = 0
+        var time: UInt64 = 0
+        var packet: [UInt8]? = nil
+    }
+
     let capacity: Int
-    let slotSize: Int
     /// Nanoseconds after which a stored packet no longer answers a NACK.
     let maximumAge: UInt64
-    private let storage: UnsafeMutableRawBufferPointer
-    private let sequenceNumbers: UnsafeMutablePointer<UInt16>
-    /// 0 = empty slot.
-    private let lengths: UnsafeMutablePointer<Int32>
-    private let times: UnsafeMutablePointer<UInt64>
+    private var entries: [Entry]
 
-    init(capacity: Int, slotSize: Int, maximumAge: UInt64) {
+    init(capacity: Int, maximumAge: UInt64) {
         self.capacity = max(1, capacity)
-        self.slotSize = slotSize
         self.maximumAge = maximumAge
-        storage = .allocate(byteCount: self.capacity * slotSize, alignment: 16)
-        sequenceNumbers = .allocate(capacity: self.capacity)
-        sequenceNumbers.initialize(repeating: 0, count: self.capacity)
-        lengths = .allocate(capacity: self.capacity)
-        lengths.initialize(repeating: 0, count: self.capacity)
-        times = .allocate(capacity: self.capacity)
-        times.initialize(repeating: 0, count: self.capacity)
+        entries = Array(repeating: Entry(), count: self.capacity)
     }
 
-    deinit {
-        storage.deallocate()
-        sequenceNumbers.deallocate()
-        lengths.deallocate()
-        times.deallocate()
+    func store(sequenceNumber: UInt16, packet: [UInt8], now: UInt64) {
+        entries[Int(sequenceNumber) % capacity] = Entry(sequenceNumber: sequenceNumber, time: now, packet: packet)
     }
 
-    /// Keeps a copy of `packet`; packets larger than a slot are not kept (a later NACK misses).
-    func store(sequenceNumber: UInt16, packet: UnsafeRawBufferPointer, now: UInt64) {
-        let slot = Int(sequenceNumber) % capacity
-        guard packet.count > 0, packet.count <= slotSize else {
-            // Forget whatever older packet occupied the slot so a lookup cannot return it.
-            lengths[slot] = 0
-            return
-        }
-        UnsafeMutableRawBufferPointer(rebasing: storage[(slot * slotSize)..<(slot * slotSize + packet.count)])
-            .copyMemory(from: packet)
-        sequenceNumbers[slot] = sequenceNumber
-        lengths[slot] = Int32(packet.count)
-        times[slot] = now
-    }
-
-    /// Calls `body` with the cached packet and returns true, or returns false if it is gone.
-    func lookup(sequenceNumber: UInt16, now: UInt64, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
-        let slot = Int(sequenceNumber) % capacity
-        let length = Int(lengths[slot])
-        guard length > 0, sequenceNumbers[slot] == sequenceNumber,
-              now &- times[slot] <= maximumAge || times[slot] > now
-        else { return false }
-        body(UnsafeRawBufferPointer(start: storage.baseAddress! + slot * slotSize, count: length))
-        return true
-    }
-
-    /// A copy of the cached packet, if present (for tests and low-rate paths).
+    /// The cached packet, if it is still there and young enough.
     func packet(sequenceNumber: UInt16, now: UInt64) -> [UInt8]? {
-        var result: [UInt8]?
-        _ = lookup(sequenceNumber: sequenceNumber, now: now) { result = Array($0) }
-        return result
+        let entry = entries[Int(sequenceNumber) % capacity]
+        guard let packet = entry.packet, entry.sequenceNumber == sequenceNumber,
+              now &- entry.time <= maximumAge || entry.time > now
+        else { return nil }
+        return packet
     }
 }
 
@@ -166,7 +133,8 @@ struct ReceptionStatistics: Sendable {
         }
         received &+= 1
 
-        let arrivalUnits = UInt32(truncatingIfNeeded: UInt64(Double(arrival) * Double(clockRate) / 1e9))
+        // Wall time in timestamp units, modulo 2^32 like the timestamps themselves.
+        let arrivalUnits = UInt32((Double(arrival) / 1e9 * Double(clockRate)).truncatingRemainder(dividingBy: 4_294_967_296))
         let transit = Int32(bitPattern: arrivalUnits &- rtpTimestamp)
         if let lastTransit {
             let d = abs(Double(Int32(bitPattern: UInt32(bitPattern: transit) &- UInt32(bitPattern: lastTransit))))
@@ -195,7 +163,9 @@ struct ReceptionStatistics: Sendable {
         if let last = lastSenderReport {
             lsr = last.ntpMiddle
             // Delay since the last SR in 1/65536 s.
-            dlsr = UInt32(truncatingIfNeeded: min(UInt64(UInt32.max), (now &- last.arrival) * 65_536 / 1_000_000_000))
+            // Clamped first: the field tops out at 65,536 s, and the product must not overflow.
+            let delay = min(now &- last.arrival, 65_536_000_000_000)
+            dlsr = UInt32(min(UInt64(UInt32.max), delay * 65_536 / 1_000_000_000))
         }
         return RTCPReportBlock(
             ssrc: ssrc, fractionLost: fraction, cumulativeLost: Int32(lost),

@@ -83,7 +83,7 @@ public final class Relay: RelayControl {
             // The I/O thread never takes this lock, so joining under it cannot deadlock; holding
             // it makes a concurrent shutdown() wait for the join too.
             pthread_join(thread, nil)
-            engine.socket.close()
+            engine.closeDescriptors()
             state = .stopped
         }
     }
@@ -210,7 +210,7 @@ public final class Relay: RelayControl {
     }
 
     /// Track rules: 1–16 tracks, distinct non-zero SSRCs, 7-bit payload types outside 64–95
-    /// (which would collide with RTCP on a multiplexed port, RFC 5761 §4), a non-zero clock rate.
+    /// (which would collide with RTCP on a multiplexed port, RFC 5761 §4), a clock rate of 1 Hz–10 MHz.
     static func validate(streamId: String, tracks: [MediaTrackDescription]) throws(RelayError) {
         guard !streamId.isEmpty else { throw .invalidTracks("empty stream id") }
         guard !tracks.isEmpty else { throw .invalidTracks("no tracks") }
@@ -222,7 +222,7 @@ public final class Relay: RelayControl {
             guard track.payloadType < 128, !(64...95).contains(track.payloadType) else {
                 throw .invalidTracks("payload type \(track.payloadType) is not usable with rtcp-mux")
             }
-            guard track.clockRate > 0 else { throw .invalidTracks("clock rate 0") }
+            guard (1...10_000_000).contains(track.clockRate) else { throw .invalidTracks("clock rate \(track.clockRate)") }
         }
     }
 }

@@ -44,8 +44,8 @@ final class SharedCounters: Sendable {
 /// and read `counters`. That is why the class may be `@unchecked Sendable`.
 final class RelayEngine: @unchecked Sendable {
     let socket: UDPSocket
-    private let wakeReader: Int32
-    private let wakeWriter: Int32
+    private var wakeReader: Int32
+    private var wakeWriter: Int32
     private let stopping = Atomic<Bool>(false)
     private let commands = Mutex<[RelayCommand]>([])
     private let hasCommands = Atomic<Bool>(false)
@@ -85,25 +85,34 @@ final class RelayEngine: @unchecked Sendable {
         }
         wakeReader = ends[0]
         wakeWriter = ends[1]
-        let packetSize = max(64, configuration.maximumPacketSize)
+        // Sizes and times are clamped to sane ranges so no setting can exhaust memory or overflow a clock.
+        let packetSize = min(max(64, configuration.maximumPacketSize), 65_535)
+        let hour: UInt64 = 3_600_000_000_000
         // A received datagram is a protected packet: room for the plain packet plus SRTP's overhead.
-        receive = ReceiveBatch(capacity: max(1, configuration.receiveBatchSize), slotSize: packetSize + SRTPSession.maximumOverhead)
+        receive = ReceiveBatch(capacity: min(max(1, configuration.receiveBatchSize), 1_024), slotSize: packetSize + SRTPSession.maximumOverhead)
         // An outgoing slot holds any received packet (plain is never longer) plus what protect adds.
-        send = SendBatch(capacity: max(1, configuration.sendBatchSize), slotSize: receive.slotSize + SRTPSession.maximumOverhead)
+        send = SendBatch(capacity: min(max(1, configuration.sendBatchSize), 1_024), slotSize: receive.slotSize + SRTPSession.maximumOverhead)
         let settings = RouterSettings(
             relaySSRC: relaySSRC,
-            keyframeInterval: configuration.keyframeRequestInterval.nanoseconds,
-            packetCacheCapacity: max(1, configuration.packetCacheCapacity),
-            packetCacheDuration: configuration.packetCacheDuration.nanoseconds,
-            maximumPacketSize: receive.slotSize,
-            reportInterval: max(1_000_000, configuration.receiverReportInterval.nanoseconds))
+            keyframeInterval: min(configuration.keyframeRequestInterval.nanoseconds, hour),
+            packetCacheCapacity: min(max(1, configuration.packetCacheCapacity), 65_536),
+            packetCacheDuration: min(configuration.packetCacheDuration.nanoseconds, hour),
+            reportInterval: min(max(1_000_000, configuration.receiverReportInterval.nanoseconds), hour))
         router = RelayRouter(settings: settings, now: monotonicNanoseconds())
     }
 
     deinit {
+        closeDescriptors()
+    }
+
+    /// Closes the socket and the wake-up pipe. Only once the I/O thread has been joined (or never
+    /// ran): nothing else writes to the pipe by then, since control calls stop at `.stopped`.
+    func closeDescriptors() {
         socket.close()
-        Glibc.close(wakeReader)
-        Glibc.close(wakeWriter)
+        if wakeReader >= 0 { Glibc.close(wakeReader) }
+        if wakeWriter >= 0 { Glibc.close(wakeWriter) }
+        wakeReader = -1
+        wakeWriter = -1
     }
 
     /// Hands a command to the I/O thread and wakes it.
@@ -157,10 +166,10 @@ final class RelayEngine: @unchecked Sendable {
             publish()
             if received > 0 { continue }
 
-            let wait = nextTick > now ? (nextTick - now + 999_999) / 1_000_000 : 0
+            let wait = nextTick > now ? min((nextTick - now) / 1_000_000 + 1, 1_000) : 0
             descriptors[0].revents = 0
             descriptors[1].revents = 0
-            _ = poll(&descriptors, 2, Int32(min(wait, 1_000)))
+            _ = poll(&descriptors, 2, Int32(wait))
             if descriptors[1].revents != 0 { drainWakeups() }
         }
     }
@@ -265,18 +274,14 @@ final class RelayEngine: @unchecked Sendable {
             return
         }
         router.authenticated(route, from: source)
-        let accepted = packet.withUnsafeBytes { plain -> Bool in
-            let layout: RTPPacketLayout
-            do { layout = try RTPPacketLayout(parsing: plain) } catch { return false }
-            router.publisherRTP(
-                stream: stream, track: track, packet: plain, sequenceNumber: layout.sequenceNumber,
-                timestamp: layout.timestamp, now: now)
-            return true
-        }
-        guard accepted else {
+        let layout: RTPPacketLayout
+        do { layout = try RTPPacketLayout(parsing: packet) } catch {
             unknownPackets &+= 1
             return
         }
+        router.publisherRTP(
+            stream: stream, track: track, packet: packet, sequenceNumber: layout.sequenceNumber,
+            timestamp: layout.timestamp, now: now)
         pending.append((stream, packet))
     }
 

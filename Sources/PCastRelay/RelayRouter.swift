@@ -7,8 +7,6 @@ struct RouterSettings: Sendable, Equatable {
     var keyframeInterval: UInt64 = 300_000_000
     var packetCacheCapacity: Int = 512
     var packetCacheDuration: UInt64 = 1_000_000_000
-    /// Largest plain RTP packet the cache keeps.
-    var maximumPacketSize: Int = 1500
     var reportInterval: UInt64 = 1_000_000_000
     /// A subscriber's receiver report counts in the aggregate for this long after it arrived.
     var subscriberReportLifetime: UInt64 = 5_000_000_000
@@ -128,9 +126,7 @@ struct RelayRouter<Context> {
         let built = tracks.map { track in
             Track(
                 description: track,
-                cache: PacketCache(
-                    capacity: settings.packetCacheCapacity, slotSize: settings.maximumPacketSize,
-                    maximumAge: settings.packetCacheDuration),
+                cache: PacketCache(capacity: settings.packetCacheCapacity, maximumAge: settings.packetCacheDuration),
                 reception: ReceptionStatistics(clockRate: track.clockRate),
                 throttle: track.kind == .video ? KeyframeThrottle(interval: settings.keyframeInterval) : nil)
         }
@@ -218,7 +214,7 @@ struct RelayRouter<Context> {
 
     /// An authenticated plain RTP packet from a publisher: cached and counted for the upstream report.
     mutating func publisherRTP(
-        stream: Int, track: Int, packet: UnsafeRawBufferPointer, sequenceNumber: UInt16, timestamp: UInt32, now: UInt64
+        stream: Int, track: Int, packet: [UInt8], sequenceNumber: UInt16, timestamp: UInt32, now: UInt64
     ) {
         guard streams[stream] != nil else { return }
         streams[stream]!.tracks[track].cache.store(sequenceNumber: sequenceNumber, packet: packet, now: now)

@@ -35,6 +35,10 @@ struct RelayControlTests {
         #expect(throws: RelayError.invalidTracks("SSRC 5 appears twice")) { try relay.addPublisher(streamId: "a", tracks: [videoTrack(ssrc: 5), audioTrack(ssrc: 5)]) }
         #expect(throws: RelayError.self) { try relay.addPublisher(streamId: "a", tracks: [MediaTrackDescription(kind: .video, codec: "H264", payloadType: 72, clockRate: 90_000, ssrc: 9)]) }
         #expect(throws: RelayError.invalidTracks("SSRC 0")) { try relay.addPublisher(streamId: "a", tracks: [videoTrack(ssrc: 0)]) }
+        #expect(throws: RelayError.invalidTracks("clock rate 4000000000")) {
+            try relay.addPublisher(streamId: "a", tracks: [MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 4_000_000_000, ssrc: 9)])
+        }
+        #expect(throws: RelayError.invalidTracks("empty stream id")) { try relay.addPublisher(streamId: "", tracks: [videoTrack(ssrc: 9)]) }
         #expect(throws: RelayError.streamNotFound("nope")) { try relay.addSubscriber(streamId: "nope", subscriberId: "x") }
 
         _ = try relay.addPublisher(streamId: "a", tracks: [videoTrack(ssrc: 5)])

@@ -96,9 +96,7 @@ struct RelayRouterTests {
         }
         for sequence in UInt16(0)..<4 { packets[sequence] = try rtpPacket(ssrc: Self.video, sequence: sequence) }
         for sequence in [UInt16](65_530...UInt16.max) + [0, 1, 2, 3] {
-            packets[sequence]!.withUnsafeBytes {
-                router.publisherRTP(stream: stream, track: 0, packet: $0, sequenceNumber: sequence, timestamp: 0, now: 100 * Self.ms)
-            }
+            router.publisherRTP(stream: stream, track: 0, packet: packets[sequence]!, sequenceNumber: sequence, timestamp: 0, now: 100 * Self.ms)
         }
         let nack = RTCPPacket.genericNACK(RTCPGenericNACK(senderSSRC: 500, mediaSSRC: Self.video, lostSequenceNumbers: [65_535, 0, 2, 2]))
         #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [nack], now: 200 * Self.ms) == [
@@ -125,9 +123,7 @@ struct RelayRouterTests {
         // 10 packets with 2 missing on the publisher→relay leg.
         for sequence in UInt16(1)...12 where sequence != 4 && sequence != 9 {
             let packet = try rtpPacket(ssrc: Self.video, sequence: sequence)
-            packet.withUnsafeBytes {
-                router.publisherRTP(stream: stream, track: 0, packet: $0, sequenceNumber: sequence, timestamp: UInt32(sequence) * 3000, now: UInt64(sequence) * 33 * Self.ms)
-            }
+            router.publisherRTP(stream: stream, track: 0, packet: packet, sequenceNumber: sequence, timestamp: UInt32(sequence) * 3000, now: UInt64(sequence) * 33 * Self.ms)
         }
         let sr = RTCPSenderReport(ssrc: Self.video, ntpTimestamp: 0x1234_5678_9ABC_DEF0, rtpTimestamp: 0, packetCount: 0, octetCount: 0)
         let forward = router.publisherRTCP(stream: stream, packets: [.senderReport(sr)], now: 500 * Self.ms)
