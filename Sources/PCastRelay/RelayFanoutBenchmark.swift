@@ -68,6 +68,13 @@ public struct RelayFanoutBenchmark: Sendable {
         public var authenticationFailures: Int
         /// `subscribers / (cpuPercent / 100)`.
         public var subscribersPerCore: Double
+        /// From the publisher's send to a subscriber's read, over the window's packets; includes
+        /// up to 2 ms the receivers wait between reads to batch them.
+        public var latencyP50Milliseconds: Double
+        public var latencyP99Milliseconds: Double
+        public var latencyMaximumMilliseconds: Double
+        /// Datagrams the relay failed to send (our relay only).
+        public var sendFailures: UInt64?
     }
 
     public struct Result: Sendable, Hashable, Codable {
@@ -158,7 +165,9 @@ public struct RelayFanoutBenchmark: Sendable {
                     let split = relay.ioThreadCPUSplit
                     return CPUSample(total: relay.ioThreadCPUTime.nanoseconds, user: split?.user.nanoseconds ?? 0, system: split?.system.nanoseconds ?? 0)
                 }, alive: { true })
-            return receivers.finish(window: window, subscribers: c.subscribers)
+            var leg = receivers.finish(window: window, subscribers: c.subscribers)
+            leg.sendFailures = relay.statistics().sendFailures
+            return leg
         } catch let error as RelayError {
             throw .relay(error)
         } catch let error as SRTPError {
@@ -246,7 +255,6 @@ public struct RelayFanoutBenchmark: Sendable {
             return Window(packets: 0, seconds: 0, cpu: CPUSample())
         }
         receivers.start(threads: c.receiverThreads)
-        defer { receivers.stop() }
 
         var buffer = [UInt8](repeating: 0, count: c.packetSize + SRTPSession.maximumOverhead)
         buffer[0] = 0x80
@@ -254,7 +262,6 @@ public struct RelayFanoutBenchmark: Sendable {
         for i in 0..<4 { buffer[8 + i] = UInt8(truncatingIfNeeded: ssrc >> (24 - 8 * i)) }
         for i in 12..<c.packetSize { buffer[i] = UInt8(truncatingIfNeeded: i &* 7) }
         var sequence: UInt16 = 0
-        var timestamp: UInt32 = 0
         var drain = [UInt8](repeating: 0, count: 2048)
         let perFrame = packetsPerSecond / Double(c.frameRate)
         let frameNanoseconds = 1_000_000_000 / UInt64(c.frameRate)
@@ -269,6 +276,8 @@ public struct RelayFanoutBenchmark: Sendable {
                 if done(sent, now - start) || !alive() { return sent }
                 let due = Int((Double(frame + 1) * perFrame).rounded(.down))
                 let count = due - sent
+                // The RTP timestamp (90 kHz) is the send time, so receivers can tell each packet's latency.
+                let timestamp = UInt32(truncatingIfNeeded: (now &- receivers.clockBase) * 9 / 100_000)
                 for index in 0..<count {
                     buffer[1] = index == count - 1 ? 0x80 | 96 : 96
                     buffer[2] = UInt8(sequence >> 8)
@@ -293,7 +302,6 @@ public struct RelayFanoutBenchmark: Sendable {
                     sequence &+= 1
                     sent += 1
                 }
-                timestamp &+= 90_000 / UInt32(c.frameRate)
                 frame += 1
                 // Whatever the relay sends the publisher (PLI, receiver reports) is read and dropped.
                 while recv(socket.descriptor, &drain, drain.count, Int32(MSG_DONTWAIT)) > 0 {}
@@ -337,6 +345,14 @@ final class FanoutReceivers: @unchecked Sendable {
     }
 
     let sockets: [UDPSocket]
+    /// The monotonic time RTP timestamp 0 stands for.
+    let clockBase = monotonicNanoseconds()
+    /// Latency buckets of 0.1 ms up to 1 s, then one for anything later.
+    static let buckets = 10_001
+    private var histograms: UnsafeMutablePointer<Int>?
+    private var maximumLatency: UnsafeMutablePointer<UInt64>?
+    /// Packets read so far, all sockets together; tells when stragglers stop coming.
+    private let arrivals = Atomic<Int>(0)
     private let checkers: [SRTPSession]
     private let sampleInterval: Int
     private let tallies: UnsafeMutablePointer<Tally>
@@ -357,6 +373,8 @@ final class FanoutReceivers: @unchecked Sendable {
     deinit {
         stop()
         tallies.deallocate()
+        histograms?.deallocate()
+        maximumLatency?.deallocate()
     }
 
     var count: Int { sockets.count }
@@ -369,11 +387,21 @@ final class FanoutReceivers: @unchecked Sendable {
 
     func start(threads count: Int) {
         let perThread = (sockets.count + count - 1) / count
-        for first in stride(from: 0, to: sockets.count, by: perThread) {
-            let range = first..<min(sockets.count, first + perThread)
-            if let thread = startThread({ [self] in drain(range) }) { threads.append(thread) }
+        let ranges = stride(from: 0, to: sockets.count, by: perThread).map { $0..<min(sockets.count, $0 + perThread) }
+        let histograms = UnsafeMutablePointer<Int>.allocate(capacity: ranges.count * Self.buckets)
+        histograms.initialize(repeating: 0, count: ranges.count * Self.buckets)
+        let maximumLatency = UnsafeMutablePointer<UInt64>.allocate(capacity: ranges.count)
+        maximumLatency.initialize(repeating: 0, count: ranges.count)
+        self.histograms = histograms
+        self.maximumLatency = maximumLatency
+        for (index, range) in ranges.enumerated() {
+            if let thread = startThread({ [self] in drain(range, thread: index) }) { threads.append(thread) }
         }
+        threadCount = ranges.count
     }
+
+    /// Receiver threads started (their histograms stay after they are joined).
+    private var threadCount = 0
 
     func stop() {
         stopping.store(true, ordering: .releasing)
@@ -381,9 +409,36 @@ final class FanoutReceivers: @unchecked Sendable {
         threads = []
     }
 
-    /// Totals over every subscriber; call after `stop()`.
+    /// Totals over every subscriber, once stragglers have stopped coming (300 ms without a
+    /// packet, or 3 s): a packet that arrives late is late, not lost.
     func finish(window: RelayFanoutBenchmark.Window, subscribers: Int) -> RelayFanoutBenchmark.Leg {
+        let deadline = monotonicNanoseconds() + 3_000_000_000
+        var last = arrivals.load(ordering: .relaxed)
+        while monotonicNanoseconds() < deadline {
+            usleep(300_000)
+            let now = arrivals.load(ordering: .relaxed)
+            if now == last { break }
+            last = now
+        }
         stop()
+        var histogram = [Int](repeating: 0, count: Self.buckets)
+        var maximum: UInt64 = 0
+        if let histograms, let maximumLatency {
+            for thread in 0..<((threadCount)) {
+                for bucket in 0..<Self.buckets { histogram[bucket] += histograms[thread * Self.buckets + bucket] }
+                maximum = max(maximum, maximumLatency[thread])
+            }
+        }
+        func percentile(_ fraction: Double) -> Double {
+            let total = histogram.reduce(0, +)
+            guard total > 0 else { return 0 }
+            var seen = 0
+            for (bucket, count) in histogram.enumerated() {
+                seen += count
+                if Double(seen) >= fraction * Double(total) { return Double(bucket + 1) / 10 }
+            }
+            return Double(Self.buckets) / 10
+        }
         var total = Tally()
         for index in 0..<sockets.count {
             let tally = tallies[index]
@@ -401,10 +456,15 @@ final class FanoutReceivers: @unchecked Sendable {
             measuredSeconds: window.seconds, packetsSent: window.packets, packetsExpected: expected,
             packetsReceived: total.received, sequenceDiscontinuities: total.discontinuities,
             packetsAuthenticated: total.authenticated, authenticationFailures: total.failures,
-            subscribersPerCore: cpu > 0 ? Double(subscribers) / (cpu / 100) : 0)
+            subscribersPerCore: cpu > 0 ? Double(subscribers) / (cpu / 100) : 0,
+            latencyP50Milliseconds: percentile(0.5), latencyP99Milliseconds: percentile(0.99),
+            latencyMaximumMilliseconds: Double(maximum) / 1e6, sendFailures: nil)
     }
 
-    private func drain(_ range: Range<Int>) {
+    private func drain(_ range: Range<Int>, thread: Int) {
+        guard let histograms, let maximumLatency else { return }
+        let histogram = histograms + thread * Self.buckets
+        let maximum = maximumLatency + thread
         var descriptors = range.map { pollfd(fd: sockets[$0].descriptor, events: Int16(POLLIN), revents: 0) }
         let batch = ReceiveBatch(capacity: 16, slotSize: 2048)
         while !stopping.load(ordering: .acquiring) {
@@ -414,8 +474,15 @@ final class FanoutReceivers: @unchecked Sendable {
                 descriptors[offset].revents = 0
                 while true {
                     let n = batch.receive(from: descriptor.fd)
-                    for i in 0..<max(0, n) {
-                        if let datagram = batch.datagram(i) { count(datagram, socket: range.lowerBound + offset) }
+                    guard n > 0 else { break }
+                    arrivals.add(n, ordering: .relaxed)
+                    let now = monotonicNanoseconds()
+                    for i in 0..<n {
+                        guard let datagram = batch.datagram(i),
+                              let latency = count(datagram, socket: range.lowerBound + offset, now: now)
+                        else { continue }
+                        histogram[min(Int(latency / 100_000), Self.buckets - 1)] += 1
+                        maximum.pointee = max(maximum.pointee, latency)
                     }
                     if n < batch.capacity { break }
                 }
@@ -425,8 +492,9 @@ final class FanoutReceivers: @unchecked Sendable {
         }
     }
 
-    private func count(_ datagram: UnsafeRawBufferPointer, socket index: Int) {
-        guard datagram.count >= 12, !(192...223).contains(datagram[1]) else { return }
+    /// Tallies one datagram; returns its latency in nanoseconds if it is one of the window's packets.
+    private func count(_ datagram: UnsafeRawBufferPointer, socket index: Int, now: UInt64) -> UInt64? {
+        guard datagram.count >= 12, !(192...223).contains(datagram[1]) else { return nil }
         let sequence = Int(datagram[2]) << 8 | Int(datagram[3])
         let tally = tallies + index
         if tally.pointee.total == 0 { ready.add(1, ordering: .relaxed) }
@@ -436,8 +504,12 @@ final class FanoutReceivers: @unchecked Sendable {
         }
         tally.pointee.lastSequence = sequence
         let start = windowStart.load(ordering: .acquiring)
+        var latency: UInt64?
         if start >= 0 && (sequence - start) & 0xFFFF < windowLength.load(ordering: .relaxed) {
             tally.pointee.received += 1
+            let timestamp = UInt32(datagram[4]) << 24 | UInt32(datagram[5]) << 16 | UInt32(datagram[6]) << 8 | UInt32(datagram[7])
+            let elapsed = UInt32(truncatingIfNeeded: (now &- clockBase) * 9 / 100_000)
+            latency = UInt64(max(0, Int32(bitPattern: elapsed &- timestamp))) * 100_000 / 9
         }
         if !checkers.isEmpty && tally.pointee.total % sampleInterval == 0 {
             var packet = [UInt8](datagram)
@@ -448,6 +520,7 @@ final class FanoutReceivers: @unchecked Sendable {
                 tally.pointee.failures += 1
             }
         }
+        return latency
     }
 }
 

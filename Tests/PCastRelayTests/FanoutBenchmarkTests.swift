@@ -18,6 +18,7 @@ struct FanoutBenchmarkTests {
         #expect(result.relay.packetsAuthenticated > 0, "sampled packets decrypt with each subscriber's serverKey")
         #expect(result.relay.authenticationFailures == 0)
         #expect(result.relay.cpuPercent > 0)
+        #expect(result.relay.latencyP99Milliseconds > 0 && result.relay.sendFailures != nil)
         if FileManager.default.isExecutableFile(atPath: configuration.gstLaunchPath) {
             let reference = try #require(result.reference, "reference failed: \(result.referenceError ?? "?")")
             #expect(reference.packetsReceived > 0)
