@@ -11,6 +11,14 @@ import Synchronization
 /// checked against a locked registry (so errors are immediate), then queued for the I/O thread,
 /// which applies them before it handles the next packets it reads.
 ///
+/// Flows are found by the SSRC in a packet's clear header: a publisher's RTP and RTCP by its
+/// tracks' SSRCs (its RTCP must use one as sender SSRC), a subscriber's RTCP by the `rtcpSSRC`
+/// the relay assigned. A flow's address is the source of its latest authenticated packet
+/// (symmetric RTP), so a subscriber receives nothing until its first authenticated RTCP. The
+/// relay sends each publisher its own receiver report every `receiverReportInterval`: see
+/// `RelayRouter.receiverReport` (its own leg's figures, loss and jitter raised to the worst
+/// subscriber's).
+///
 /// ```swift
 /// let relay = try Relay(configuration: RelayConfiguration())
 /// let publisher = try relay.addPublisher(streamId: "s1", tracks: [video])

@@ -108,7 +108,6 @@ struct RelayRouter<Context> {
     }
 
     var streamCount: Int { streams.count }
-    var subscriberCount: Int { streams.values.reduce(0) { $0 + $1.subscribers.count } }
 
     func handle(streamId: String) -> Int? { handles[streamId] }
 
@@ -187,16 +186,6 @@ struct RelayRouter<Context> {
     func subscriberContext(stream: Int, rtcpSSRC: UInt32) -> Context? {
         guard let s = streams[stream], let slot = s.subscriberSlots[rtcpSSRC] else { return nil }
         return s.subscribers[slot].flow.context
-    }
-
-    func address(of route: RelayRoute) -> RelayAddress? {
-        switch route {
-        case .track(let stream, _):
-            return streams[stream]?.publisher.address
-        case .subscriber(let stream, let rtcpSSRC):
-            guard let s = streams[stream], let slot = s.subscriberSlots[rtcpSSRC] else { return nil }
-            return s.subscribers[slot].flow.address
-        }
     }
 
     /// Symmetric RTP: an authenticated packet from `address` says where the flow is now.
