@@ -166,6 +166,10 @@ let package = Package(
             ]
         ),
         .testTarget(
+            name: "PCastRelayTests",
+            dependencies: ["PCastRelay", "PCastProtocol", "SRTP"]
+        ),
+        .testTarget(
             name: "PCastMediaTests",
             dependencies: ["PCastMedia", "GStreamer", "PCastProtocol", "PCastTestSupport"]
         ),

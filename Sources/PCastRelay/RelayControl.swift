@@ -67,6 +67,8 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     public var nacksMissed: UInt64 = 0
     /// PLI/FIR sent to publishers (after throttling).
     public var keyframeRequests: UInt64 = 0
+    /// Datagrams the relay could not send (kernel refused them, or its send buffer was full).
+    public var sendFailures: UInt64 = 0
 
     public init() {}
 }

@@ -1,0 +1,175 @@
+import PCastProtocol
+
+/// The last `capacity` plain RTP packets of one SSRC, by sequence number, for answering NACKs.
+///
+/// A slot is found by `sequenceNumber % capacity`, so a packet stays until `capacity` newer
+/// sequence numbers have been stored — and answers a NACK only while younger than `maximumAge`.
+/// Packets are kept by reference: the relay stores the array SRTP unprotected into, so caching
+/// costs neither a copy nor an allocation, and memory follows the packets' real sizes (an audio
+/// track's cache stays small). A class, owned by the one thread that runs the router.
+///
+/// ```swift
+/// let cache = PacketCache(capacity: 512, maximumAge: 1_000_000_000)
+/// cache.store(sequenceNumber: 7, packet: bytes, now: now)
+/// cache.packet(sequenceNumber: 7, now: now)   // bytes
+/// ```
+final class PacketCache {
+    private struct Entry {
+        var sequenceNumber: UInt16 = 0
+        var time: UInt64 = 0
+        var packet: [UInt8]? = nil
+    }
+
+    let capacity: Int
+    /// Nanoseconds after which a stored packet no longer answers a NACK.
+    let maximumAge: UInt64
+    private var entries: [Entry]
+
+    init(capacity: Int, maximumAge: UInt64) {
+        self.capacity = max(1, capacity)
+        self.maximumAge = maximumAge
+        entries = Array(repeating: Entry(), count: self.capacity)
+    }
+
+    func store(sequenceNumber: UInt16, packet: [UInt8], now: UInt64) {
+        entries[Int(sequenceNumber) % capacity] = Entry(sequenceNumber: sequenceNumber, time: now, packet: packet)
+    }
+
+    /// The cached packet, if it is still there and young enough.
+    func packet(sequenceNumber: UInt16, now: UInt64) -> [UInt8]? {
+        let entry = entries[Int(sequenceNumber) % capacity]
+        guard let packet = entry.packet, entry.sequenceNumber == sequenceNumber,
+              now &- entry.time <= maximumAge || entry.time > now
+        else { return nil }
+        return packet
+    }
+}
+
+/// Keyframe requests for one video SSRC, throttled: at most one per `interval`.
+///
+/// A request when none went out in the last `interval` is sent at once (a joining subscriber does
+/// not wait); requests inside the window are coalesced into one more at the window's end. A FIR
+/// among coalesced requests wins over PLI.
+///
+/// ```swift
+/// var throttle = KeyframeThrottle(interval: 300_000_000)
+/// throttle.request(.pli, now: 0)              // .pli: send now
+/// throttle.request(.pli, now: 100_000_000)    // nil: pending until 300 ms
+/// throttle.due(now: 300_000_000)              // .pli
+/// ```
+struct KeyframeThrottle: Sendable, Equatable {
+    enum Kind: Sendable, Equatable, Comparable { case pli, fir }
+
+    let interval: UInt64
+    private(set) var lastSent: UInt64?
+    private(set) var pending: Kind?
+
+    init(interval: UInt64) {
+        self.interval = interval
+    }
+
+    /// Returns what to send now, or nil if the request was coalesced into a pending one.
+    mutating func request(_ kind: Kind, now: UInt64) -> Kind? {
+        if let lastSent, now &- lastSent < interval, now >= lastSent {
+            pending = max(pending ?? kind, kind)
+            return nil
+        }
+        lastSent = now
+        // A request sent now also answers any older pending one.
+        let sent = max(pending ?? kind, kind)
+        pending = nil
+        return sent
+    }
+
+    /// When a pending request becomes due, if any.
+    var deadline: UInt64? {
+        guard pending != nil, let lastSent else { return nil }
+        return lastSent &+ interval
+    }
+
+    /// The pending request, if its window has ended.
+    mutating func due(now: UInt64) -> Kind? {
+        guard let pending, let deadline, now >= deadline else { return nil }
+        self.pending = nil
+        lastSent = now
+        return pending
+    }
+}
+
+/// What the relay measures on the publisher→relay leg of one SSRC (RFC 3550 A.1, A.3, A.8).
+struct ReceptionStatistics: Sendable {
+    let clockRate: UInt32
+    private(set) var started = false
+    private var baseSequence: UInt32 = 0
+    private var maximumSequence: UInt16 = 0
+    private var cycles: UInt32 = 0
+    private(set) var received: UInt32 = 0
+    private var expectedPrior: UInt32 = 0
+    private var receivedPrior: UInt32 = 0
+    private var lastTransit: Int32?
+    /// Interarrival jitter in timestamp units, as a float (RFC 3550 keeps it ×16 in integers).
+    private var jitter: Double = 0
+    /// Middle 32 bits of the NTP timestamp of the last SR, and when it arrived.
+    private var lastSenderReport: (ntpMiddle: UInt32, arrival: UInt64)?
+
+    init(clockRate: UInt32) {
+        self.clockRate = max(1, clockRate)
+    }
+
+    var extendedHighestSequence: UInt32 { cycles &+ UInt32(maximumSequence) }
+
+    mutating func update(sequenceNumber: UInt16, rtpTimestamp: UInt32, arrival: UInt64) {
+        if !started {
+            started = true
+            baseSequence = UInt32(sequenceNumber)
+            maximumSequence = sequenceNumber
+        } else {
+            let delta = sequenceNumber &- maximumSequence
+            // Forward (allowing for gaps); anything else is a late or duplicate packet.
+            if delta != 0 && delta < 0x8000 {
+                if sequenceNumber < maximumSequence { cycles &+= 0x1_0000 }
+                maximumSequence = sequenceNumber
+            }
+        }
+        received &+= 1
+
+        // Wall time in timestamp units, modulo 2^32 like the timestamps themselves.
+        let arrivalUnits = UInt32((Double(arrival) / 1e9 * Double(clockRate)).truncatingRemainder(dividingBy: 4_294_967_296))
+        let transit = Int32(bitPattern: arrivalUnits &- rtpTimestamp)
+        if let lastTransit {
+            let d = abs(Double(Int32(bitPattern: UInt32(bitPattern: transit) &- UInt32(bitPattern: lastTransit))))
+            jitter += (d - jitter) / 16
+        }
+        lastTransit = transit
+    }
+
+    mutating func senderReport(ntpTimestamp: UInt64, arrival: UInt64) {
+        lastSenderReport = (UInt32(truncatingIfNeeded: ntpTimestamp >> 16), arrival)
+    }
+
+    /// The report block for now; advances the "prior" counters used for the fraction lost.
+    mutating func reportBlock(ssrc: UInt32, now: UInt64) -> RTCPReportBlock {
+        let extendedMaximum = extendedHighestSequence
+        let expected = Int64(extendedMaximum) - Int64(baseSequence) + 1
+        let lost = max(-0x80_0000, min(0x7F_FFFF, expected - Int64(received)))
+        let expectedInterval = Int64(extendedMaximum &- baseSequence &+ 1) - Int64(expectedPrior)
+        let receivedInterval = Int64(received) - Int64(receivedPrior)
+        expectedPrior = extendedMaximum &- baseSequence &+ 1
+        receivedPrior = received
+        let lostInterval = expectedInterval - receivedInterval
+        let fraction: UInt8 = expectedInterval <= 0 || lostInterval <= 0 ? 0 : UInt8(min(255, (lostInterval << 8) / expectedInterval))
+        var lsr: UInt32 = 0
+        var dlsr: UInt32 = 0
+        if let last = lastSenderReport {
+            lsr = last.ntpMiddle
+            // Delay since the last SR in 1/65536 s.
+            // Clamped first: the field tops out at 65,536 s, and the product must not overflow.
+            let delay = min(now &- last.arrival, 65_536_000_000_000)
+            dlsr = UInt32(min(UInt64(UInt32.max), delay * 65_536 / 1_000_000_000))
+        }
+        return RTCPReportBlock(
+            ssrc: ssrc, fractionLost: fraction, cumulativeLost: Int32(lost),
+            extendedHighestSequenceNumber: extendedMaximum, jitter: UInt32(min(jitter, Double(UInt32.max))),
+            lastSenderReport: lsr, delaySinceLastSenderReport: dlsr)
+    }
+}

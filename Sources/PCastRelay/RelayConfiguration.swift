@@ -1,0 +1,41 @@
+import SRTP
+
+/// How a ``Relay`` is set up: where it listens, which SRTP profile it hands out, and its timers
+/// and buffer sizes.
+///
+/// ```swift
+/// var configuration = RelayConfiguration()          // 127.0.0.1, ephemeral port
+/// configuration.host = "0.0.0.0"
+/// configuration.port = 5004
+/// let relay = try Relay(configuration: configuration)
+/// ```
+public struct RelayConfiguration: Sendable, Hashable {
+    /// IPv4 address to bind (dotted quad).
+    public var host: String = "127.0.0.1"
+    /// UDP port; 0 picks an ephemeral one (read it back from ``Relay/mediaPort``).
+    public var port: UInt16 = 0
+    /// The profile of every flow's keys.
+    public var srtpProfile: SRTPProfile = .aeadAES128GCM
+    /// At most one keyframe request per publisher video SSRC in this window; requests inside it
+    /// are coalesced into one more at its end.
+    public var keyframeRequestInterval: Duration = .milliseconds(300)
+    /// Plain packets kept per publisher SSRC for NACKs.
+    public var packetCacheCapacity: Int = 512
+    /// How long a cached packet may still answer a NACK.
+    public var packetCacheDuration: Duration = .seconds(1)
+    /// How often each publisher gets the relay's receiver report.
+    public var receiverReportInterval: Duration = .seconds(1)
+    /// Kernel send and receive buffer asked for on the media socket (capped by `net.core.*mem_max`).
+    public var socketBufferSize: Int = 4 << 20
+    /// Datagrams read per `recvmmsg`.
+    public var receiveBatchSize: Int = 32
+    /// Datagrams sent per `sendmmsg`.
+    public var sendBatchSize: Int = 64
+    /// Largest plain RTP/RTCP packet relayed; larger datagrams are dropped as unknown.
+    public var maximumPacketSize: Int = 1500
+
+    public init(host: String = "127.0.0.1", port: UInt16 = 0) {
+        self.host = host
+        self.port = port
+    }
+}

@@ -1,0 +1,393 @@
+import Glibc
+import PCastProtocol
+import SRTP
+import Synchronization
+
+/// The two SRTP sessions of one flow: `inbound` unprotects what the client sends (its clientKey),
+/// `outbound` protects what the relay sends it (its serverKey).
+final class FlowCrypto: Sendable {
+    let inbound: SRTPSession
+    let outbound: SRTPSession
+
+    init(inbound: SRTPSession, outbound: SRTPSession) {
+        self.inbound = inbound
+        self.outbound = outbound
+    }
+}
+
+/// A control request, carried from the calling thread to the I/O thread.
+enum RelayCommand: Sendable {
+    case addStream(id: String, tracks: [MediaTrackDescription], crypto: FlowCrypto)
+    case addSubscriber(streamId: String, subscriberId: String, rtcpSSRC: UInt32, crypto: FlowCrypto)
+    case removeSubscriber(streamId: String, subscriberId: String)
+    case removeStream(id: String)
+}
+
+/// Counters written by the I/O thread after each batch, read by anyone.
+final class SharedCounters: Sendable {
+    let packetsIn = Atomic<UInt64>(0)
+    let bytesIn = Atomic<UInt64>(0)
+    let packetsOut = Atomic<UInt64>(0)
+    let bytesOut = Atomic<UInt64>(0)
+    let srtpFailures = Atomic<UInt64>(0)
+    let unknownPackets = Atomic<UInt64>(0)
+    let nacksServed = Atomic<UInt64>(0)
+    let nacksMissed = Atomic<UInt64>(0)
+    let keyframeRequests = Atomic<UInt64>(0)
+    let sendFailures = Atomic<UInt64>(0)
+}
+
+/// The I/O side of the relay: the socket, the thread's loop, and the router it feeds.
+///
+/// Everything below "I/O thread only" is touched by the relay thread alone, from `run()`'s start
+/// to its return; other threads talk to it through `enqueue` (a locked queue and a wake-up pipe)
+/// and read `counters`. That is why the class may be `@unchecked Sendable`.
+final class RelayEngine: @unchecked Sendable {
+    let socket: UDPSocket
+    private var wakeReader: Int32
+    private var wakeWriter: Int32
+    private let stopping = Atomic<Bool>(false)
+    private let commands = Mutex<[RelayCommand]>([])
+    private let hasCommands = Atomic<Bool>(false)
+    let counters = SharedCounters()
+    /// CPU nanoseconds the thread had used when it ended.
+    let finalCPUTime = Atomic<UInt64>(0)
+    /// The I/O thread's kernel id once it runs (0 before).
+    let threadID = Atomic<Int32>(0)
+
+    // I/O thread only.
+    private var router: RelayRouter<FlowCrypto>
+    private let receive: ReceiveBatch
+    private let send: SendBatch
+    private var nextTick: UInt64 = 0
+    private var packetsIn: UInt64 = 0
+    private var bytesIn: UInt64 = 0
+    private var packetsOut: UInt64 = 0
+    private var bytesOut: UInt64 = 0
+    private var srtpFailures: UInt64 = 0
+    private var unknownPackets: UInt64 = 0
+    private var sendFailures: UInt64 = 0
+    /// Authenticated plain publisher packets of the current receive batch, fanned out together
+    /// once the batch is read (see `fanOutPending`).
+    private var pending: [(stream: Int, packet: [UInt8])] = []
+
+    init(configuration: RelayConfiguration, relaySSRC: UInt32) throws(RelayError) {
+        socket = try UDPSocket(host: configuration.host, port: configuration.port, bufferSize: configuration.socketBufferSize)
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else {
+            let code = errno
+            socket.close()
+            throw .socket(operation: "pipe", errno: code)
+        }
+        for fd in ends {
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        }
+        wakeReader = ends[0]
+        wakeWriter = ends[1]
+        // Sizes and times are clamped to sane ranges so no setting can exhaust memory or overflow a clock.
+        let packetSize = min(max(64, configuration.maximumPacketSize), 65_535)
+        let hour: UInt64 = 3_600_000_000_000
+        // A received datagram is a protected packet: room for the plain packet plus SRTP's overhead.
+        receive = ReceiveBatch(capacity: min(max(1, configuration.receiveBatchSize), 1_024), slotSize: packetSize + SRTPSession.maximumOverhead)
+        // An outgoing slot holds any received packet (plain is never longer) plus what protect adds.
+        send = SendBatch(capacity: min(max(1, configuration.sendBatchSize), 1_024), slotSize: receive.slotSize + SRTPSession.maximumOverhead)
+        let settings = RouterSettings(
+            relaySSRC: relaySSRC,
+            keyframeInterval: min(configuration.keyframeRequestInterval.nanoseconds, hour),
+            packetCacheCapacity: min(max(1, configuration.packetCacheCapacity), 65_536),
+            packetCacheDuration: min(configuration.packetCacheDuration.nanoseconds, hour),
+            reportInterval: min(max(1_000_000, configuration.receiverReportInterval.nanoseconds), hour))
+        router = RelayRouter(settings: settings, now: monotonicNanoseconds())
+    }
+
+    deinit {
+        closeDescriptors()
+    }
+
+    /// Closes the socket and the wake-up pipe. Only once the I/O thread has been joined (or never
+    /// ran): nothing else writes to the pipe by then, since control calls stop at `.stopped`.
+    func closeDescriptors() {
+        socket.close()
+        if wakeReader >= 0 { Glibc.close(wakeReader) }
+        if wakeWriter >= 0 { Glibc.close(wakeWriter) }
+        wakeReader = -1
+        wakeWriter = -1
+    }
+
+    /// Hands a command to the I/O thread and wakes it.
+    func enqueue(_ command: RelayCommand) {
+        commands.withLock {
+            $0.append(command)
+            hasCommands.store(true, ordering: .releasing)
+        }
+        wake()
+    }
+
+    /// Asks the loop to end; `run()` returns soon after.
+    func stop() {
+        stopping.store(true, ordering: .releasing)
+        wake()
+    }
+
+    private func wake() {
+        var byte: UInt8 = 1
+        // A full pipe already means "wake up": EAGAIN is fine.
+        _ = write(wakeWriter, &byte, 1)
+    }
+
+    // MARK: The loop (I/O thread)
+
+    func run() {
+        ThreadIdentity.name("pcast-relay")
+        threadID.store(ThreadIdentity.current() ?? 0, ordering: .releasing)
+        var clock = clockid_t()
+        let hasClock = pthread_getcpuclockid(pthread_self(), &clock) == 0
+        defer {
+            send.flush(descriptor: socket.descriptor)
+            publish()
+            if hasClock { finalCPUTime.store(cpuNanoseconds(clock), ordering: .releasing) }
+        }
+        let fd = socket.descriptor
+        var descriptors = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeReader, events: Int16(POLLIN), revents: 0)]
+        nextTick = router.nextDeadline
+        while !stopping.load(ordering: .acquiring) {
+            // Read first, then apply commands: a control call that returned before a packet was
+            // sent is then always in effect when that packet is handled.
+            let received = receive.receive(from: fd)
+            applyCommands()
+            let now = monotonicNanoseconds()
+            if received > 0 {
+                for index in 0..<received { handleDatagram(index, now: now) }
+                fanOutPending()
+            }
+            if now >= nextTick { runTimers(now: now) }
+            send.flush(descriptor: fd)
+            publish()
+            if received > 0 { continue }
+
+            let wait = nextTick > now ? min((nextTick - now) / 1_000_000 + 1, 1_000) : 0
+            descriptors[0].revents = 0
+            descriptors[1].revents = 0
+            _ = poll(&descriptors, 2, Int32(wait))
+            if descriptors[1].revents != 0 { drainWakeups() }
+        }
+    }
+
+    private func drainWakeups() {
+        var buffer = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+        while withUnsafeMutableBytes(of: &buffer, { read(wakeReader, $0.baseAddress, $0.count) }) > 0 {}
+    }
+
+    private func applyCommands() {
+        guard hasCommands.load(ordering: .acquiring) else { return }
+        let pending = commands.withLock { queue -> [RelayCommand] in
+            hasCommands.store(false, ordering: .relaxed)
+            defer { queue.removeAll() }
+            return queue
+        }
+        let now = monotonicNanoseconds()
+        for command in pending {
+            switch command {
+            case .addStream(let id, let tracks, let crypto):
+                router.addStream(id: id, tracks: tracks, publisher: crypto)
+            case .addSubscriber(let streamId, let subscriberId, let rtcpSSRC, let crypto):
+                if let actions = router.addSubscriber(
+                    streamId: streamId, subscriberId: subscriberId, rtcpSSRC: rtcpSSRC, context: crypto, now: now) {
+                    perform(actions)
+                }
+            case .removeSubscriber(let streamId, let subscriberId):
+                router.removeSubscriber(streamId: streamId, subscriberId: subscriberId)
+            case .removeStream(let id):
+                router.removeStream(id: id)
+            }
+        }
+        nextTick = min(nextTick, router.nextDeadline)
+    }
+
+    private func runTimers(now: UInt64) {
+        perform(router.tick(now: now))
+        nextTick = router.nextDeadline
+    }
+
+    private func publish() {
+        let outcome = send.takeOutcome()
+        packetsOut &+= UInt64(outcome.packets)
+        bytesOut &+= UInt64(outcome.bytes)
+        sendFailures &+= UInt64(outcome.failures)
+        let c = counters
+        c.packetsIn.store(packetsIn, ordering: .relaxed)
+        c.bytesIn.store(bytesIn, ordering: .relaxed)
+        c.packetsOut.store(packetsOut, ordering: .relaxed)
+        c.bytesOut.store(bytesOut, ordering: .relaxed)
+        c.srtpFailures.store(srtpFailures, ordering: .relaxed)
+        c.unknownPackets.store(unknownPackets, ordering: .relaxed)
+        c.sendFailures.store(sendFailures, ordering: .relaxed)
+        c.nacksServed.store(router.counters.nacksServed, ordering: .relaxed)
+        c.nacksMissed.store(router.counters.nacksMissed, ordering: .relaxed)
+        c.keyframeRequests.store(router.counters.keyframeRequests, ordering: .relaxed)
+    }
+
+    // MARK: Packets (I/O thread)
+
+    @inline(__always)
+    private func bigEndian32(_ data: UnsafeRawBufferPointer, _ offset: Int) -> UInt32 {
+        UInt32(data[offset]) << 24 | UInt32(data[offset + 1]) << 16 | UInt32(data[offset + 2]) << 8 | UInt32(data[offset + 3])
+    }
+
+    private func handleDatagram(_ index: Int, now: UInt64) {
+        packetsIn &+= 1
+        bytesIn &+= UInt64(receive.length(index))
+        guard let data = receive.datagram(index), let source = receive.source(index),
+              data.count >= 8, data[0] & 0xC0 == 0x80
+        else {
+            unknownPackets &+= 1
+            return
+        }
+        // RFC 5761 §4: payload types 192–223 in the second byte are RTCP.
+        let payloadType = data[1]
+        if payloadType >= 192 && payloadType <= 223 {
+            guard let route = router.route(ssrc: bigEndian32(data, 4)) else {
+                unknownPackets &+= 1
+                return
+            }
+            switch route {
+            case .track(let stream, _): publisherRTCP(data, route: route, stream: stream, from: source, now: now)
+            case .subscriber(let stream, let rtcpSSRC): subscriberRTCP(data, route: route, stream: stream, rtcpSSRC: rtcpSSRC, from: source, now: now)
+            }
+        } else {
+            guard data.count >= RTPPacketLayout.fixedHeaderLength,
+                  case .track(let stream, let track)? = router.route(ssrc: bigEndian32(data, 8))
+            else {
+                unknownPackets &+= 1
+                return
+            }
+            publisherRTP(data, route: .track(stream: stream, track: track), from: source, now: now)
+        }
+    }
+
+    private func publisherRTP(_ data: UnsafeRawBufferPointer, route: RelayRoute, from source: RelayAddress, now: UInt64) {
+        guard case .track(let stream, let track) = route, let crypto = router.publisherContext(stream: stream) else { return }
+        var packet = [UInt8](data)
+        do { try crypto.inbound.unprotect(&packet) } catch {
+            srtpFailures &+= 1
+            return
+        }
+        router.authenticated(route, from: source)
+        let layout: RTPPacketLayout
+        do { layout = try RTPPacketLayout(parsing: packet) } catch {
+            unknownPackets &+= 1
+            return
+        }
+        router.publisherRTP(
+            stream: stream, track: track, packet: packet, sequenceNumber: layout.sequenceNumber,
+            timestamp: layout.timestamp, now: now)
+        pending.append((stream, packet))
+    }
+
+    /// Re-protects the batch's publisher packets for every reachable subscriber, straight into
+    /// send slots, subscriber by subscriber: each SRTP session's state is then used for all the
+    /// packets of a frame's burst while it is in cache, rather than once per packet across
+    /// hundreds of sessions. A subscriber still gets its packets in arrival order.
+    private func fanOutPending() {
+        guard !pending.isEmpty else { return }
+        let fd = socket.descriptor
+        var first = 0
+        while first < pending.count {
+            let stream = pending[first].stream
+            // Packets of one stream are adjacent in the common case; others wait for their turn.
+            var end = first + 1
+            while end < pending.count && pending[end].stream == stream { end += 1 }
+            router.forEachReachableSubscriber(of: stream) { crypto, address in
+                for index in first..<end {
+                    pending[index].packet.withUnsafeBytes { plain in
+                        let slot = send.nextSlot(descriptor: fd)
+                        slot.copyMemory(from: plain)
+                        do {
+                            let length = try crypto.outbound.protect(slot, length: plain.count)
+                            send.commit(length: length, to: address)
+                        } catch {
+                            sendFailures &+= 1
+                        }
+                    }
+                }
+            }
+            first = end
+        }
+        pending.removeAll(keepingCapacity: true)
+    }
+
+    private func publisherRTCP(_ data: UnsafeRawBufferPointer, route: RelayRoute, stream: Int, from source: RelayAddress, now: UInt64) {
+        guard let crypto = router.publisherContext(stream: stream) else { return }
+        var packet = [UInt8](data)
+        do { try crypto.inbound.unprotectRTCP(&packet) } catch {
+            srtpFailures &+= 1
+            return
+        }
+        router.authenticated(route, from: source)
+        let compound: RTCPCompoundPacket
+        do { compound = try RTCPCompoundPacket(parsing: packet) } catch {
+            unknownPackets &+= 1
+            return
+        }
+        guard router.publisherRTCP(stream: stream, packets: compound.packets, now: now) else { return }
+        let fd = socket.descriptor
+        router.forEachReachableSubscriber(of: stream) { crypto, address in
+            var copy = packet
+            do {
+                try crypto.outbound.protectRTCP(&copy)
+                send.append(copy, to: address, descriptor: fd)
+            } catch {
+                sendFailures &+= 1
+            }
+        }
+    }
+
+    private func subscriberRTCP(
+        _ data: UnsafeRawBufferPointer, route: RelayRoute, stream: Int, rtcpSSRC: UInt32, from source: RelayAddress, now: UInt64
+    ) {
+        guard let crypto = router.subscriberContext(stream: stream, rtcpSSRC: rtcpSSRC) else { return }
+        var packet = [UInt8](data)
+        do { try crypto.inbound.unprotectRTCP(&packet) } catch {
+            srtpFailures &+= 1
+            return
+        }
+        router.authenticated(route, from: source)
+        let compound: RTCPCompoundPacket
+        do { compound = try RTCPCompoundPacket(parsing: packet) } catch {
+            unknownPackets &+= 1
+            return
+        }
+        perform(router.subscriberRTCP(stream: stream, rtcpSSRC: rtcpSSRC, packets: compound.packets, now: now))
+        nextTick = min(nextTick, router.nextDeadline)
+    }
+
+    private func perform(_ actions: [RelayAction<FlowCrypto>]) {
+        let fd = socket.descriptor
+        for action in actions {
+            switch action {
+            case .toPublisher(let crypto, let address, let rtcp):
+                var packet = rtcp
+                do {
+                    try crypto.outbound.protectRTCP(&packet)
+                    send.append(packet, to: address, descriptor: fd)
+                } catch {
+                    sendFailures &+= 1
+                }
+            case .retransmit(let crypto, let address, let rtp):
+                let slot = send.nextSlot(descriptor: fd)
+                guard rtp.count + SRTPSession.maximumOverhead <= slot.count else {
+                    sendFailures &+= 1
+                    continue
+                }
+                rtp.withUnsafeBytes { slot.copyMemory(from: $0) }
+                do {
+                    let length = try crypto.outbound.protect(slot, length: rtp.count)
+                    send.commit(length: length, to: address)
+                } catch {
+                    sendFailures &+= 1
+                }
+            }
+        }
+    }
+}

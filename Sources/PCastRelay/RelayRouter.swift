@@ -1,0 +1,386 @@
+import PCastProtocol
+
+/// What the router is tuned by; times in nanoseconds of a monotonic clock.
+struct RouterSettings: Sendable, Equatable {
+    /// Sender SSRC of the RTCP the relay originates (PLI, FIR, RR).
+    var relaySSRC: UInt32
+    var keyframeInterval: UInt64 = 300_000_000
+    var packetCacheCapacity: Int = 512
+    var packetCacheDuration: UInt64 = 1_000_000_000
+    var reportInterval: UInt64 = 1_000_000_000
+    /// A subscriber's receiver report counts in the aggregate for this long after it arrived.
+    var subscriberReportLifetime: UInt64 = 5_000_000_000
+}
+
+/// How the relay finds a flow from the SSRC in a packet's clear header.
+enum RelayRoute: Sendable, Equatable {
+    /// A publisher's media SSRC (its RTP, and its RTCP whose sender SSRC is that SSRC).
+    case track(stream: Int, track: Int)
+    /// A subscriber's relay-assigned RTCP sender SSRC.
+    case subscriber(stream: Int, rtcpSSRC: UInt32)
+}
+
+/// Something the I/O side must send. Contexts are the flows' SRTP sessions in the real relay and
+/// plain values in tests; packets are plain (the I/O side protects them with the context).
+enum RelayAction<Context> {
+    /// RTCP the relay originates towards a publisher (PLI, FIR, receiver report).
+    case toPublisher(Context, RelayAddress, rtcp: [UInt8])
+    /// A cached RTP packet re-sent to the one subscriber that NACKed it.
+    case retransmit(Context, RelayAddress, rtp: [UInt8])
+}
+
+extension RelayAction: Equatable where Context: Equatable {}
+
+/// Counters the router keeps; the I/O side publishes them.
+struct RouterCounters: Sendable, Equatable {
+    var nacksServed: UInt64 = 0
+    var nacksMissed: UInt64 = 0
+    var keyframeRequests: UInt64 = 0
+}
+
+/// The relay's routing, caching, keyframe throttling and report aggregation, without sockets or
+/// crypto: one thread owns it, feeds it events and carries out what it returns.
+///
+/// Streams are addressed by an integer handle so the per-packet path hashes integers, not strings.
+///
+/// ```swift
+/// var router = RelayRouter<Int>(settings: RouterSettings(relaySSRC: 9), now: 0)
+/// router.addStream(id: "s", tracks: [video], publisher: 1)
+/// let actions = router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 77, context: 2, now: 0)
+/// ```
+struct RelayRouter<Context> {
+    struct Flow {
+        var context: Context
+        /// Learned from the flow's first authenticated packet; nil until then.
+        var address: RelayAddress?
+    }
+
+    struct Track {
+        let description: MediaTrackDescription
+        let cache: PacketCache
+        var reception: ReceptionStatistics
+        /// Video tracks only.
+        var throttle: KeyframeThrottle?
+        var firSequence: UInt8 = 0
+    }
+
+    struct SubscriberReport: Equatable {
+        var block: RTCPReportBlock
+        var arrival: UInt64
+    }
+
+    struct Subscriber {
+        let id: String
+        let rtcpSSRC: UInt32
+        var flow: Flow
+        /// Latest report block per publisher SSRC.
+        var reports: [UInt32: SubscriberReport] = [:]
+    }
+
+    struct Stream {
+        let id: String
+        var publisher: Flow
+        var tracks: [Track]
+        /// Dense, for the fan-out loop; `subscriberSlots` indexes it by RTCP SSRC.
+        var subscribers: [Subscriber] = []
+        var subscriberSlots: [UInt32: Int] = [:]
+        var subscriberIDs: [String: UInt32] = [:]
+
+        func trackIndex(ssrc: UInt32) -> Int? {
+            tracks.firstIndex { $0.description.ssrc == ssrc }
+        }
+    }
+
+    let settings: RouterSettings
+    private(set) var streams: [Int: Stream] = [:]
+    private var handles: [String: Int] = [:]
+    private var nextHandle = 0
+    private var routes: [UInt32: RelayRoute] = [:]
+    private(set) var counters = RouterCounters()
+    private var nextReport: UInt64
+    /// The earliest window end of a pending keyframe request (may be early, never late), so the
+    /// timer need not scan every track after each request.
+    private var keyframeDeadline: UInt64?
+
+    init(settings: RouterSettings, now: UInt64) {
+        self.settings = settings
+        nextReport = now &+ settings.reportInterval
+    }
+
+    var streamCount: Int { streams.count }
+
+    func handle(streamId: String) -> Int? { handles[streamId] }
+
+    // MARK: Flows
+
+    /// Adds a publisher flow; false (and no change) if the id or one of its SSRCs is taken.
+    @discardableResult
+    mutating func addStream(id: String, tracks: [MediaTrackDescription], publisher: Context) -> Bool {
+        guard handles[id] == nil, !tracks.isEmpty,
+              Set(tracks.map(\.ssrc)).count == tracks.count,
+              tracks.allSatisfy({ routes[$0.ssrc] == nil })
+        else { return false }
+        let handle = nextHandle
+        nextHandle += 1
+        let built = tracks.map { track in
+            Track(
+                description: track,
+                cache: PacketCache(capacity: settings.packetCacheCapacity, maximumAge: settings.packetCacheDuration),
+                reception: ReceptionStatistics(clockRate: track.clockRate),
+                throttle: track.kind == .video ? KeyframeThrottle(interval: settings.keyframeInterval) : nil)
+        }
+        streams[handle] = Stream(id: id, publisher: Flow(context: publisher), tracks: built)
+        handles[id] = handle
+        for (index, track) in tracks.enumerated() { routes[track.ssrc] = .track(stream: handle, track: index) }
+        return true
+    }
+
+    /// Removes a stream with its publisher and every subscriber; unknown ids are ignored.
+    mutating func removeStream(id: String) {
+        guard let handle = handles.removeValue(forKey: id), let stream = streams.removeValue(forKey: handle) else { return }
+        for track in stream.tracks { routes[track.description.ssrc] = nil }
+        for subscriber in stream.subscribers { routes[subscriber.rtcpSSRC] = nil }
+    }
+
+    /// Adds a subscriber flow (replacing one with the same id on that stream) and asks the
+    /// publisher for a keyframe. Returns nil if the stream or the SSRC is unknown/taken.
+    mutating func addSubscriber(
+        streamId: String, subscriberId: String, rtcpSSRC: UInt32, context: Context, now: UInt64
+    ) -> [RelayAction<Context>]? {
+        guard let handle = handles[streamId] else { return nil }
+        removeSubscriber(streamId: streamId, subscriberId: subscriberId)
+        guard routes[rtcpSSRC] == nil else { return nil }
+        routes[rtcpSSRC] = .subscriber(stream: handle, rtcpSSRC: rtcpSSRC)
+        streams[handle]!.subscriberSlots[rtcpSSRC] = streams[handle]!.subscribers.count
+        streams[handle]!.subscribers.append(Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: Flow(context: context)))
+        streams[handle]!.subscriberIDs[subscriberId] = rtcpSSRC
+        var actions: [RelayAction<Context>] = []
+        for index in streams[handle]!.tracks.indices where streams[handle]!.tracks[index].throttle != nil {
+            if let action = requestKeyframe(stream: handle, track: index, kind: .pli, now: now) { actions.append(action) }
+        }
+        return actions
+    }
+
+    /// Removes a subscriber flow; unknown ids are ignored.
+    mutating func removeSubscriber(streamId: String, subscriberId: String) {
+        guard let handle = handles[streamId],
+              let rtcpSSRC = streams[handle]!.subscriberIDs.removeValue(forKey: subscriberId),
+              let slot = streams[handle]!.subscriberSlots.removeValue(forKey: rtcpSSRC)
+        else { return }
+        routes[rtcpSSRC] = nil
+        let last = streams[handle]!.subscribers.count - 1
+        if slot != last {
+            streams[handle]!.subscribers.swapAt(slot, last)
+            streams[handle]!.subscriberSlots[streams[handle]!.subscribers[slot].rtcpSSRC] = slot
+        }
+        streams[handle]!.subscribers.removeLast()
+    }
+
+    // MARK: Packets
+
+    @inline(__always)
+    func route(ssrc: UInt32) -> RelayRoute? { routes[ssrc] }
+
+    func publisherContext(stream: Int) -> Context? { streams[stream]?.publisher.context }
+
+    func subscriberContext(stream: Int, rtcpSSRC: UInt32) -> Context? {
+        guard let s = streams[stream], let slot = s.subscriberSlots[rtcpSSRC] else { return nil }
+        return s.subscribers[slot].flow.context
+    }
+
+    /// Symmetric RTP: an authenticated packet from `address` says where the flow is now.
+    mutating func authenticated(_ route: RelayRoute, from address: RelayAddress) {
+        switch route {
+        case .track(let stream, _):
+            if streams[stream]?.publisher.address != address { streams[stream]?.publisher.address = address }
+        case .subscriber(let stream, let rtcpSSRC):
+            guard let slot = streams[stream]?.subscriberSlots[rtcpSSRC],
+                  streams[stream]!.subscribers[slot].flow.address != address
+            else { return }
+            streams[stream]!.subscribers[slot].flow.address = address
+        }
+    }
+
+    /// An authenticated plain RTP packet from a publisher: cached and counted for the upstream report.
+    mutating func publisherRTP(
+        stream: Int, track: Int, packet: [UInt8], sequenceNumber: UInt16, timestamp: UInt32, now: UInt64
+    ) {
+        guard streams[stream] != nil else { return }
+        streams[stream]!.tracks[track].cache.store(sequenceNumber: sequenceNumber, packet: packet, now: now)
+        streams[stream]!.tracks[track].reception.update(sequenceNumber: sequenceNumber, rtpTimestamp: timestamp, arrival: now)
+    }
+
+    /// Calls `body` for every subscriber of `stream` whose address is known.
+    @inline(__always)
+    func forEachReachableSubscriber(of stream: Int, _ body: (Context, RelayAddress) -> Void) {
+        guard let s = streams[stream] else { return }
+        for subscriber in s.subscribers {
+            if let address = subscriber.flow.address { body(subscriber.flow.context, address) }
+        }
+    }
+
+    /// Authenticated RTCP from a publisher. Notes its sender reports (for the relay's own
+    /// reports' LSR/DLSR) and returns whether the packet should go on to the subscribers: it does
+    /// when it carries a sender report, which subscribers need for lip sync.
+    mutating func publisherRTCP(stream: Int, packets: [RTCPPacket], now: UInt64) -> Bool {
+        guard streams[stream] != nil else { return false }
+        var forward = false
+        for case .senderReport(let report) in packets {
+            forward = true
+            if let index = streams[stream]!.trackIndex(ssrc: report.ssrc) {
+                streams[stream]!.tracks[index].reception.senderReport(ntpTimestamp: report.ntpTimestamp, arrival: now)
+            }
+        }
+        return forward
+    }
+
+    /// Authenticated RTCP from a subscriber: receiver reports are kept for aggregation, NACKs are
+    /// answered from the cache, PLI/FIR become throttled keyframe requests to the publisher.
+    mutating func subscriberRTCP(stream handle: Int, rtcpSSRC: UInt32, packets: [RTCPPacket], now: UInt64) -> [RelayAction<Context>] {
+        // No local copy of the stream is kept: mutating it below while a copy is alive would copy
+        // its subscriber array on every report.
+        guard let slot = streams[handle]?.subscriberSlots[rtcpSSRC] else { return [] }
+        let context = streams[handle]!.subscribers[slot].flow.context
+        let address = streams[handle]!.subscribers[slot].flow.address
+        var actions: [RelayAction<Context>] = []
+        for packet in packets {
+            switch packet {
+            case .receiverReport(let report):
+                record(report.reportBlocks, stream: handle, slot: slot, now: now)
+            case .senderReport(let report):
+                record(report.reportBlocks, stream: handle, slot: slot, now: now)
+            case .genericNACK(let nack):
+                guard let index = streams[handle]!.trackIndex(ssrc: nack.mediaSSRC), let address else { continue }
+                let cache = streams[handle]!.tracks[index].cache
+                var seen = Set<UInt16>()
+                for sequence in nack.lostSequenceNumbers where seen.insert(sequence).inserted {
+                    if let bytes = cache.packet(sequenceNumber: sequence, now: now) {
+                        actions.append(.retransmit(context, address, rtp: bytes))
+                        counters.nacksServed += 1
+                    } else {
+                        counters.nacksMissed += 1
+                    }
+                }
+            case .pictureLossIndication(let pli):
+                if let index = videoTrack(stream: handle, ssrc: pli.mediaSSRC),
+                   let action = requestKeyframe(stream: handle, track: index, kind: .pli, now: now) {
+                    actions.append(action)
+                }
+            case .fullIntraRequest(let fir):
+                for entry in fir.entries {
+                    if let index = videoTrack(stream: handle, ssrc: entry.ssrc),
+                       let action = requestKeyframe(stream: handle, track: index, kind: .fir, now: now) {
+                        actions.append(action)
+                    }
+                }
+            default:
+                break
+            }
+        }
+        return actions
+    }
+
+    private func videoTrack(stream: Int, ssrc: UInt32) -> Int? {
+        guard let index = streams[stream]?.trackIndex(ssrc: ssrc), streams[stream]!.tracks[index].throttle != nil else { return nil }
+        return index
+    }
+
+    private mutating func record(_ blocks: [RTCPReportBlock], stream: Int, slot: Int, now: UInt64) {
+        for block in blocks where streams[stream]!.trackIndex(ssrc: block.ssrc) != nil {
+            streams[stream]!.subscribers[slot].reports[block.ssrc] = SubscriberReport(block: block, arrival: now)
+        }
+    }
+
+    // MARK: Keyframes
+
+    private mutating func requestKeyframe(stream: Int, track: Int, kind: KeyframeThrottle.Kind, now: UInt64) -> RelayAction<Context>? {
+        // Without the publisher's address there is nowhere to send it; its first frame is a keyframe anyway.
+        guard let publisher = streams[stream]?.publisher, let address = publisher.address else { return nil }
+        guard let send = streams[stream]!.tracks[track].throttle?.request(kind, now: now) else {
+            if let due = streams[stream]!.tracks[track].throttle?.deadline { keyframeDeadline = min(keyframeDeadline ?? due, due) }
+            return nil
+        }
+        return keyframeAction(stream: stream, track: track, kind: send, to: address, context: publisher.context)
+    }
+
+    private mutating func keyframeAction(
+        stream: Int, track: Int, kind: KeyframeThrottle.Kind, to address: RelayAddress, context: Context
+    ) -> RelayAction<Context>? {
+        let ssrc = streams[stream]!.tracks[track].description.ssrc
+        let packet: RTCPPacket
+        switch kind {
+        case .pli:
+            packet = .pictureLossIndication(RTCPPictureLossIndication(senderSSRC: settings.relaySSRC, mediaSSRC: ssrc))
+        case .fir:
+            let sequence = streams[stream]!.tracks[track].firSequence
+            streams[stream]!.tracks[track].firSequence &+= 1
+            packet = .fullIntraRequest(RTCPFullIntraRequest(
+                senderSSRC: settings.relaySSRC, mediaSSRC: 0, entries: [.init(ssrc: ssrc, sequenceNumber: sequence)]))
+        }
+        guard let bytes = try? packet.serialized() else { return nil }
+        counters.keyframeRequests += 1
+        return .toPublisher(context, address, rtcp: bytes)
+    }
+
+    // MARK: Timers
+
+    /// When `tick` next has something to do.
+    var nextDeadline: UInt64 {
+        min(nextReport, keyframeDeadline ?? .max)
+    }
+
+    /// Sends coalesced keyframe requests whose window ended and, every report interval, one
+    /// receiver report per publisher.
+    mutating func tick(now: UInt64) -> [RelayAction<Context>] {
+        var actions: [RelayAction<Context>] = []
+        let handles = Array(streams.keys)
+        keyframeDeadline = nil
+        for handle in handles {
+            for index in streams[handle]!.tracks.indices {
+                let kind = streams[handle]!.tracks[index].throttle?.due(now: now)
+                if let due = streams[handle]!.tracks[index].throttle?.deadline { keyframeDeadline = min(keyframeDeadline ?? due, due) }
+                guard let kind, let address = streams[handle]!.publisher.address else { continue }
+                if let action = keyframeAction(
+                    stream: handle, track: index, kind: kind, to: address, context: streams[handle]!.publisher.context) {
+                    actions.append(action)
+                }
+            }
+        }
+        if now >= nextReport {
+            // Keep the cadence, but never try to catch up on missed intervals.
+            nextReport = max(nextReport &+ settings.reportInterval, now &+ settings.reportInterval / 2)
+            for handle in handles {
+                if let action = receiverReport(stream: handle, now: now) { actions.append(action) }
+            }
+        }
+        return actions
+    }
+
+    /// The relay's receiver report to a publisher: one block per SSRC the relay has received.
+    ///
+    /// Aggregation: the extended highest sequence number, LSR and DLSR describe the
+    /// publisher→relay leg the relay measures itself (so the publisher's RTT is to the relay).
+    /// Fraction lost, cumulative lost and jitter are the worst of that leg and of every
+    /// subscriber's latest report for the SSRC from the last `subscriberReportLifetime`: sequence
+    /// numbers pass through unchanged, so a subscriber's figures are end to end, and a publisher
+    /// sending one encoding to everyone must fit its worst receiver.
+    mutating func receiverReport(stream handle: Int, now: UInt64) -> RelayAction<Context>? {
+        guard let stream = streams[handle], let address = stream.publisher.address else { return nil }
+        var blocks: [RTCPReportBlock] = []
+        for index in stream.tracks.indices where stream.tracks[index].reception.started {
+            let ssrc = stream.tracks[index].description.ssrc
+            var block = streams[handle]!.tracks[index].reception.reportBlock(ssrc: ssrc, now: now)
+            for subscriber in stream.subscribers {
+                guard let report = subscriber.reports[ssrc], now &- report.arrival <= settings.subscriberReportLifetime else { continue }
+                block.fractionLost = max(block.fractionLost, report.block.fractionLost)
+                block.cumulativeLost = max(block.cumulativeLost, report.block.cumulativeLost)
+                block.jitter = max(block.jitter, report.block.jitter)
+            }
+            blocks.append(block)
+        }
+        guard !blocks.isEmpty,
+              let bytes = try? RTCPPacket.receiverReport(RTCPReceiverReport(ssrc: settings.relaySSRC, reportBlocks: Array(blocks.prefix(31)))).serialized()
+        else { return nil }
+        return .toPublisher(stream.publisher.context, address, rtcp: bytes)
+    }
+}

@@ -1,0 +1,392 @@
+import Glibc
+
+// UDP plumbing for the relay and its benchmark: one IPv4 datagram socket, and preallocated batches
+// for `recvmmsg`/`sendmmsg`.
+//
+// Swift's Glibc module is built without `_GNU_SOURCE`, so `struct mmsghdr`, `recvmmsg` and
+// `sendmmsg` are not imported. Rather than an unsafe compiler flag (which would make the package
+// unusable as a dependency) the two functions are looked up once with `dlsym` and called through
+// C function pointers, and `mmsghdr` is declared here with its C layout (checked at start-up).
+
+/// An IPv4 address and UDP port, in host byte order.
+///
+/// ```swift
+/// let address = RelayAddress(ipv4: 0x7F00_0001, port: 5004)   // 127.0.0.1:5004
+/// ```
+public struct RelayAddress: Sendable, Hashable, CustomStringConvertible {
+    public var ipv4: UInt32
+    public var port: UInt16
+
+    public init(ipv4: UInt32, port: UInt16) {
+        self.ipv4 = ipv4
+        self.port = port
+    }
+
+    /// Parses a dotted-quad IPv4 host; nil if it is not one.
+    public init?(host: String, port: UInt16) {
+        var address = in_addr()
+        guard inet_pton(AF_INET, host, &address) == 1 else { return nil }
+        self.init(ipv4: UInt32(bigEndian: address.s_addr), port: port)
+    }
+
+    init(_ socketAddress: sockaddr_in) {
+        self.init(ipv4: UInt32(bigEndian: socketAddress.sin_addr.s_addr), port: UInt16(bigEndian: socketAddress.sin_port))
+    }
+
+    var socketAddress: sockaddr_in {
+        var result = sockaddr_in()
+        result.sin_family = sa_family_t(AF_INET)
+        result.sin_port = port.bigEndian
+        result.sin_addr.s_addr = ipv4.bigEndian
+        return result
+    }
+
+    public var description: String {
+        "\(ipv4 >> 24).\(ipv4 >> 16 & 0xFF).\(ipv4 >> 8 & 0xFF).\(ipv4 & 0xFF):\(port)"
+    }
+}
+
+/// C's `struct mmsghdr` (`<sys/socket.h>`, GNU): a `msghdr` and the byte count the kernel fills in.
+struct MultiMessageHeader {
+    var header = msghdr()
+    var length: UInt32 = 0
+}
+
+/// `recvmmsg`/`sendmmsg`, resolved at run time (see the file comment).
+enum MultiMessage {
+    typealias Receive = @convention(c) (Int32, UnsafeMutableRawPointer?, UInt32, Int32, UnsafeMutableRawPointer?) -> Int32
+    typealias Send = @convention(c) (Int32, UnsafeMutableRawPointer?, UInt32, Int32) -> Int32
+
+    struct Functions: @unchecked Sendable {
+        let receive: Receive
+        let send: Send
+    }
+
+    /// Nil when the C library lacks them or `mmsghdr` does not have the layout declared above.
+    static let functions: Functions? = {
+        // On 64-bit Linux `struct mmsghdr` is a 56-byte msghdr plus an unsigned int, padded to 64.
+        guard MemoryLayout<MultiMessageHeader>.stride == MemoryLayout<msghdr>.stride + 8,
+              MemoryLayout<MultiMessageHeader>.offset(of: \.length) == MemoryLayout<msghdr>.size,
+              let library = dlopen(nil, RTLD_NOW),
+              let receive = dlsym(library, "recvmmsg"),
+              let send = dlsym(library, "sendmmsg")
+        else { return nil }
+        return Functions(receive: unsafeBitCast(receive, to: Receive.self), send: unsafeBitCast(send, to: Send.self))
+    }()
+}
+
+/// Two more GNU functions the Glibc module hides, for naming and measuring the I/O thread.
+enum ThreadIdentity {
+    private typealias GetThreadID = @convention(c) () -> Int32
+    private typealias SetName = @convention(c) (pthread_t, UnsafePointer<CChar>) -> Int32
+
+    private struct Functions: @unchecked Sendable {
+        let threadID: GetThreadID?
+        let setName: SetName?
+    }
+
+    private static let functions: Functions = {
+        let library = dlopen(nil, RTLD_NOW)
+        return Functions(
+            threadID: dlsym(library, "gettid").map { unsafeBitCast($0, to: GetThreadID.self) },
+            setName: dlsym(library, "pthread_setname_np").map { unsafeBitCast($0, to: SetName.self) })
+    }()
+
+    /// The kernel's id of the calling thread (its `/proc/self/task/<id>`), or nil.
+    static func current() -> Int32? { functions.threadID?() }
+
+    /// Names the calling thread (at most 15 characters) for `top -H`, profilers and `/proc`.
+    static func name(_ name: String) {
+        _ = functions.setName?(pthread_self(), name)
+    }
+
+    /// User and system CPU time of a thread of this process, from `/proc/self/task/<id>/stat`, in nanoseconds.
+    static func cpuSplit(thread id: Int32) -> (user: UInt64, system: UInt64)? {
+        procStatCPU(path: "/proc/self/task/\(id)/stat")
+    }
+}
+
+/// utime and stime from a `/proc/.../stat` file, in nanoseconds (clock-tick resolution).
+func procStatCPU(path: String) -> (user: UInt64, system: UInt64)? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var buffer = [UInt8](repeating: 0, count: 1024)
+    let n = read(fd, &buffer, buffer.count)
+    guard n > 0 else { return nil }
+    let text = buffer[0..<n]
+    // Fields after "(comm)", which may itself hold spaces: state is field 3, utime 14, stime 15.
+    guard let end = text.lastIndex(of: UInt8(ascii: ")")) else { return nil }
+    let fields = text[(end + 1)...].split(separator: UInt8(ascii: " "))
+    guard fields.count > 12,
+          let user = UInt64(String(decoding: fields[11], as: UTF8.self)),
+          let system = UInt64(String(decoding: fields[12], as: UTF8.self))
+    else { return nil }
+    let tick = UInt64(max(1, sysconf(Int32(_SC_CLK_TCK))))
+    return (user * 1_000_000_000 / tick, system * 1_000_000_000 / tick)
+}
+
+/// A non-blocking IPv4 UDP socket. Owns its descriptor until `close()`.
+final class UDPSocket {
+    private(set) var descriptor: Int32
+    let localAddress: RelayAddress
+
+    /// Binds `host:port` (port 0: ephemeral) with `bufferSize` bytes of kernel send and receive
+    /// buffer asked for (the kernel caps it at `net.core.{r,w}mem_max`).
+    init(host: String, port: UInt16, bufferSize: Int) throws(RelayError) {
+        guard MultiMessage.functions != nil else { throw .socket(operation: "recvmmsg/sendmmsg lookup", errno: ENOSYS) }
+        guard let bindAddress = RelayAddress(host: host, port: port) else {
+            throw .socket(operation: "inet_pton(\(host))", errno: EINVAL)
+        }
+        let fd = Glibc.socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw .socket(operation: "socket", errno: errno) }
+        if bufferSize > 0 {
+            var size = Int32(clamping: bufferSize)
+            // Best effort: a smaller buffer than asked for is not an error.
+            _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+            _ = setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
+        var address = bindAddress.socketAddress
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            throw .socket(operation: "bind(\(bindAddress))", errno: code)
+        }
+        var local = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let named = withUnsafeMutablePointer(to: &local) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard named == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            throw .socket(operation: "getsockname", errno: code)
+        }
+        descriptor = fd
+        localAddress = RelayAddress(local)
+    }
+
+    /// Sends one datagram (for low-rate control traffic and tests); returns false if the kernel refused it.
+    @discardableResult
+    func send(_ bytes: [UInt8], to address: RelayAddress) -> Bool {
+        var destination = address.socketAddress
+        let sent = bytes.withUnsafeBytes { raw in
+            withUnsafePointer(to: &destination) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    sendto(descriptor, raw.baseAddress, raw.count, Int32(MSG_DONTWAIT), $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+        }
+        return sent == bytes.count
+    }
+
+    func close() {
+        if descriptor >= 0 {
+            Glibc.close(descriptor)
+            descriptor = -1
+        }
+    }
+
+    deinit { close() }
+}
+
+/// Preallocated buffers for reading up to `capacity` datagrams with one `recvmmsg`.
+final class ReceiveBatch {
+    let capacity: Int
+    let slotSize: Int
+    private let storage: UnsafeMutableRawBufferPointer
+    private let vectors: UnsafeMutablePointer<iovec>
+    private let names: UnsafeMutablePointer<sockaddr_in>
+    private let headers: UnsafeMutablePointer<MultiMessageHeader>
+    /// Datagrams read by the last `receive`.
+    private(set) var count = 0
+
+    init(capacity: Int, slotSize: Int) {
+        self.capacity = capacity
+        self.slotSize = slotSize
+        storage = .allocate(byteCount: capacity * slotSize, alignment: 16)
+        storage.initializeMemory(as: UInt8.self, repeating: 0)
+        vectors = .allocate(capacity: capacity)
+        names = .allocate(capacity: capacity)
+        names.initialize(repeating: sockaddr_in(), count: capacity)
+        headers = .allocate(capacity: capacity)
+        headers.initialize(repeating: MultiMessageHeader(), count: capacity)
+        for i in 0..<capacity {
+            vectors[i] = iovec(iov_base: storage.baseAddress! + i * slotSize, iov_len: slotSize)
+            headers[i].header.msg_iov = vectors + i
+            headers[i].header.msg_iovlen = 1
+            headers[i].header.msg_name = UnsafeMutableRawPointer(names + i)
+        }
+    }
+
+    deinit {
+        storage.deallocate()
+        vectors.deallocate()
+        names.deallocate()
+        headers.deallocate()
+    }
+
+    /// Reads what is queued without waiting. Returns the count, 0 if nothing was queued, or -errno.
+    func receive(from descriptor: Int32) -> Int {
+        for i in 0..<capacity {
+            headers[i].header.msg_namelen = socklen_t(MemoryLayout<sockaddr_in>.size)
+            headers[i].header.msg_flags = 0
+            headers[i].length = 0
+        }
+        let n = MultiMessage.functions!.receive(descriptor, headers, UInt32(capacity), Int32(MSG_DONTWAIT), nil)
+        if n < 0 {
+            count = 0
+            let code = errno
+            return code == EAGAIN || code == EWOULDBLOCK || code == EINTR ? 0 : -Int(code)
+        }
+        count = Int(n)
+        return count
+    }
+
+    /// The bytes of datagram `i`; nil if it was cut short (larger than a slot).
+    func datagram(_ i: Int) -> UnsafeRawBufferPointer? {
+        guard headers[i].header.msg_flags & Int32(MSG_TRUNC) == 0 else { return nil }
+        return UnsafeRawBufferPointer(start: storage.baseAddress! + i * slotSize, count: Int(headers[i].length))
+    }
+
+    /// Length of datagram `i` as received (its slot-sized part if it was cut short).
+    func length(_ i: Int) -> Int { Int(headers[i].length) }
+
+    /// The sender of datagram `i`; nil if it is not IPv4.
+    func source(_ i: Int) -> RelayAddress? {
+        guard headers[i].header.msg_namelen >= socklen_t(MemoryLayout<sockaddr_in>.size),
+              names[i].sin_family == sa_family_t(AF_INET) else { return nil }
+        return RelayAddress(names[i])
+    }
+}
+
+/// Preallocated outgoing datagrams, sent with as few `sendmmsg` calls as the kernel allows.
+final class SendBatch {
+    struct Outcome {
+        var packets = 0
+        var bytes = 0
+        var failures = 0
+    }
+
+    let capacity: Int
+    let slotSize: Int
+    private let storage: UnsafeMutableRawBufferPointer
+    private let vectors: UnsafeMutablePointer<iovec>
+    private let names: UnsafeMutablePointer<sockaddr_in>
+    private let headers: UnsafeMutablePointer<MultiMessageHeader>
+    private(set) var count = 0
+    /// Totals since the last `takeOutcome()`.
+    private var outcome = Outcome()
+
+    init(capacity: Int, slotSize: Int) {
+        self.capacity = capacity
+        self.slotSize = slotSize
+        storage = .allocate(byteCount: capacity * slotSize, alignment: 16)
+        storage.initializeMemory(as: UInt8.self, repeating: 0)
+        vectors = .allocate(capacity: capacity)
+        names = .allocate(capacity: capacity)
+        names.initialize(repeating: sockaddr_in(), count: capacity)
+        headers = .allocate(capacity: capacity)
+        headers.initialize(repeating: MultiMessageHeader(), count: capacity)
+        for i in 0..<capacity {
+            vectors[i] = iovec(iov_base: storage.baseAddress! + i * slotSize, iov_len: 0)
+            headers[i].header.msg_iov = vectors + i
+            headers[i].header.msg_iovlen = 1
+            headers[i].header.msg_name = UnsafeMutableRawPointer(names + i)
+            headers[i].header.msg_namelen = socklen_t(MemoryLayout<sockaddr_in>.size)
+        }
+    }
+
+    deinit {
+        storage.deallocate()
+        vectors.deallocate()
+        names.deallocate()
+        headers.deallocate()
+    }
+
+    /// The buffer of the next datagram; fill it, then `commit`. Flushes first when the batch is full.
+    @inline(__always)
+    func nextSlot(descriptor: Int32) -> UnsafeMutableRawBufferPointer {
+        if count == capacity { flush(descriptor: descriptor) }
+        return UnsafeMutableRawBufferPointer(start: storage.baseAddress! + count * slotSize, count: slotSize)
+    }
+
+    /// Queues the `length` bytes written into the slot from `nextSlot` for `address`.
+    @inline(__always)
+    func commit(length: Int, to address: RelayAddress) {
+        vectors[count].iov_len = length
+        names[count].sin_family = sa_family_t(AF_INET)
+        names[count].sin_port = address.port.bigEndian
+        names[count].sin_addr.s_addr = address.ipv4.bigEndian
+        count += 1
+    }
+
+    /// Copies `bytes` into the next slot and queues it (for control traffic built as arrays).
+    func append(_ bytes: [UInt8], to address: RelayAddress, descriptor: Int32) {
+        guard bytes.count <= slotSize else { outcome.failures += 1; return }
+        let slot = nextSlot(descriptor: descriptor)
+        bytes.withUnsafeBytes { slot.copyMemory(from: $0) }
+        commit(length: bytes.count, to: address)
+    }
+
+    /// Sends everything queued. A datagram the kernel refuses is skipped and counted; when the
+    /// socket buffer is full (EAGAIN) the rest of the batch is dropped rather than waited for,
+    /// because the I/O thread must never block.
+    func flush(descriptor: Int32) {
+        var index = 0
+        let send = MultiMessage.functions!.send
+        while index < count {
+            let n = send(descriptor, headers + index, UInt32(count - index), Int32(MSG_DONTWAIT))
+            if n > 0 {
+                for i in index..<(index + Int(n)) { outcome.bytes += Int(headers[i].length) }
+                outcome.packets += Int(n)
+                index += Int(n)
+                continue
+            }
+            let code = errno
+            if n < 0 && code == EINTR { continue }
+            if n < 0 && (code == EAGAIN || code == EWOULDBLOCK) {
+                outcome.failures += count - index
+                break
+            }
+            // This datagram was refused (unreachable, bad address...): skip it, keep the rest.
+            outcome.failures += 1
+            index += 1
+        }
+        count = 0
+    }
+
+    func takeOutcome() -> Outcome {
+        defer { outcome = Outcome() }
+        return outcome
+    }
+}
+
+/// Monotonic time in nanoseconds.
+@inline(__always)
+func monotonicNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) &* 1_000_000_000 &+ UInt64(now.tv_nsec)
+}
+
+/// CPU time consumed so far on the clock `clock` (a thread's or the process's), in nanoseconds.
+func cpuNanoseconds(_ clock: clockid_t) -> UInt64 {
+    var now = timespec()
+    guard clock_gettime(clock, &now) == 0 else { return 0 }
+    return UInt64(now.tv_sec) &* 1_000_000_000 &+ UInt64(now.tv_nsec)
+}
+
+extension Duration {
+    /// Whole nanoseconds, saturating at 0 and at `UInt64.max`.
+    var nanoseconds: UInt64 {
+        let (seconds, attoseconds) = components
+        guard seconds >= 0 else { return 0 }
+        let (scaled, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
+        if overflow { return .max }
+        return scaled &+ UInt64(max(0, attoseconds / 1_000_000_000))
+    }
+}

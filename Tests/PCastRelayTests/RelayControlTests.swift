@@ -1,0 +1,101 @@
+import Foundation
+import Glibc
+import PCastProtocol
+@testable import PCastRelay
+import SRTP
+import Testing
+
+/// The control contract (errors, SSRC bookkeeping) and the relay's lifecycle.
+@Suite("Relay control")
+struct RelayControlTests {
+    @Test("SSRCs are unique across flows: a taken SSRC is ssrcInUse until its flow is removed")
+    func ssrcInUse() throws {
+        let relay = try Relay()
+        defer { relay.shutdown() }
+        let first = try relay.addPublisher(streamId: "a", tracks: [videoTrack(ssrc: 1), audioTrack(ssrc: 2)])
+        #expect(first.rtcpSSRC == nil && first.port == relay.mediaPort && first.clientKey != first.serverKey)
+        #expect(throws: RelayError.ssrcInUse(2)) { try relay.addPublisher(streamId: "b", tracks: [audioTrack(ssrc: 2)]) }
+        #expect(throws: RelayError.streamExists("a")) { try relay.addPublisher(streamId: "a", tracks: [videoTrack(ssrc: 3)]) }
+        #expect(throws: RelayError.ssrcInUse(relay.relaySSRC)) { try relay.addPublisher(streamId: "c", tracks: [videoTrack(ssrc: relay.relaySSRC)]) }
+
+        let subscriber = try relay.addSubscriber(streamId: "a", subscriberId: "x")
+        let rtcpSSRC = try #require(subscriber.rtcpSSRC)
+        #expect(![1, 2, relay.relaySSRC].contains(rtcpSSRC))
+        #expect(throws: RelayError.ssrcInUse(rtcpSSRC)) { try relay.addPublisher(streamId: "d", tracks: [videoTrack(ssrc: rtcpSSRC)]) }
+
+        relay.removeStream(streamId: "a")
+        _ = try relay.addPublisher(streamId: "e", tracks: [videoTrack(ssrc: 2), videoTrack(ssrc: rtcpSSRC)])
+        #expect(relay.statistics().streams == 1)
+    }
+
+    @Test("invalid tracks, unknown streams and a stopped relay are typed errors")
+    func errors() throws {
+        let relay = try Relay()
+        #expect(throws: RelayError.invalidTracks("no tracks")) { try relay.addPublisher(streamId: "a", tracks: []) }
+        #expect(throws: RelayError.invalidTracks("SSRC 5 appears twice")) { try relay.addPublisher(streamId: "a", tracks: [videoTrack(ssrc: 5), audioTrack(ssrc: 5)]) }
+        #expect(throws: RelayError.self) { try relay.addPublisher(streamId: "a", tracks: [MediaTrackDescription(kind: .video, codec: "H264", payloadType: 72, clockRate: 90_000, ssrc: 9)]) }
+        #expect(throws: RelayError.invalidTracks("SSRC 0")) { try relay.addPublisher(streamId: "a", tracks: [videoTrack(ssrc: 0)]) }
+        #expect(throws: RelayError.invalidTracks("clock rate 4000000000")) {
+            try relay.addPublisher(streamId: "a", tracks: [MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 4_000_000_000, ssrc: 9)])
+        }
+        #expect(throws: RelayError.invalidTracks("empty stream id")) { try relay.addPublisher(streamId: "", tracks: [videoTrack(ssrc: 9)]) }
+        #expect(throws: RelayError.streamNotFound("nope")) { try relay.addSubscriber(streamId: "nope", subscriberId: "x") }
+
+        _ = try relay.addPublisher(streamId: "a", tracks: [videoTrack(ssrc: 5)])
+        let once = try relay.addSubscriber(streamId: "a", subscriberId: "x")
+        let again = try relay.addSubscriber(streamId: "a", subscriberId: "x")
+        #expect(once.rtcpSSRC != again.rtcpSSRC && once.clientKey != again.clientKey, "subscribing again replaces the flow")
+        #expect(relay.statistics().subscribers == 1)
+
+        relay.shutdown()
+        relay.shutdown()
+        #expect(throws: RelayError.stopped) { try relay.addPublisher(streamId: "b", tracks: [videoTrack(ssrc: 6)]) }
+        #expect(throws: RelayError.stopped) { try relay.addSubscriber(streamId: "a", subscriberId: "y") }
+        relay.removeStream(streamId: "a")
+    }
+
+    @Test("binding a port that is taken, or a host that is not IPv4, is a socket error")
+    func bindErrors() throws {
+        let first = try Relay()
+        defer { first.shutdown() }
+        #expect(throws: RelayError.socket(operation: "bind(127.0.0.1:\(first.mediaPort))", errno: EADDRINUSE)) {
+            try Relay(configuration: RelayConfiguration(port: first.mediaPort))
+        }
+        #expect(throws: RelayError.socket(operation: "inet_pton(::1)", errno: EINVAL)) {
+            try Relay(configuration: RelayConfiguration(host: "::1"))
+        }
+    }
+
+    static func count(_ directory: String) -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: directory).count) ?? -1
+    }
+
+    @Test("creating and destroying 200 relays leaks no descriptor and no thread")
+    func noLeaks() throws {
+        // Warm up libsrtp and the test machinery, then compare.
+        try Relay().shutdown()
+        let descriptors = Self.count("/proc/self/fd")
+        let threads = Self.count("/proc/self/task")
+        for index in 0..<200 {
+            let relay = try Relay()
+            _ = try relay.addPublisher(streamId: "s", tracks: [videoTrack(ssrc: 7)])
+            _ = try relay.addSubscriber(streamId: "s", subscriberId: "x")
+            // Half are shut down explicitly, half only released (deinit shuts them down).
+            if index.isMultiple(of: 2) { relay.shutdown() }
+        }
+        // Other suites run concurrently and open sockets of their own, so allow a little slack;
+        // a leak here would be at least 200 (3 descriptors and a thread per relay).
+        #expect(eventually { Self.count("/proc/self/fd") < descriptors + 40 }, "descriptors: \(descriptors) → \(Self.count("/proc/self/fd"))")
+        #expect(eventually { Self.count("/proc/self/task") < threads + 20 }, "threads: \(threads) → \(Self.count("/proc/self/task"))")
+    }
+
+    @Test("statistics report the I/O thread's CPU time, also after shutdown")
+    func cpuTime() throws {
+        let relay = try Relay()
+        let publisher = try TestPublisher(relay: relay, streamId: "s", tracks: [videoTrack(ssrc: 9)])
+        for sequence in UInt16(0)..<50 { try publisher.send(rtp: try rtpPacket(ssrc: 9, sequence: sequence)) }
+        #expect(eventually { relay.statistics().packetsIn == 50 })
+        relay.shutdown()
+        #expect(relay.ioThreadCPUTime > .zero)
+    }
+}

@@ -1,0 +1,177 @@
+import PCastProtocol
+@testable import PCastRelay
+import Testing
+
+/// The relay's decisions without sockets or crypto, on an injected clock (nanoseconds).
+@Suite("Relay router")
+struct RelayRouterTests {
+    static let ms: UInt64 = 1_000_000
+    static let video: UInt32 = 0xAAAA_0001
+    static let audio: UInt32 = 0xAAAA_0002
+    static let publisherAddress = RelayAddress(ipv4: 0x7F00_0001, port: 4000)
+
+    /// Contexts are plain numbers here: 1 is the publisher, subscribers are 100+.
+    static func router(keyframeInterval: UInt64 = 300 * ms, cache: Int = 8) -> RelayRouter<Int> {
+        var router = RelayRouter<Int>(
+            settings: RouterSettings(relaySSRC: 9, keyframeInterval: keyframeInterval, packetCacheCapacity: cache, packetCacheDuration: 1_000 * ms),
+            now: 0)
+        router.addStream(id: "s", tracks: [videoTrack(ssrc: video), audioTrack(ssrc: audio)], publisher: 1)
+        return router
+    }
+
+    static func pli(_ ssrc: UInt32 = video) -> [UInt8] {
+        try! RTCPPacket.pictureLossIndication(.init(senderSSRC: 9, mediaSSRC: ssrc)).serialized()
+    }
+
+    @Test("keyframe throttle: at once when idle, coalesced inside the window, FIR wins")
+    func throttle() {
+        var throttle = KeyframeThrottle(interval: 300 * Self.ms)
+        #expect(throttle.request(.pli, now: 1_000 * Self.ms) == .pli)
+        #expect(throttle.request(.pli, now: 1_100 * Self.ms) == nil)
+        #expect(throttle.request(.fir, now: 1_200 * Self.ms) == nil)
+        #expect(throttle.deadline == 1_300 * Self.ms)
+        #expect(throttle.due(now: 1_299 * Self.ms) == nil)
+        #expect(throttle.due(now: 1_300 * Self.ms) == .fir)
+        #expect(throttle.due(now: 1_400 * Self.ms) == nil, "one request answers all coalesced ones")
+        #expect(throttle.request(.pli, now: 2_000 * Self.ms) == .pli, "idle again: no wait")
+    }
+
+    @Test("subscribers joining together cause one PLI now and one at the window's end")
+    func subscribersJoining() throws {
+        var router = Self.router()
+        let stream = try #require(router.handle(streamId: "s"))
+        #expect(router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 500, context: 100, now: 0) == [],
+                "nowhere to send before the publisher's address is known")
+        router.authenticated(.track(stream: stream, track: 0), from: Self.publisherAddress)
+        #expect(router.addSubscriber(streamId: "s", subscriberId: "b", rtcpSSRC: 501, context: 101, now: 10 * Self.ms)
+                == [.toPublisher(1, Self.publisherAddress, rtcp: Self.pli())])
+        #expect(router.addSubscriber(streamId: "s", subscriberId: "c", rtcpSSRC: 502, context: 102, now: 20 * Self.ms) == [])
+        let pli = RTCPPacket.pictureLossIndication(.init(senderSSRC: 502, mediaSSRC: Self.video))
+        #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 502, packets: [pli], now: 30 * Self.ms) == [])
+        #expect(router.nextDeadline == 310 * Self.ms)
+        #expect(router.tick(now: 200 * Self.ms) == [])
+        #expect(router.tick(now: 310 * Self.ms) == [.toPublisher(1, Self.publisherAddress, rtcp: Self.pli())])
+        #expect(router.tick(now: 320 * Self.ms) == [])
+        #expect(router.counters.keyframeRequests == 2)
+        // A PLI for the audio SSRC is not a keyframe request.
+        let audioPLI = RTCPPacket.pictureLossIndication(.init(senderSSRC: 502, mediaSSRC: Self.audio))
+        #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 502, packets: [audioPLI], now: 900 * Self.ms) == [])
+    }
+
+    @Test("routes follow flows: added, found by SSRC, gone after removal")
+    func routes() throws {
+        var router = Self.router()
+        let stream = try #require(router.handle(streamId: "s"))
+        #expect(router.route(ssrc: Self.video) == .track(stream: stream, track: 0))
+        #expect(router.route(ssrc: Self.audio) == .track(stream: stream, track: 1))
+        let added = router.addStream(id: "t", tracks: [audioTrack(ssrc: Self.audio)], publisher: 2)
+        #expect(!added, "SSRC taken")
+        _ = router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 500, context: 100, now: 0)
+        _ = router.addSubscriber(streamId: "s", subscriberId: "b", rtcpSSRC: 501, context: 101, now: 0)
+        #expect(router.route(ssrc: 500) == .subscriber(stream: stream, rtcpSSRC: 500))
+        router.authenticated(.subscriber(stream: stream, rtcpSSRC: 501), from: RelayAddress(ipv4: 1, port: 1))
+
+        var reached: [Int] = []
+        router.forEachReachableSubscriber(of: stream) { context, _ in reached.append(context) }
+        #expect(reached == [101], "only subscribers whose address is known")
+
+        router.removeSubscriber(streamId: "s", subscriberId: "a")
+        #expect(router.route(ssrc: 500) == nil)
+        #expect(router.subscriberContext(stream: stream, rtcpSSRC: 501) == 101, "the moved subscriber is still found")
+        router.removeStream(id: "s")
+        #expect(router.route(ssrc: Self.video) == nil && router.route(ssrc: 501) == nil)
+        #expect(router.streamCount == 0)
+    }
+
+    @Test("NACKs are served from the cache; evicted, stale and unknown sequences are missed")
+    func nacks() throws {
+        var router = Self.router(cache: 8)
+        let stream = try #require(router.handle(streamId: "s"))
+        _ = router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 500, context: 100, now: 0)
+        let subscriber = RelayAddress(ipv4: 0x7F00_0001, port: 5000)
+        router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: subscriber)
+        var packets: [UInt16: [UInt8]] = [:]
+        for sequence in UInt16(65_530)...UInt16.max {
+            packets[sequence] = try rtpPacket(ssrc: Self.video, sequence: sequence)
+        }
+        for sequence in UInt16(0)..<4 { packets[sequence] = try rtpPacket(ssrc: Self.video, sequence: sequence) }
+        for sequence in [UInt16](65_530...UInt16.max) + [0, 1, 2, 3] {
+            router.publisherRTP(stream: stream, track: 0, packet: packets[sequence]!, sequenceNumber: sequence, timestamp: 0, now: 100 * Self.ms)
+        }
+        let nack = RTCPPacket.genericNACK(RTCPGenericNACK(senderSSRC: 500, mediaSSRC: Self.video, lostSequenceNumbers: [65_535, 0, 2, 2]))
+        #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [nack], now: 200 * Self.ms) == [
+            .retransmit(100, subscriber, rtp: packets[65_535]!),
+            .retransmit(100, subscriber, rtp: packets[0]!),
+            .retransmit(100, subscriber, rtp: packets[2]!),
+        ])
+        // 65_530 and 65_531 were overwritten by 2 and 3 in an 8-slot cache; 100 was never sent.
+        let old = RTCPPacket.genericNACK(RTCPGenericNACK(senderSSRC: 500, mediaSSRC: Self.video, lostSequenceNumbers: [65_530, 100]))
+        #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [old], now: 200 * Self.ms) == [])
+        // Still in the cache but older than its duration.
+        let stale = RTCPPacket.genericNACK(RTCPGenericNACK(senderSSRC: 500, mediaSSRC: Self.video, lostSequenceNumbers: [3]))
+        #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [stale], now: 1_200 * Self.ms) == [])
+        #expect(router.counters == RouterCounters(nacksServed: 3, nacksMissed: 3, keyframeRequests: 0))
+    }
+
+    @Test("the relay's receiver report: its own leg, with loss and jitter raised to the worst fresh subscriber report")
+    func reportAggregation() throws {
+        var router = Self.router()
+        let stream = try #require(router.handle(streamId: "s"))
+        router.authenticated(.track(stream: stream, track: 0), from: Self.publisherAddress)
+        _ = router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 500, context: 100, now: 0)
+        _ = router.addSubscriber(streamId: "s", subscriberId: "b", rtcpSSRC: 501, context: 101, now: 0)
+        // 10 packets with 2 missing on the publisher→relay leg.
+        for sequence in UInt16(1)...12 where sequence != 4 && sequence != 9 {
+            let packet = try rtpPacket(ssrc: Self.video, sequence: sequence)
+            router.publisherRTP(stream: stream, track: 0, packet: packet, sequenceNumber: sequence, timestamp: UInt32(sequence) * 3000, now: UInt64(sequence) * 33 * Self.ms)
+        }
+        let sr = RTCPSenderReport(ssrc: Self.video, ntpTimestamp: 0x1234_5678_9ABC_DEF0, rtpTimestamp: 0, packetCount: 0, octetCount: 0)
+        let forward = router.publisherRTCP(stream: stream, packets: [.senderReport(sr)], now: 500 * Self.ms)
+        #expect(forward, "SRs go on to subscribers")
+        let fromA = RTCPReportBlock(ssrc: Self.video, fractionLost: 200, cumulativeLost: 5, extendedHighestSequenceNumber: 12, jitter: 40)
+        let fromB = RTCPReportBlock(ssrc: Self.video, fractionLost: 10, cumulativeLost: 50, extendedHighestSequenceNumber: 12, jitter: 7)
+        let ignored = RTCPReportBlock(ssrc: 0x5555, fractionLost: 255, cumulativeLost: 9_999, jitter: 99_999)
+        _ = router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [.receiverReport(.init(ssrc: 500, reportBlocks: [fromA, ignored]))], now: 600 * Self.ms)
+        _ = router.subscriberRTCP(stream: stream, rtcpSSRC: 501, packets: [.receiverReport(.init(ssrc: 501, reportBlocks: [fromB]))], now: 600 * Self.ms)
+
+        // The tick also carries the PLI coalesced from the second subscriber's arrival.
+        let reports = Self.receiverReports(router.tick(now: 1_000 * Self.ms))
+        #expect(reports.count == 1)
+        let report = try #require(reports.first)
+        #expect(report.ssrc == 9)
+        #expect(report.reportBlocks.count == 1, "audio received nothing: no block")
+        let block = try #require(report.reportBlocks.first)
+        #expect(block.ssrc == Self.video)
+        #expect(block.fractionLost == 200 && block.cumulativeLost == 50)
+        #expect(block.jitter >= 40)
+        #expect(block.extendedHighestSequenceNumber == 12)
+        #expect(block.lastSenderReport == 0x5678_9ABC)
+        #expect(block.delaySinceLastSenderReport == 500 * 65_536 / 1_000, "500 ms in 1/65536 s")
+
+        // Subscriber reports go stale; then only the relay's own leg counts (2 of 12 lost).
+        let laterReport = try #require(Self.receiverReports(router.tick(now: 10_000 * Self.ms)).first)
+        #expect(laterReport.reportBlocks.first?.cumulativeLost == 2)
+        #expect(laterReport.reportBlocks.first?.fractionLost == 0, "nothing new was lost since the last report")
+    }
+
+    static func receiverReports(_ actions: [RelayAction<Int>]) -> [RTCPReceiverReport] {
+        actions.compactMap { action in
+            guard case .toPublisher(1, publisherAddress, let bytes) = action,
+                  case .receiverReport(let report)? = try? RTCPCompoundPacket(parsing: bytes).packets.first
+            else { return nil }
+            return report
+        }
+    }
+
+    @Test("reception statistics follow RFC 3550 across a sequence wrap")
+    func reception() {
+        var statistics = ReceptionStatistics(clockRate: 90_000)
+        for sequence in [UInt16(65_534), 65_535, 1, 2, 0] {
+            statistics.update(sequenceNumber: sequence, rtpTimestamp: 0, arrival: 0)
+        }
+        let block = statistics.reportBlock(ssrc: 1, now: 0)
+        #expect(block.extendedHighestSequenceNumber == 0x1_0002)
+        #expect(block.cumulativeLost == 0, "the late 0 fills the gap")
+        #expect(block.jitter == 0)
+    }
+}
