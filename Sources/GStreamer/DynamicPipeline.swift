@@ -164,6 +164,8 @@ extension Pipeline {
             undo()
             return .failure(.stateChangeFailed(to: currentState, error: router.firstError(after: errorsBefore)))
         }
+        // Elements added to a live pipeline get its latency only when it is distributed again.
+        if currentState == .playing { _ = gst_bin_recalculate_latency(bin) }
         return .success(())
     }
 

@@ -99,7 +99,7 @@ public final class RTPPublisher: Sendable {
 
     /// RTCP from the network (the relay's PLI, FIR, receiver reports).
     public func receiveRTCP(_ packet: Buffer) {
-        for input in rtcpInputs { input.pushNow(packet.shallowCopy()) }
+        for input in rtcpInputs { input.pushNow(RTPReceiver.arrived(packet)) }
     }
 
     /// Stops encoding; the stream keeps running for its other consumers.
@@ -201,12 +201,23 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     @discardableResult
     public func receiveRTP(_ packet: Buffer, payloadType: UInt8) -> Bool {
         guard let input = inputs[payloadType] else { return false }
-        return input.pushNow(packet)
+        return input.pushNow(Self.arrived(packet))
     }
 
     /// An RTCP packet from the network (sender reports of the publisher).
     public func receiveRTCP(_ packet: Buffer) {
-        for input in rtcpInputs { input.pushNow(packet.shallowCopy()) }
+        for input in rtcpInputs { input.pushNow(Self.arrived(packet)) }
+    }
+
+    /// The packet without timestamps, so the source stamps it with its arrival time (the jitter
+    /// buffer works from arrival times; a sender's timestamps mean nothing here).
+    static func arrived(_ packet: Buffer) -> Buffer {
+        guard packet.presentationTimestamp != nil || packet.decodingTimestamp != nil else { return packet }
+        let copy = packet.shallowCopy()
+        copy.presentationTimestamp = nil
+        copy.decodingTimestamp = nil
+        copy.duration = nil
+        return copy
     }
 
     private func watchBus() {

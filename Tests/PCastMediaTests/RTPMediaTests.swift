@@ -48,9 +48,11 @@ struct RTPMediaTests {
             guard case .video(let frame)? = try? notification.read(), let value = FrameStamp.read(frame) else { return }
             seen.append(value)
         }
+        let depayed = try receiver.pipeline.element(named: "video-depay").staticPad("sink").countBuffers()
+        let depayedOut = try receiver.pipeline.element(named: "video-depay").staticPad("src").countBuffers()
         let decoded = Counter()
         _ = try receiver.pipeline.element(named: "video-hook").staticPad("src").addBufferProbe { _ in decoded.increment(); return .pass }
-        #expect(await eventually(.seconds(20)) { seen.all.count >= 60 }, "rtp \(rtpPackets.value) accepted \(accepted.value) decoded \(decoded.value) seen \(seen.all.count) rendered \((try? renderer.lastVideoFrameRendered()) != nil)")
+        #expect(await eventually(.seconds(20)) { seen.all.count >= 60 }, "rtp \(rtpPackets.value) accepted \(accepted.value) depay in \(depayed.value) out \(depayedOut.value) decoded \(decoded.value) seen \(seen.all.count) rendered \((try? renderer.lastVideoFrameRendered()) != nil)")
         let values = seen.all
         // In order and consecutive from the first decoded frame (the first ones may precede the
         // first keyframe the decoder could use).
