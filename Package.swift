@@ -165,6 +165,11 @@ let package = Package(
                 .product(name: "CompressNIO", package: "compress-nio"),
             ]
         ),
+        // The whole system on loopback: SDK → signaling → relay → SDK.
+        .testTarget(
+            name: "PCastTests",
+            dependencies: ["PCast", "PCastServer", "PCastRelay", "PCastTestSupport"]
+        ),
         .testTarget(
             name: "PCastRelayTests",
             dependencies: ["PCastRelay", "PCastProtocol", "SRTP"]

@@ -352,7 +352,7 @@ final class RelayEngine: @unchecked Sendable {
             srtpFailures &+= 1
             return
         }
-        router.authenticated(route, from: source)
+        perform(router.authenticated(route, from: source, now: now))
         let compound: RTCPCompoundPacket
         do { compound = try RTCPCompoundPacket(parsing: packet) } catch {
             unknownPackets &+= 1

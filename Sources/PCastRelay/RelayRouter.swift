@@ -142,8 +142,8 @@ struct RelayRouter<Context> {
         for subscriber in stream.subscribers { routes[subscriber.rtcpSSRC] = nil }
     }
 
-    /// Adds a subscriber flow (replacing one with the same id on that stream) and asks the
-    /// publisher for a keyframe. Returns nil if the stream or the SSRC is unknown/taken.
+    /// Adds a subscriber flow (replacing one with the same id on that stream). Returns nil if the
+    /// stream or the SSRC is unknown/taken.
     mutating func addSubscriber(
         streamId: String, subscriberId: String, rtcpSSRC: UInt32, context: Context, now: UInt64
     ) -> [RelayAction<Context>]? {
@@ -154,11 +154,8 @@ struct RelayRouter<Context> {
         streams[handle]!.subscriberSlots[rtcpSSRC] = streams[handle]!.subscribers.count
         streams[handle]!.subscribers.append(Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: Flow(context: context)))
         streams[handle]!.subscriberIDs[subscriberId] = rtcpSSRC
-        var actions: [RelayAction<Context>] = []
-        for index in streams[handle]!.tracks.indices where streams[handle]!.tracks[index].throttle != nil {
-            if let action = requestKeyframe(stream: handle, track: index, kind: .pli, now: now) { actions.append(action) }
-        }
-        return actions
+        // The keyframe is asked for when the subscriber is first heard from (see `authenticated`).
+        return []
     }
 
     /// Removes a subscriber flow; unknown ids are ignored.
@@ -189,15 +186,28 @@ struct RelayRouter<Context> {
     }
 
     /// Symmetric RTP: an authenticated packet from `address` says where the flow is now.
-    mutating func authenticated(_ route: RelayRoute, from address: RelayAddress) {
+    ///
+    /// When a subscriber is heard from for the first time, it can receive from now on: that is
+    /// when it needs a keyframe (one asked for earlier would reach the relay before the subscriber
+    /// could be sent anything), so the returned actions ask the publisher for one.
+    @discardableResult
+    mutating func authenticated(_ route: RelayRoute, from address: RelayAddress, now: UInt64 = 0) -> [RelayAction<Context>] {
         switch route {
         case .track(let stream, _):
             if streams[stream]?.publisher.address != address { streams[stream]?.publisher.address = address }
+            return []
         case .subscriber(let stream, let rtcpSSRC):
             guard let slot = streams[stream]?.subscriberSlots[rtcpSSRC],
                   streams[stream]!.subscribers[slot].flow.address != address
-            else { return }
+            else { return [] }
+            let first = streams[stream]!.subscribers[slot].flow.address == nil
             streams[stream]!.subscribers[slot].flow.address = address
+            guard first else { return [] }
+            var actions: [RelayAction<Context>] = []
+            for index in streams[stream]!.tracks.indices where streams[stream]!.tracks[index].throttle != nil {
+                if let action = requestKeyframe(stream: stream, track: index, kind: .pli, now: now) { actions.append(action) }
+            }
+            return actions
         }
     }
 
@@ -317,7 +327,10 @@ struct RelayRouter<Context> {
             packet = .fullIntraRequest(RTCPFullIntraRequest(
                 senderSSRC: settings.relaySSRC, mediaSSRC: 0, entries: [.init(ssrc: ssrc, sequenceNumber: sequence)]))
         }
-        guard let bytes = try? packet.serialized() else { return nil }
+        // A compound packet led by an empty receiver report (RFC 4585 §3.1): feedback-only
+        // RTCP is dropped by receivers that do not do reduced-size RTCP, GStreamer's among them.
+        let compound = RTCPCompoundPacket(packets: [.receiverReport(RTCPReceiverReport(ssrc: settings.relaySSRC)), packet])
+        guard let bytes = try? compound.serialized() else { return nil }
         counters.keyframeRequests += 1
         return .toPublisher(context, address, rtcp: bytes)
     }

@@ -84,3 +84,29 @@ struct RTPMediaTests {
         }
     }
 }
+
+@Suite("Keyframe requests")
+struct KeyframeRequestTests {
+    @Test("a PLI from the network makes the encoder send a keyframe at once")
+    func pliForcesKeyframe() async throws {
+        let media = try await UserMedia.getUserMedia(syntheticOptions(width: 320, height: 240))
+        let publisher = try await RTPPublisher.start(stream: media.mediaStream, settings: EncodingSettings(keyframeInterval: 1000)) { _ in }
+        let encoder = try #require(media.engine.pipeline.elements.first { $0.name.hasSuffix("-encoder") && $0.factoryName == "x264enc" })
+        let keyframes = Counter()
+        _ = try encoder.staticPad("src").addBufferProbe { buffer in
+            if buffer.isKeyframe { keyframes.increment() }
+            return .pass
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        let before = keyframes.value
+        let ssrc = try #require(publisher.tracks.first?.ssrc)
+        let compound = try RTCPCompoundPacket(packets: [
+            .receiverReport(RTCPReceiverReport(ssrc: 0x1234_5678)),
+            .pictureLossIndication(RTCPPictureLossIndication(senderSSRC: 0x1234_5678, mediaSSRC: ssrc)),
+        ]).serialized()
+        publisher.receiveRTCP(Buffer(bytes: compound))
+        #expect(await eventually(.seconds(5)) { keyframes.value > before }, "no keyframe after a PLI (before: \(before))")
+        await publisher.stop()
+        await media.stop()
+    }
+}

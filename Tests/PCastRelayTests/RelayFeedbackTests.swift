@@ -47,7 +47,7 @@ struct RelayFeedbackTests {
         #expect(other.socket.drain().isEmpty, "retransmissions go only to the subscriber that asked")
     }
 
-    @Test("addSubscriber sends the publisher a PLI it decrypts with its serverKey")
+    @Test("a subscriber's first authenticated RTCP makes the relay send the publisher a PLI it decrypts with its serverKey")
     func pliOnSubscribe() throws {
         let relay = try Relay()
         defer { relay.shutdown() }
@@ -55,7 +55,9 @@ struct RelayFeedbackTests {
         try publisher.send(rtp: try rtpPacket(ssrc: Self.video, sequence: 1))  // the relay learns where the publisher is
         #expect(eventually { relay.statistics().packetsIn == 1 })
 
-        _ = try TestSubscriber(relay: relay, streamId: "s", subscriberId: "a")
+        let subscriber = try TestSubscriber(relay: relay, streamId: "s", subscriberId: "a")
+        #expect(relay.statistics().keyframeRequests == 0, "nothing to ask for before the subscriber can be reached")
+        try subscriber.sendRTCP([.receiverReport(RTCPReceiverReport(ssrc: subscriber.rtcpSSRC))])
         let packets = try #require(publisher.receiveRTCP { $0.contains { if case .pictureLossIndication = $0 { true } else { false } } })
         #expect(packets.contains(.pictureLossIndication(RTCPPictureLossIndication(senderSSRC: relay.relaySSRC, mediaSSRC: Self.video))))
         #expect(relay.statistics().keyframeRequests == 1)
@@ -72,7 +74,7 @@ struct RelayFeedbackTests {
         let subscriber = try TestSubscriber(relay: relay, streamId: "s", subscriberId: "a")
         try subscriber.sendRTCP([.fullIntraRequest(RTCPFullIntraRequest(senderSSRC: subscriber.rtcpSSRC, entries: [.init(ssrc: Self.video, sequenceNumber: 200)]))])
         let packets = try #require(publisher.receiveRTCP { $0.contains { if case .fullIntraRequest = $0 { true } else { false } } })
-        #expect(packets == [.fullIntraRequest(RTCPFullIntraRequest(senderSSRC: relay.relaySSRC, mediaSSRC: 0, entries: [.init(ssrc: Self.video, sequenceNumber: 0)]))])
+        #expect(packets.contains(.fullIntraRequest(RTCPFullIntraRequest(senderSSRC: relay.relaySSRC, mediaSSRC: 0, entries: [.init(ssrc: Self.video, sequenceNumber: 0)]))))
     }
 
     @Test("subscribers' receiver reports are aggregated into the relay's report to the publisher")

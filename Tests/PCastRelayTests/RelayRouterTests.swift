@@ -19,8 +19,9 @@ struct RelayRouterTests {
         return router
     }
 
+    /// What the relay sends a publisher for a keyframe: an empty RR, then the PLI (a compound).
     static func pli(_ ssrc: UInt32 = video) -> [UInt8] {
-        try! RTCPPacket.pictureLossIndication(.init(senderSSRC: 9, mediaSSRC: ssrc)).serialized()
+        try! RTCPCompoundPacket(packets: [.receiverReport(.init(ssrc: 9)), .pictureLossIndication(.init(senderSSRC: 9, mediaSSRC: ssrc))]).serialized()
     }
 
     @Test("keyframe throttle: at once when idle, coalesced inside the window, FIR wins")
@@ -36,16 +37,22 @@ struct RelayRouterTests {
         #expect(throttle.request(.pli, now: 2_000 * Self.ms) == .pli, "idle again: no wait")
     }
 
-    @Test("subscribers joining together cause one PLI now and one at the window's end")
+    @Test("subscribers first heard from together cause one PLI now and one at the window's end")
     func subscribersJoining() throws {
         var router = Self.router()
         let stream = try #require(router.handle(streamId: "s"))
         #expect(router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 500, context: 100, now: 0) == [],
+                "a subscriber that cannot be reached yet needs no keyframe")
+        #expect(router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: RelayAddress(ipv4: 1, port: 1), now: 5 * Self.ms) == [],
                 "nowhere to send before the publisher's address is known")
         router.authenticated(.track(stream: stream, track: 0), from: Self.publisherAddress)
-        #expect(router.addSubscriber(streamId: "s", subscriberId: "b", rtcpSSRC: 501, context: 101, now: 10 * Self.ms)
+        #expect(router.addSubscriber(streamId: "s", subscriberId: "b", rtcpSSRC: 501, context: 101, now: 10 * Self.ms) == [])
+        #expect(router.addSubscriber(streamId: "s", subscriberId: "c", rtcpSSRC: 502, context: 102, now: 10 * Self.ms) == [])
+        #expect(router.authenticated(.subscriber(stream: stream, rtcpSSRC: 501), from: RelayAddress(ipv4: 2, port: 2), now: 10 * Self.ms)
                 == [.toPublisher(1, Self.publisherAddress, rtcp: Self.pli())])
-        #expect(router.addSubscriber(streamId: "s", subscriberId: "c", rtcpSSRC: 502, context: 102, now: 20 * Self.ms) == [])
+        #expect(router.authenticated(.subscriber(stream: stream, rtcpSSRC: 501), from: RelayAddress(ipv4: 2, port: 2), now: 15 * Self.ms) == [],
+                "only the first packet of a subscriber asks")
+        #expect(router.authenticated(.subscriber(stream: stream, rtcpSSRC: 502), from: RelayAddress(ipv4: 3, port: 3), now: 20 * Self.ms) == [])
         let pli = RTCPPacket.pictureLossIndication(.init(senderSSRC: 502, mediaSSRC: Self.video))
         #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 502, packets: [pli], now: 30 * Self.ms) == [])
         #expect(router.nextDeadline == 310 * Self.ms)

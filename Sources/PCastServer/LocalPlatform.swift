@@ -1,0 +1,79 @@
+import Foundation
+import Logging
+import PCastProtocol
+import PCastRelay
+
+/// The platform started in-process on loopback ports (the embedded default): the relay on an
+/// ephemeral UDP port, signaling on an ephemeral HTTP port, a fresh application secret, and a
+/// token helper for that secret. Tests, `make demo` and `pcast demo` use it; `pcast serve` runs the
+/// same pieces as a server.
+///
+/// ```swift
+/// let platform = try await LocalPlatform.start()
+/// let pcast = PCast(PCastOptions(uri: platform.signalingURL))
+/// try await pcast.start(authToken: try platform.token(.auth))
+/// ```
+public final class LocalPlatform: Sendable {
+    public let server: PlatformServer
+    public let relay: Relay
+    public let configuration: PlatformConfiguration
+
+    private init(server: PlatformServer, relay: Relay, configuration: PlatformConfiguration) {
+        self.server = server
+        self.relay = relay
+        self.configuration = configuration
+    }
+
+    /// Starts relay and signaling on 127.0.0.1.
+    public static func start(applicationId: String = "pcast-local",
+                             secret: String = SRTPFreeRandom.secret(),
+                             relayConfiguration: RelayConfiguration = RelayConfiguration(),
+                             logger: Logger = Logger(label: "pcast.platform")) async throws -> LocalPlatform {
+        let relay = try Relay(configuration: relayConfiguration)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-local-\(UUID().uuidString)").path
+        let configuration = PlatformConfiguration(applicationId: applicationId, secret: secret, host: "127.0.0.1",
+                                                  httpPort: 0, mediaPort: Int(relay.mediaPort), dataDirectory: directory)
+        do {
+            let server = try await PlatformServer.start(configuration: configuration, relay: relay, logger: logger)
+            return LocalPlatform(server: server, relay: relay, configuration: configuration)
+        } catch {
+            relay.shutdown()
+            throw error
+        }
+    }
+
+    public var signalingURL: String { server.signalingURL }
+    public var httpURL: String { server.httpURL }
+
+    /// A token for this platform's application, valid for `lifetime`.
+    ///
+    /// ```swift
+    /// platform.token(.publish, tag: .channelAlias("lobby"))
+    /// platform.token(.stream, originStreamId: publisher.streamId)
+    /// ```
+    public func token(_ type: TokenType, lifetime: TimeInterval = 3600, tag: RequiredTag? = nil,
+                      originStreamId: String? = nil, capabilities: [String] = [], applyTags: [String] = []) throws(DigestTokenError) -> String {
+        var builder = DigestTokenBuilder()
+            .expiresAt(Date().addingTimeInterval(lifetime))
+            .type(type)
+        for capability in capabilities { builder = builder.capability(capability) }
+        if let tag { builder = builder.requiredTag(tag) }
+        if let originStreamId { builder = builder.originStreamId(originStreamId) }
+        for applied in applyTags { builder = builder.applyTag(applied) }
+        return try builder.encode(applicationId: configuration.applicationId, secret: configuration.secret)
+    }
+
+    /// Stops signaling (streams end as `maintenance`) and the relay.
+    public func shutdown() async {
+        await server.shutdown()
+        relay.shutdown()
+    }
+}
+
+/// Random secrets without pulling in SRTP: 32 bytes from the system generator, base64.
+public enum SRTPFreeRandom {
+    public static func secret() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return Data((0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }).base64EncodedString()
+    }
+}
