@@ -4,9 +4,8 @@ SWIFT ?= swift
 DEMO_SECONDS ?= 15
 BENCH_DIR ?= bench-results
 
-# A display shows the demo's video; headless machines use a fake sink.
-DEMO_SINK := $(if $(DISPLAY),--set "sink=autovideosink sync=false",)
-DEMO_LIMIT := $(if $(filter 0,$(DEMO_SECONDS)),,--seconds $(DEMO_SECONDS))
+# The demo: the embedded platform in-process; a test pattern and tone published through its relay
+# to a subscriber (a window when there is a display, a null sink otherwise), with a status line.
 
 .PHONY: setup build demo test bench inspect clean
 
@@ -18,7 +17,7 @@ build: setup
 
 demo: setup
 	$(SWIFT) build -c release --product pcast
-	.build/release/pcast pipeline --file pipelines/h264-loopback.pipeline $(DEMO_SINK) $(DEMO_LIMIT)
+	.build/release/pcast demo --seconds $(DEMO_SECONDS)
 
 # Two suites run in processes of their own: the leak suite, so other tests' threads and memory don't
 # blur its figures, and the real-device stand-ins, which point this process's PulseAudio client at a

@@ -118,6 +118,9 @@ let package = Package(
         .executableTarget(
             name: "pcast",
             dependencies: [
+                "PCast",
+                "PCastServer",
+                "PCastRelay",
                 "GStreamer",
                 "PCastProtocol",
                 "PCastMedia",

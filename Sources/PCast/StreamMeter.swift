@@ -1,0 +1,110 @@
+import Foundation
+import GStreamer
+import Synchronization
+
+/// Measures a stream end to end with frame stamps: the publisher side paints a counter into every
+/// captured frame (``FrameStamp``) and notes when; the subscriber side reads it after decoding.
+/// Gives glass-to-glass latency (capture → decoded frame at the subscriber) and completeness
+/// (frames missing or out of order), for the demo's status line and the benchmarks.
+///
+/// ```swift
+/// let meter = StreamMeter()
+/// try meter.stamp(media)                      // before publishing
+/// try meter.watch(renderer, of: remoteStream) // on the subscriber
+/// let now = meter.take()                      // frames, latency percentiles, gaps since the last take
+/// ```
+public final class StreamMeter: Sendable {
+    /// Figures since the previous ``take()``.
+    public struct Snapshot: Sendable, Hashable, Codable {
+        public var frames: Int
+        /// Frames whose counter never arrived (a gap in the sequence).
+        public var missing: Int
+        /// Frames that arrived after a later one.
+        public var reordered: Int
+        /// Glass-to-glass latencies, milliseconds, sorted.
+        public var latencies: [Double]
+
+        public init(frames: Int = 0, missing: Int = 0, reordered: Int = 0, latencies: [Double] = []) {
+            self.frames = frames
+            self.missing = missing
+            self.reordered = reordered
+            self.latencies = latencies
+        }
+
+        public func percentile(_ p: Double) -> Double? {
+            guard !latencies.isEmpty else { return nil }
+            let index = min(latencies.count - 1, max(0, Int((p / 100 * Double(latencies.count)).rounded(.up)) - 1))
+            return latencies[index]
+        }
+    }
+
+    private static let slots = 4096
+    private let captured = Mutex<[(counter: UInt32, at: ContinuousClock.Instant)?]>(Array(repeating: nil, count: 4096))
+    private let counter = Atomic<UInt32>(0)
+    private struct Window {
+        var frames = 0
+        var missing = 0
+        var reordered = 0
+        var latencies: [Double] = []
+        var last: UInt32?
+        var firstFrame: ContinuousClock.Instant?
+    }
+    private let window = Mutex(Window())
+
+    public init() {}
+
+    /// Paints a counter into every frame of `media`'s video track and notes its capture time.
+    public func stamp(_ media: UserMediaStream) throws(MediaError) {
+        guard let track = media.mediaStream.getVideoTracks().first else { throw .unsupportedPad("the stream has no video track") }
+        try media.setFrameReadyCallback(track) { [weak self] notification in
+            guard let self, case .video(var frame)? = try? notification.read() else { return }
+            let value = self.counter.add(1, ordering: .relaxed).newValue & 0xFF_FFFF
+            FrameStamp.paint(value, into: &frame)
+            let now = ContinuousClock.now
+            self.captured.withLock { $0[Int(value) % Self.slots] = (value, now) }
+            try? notification.write(.video(frame))
+        }
+    }
+
+    /// Reads the counters of the frames `renderer` shows (after the decoder).
+    public func watch(_ renderer: Renderer, of stream: MediaStream) throws(MediaError) {
+        guard let track = stream.getVideoTracks().first else { throw .unsupportedPad("the stream has no video track") }
+        try renderer.setFrameReadyCallback(track) { [weak self] notification in
+            guard let self, case .video(let frame)? = try? notification.read(), let value = FrameStamp.read(frame) else { return }
+            let now = ContinuousClock.now
+            let at = self.captured.withLock { slots -> ContinuousClock.Instant? in
+                guard let entry = slots[Int(value) % Self.slots], entry.counter == value else { return nil }
+                return entry.at
+            }
+            self.window.withLock { window in
+                window.frames += 1
+                if window.firstFrame == nil { window.firstFrame = now }
+                if let last = window.last {
+                    if value > last { window.missing += Int(value - last - 1); window.last = value } else { window.reordered += 1 }
+                } else {
+                    window.last = value
+                }
+                if let at {
+                    let (seconds, attoseconds) = (now - at).components
+                    window.latencies.append(Double(seconds) * 1000 + Double(attoseconds) / 1e15)
+                }
+            }
+        }
+    }
+
+    /// When the first stamped frame was decoded, if one has been.
+    public var firstFrame: ContinuousClock.Instant? { window.withLock { $0.firstFrame } }
+
+    /// Figures since the last call.
+    public func take() -> Snapshot {
+        window.withLock { window in
+            defer {
+                window.frames = 0
+                window.missing = 0
+                window.reordered = 0
+                window.latencies = []
+            }
+            return Snapshot(frames: window.frames, missing: window.missing, reordered: window.reordered, latencies: window.latencies.sorted())
+        }
+    }
+}

@@ -1,0 +1,226 @@
+import ArgumentParser
+import Foundation
+import Logging
+import PCast
+import PCastRelay
+import PCastServer
+import Synchronization
+
+/// `pcast serve`: the platform (signaling, tokens, relay) as a server.
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the platform: WebSocket signaling, tokens, the SRTP relay on one UDP port, /healthz /readyz /metrics.",
+        discussion: "Settings come from flags, then environment (PCAST_APPLICATION_ID, PCAST_SECRET, PCAST_HOST, PCAST_HTTP_PORT, PCAST_MEDIA_PORT, PCAST_DATA_DIR, PCAST_CONFIG), then a JSON file (--config), then defaults. A secret is required."
+    )
+
+    @Option(help: "JSON configuration file.") var config: String?
+    @Option(help: "Application id tokens are issued for.") var applicationId: String?
+    @Option(help: "Application secret (tokens are signed with it).") var secret: String?
+    @Option(help: "Address to listen on.") var host: String?
+    @Option(help: "HTTP/WebSocket port (0: any free port).") var httpPort: Int?
+    @Option(help: "UDP media port of the relay (0: any free port).") var mediaPort: Int?
+    @Option(help: "Data directory.") var dataDir: String?
+    @Option(help: "Largest signaling message, bytes.") var messageSizeLimit: Int?
+    @Option(help: "Seconds between client keep-alives.") var keepaliveInterval: Int?
+
+    func run() async throws {
+        PCastCommand.bootstrapLogging()
+        let overrides = PlatformConfiguration.Overrides(
+            applicationId: applicationId, secret: secret, host: host, httpPort: httpPort, mediaPort: mediaPort,
+            dataDirectory: dataDir, messageSizeLimit: messageSizeLimit, keepAliveInterval: keepaliveInterval)
+        let configuration: PlatformConfiguration
+        do {
+            configuration = try PlatformConfiguration.load(file: config.map { URL(fileURLWithPath: $0) },
+                                                           environment: ProcessInfo.processInfo.environment, overrides: overrides)
+        } catch {
+            FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+            throw ExitCode(2)
+        }
+        let relay: Relay
+        do {
+            relay = try Relay(configuration: RelayConfiguration(host: configuration.host, port: UInt16(clamping: configuration.mediaPort)))
+        } catch {
+            FileHandle.standardError.write(Data("error: relay: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        defer { relay.shutdown() }
+        let mediaPort = relay.mediaPort
+        try await PlatformServer.run(configuration: configuration, relay: relay, logger: Logger(label: "pcast.server")) { httpPort in
+            print("pcast serve: signaling ws://\(configuration.host):\(httpPort)/ws, media udp \(configuration.host):\(mediaPort)")
+        }
+    }
+}
+
+/// Turns `http://host:port`, `host:port` or `ws://host:port/ws` into the signaling URL.
+func signalingURL(_ server: String) -> String {
+    var text = server
+    if text.hasPrefix("http://") { text = "ws://" + text.dropFirst(7) }
+    if !text.contains("://") { text = "ws://" + text }
+    if let url = URL(string: text), url.path.isEmpty || url.path == "/" {
+        text = text.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/ws"
+    }
+    return text
+}
+
+func fail(_ message: String, code: Int32 = 1) -> ExitCode {
+    FileHandle.standardError.write(Data("error: \(message)\n".utf8))
+    return ExitCode(code)
+}
+
+/// Waits `seconds` (0: forever), or until Ctrl-C or SIGTERM, or until `ended` finishes. The
+/// waits that lose the race are left behind (an ended-wait cannot be cancelled), not awaited.
+func runUntilStopped(seconds: Double, ended: @escaping @Sendable () async -> Void = {}) async {
+    let interrupts = SignalWatcher(signal: SIGINT)
+    let terminations = SignalWatcher(signal: SIGTERM)
+    let done = Once()
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        done.set(continuation)
+        Task { await interrupts.next(); done.resume() }
+        Task { await terminations.next(); done.resume() }
+        Task { await ended(); done.resume() }
+        if seconds > 0 { Task { try? await Task.sleep(for: .seconds(seconds)); done.resume() } }
+    }
+}
+
+/// A continuation resumed by whichever caller comes first.
+final class Once: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Void, Never>?>(nil)
+    func set(_ value: CheckedContinuation<Void, Never>) { continuation.withLock { $0 = value } }
+    func resume() { continuation.withLock { $0.take() }?.resume() }
+}
+
+/// `pcast publish`: capture and publish through a platform.
+struct PublishCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "publish",
+        abstract: "Publish a source to a platform; prints the stream id, then runs until Ctrl-C or --seconds."
+    )
+
+    @Option(help: "Platform address (ws://host:port/ws or host:port).") var server: String
+    @Option(help: "Publish token.") var token: String
+    @Option(help: "Auth token for the session (defaults to PCAST_AUTH_TOKEN).") var authToken: String?
+    @Option(help: "Video source: test, null, screen, a device id, a URI, or a gst-launch description.") var source = "test"
+    @Option(help: "Audio source (test, null, device id, URI, description); 'none' for no audio.") var audio = "test"
+    @Option(help: "Width (exact).") var width = 1280
+    @Option(help: "Height (exact).") var height = 720
+    @Option(help: "Frame rate (exact).") var fps: Double = 30
+    @Option(help: "Video bitrate, kbit/s.") var bitrate = 2500
+    @Option(help: "Tag to put on the stream (repeatable).") var tag: [String] = []
+    @Option(help: "Seconds to publish (0: until Ctrl-C).") var seconds: Double = 0
+
+    func run() async throws {
+        PCastCommand.bootstrapLogging()
+        guard let auth = authToken ?? ProcessInfo.processInfo.environment["PCAST_AUTH_TOKEN"] else {
+            throw fail("an auth token is needed for the session: --auth-token or PCAST_AUTH_TOKEN", code: 2)
+        }
+        var options = UserMediaOptions()
+        switch PreviewCommand.parse(source, kind: .video) {
+        case .id(let id): options.video.deviceId = .exact(id)
+        case .override(let override): options.video.source = override
+        }
+        options.video.width = .exact(width)
+        options.video.height = .exact(height)
+        options.video.frameRate = .exact(fps)
+        if audio == "none" {
+            options.audio.enabled = false
+        } else {
+            switch PreviewCommand.parse(audio, kind: .audio) {
+            case .id(let id): options.audio.deviceId = .exact(id)
+            case .override(let override): options.audio.source = override
+            }
+        }
+        let pcast = PCast(PCastOptions(uri: signalingURL(server)))
+        do {
+            try await pcast.start(authToken: auth)
+        } catch {
+            throw fail("authentication failed (\(error.status.rawValue)): \(error)")
+        }
+        let media: UserMediaStream
+        do {
+            media = try await pcast.getUserMedia(options)
+        } catch {
+            await pcast.stop()
+            throw fail("getUserMedia failed (\(error.status.rawValue)): \(error)")
+        }
+        let publisher: Publisher
+        do {
+            publisher = try await pcast.publish(streamToken: token, mediaStream: media, tags: tag,
+                                                settings: EncodingSettings(videoBitrate: bitrate, keyframeInterval: Int(fps * 2)))
+        } catch {
+            await media.stop()
+            await pcast.stop()
+            throw fail("publish failed (\(error.status.rawValue)): \(error)")
+        }
+        print(publisher.streamId)
+        await runUntilStopped(seconds: seconds) { _ = await publisher.ended() }
+        if let (reason, description) = publisher.hasEnded ? await Optional(publisher.ended()) : nil {
+            FileHandle.standardError.write(Data("stream ended: \(reason.rawValue)\(description.map { " (\($0))" } ?? "")\n".utf8))
+        }
+        await publisher.stop()
+        await media.stop()
+        await pcast.stop()
+    }
+}
+
+/// `pcast subscribe`: receive a stream from a platform and render it.
+struct SubscribeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "subscribe",
+        abstract: "Subscribe to a stream and render it (null sink when headless); optionally save a screenshot."
+    )
+
+    @Option(help: "Platform address (ws://host:port/ws or host:port).") var server: String
+    @Option(help: "Stream token.") var token: String
+    @Option(help: "Auth token for the session (defaults to PCAST_AUTH_TOKEN).") var authToken: String?
+    @Option(help: "Sink: auto (a window and speakers) or null.") var sink = "auto"
+    @Option(help: "Write the last rendered frame as PNG here at the end.") var screenshot: String?
+    @Option(help: "Seconds to watch (0: until Ctrl-C or the stream ends).") var seconds: Double = 0
+    @Option(help: "Playout delay, milliseconds.") var playoutDelay: Int?
+
+    func run() async throws {
+        PCastCommand.bootstrapLogging()
+        guard let auth = authToken ?? ProcessInfo.processInfo.environment["PCAST_AUTH_TOKEN"] else {
+            throw fail("an auth token is needed for the session: --auth-token or PCAST_AUTH_TOKEN", code: 2)
+        }
+        let pcast = PCast(PCastOptions(uri: signalingURL(server)))
+        do {
+            try await pcast.start(authToken: auth)
+        } catch {
+            throw fail("authentication failed (\(error.status.rawValue)): \(error)")
+        }
+        let stream: MediaStream
+        do {
+            stream = try await pcast.subscribe(streamToken: token, playoutDelay: playoutDelay.map { .milliseconds($0) })
+        } catch {
+            await pcast.stop()
+            throw fail("subscribe failed (\(error.status.rawValue)): \(error)")
+        }
+        let headless = ProcessInfo.processInfo.environment["DISPLAY"].map(\.isEmpty) ?? true
+        let useNull = sink == "null" || headless
+        let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: useNull, useNullAudioDevice: useNull))
+        renderer.setVideoDisplayDimensionsChangedCallback { print("video: \($0)") }
+        let status = await renderer.start()
+        guard status == .ok else {
+            await stream.stop()
+            await pcast.stop()
+            throw fail("renderer: \(status)")
+        }
+        await runUntilStopped(seconds: seconds) { _ = await stream.ended() }
+        if let reason = stream.endReason {
+            FileHandle.standardError.write(Data("stream ended: \(reason)\n".utf8))
+        }
+        if let screenshot {
+            do {
+                let frame = try renderer.lastVideoFrameRendered()
+                try await frame.pngData().write(to: URL(fileURLWithPath: screenshot))
+                print("screenshot: \(screenshot) (\(frame.width)x\(frame.height))")
+            } catch {
+                FileHandle.standardError.write(Data("screenshot: \(error)\n".utf8))
+            }
+        }
+        await renderer.stop()
+        await stream.stop()
+        await pcast.stop()
+    }
+}
