@@ -2,7 +2,10 @@ import ArgumentParser
 import Foundation
 import GStreamer
 import Histogram
+import PCast
 import PCastMedia
+import PCastRelay
+import PCastServer
 import SRTP
 import Synchronization
 
@@ -22,12 +25,27 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Directory for bench.json and bench.md.")
     var output = "bench-results"
 
+    @Option(help: "Subscriber counts for the relay fan-out benchmark.")
+    var fanout: [Int] = [10, 100, 500, 1000]
+
+    @Option(help: "Seconds per end-to-end latency run.")
+    var latencySeconds: Double = 10
+
     func run() async throws {
         PCastCommand.bootstrapLogging()
         let probe = try await ProbeBenchmark(frames: frames, runs: runs).run()
         let srtp = try SRTPBenchmark(packets: 200_000).run()
         let hooks = try await FrameHookBenchmark(frames: frames, conversionThreads: 1).run()
         let captureEncode = try await CaptureEncodeBenchmark(seconds: 5, runs: 3).run()
+        let platform = try await LocalPlatform.start()
+        let endToEnd = try await EndToEndBenchmark(signalingURL: platform.signalingURL, seconds: latencySeconds) { type, origin in
+            try platform.token(type, originStreamId: origin)
+        }.run()
+        await platform.shutdown()
+        var fanouts: [RelayFanoutBenchmark.Result] = []
+        for subscribers in fanout {
+            fanouts.append(try RelayFanoutBenchmark(configuration: .init(subscribers: subscribers, duration: 5)).run())
+        }
         let report = BenchReport(
             date: ISO8601DateFormatter().string(from: Date()),
             machine: BenchReport.Machine.current(),
@@ -35,7 +53,9 @@ struct BenchCommand: AsyncParsableCommand {
             probe: probe,
             srtp: srtp,
             frameHooks: hooks,
-            captureEncode: captureEncode)
+            captureEncode: captureEncode,
+            endToEnd: endToEnd,
+            fanout: fanouts)
         let directory = URL(fileURLWithPath: output)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let encoder = JSONEncoder()
@@ -66,6 +86,8 @@ struct BenchReport: Codable {
     let srtp: [SRTPBenchmark.ProfileResult]
     let frameHooks: [FrameHookBenchmark.Result]
     let captureEncode: CaptureEncodeBenchmark.Result
+    let endToEnd: EndToEndBenchmark.Result
+    let fanout: [RelayFanoutBenchmark.Result]
 
     func markdown() -> String {
         var lines = [
@@ -111,6 +133,28 @@ struct BenchReport: Codable {
         lines.append("| SDK CPU (% of a core) | gst-launch-1.0 CPU | ratio | frames hooked | hook drops |")
         lines.append("|---|---|---|---|---|")
         lines.append("| \(String(format: "%.1f", captureEncode.sdkCPU)) | \(String(format: "%.1f", captureEncode.gstLaunchCPU)) | \(String(format: "%.3f", captureEncode.ratio)) | \(captureEncode.sdkFrames) | \(captureEncode.hookDropped) |")
+        lines.append("")
+        lines.append("## Glass-to-glass latency, 720p30 H.264 through the relay (capture → decoded frame; goal p50 ≤ \(EndToEndBenchmark.goalP50) ms, p99 ≤ \(EndToEndBenchmark.goalP99) ms)")
+        lines.append("")
+        lines.append("| playout delay (ms) | frames | missing | p50 (ms) | p90 (ms) | p99 (ms) |")
+        lines.append("|---:|---:|---:|---:|---:|---:|")
+        for run in endToEnd.latency {
+            lines.append(String(format: "| %d | %d | %d | %.1f | %.1f | %.1f |", run.playoutDelayMilliseconds, run.frames, run.missing, run.p50, run.p90, run.p99))
+        }
+        lines.append("")
+        lines.append(String(format: "Time to first frame, %d joins of a running stream (subscribe call → first decoded frame; goal p50 ≤ %.0f ms): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+                            endToEnd.firstFrame.joins, EndToEndBenchmark.goalFirstFrameP50, endToEnd.firstFrame.p50, endToEnd.firstFrame.p99, endToEnd.firstFrame.maximum))
+        lines.append("")
+        lines.append("## Relay fan-out: one 2.5 Mbps stream (1200-byte packets) to N subscribers, against `gst-launch-1.0 udpsrc ! multiudpsink` (no crypto)")
+        lines.append("")
+        lines.append("| N | relay CPU % | relay loss % | subscribers/core | reference CPU % | reference loss % | CPU ratio |")
+        lines.append("|---:|---:|---:|---:|---:|---:|---:|")
+        for run in fanout {
+            let reference = run.reference
+            lines.append(String(format: "| %d | %.1f | %.2f | %.0f | %@ | %@ | %@ |", run.configuration.subscribers, run.relay.cpuPercent, run.relay.lossPercent, run.relay.subscribersPerCore,
+                                reference.map { String(format: "%.1f", $0.cpuPercent) } ?? "–", reference.map { String(format: "%.2f", $0.lossPercent) } ?? "–",
+                                run.cpuRatio.map { String(format: "%.2f", $0) } ?? "–"))
+        }
         return lines.joined(separator: "\n") + "\n"
     }
 }

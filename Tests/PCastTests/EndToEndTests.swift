@@ -209,3 +209,20 @@ struct EndToEndTests {
         await platform.shutdown()
     }
 }
+
+@Suite("End-to-end benchmark harness")
+struct EndToEndBenchmarkTests {
+    @Test("the latency and first-frame benchmark measures frames through the embedded platform")
+    func runs() async throws {
+        let platform = try await LocalPlatform.start()
+        let result = try await EndToEndBenchmark(signalingURL: platform.signalingURL, seconds: 1, playoutDelays: [40], joins: 2) { type, origin in
+            try platform.token(type, originStreamId: origin)
+        }.run()
+        await platform.shutdown()
+        let run = try #require(result.latency.first)
+        #expect(run.frames > 10)
+        #expect(run.p50 > 0 && run.p99 >= run.p50)
+        #expect(result.firstFrame.joins == 2 && result.firstFrame.p50 < 10_000)
+        print(String(format: "bench: glass-to-glass p50 %.1f ms p99 %.1f ms; first frame p50 %.1f ms", run.p50, run.p99, result.firstFrame.p50))
+    }
+}
