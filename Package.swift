@@ -151,7 +151,7 @@ let package = Package(
         // Runs the built `pcast` binary, as a user would.
         .testTarget(
             name: "PCastCLITests",
-            dependencies: []
+            dependencies: ["PCastTestSupport"]
         ),
         .testTarget(
             name: "PCastServerTests",

@@ -208,8 +208,9 @@ final class TrackGate: Sendable {
 
     /// Installs the gate on the source pad where raw media of the final format passes.
     func install(on pad: Pad) {
+        let isVideo = kind == .video
         let caps = pad.addCapsProbe { [weak self] caps in
-            self?.blank.withLock { $0 = (caps.videoInfo, nil) }
+            self?.blank.withLock { $0 = (isVideo ? caps.videoInfo : nil, nil) }
         }
         let buffers = pad.addBufferProbe { [weak self] buffer in
             guard let self, !self.isEnabled else { return .pass }

@@ -12,12 +12,13 @@ import Synchronization
 public struct ChildProcess: Sendable {
     public let pid: pid_t
 
-    public static func spawn(_ executable: URL, _ arguments: [String], environment: [String: String]) throws -> ChildProcess {
+    /// Starts `executable`; its standard output goes to `output` (a file path) when given.
+    public static func spawn(_ executable: URL, _ arguments: [String], environment: [String: String], output: String? = nil) throws -> ChildProcess {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, output ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)

@@ -48,6 +48,7 @@ struct ServeCommand: AsyncParsableCommand {
         let mediaPort = relay.mediaPort
         try await PlatformServer.run(configuration: configuration, relay: relay, logger: Logger(label: "pcast.server")) { httpPort in
             print("pcast serve: signaling ws://\(configuration.host):\(httpPort)/ws, media udp \(configuration.host):\(mediaPort)")
+            fflush(nil)
         }
     }
 }
@@ -153,6 +154,7 @@ struct PublishCommand: AsyncParsableCommand {
             throw fail("publish failed (\(error.status.rawValue)): \(error)")
         }
         print(publisher.streamId)
+        fflush(nil)
         await runUntilStopped(seconds: seconds) { _ = await publisher.ended() }
         if let (reason, description) = publisher.hasEnded ? await Optional(publisher.ended()) : nil {
             FileHandle.standardError.write(Data("stream ended: \(reason.rawValue)\(description.map { " (\($0))" } ?? "")\n".utf8))

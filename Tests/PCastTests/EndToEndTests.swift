@@ -226,3 +226,49 @@ struct EndToEndBenchmarkTests {
         print(String(format: "bench: glass-to-glass p50 %.1f ms p99 %.1f ms; first frame p50 %.1f ms", run.p50, run.p99, result.firstFrame.p50))
     }
 }
+
+@Suite("PCast session lifecycle")
+struct SessionLifecycleTests {
+    @Test("authentication, online and offline callbacks follow the connection; a lost connection ends the publisher; logs are collected")
+    func onlineOffline() async throws {
+        let platform = try await LocalPlatform.start()
+        let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+        let events = Values<String>()
+        let authenticated = Values<RequestStatus>()
+        sdk.start(authToken: try platform.token(.auth),
+                  authenticationCallback: { status, _ in authenticated.append(status) },
+                  onlineCallback: { events.append("online") },
+                  offlineCallback: { events.append("offline") })
+        #expect(await eventually { events.all == ["online"] && authenticated.all == [.ok] })
+        #expect(sdk.sessionId != nil && sdk.isOnline)
+        let media = try await stampedMedia()
+        let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media)
+        await platform.shutdown()
+        #expect(await eventually { events.all == ["online", "offline"] })
+        #expect(!sdk.isOnline)
+        let (reason, _) = await publisher.ended()
+        #expect(reason == .maintenance || reason == .failed)
+        #expect(sdk.collectLogMessages().contains { $0.contains("authenticated") })
+        #expect(sdk.collectLogMessages().contains { $0.contains("publishing") })
+        await sdk.stop()
+        await media.stop()
+    }
+
+    @Test("an unreachable platform is a typed connection error, not a hang")
+    func unreachable() async throws {
+        let sdk = PCast(PCastOptions(uri: "ws://127.0.0.1:9/ws", reconnects: false))
+        do {
+            try await sdk.start(authToken: "DIGEST:whatever")
+            Issue.record("connected to nothing")
+        } catch {
+            guard case .connectionFailed = error else { Issue.record("\(error)"); return }
+        }
+        let bad = PCast(PCastOptions(uri: "http://[not a uri"))
+        do {
+            try await bad.start(authToken: "x")
+            Issue.record("accepted a bad URI")
+        } catch {
+            #expect(error.status == .badRequest, "\(error)")
+        }
+    }
+}

@@ -1,0 +1,66 @@
+import Foundation
+import PCastTestSupport
+import Testing
+
+/// `pcast serve` as a real server process, with `pcast publish` and `pcast subscribe` against it.
+@Suite("pcast serve, publish and subscribe")
+struct PlatformCommandTests {
+    @Test("a stream published with the CLI is subscribed to with the CLI, screenshot of the published size")
+    func serveComposeAndWatch() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-serve-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let log = directory.appendingPathComponent("serve.out").path
+        var environment = ProcessInfo.processInfo.environment
+        environment["PCAST_SECRET"] = "cli-test-secret"
+        let server = try ChildProcess.spawn(try pcastBinary(), [
+            "serve", "--application-id", "cli-app", "--http-port", "0", "--media-port", "0",
+            "--data-dir", directory.appendingPathComponent("data").path], environment: environment, output: log)
+        defer { server.stop() }
+        // "pcast serve: signaling ws://127.0.0.1:PORT/ws, media udp 127.0.0.1:PORT"
+        var url: String?
+        for _ in 0..<200 where url == nil {
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            url = text.split(separator: " ").first { $0.hasPrefix("ws://") }.map { String($0.trimmingCharacters(in: CharacterSet(charactersIn: ",\n"))) }
+            if url == nil { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(server.isRunning || url != nil, "pcast serve exited")
+        }
+        let signaling = try #require(url, "pcast serve printed no signaling URL")
+
+        func token(_ extra: [String]) throws -> String {
+            let result = try runCommand(try pcastBinary(), ["token", "create", "--application-id", "cli-app", "--secret", "cli-test-secret", "--expires-in", "600"] + extra)
+            #expect(result.status == 0, "\(result.stderr)")
+            return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        let auth = try token(["--type", "auth"])
+        let publish = try token(["--type", "publish", "--channel-alias", "cli"])
+        let stream = try token(["--type", "stream", "--channel-alias", "cli"])
+
+        let published = directory.appendingPathComponent("publish.out").path
+        let publisher = try ChildProcess.spawn(try pcastBinary(), [
+            "publish", "--server", signaling, "--token", publish, "--auth-token", auth,
+            "--width", "320", "--height", "180", "--tag", "channelAlias:cli", "--seconds", "30"], environment: environment, output: published)
+        defer { publisher.stop() }
+        var streamId = ""
+        for _ in 0..<200 where streamId.isEmpty {
+            streamId = ((try? String(contentsOfFile: published, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+            if streamId.isEmpty { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(!streamId.isEmpty, "pcast publish printed no stream id")
+
+        let shot = directory.appendingPathComponent("shot.png").path
+        let watched = try runCommand(try pcastBinary(), [
+            "subscribe", "--server", signaling, "--token", stream, "--auth-token", auth,
+            "--sink", "null", "--seconds", "2", "--screenshot", shot], timeout: 60)
+        #expect(watched.status == 0, "\(watched.stderr)")
+        let png = try Data(contentsOf: URL(fileURLWithPath: shot))
+        let width = png[16..<20].reduce(0) { $0 << 8 | Int($1) }
+        let height = png[20..<24].reduce(0) { $0 << 8 | Int($1) }
+        #expect(width == 320 && height == 180)
+
+        // A forged token is refused with the platform's status.
+        let refused = try runCommand(try pcastBinary(), ["subscribe", "--server", signaling, "--token", "DIGEST:forged", "--auth-token", auth, "--seconds", "1"])
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("unauthorized") || refused.stderr.contains("bad-request"), "\(refused.stderr)")
+    }
+}
