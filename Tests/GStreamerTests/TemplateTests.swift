@@ -54,8 +54,14 @@ struct TemplateTests {
             let url = directory.appendingPathComponent(file)
             let text = try String(contentsOf: url, encoding: .utf8)
             #expect(text.contains("gst-launch-1.0"), "\(file) should say how to run it by hand")
-            let template = try PipelineTemplate(contentsOf: url)
-            let pipeline = try Pipeline(description: try template.render())
+            // A part of a larger pipeline names the files it is parsed with (`# Combine with: …`).
+            var parts = [try PipelineTemplate(contentsOf: url).render()]
+            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("# Combine with:") }) {
+                for other in line.dropFirst("# Combine with:".count).split(separator: " ") {
+                    parts.append(try PipelineTemplate(contentsOf: directory.appendingPathComponent(String(other))).render())
+                }
+            }
+            let pipeline = try Pipeline(description: parts.joined(separator: "\n"))
             #expect(!pipeline.sinks.isEmpty, "\(file) should have a sink")
         }
     }
