@@ -256,28 +256,7 @@ public final class Pipeline: Element, @unchecked Sendable {
     }
 
     /// Every element inside, nested bins included.
-    public var elements: [Element] {
-        guard let iterator = gst_bin_iterate_recurse(bin) else { return [] }
-        defer { gst_iterator_free(iterator) }
-        var result: [Element] = []
-        var value = GValue()
-        loop: while true {
-            switch gst_iterator_next(iterator, &value) {
-            case GST_ITERATOR_OK:
-                if let object = g_value_get_object(&value) {
-                    result.append(Element(retaining: object.assumingMemoryBound(to: GstElement.self)))
-                }
-                g_value_reset(&value)
-            case GST_ITERATOR_RESYNC:
-                result.removeAll()
-                gst_iterator_resync(iterator)
-            default:
-                break loop
-            }
-        }
-        g_value_unset(&value)
-        return result
-    }
+    public var elements: [Element] { descendants }
 
     /// The sink elements (where data leaves the pipeline).
     public var sinks: [Element] { elements.filter(\.isSink) }

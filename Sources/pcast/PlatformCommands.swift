@@ -91,6 +91,26 @@ final class Once: Sendable {
     func resume() { continuation.withLock { $0.take() }?.resume() }
 }
 
+/// Where the platform is and how the session authenticates (publish and subscribe).
+struct SessionOptions: ParsableArguments {
+    @Option(help: "Platform address (ws://host:port/ws or host:port).") var server: String
+    @Option(help: "Auth token for the session (defaults to PCAST_AUTH_TOKEN).") var authToken: String?
+
+    /// Connects and authenticates, or exits with the platform's status.
+    func start() async throws -> PCast {
+        guard let auth = authToken ?? ProcessInfo.processInfo.environment["PCAST_AUTH_TOKEN"] else {
+            throw fail("an auth token is needed for the session: --auth-token or PCAST_AUTH_TOKEN", code: 2)
+        }
+        let pcast = PCast(PCastOptions(uri: signalingURL(server)))
+        do {
+            try await pcast.start(authToken: auth)
+        } catch {
+            throw fail("authentication failed (\(error.status.rawValue)): \(error)")
+        }
+        return pcast
+    }
+}
+
 /// `pcast publish`: capture and publish through a platform.
 struct PublishCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -98,9 +118,8 @@ struct PublishCommand: AsyncParsableCommand {
         abstract: "Publish a source to a platform; prints the stream id, then runs until Ctrl-C or --seconds."
     )
 
-    @Option(help: "Platform address (ws://host:port/ws or host:port).") var server: String
+    @OptionGroup var session: SessionOptions
     @Option(help: "Publish token.") var token: String
-    @Option(help: "Auth token for the session (defaults to PCAST_AUTH_TOKEN).") var authToken: String?
     @Option(help: "Video source: test, null, screen, a device id, a URI, or a gst-launch description.") var source = "test"
     @Option(help: "Audio source (test, null, device id, URI, description); 'none' for no audio.") var audio = "test"
     @Option(help: "Width (exact).") var width = 1280
@@ -112,9 +131,6 @@ struct PublishCommand: AsyncParsableCommand {
 
     func run() async throws {
         PCastCommand.bootstrapLogging()
-        guard let auth = authToken ?? ProcessInfo.processInfo.environment["PCAST_AUTH_TOKEN"] else {
-            throw fail("an auth token is needed for the session: --auth-token or PCAST_AUTH_TOKEN", code: 2)
-        }
         var options = UserMediaOptions()
         switch PreviewCommand.parse(source, kind: .video) {
         case .id(let id): options.video.deviceId = .exact(id)
@@ -131,12 +147,7 @@ struct PublishCommand: AsyncParsableCommand {
             case .override(let override): options.audio.source = override
             }
         }
-        let pcast = PCast(PCastOptions(uri: signalingURL(server)))
-        do {
-            try await pcast.start(authToken: auth)
-        } catch {
-            throw fail("authentication failed (\(error.status.rawValue)): \(error)")
-        }
+        let pcast = try await session.start()
         let media: UserMediaStream
         do {
             media = try await pcast.getUserMedia(options)
@@ -172,9 +183,8 @@ struct SubscribeCommand: AsyncParsableCommand {
         abstract: "Subscribe to a stream and render it (null sink when headless); optionally save a screenshot."
     )
 
-    @Option(help: "Platform address (ws://host:port/ws or host:port).") var server: String
+    @OptionGroup var session: SessionOptions
     @Option(help: "Stream token.") var token: String
-    @Option(help: "Auth token for the session (defaults to PCAST_AUTH_TOKEN).") var authToken: String?
     @Option(help: "Sink: auto (a window and speakers) or null.") var sink = "auto"
     @Option(help: "Write the last rendered frame as PNG here at the end.") var screenshot: String?
     @Option(help: "Seconds to watch (0: until Ctrl-C or the stream ends).") var seconds: Double = 0
@@ -182,15 +192,7 @@ struct SubscribeCommand: AsyncParsableCommand {
 
     func run() async throws {
         PCastCommand.bootstrapLogging()
-        guard let auth = authToken ?? ProcessInfo.processInfo.environment["PCAST_AUTH_TOKEN"] else {
-            throw fail("an auth token is needed for the session: --auth-token or PCAST_AUTH_TOKEN", code: 2)
-        }
-        let pcast = PCast(PCastOptions(uri: signalingURL(server)))
-        do {
-            try await pcast.start(authToken: auth)
-        } catch {
-            throw fail("authentication failed (\(error.status.rawValue)): \(error)")
-        }
+        let pcast = try await session.start()
         let stream: MediaStream
         do {
             stream = try await pcast.subscribe(streamToken: token, playoutDelay: playoutDelay.map { .milliseconds($0) })
@@ -212,17 +214,33 @@ struct SubscribeCommand: AsyncParsableCommand {
         if let reason = stream.endReason {
             FileHandle.standardError.write(Data("stream ended: \(reason)\n".utf8))
         }
+        var failed = false
         if let screenshot {
             do {
-                let frame = try renderer.lastVideoFrameRendered()
+                let frame = try await firstRenderedFrame(renderer, within: .seconds(10))
                 try await frame.pngData().write(to: URL(fileURLWithPath: screenshot))
                 print("screenshot: \(screenshot) (\(frame.width)x\(frame.height))")
             } catch {
-                FileHandle.standardError.write(Data("screenshot: \(error)\n".utf8))
+                FileHandle.standardError.write(Data("error: screenshot: \(error)\n".utf8))
+                failed = true
             }
         }
         await renderer.stop()
         await stream.stop()
         await pcast.stop()
+        if failed { throw ExitCode(1) }
+    }
+}
+
+/// The last rendered frame, waiting up to `within` for a first one (a screenshot asked for early).
+func firstRenderedFrame(_ renderer: Renderer, within deadline: Duration) async throws -> VideoFrame {
+    let end = ContinuousClock.now + deadline
+    while true {
+        do {
+            return try renderer.lastVideoFrameRendered()
+        } catch {
+            guard ContinuousClock.now < end else { throw error }
+            try await Task.sleep(for: .milliseconds(50))
+        }
     }
 }

@@ -79,7 +79,7 @@ struct PreviewCommand: AsyncParsableCommand {
             _ = await media.mediaStream.ended()
         }
         if let screenshot {
-            let frame = try renderer.lastVideoFrameRendered()
+            let frame = try await firstRenderedFrame(renderer, within: .seconds(10))
             try await frame.pngData().write(to: URL(fileURLWithPath: screenshot))
             print("screenshot: \(screenshot) (\(frame.width)x\(frame.height))")
         }
