@@ -8,6 +8,8 @@ import Synchronization
 public struct EndToEndBenchmark: Sendable {
     public struct LatencyResult: Sendable, Hashable, Codable {
         public var playoutDelayMilliseconds: Int
+        /// Video packets dropped on the receive path (netsim), percent.
+        public var lossPercent: Double = 0
         public var frames: Int
         public var missing: Int
         public var p50: Double
@@ -33,6 +35,8 @@ public struct EndToEndBenchmark: Sendable {
     public var seconds: Double
     public var playoutDelays: [Int]
     public var joins: Int
+    /// Packet loss imposed for a second set of runs (0: none).
+    public var lossPercent: Double = 2
     public static let goalP50 = 30.0, goalP99 = 60.0, goalFirstFrameP50 = 150.0
 
     /// `tokens(type, originStreamId)` mints tokens for the platform.
@@ -61,23 +65,26 @@ public struct EndToEndBenchmark: Sendable {
         defer { _ = publisher }
 
         var latency: [LatencyResult] = []
-        for delay in playoutDelays {
-            let viewer = PCast(PCastOptions(uri: signalingURL, playoutDelay: .milliseconds(delay)))
-            try await viewer.start(authToken: try tokens(.auth, nil))
-            let stream = try await viewer.subscribe(streamToken: try tokens(.stream, publisher.streamId))
-            let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
-            _ = await renderer.start()
-            try meter.watch(renderer, of: stream)
-            try await Task.sleep(for: .seconds(1))      // warm up: first keyframe, jitter buffer
-            _ = meter.take()
-            try await Task.sleep(for: .seconds(seconds))
-            let snapshot = meter.take()
-            latency.append(LatencyResult(playoutDelayMilliseconds: delay, frames: snapshot.frames, missing: snapshot.missing,
-                                         p50: snapshot.percentile(50) ?? .nan, p90: snapshot.percentile(90) ?? .nan,
-                                         p99: snapshot.percentile(99) ?? .nan))
-            await renderer.stop()
-            await stream.stop()
-            await viewer.stop()
+        for loss in lossPercent > 0 ? [0, lossPercent] : [0] {
+            for delay in playoutDelays {
+                let impairment = loss > 0 ? NetworkImpairment(dropProbability: loss / 100) : nil
+                let viewer = PCast(PCastOptions(uri: signalingURL, playoutDelay: .milliseconds(delay), receiveImpairment: impairment))
+                try await viewer.start(authToken: try tokens(.auth, nil))
+                let stream = try await viewer.subscribe(streamToken: try tokens(.stream, publisher.streamId))
+                let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+                _ = await renderer.start()
+                try meter.watch(renderer, of: stream)
+                try await Task.sleep(for: .seconds(1))      // warm up: first keyframe, jitter buffer
+                _ = meter.take()
+                try await Task.sleep(for: .seconds(seconds))
+                let snapshot = meter.take()
+                latency.append(LatencyResult(playoutDelayMilliseconds: delay, lossPercent: loss, frames: snapshot.frames, missing: snapshot.missing,
+                                             p50: snapshot.percentile(50) ?? .nan, p90: snapshot.percentile(90) ?? .nan,
+                                             p99: snapshot.percentile(99) ?? .nan))
+                await renderer.stop()
+                await stream.stop()
+                await viewer.stop()
+            }
         }
 
         var firstFrames: [Double] = []

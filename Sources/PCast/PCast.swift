@@ -52,11 +52,15 @@ public struct PCastOptions: Sendable, Hashable {
     public var playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay
     /// Reconnect (and authenticate again) when the connection drops.
     public var reconnects = true
+    /// For tests and benchmarks: loss and delay imposed on received video (GStreamer's netsim).
+    public var receiveImpairment: NetworkImpairment?
 
-    public init(uri: String, playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay, reconnects: Bool = true) {
+    public init(uri: String, playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay, reconnects: Bool = true,
+                receiveImpairment: NetworkImpairment? = nil) {
         self.uri = uri
         self.playoutDelay = playoutDelay
         self.reconnects = reconnects
+        self.receiveImpairment = receiveImpairment
     }
 }
 

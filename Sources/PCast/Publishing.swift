@@ -170,7 +170,8 @@ extension PCast {
         let socketBox = SocketSlot()
         let receiver: RTPReceiver, stream: MediaStream
         do {
-            (receiver, stream) = try await RTPReceiver.start(tracks: subscribed.tracks, playoutDelay: playoutDelay ?? options.playoutDelay) { rtcp in
+            (receiver, stream) = try await RTPReceiver.start(tracks: subscribed.tracks, playoutDelay: playoutDelay ?? options.playoutDelay,
+                                                             impairment: options.receiveImpairment) { rtcp in
                 socketBox.value.withLock { $0 }?.send(OutgoingPacket(kind: .rtcp, buffer: rtcp))
             }
         } catch {

@@ -1,3 +1,5 @@
+import GStreamer
+
 /// A number painted into a video frame's luma as 32 blocks (24 bits of value, 8 of checksum), big
 /// enough to survive H.264 at any sane bitrate: a frame counter that a subscriber reads back to
 /// check order and completeness, or to match frames for glass-to-glass latency.
@@ -58,5 +60,13 @@ public enum FrameStamp {
         guard let bits else { return nil }
         let value = bits >> 8
         return word(value) == bits ? value : nil
+    }
+
+    /// Reads a stamp from a raw I420/NV12 buffer of the given layout (in a pad probe).
+    public static func read(_ buffer: Buffer, info: VideoInfo) -> UInt32? {
+        guard info.format == .i420 || info.format == .nv12 else { return nil }
+        let frame = VideoFrame(storage: buffer, format: info.format, width: info.width, height: info.height,
+                               strides: info.strides, planeOffsets: info.offsets, presentationTimestamp: nil, duration: nil)
+        return read(frame)
     }
 }

@@ -19,6 +19,26 @@ public struct EncodingSettings: Sendable, Hashable {
     }
 }
 
+/// Loss and delay imposed on received video packets, with GStreamer's `netsim`, for tests and
+/// benchmarks of how the receive path copes (NACK retransmission, playout delay).
+public struct NetworkImpairment: Sendable, Hashable, Codable {
+    /// Probability that a packet is dropped (0…1).
+    public var dropProbability: Double
+    /// Probability that a packet is delayed, and by how much (uniform in the range, ms).
+    public var delayProbability: Double
+    public var delayMilliseconds: ClosedRange<Int>
+
+    public init(dropProbability: Double = 0, delayProbability: Double = 0, delayMilliseconds: ClosedRange<Int> = 0...0) {
+        self.dropProbability = dropProbability
+        self.delayProbability = delayProbability
+        self.delayMilliseconds = delayMilliseconds
+    }
+
+    var description: String {
+        "netsim name=video-impairment drop-probability=\(dropProbability) delay-probability=\(delayProbability) min-delay=\(delayMilliseconds.lowerBound) max-delay=\(delayMilliseconds.upperBound)"
+    }
+}
+
 /// A packet leaving a media pipeline for the network (RTP or RTCP, unprotected).
 public struct OutgoingPacket: Sendable {
     public enum Kind: Sendable { case rtp, rtcp }
@@ -134,8 +154,9 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
 
     /// Builds and starts the receive pipeline for `tracks`; returns it with the stream renderers use.
     public static func start(tracks: [MediaTrackDescription], playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay,
+                             impairment: NetworkImpairment? = nil,
                              sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
-        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, sendRTCP: sendRTCP)
+        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: impairment, sendRTCP: sendRTCP)
         var streamTracks: [MediaStreamTrack] = []
         do {
             for kind in [MediaType.video, .audio] where (kind == .video ? receiver.hasVideo : receiver.hasAudio) {
@@ -153,7 +174,7 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
         return (receiver, stream)
     }
 
-    private init(tracks: [MediaTrackDescription], playoutDelay delay: Duration, sendRTCP: @escaping @Sendable (Buffer) -> Void) throws(MediaError) {
+    private init(tracks: [MediaTrackDescription], playoutDelay delay: Duration, impairment: NetworkImpairment?, sendRTCP: @escaping @Sendable (Buffer) -> Void) throws(MediaError) {
         let video = tracks.first { $0.kind == .video }
         let audio = tracks.first { $0.kind == .audio }
         guard video != nil || audio != nil else { throw .unsupportedFormat("a stream without tracks") }
@@ -162,7 +183,11 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
         let milliseconds = Int(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
         do {
             var parts = [try StockPipelines.template("subscribe").render(["latency": String(milliseconds)])]
-            if let video { parts.append(try StockPipelines.template("subscribe-video").render(["pt": String(video.payloadType)])) }
+            if let video {
+                var values = ["pt": String(video.payloadType)]
+                if let impairment { values["impairment"] = impairment.description }
+                parts.append(try StockPipelines.template("subscribe-video").render(values))
+            }
             if let audio { parts.append(try StockPipelines.template("subscribe-audio").render(["pt": String(audio.payloadType)])) }
             pipeline = try Pipeline(description: parts.joined(separator: "\n"), name: "subscriber")
             pipeline.useSystemClock()

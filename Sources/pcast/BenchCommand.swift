@@ -136,10 +136,10 @@ struct BenchReport: Codable {
         lines.append("")
         lines.append("## Glass-to-glass latency, 720p30 H.264 through the relay (capture → decoded frame; goal p50 ≤ \(EndToEndBenchmark.goalP50) ms, p99 ≤ \(EndToEndBenchmark.goalP99) ms)")
         lines.append("")
-        lines.append("| playout delay (ms) | frames | missing | p50 (ms) | p90 (ms) | p99 (ms) |")
-        lines.append("|---:|---:|---:|---:|---:|---:|")
+        lines.append("| playout delay (ms) | video packets dropped | frames | frames missing | p50 (ms) | p90 (ms) | p99 (ms) |")
+        lines.append("|---:|---:|---:|---:|---:|---:|---:|")
         for run in endToEnd.latency {
-            lines.append(String(format: "| %d | %d | %d | %.1f | %.1f | %.1f |", run.playoutDelayMilliseconds, run.frames, run.missing, run.p50, run.p90, run.p99))
+            lines.append(String(format: "| %d | %.0f %% | %d | %d | %.1f | %.1f | %.1f |", run.playoutDelayMilliseconds, run.lossPercent, run.frames, run.missing, run.p50, run.p90, run.p99))
         }
         lines.append("")
         lines.append(String(format: "Time to first frame, %d joins of a running stream (subscribe call → first decoded frame; goal p50 ≤ %.0f ms): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
