@@ -48,6 +48,7 @@ struct RTPMediaTests {
         let encoderBuffers = Counter()
         _ = encoderPad.addBufferProbe { buffer in
             encoderBuffers.increment()
+            if layout.withLock({ $0 }) == nil { layout.withLock { $0 = encoderPad.currentCaps?.videoInfo } }
             if let info = layout.withLock({ $0 }), let value = FrameStamp.read(buffer, info: info) { encoded.append(value) }
             return .pass
         }
@@ -57,6 +58,7 @@ struct RTPMediaTests {
         decodedLayout.withLock { $0 = decoderPad.currentCaps?.videoInfo }
         _ = decoderPad.addCapsProbe { caps in decodedLayout.withLock { $0 = caps.videoInfo } }
         _ = decoderPad.addBufferProbe { buffer in
+            if decodedLayout.withLock({ $0 }) == nil { decodedLayout.withLock { $0 = decoderPad.currentCaps?.videoInfo } }
             if let info = decodedLayout.withLock({ $0 }), let value = FrameStamp.read(buffer, info: info) { decoded.append(value) }
             return .pass
         }
@@ -111,13 +113,14 @@ struct KeyframeRequestTests {
         let media = try await UserMedia.getUserMedia(syntheticOptions(width: 320, height: 240))
         let publisher = try await RTPPublisher.start(stream: media.mediaStream, settings: EncodingSettings(keyframeInterval: 1000)) { _ in }
         let encoder = try #require(media.engine.pipeline.elements.first { $0.name.hasSuffix("-encoder") && $0.factoryName == "x264enc" })
-        let keyframes = Counter()
+        let keyframes = Counter(), outputs = Counter()
         _ = try encoder.staticPad("src").addBufferProbe { buffer in
+            outputs.increment()
             if buffer.isKeyframe { keyframes.increment() }
             return .pass
         }
         // The stream's first keyframe, then a PLI must bring another long before the 1000-frame interval.
-        #expect(await eventually(.seconds(10)) { keyframes.value >= 1 }, "the encoder produced nothing")
+        #expect(await eventually(.seconds(20)) { keyframes.value >= 1 }, "no keyframe from the encoder (\(outputs.value) buffers out)")
         try await Task.sleep(for: .milliseconds(300))
         let before = keyframes.value
         let ssrc = try #require(publisher.tracks.first?.ssrc)

@@ -15,6 +15,8 @@ final class StampTap: Sendable {
         info.value.withLock { $0 = pad.currentCaps?.videoInfo }   // caps negotiated before the tap
         let caps = pad.addCapsProbe { caps in info.value.withLock { $0 = caps.videoInfo } }
         let buffers = pad.addBufferProbe { buffer in
+            // Caps may have been set between reading them and installing the caps probe.
+            if info.value.withLock({ $0 }) == nil { info.value.withLock { $0 = pad.currentCaps?.videoInfo } }
             if let layout = info.value.withLock({ $0 }), let value = FrameStamp.read(buffer, info: layout) {
                 values.append(value)
             }
