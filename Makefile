@@ -24,7 +24,10 @@ demo: setup
 # private server (an environment change other tests' device probing must not race).
 test: setup
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build --skip LeakTests --skip RealDeviceStandInTests
+	$(SWIFT) test --skip-build --skip LeakTests --skip RealDeviceStandInTests --skip PCastCLITests
+	# The CLI suite starts long-lived child processes (pcast serve): in a process of its own, so
+	# they cannot disturb the Foundation `Process` waits of the other suites.
+	$(SWIFT) test --skip-build --filter PCastCLITests
 	$(SWIFT) test --skip-build --filter RealDeviceStandInTests
 	$(SWIFT) test --skip-build --filter LeakTests
 
