@@ -106,10 +106,7 @@ struct RTPMediaTests {
             #expect(FrameStamp.read(frame) == value)
         }
     }
-}
 
-@Suite("Keyframe requests")
-struct KeyframeRequestTests {
     @Test("a PLI from the network makes the encoder send a keyframe at once")
     func pliForcesKeyframe() async throws {
         let media = try await UserMedia.getUserMedia(syntheticOptions(width: 320, height: 240))
