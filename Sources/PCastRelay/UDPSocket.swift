@@ -197,36 +197,18 @@ final class UDPSocket {
 final class ReceiveBatch {
     let capacity: Int
     let slotSize: Int
-    private let storage: UnsafeMutableRawBufferPointer
-    private let vectors: UnsafeMutablePointer<iovec>
-    private let names: UnsafeMutablePointer<sockaddr_in>
-    private let headers: UnsafeMutablePointer<MultiMessageHeader>
+    private let slots: DatagramSlots
+    private var storage: UnsafeMutableRawBufferPointer { slots.storage }
+    private var vectors: UnsafeMutablePointer<iovec> { slots.vectors }
+    private var names: UnsafeMutablePointer<sockaddr_in> { slots.names }
+    private var headers: UnsafeMutablePointer<MultiMessageHeader> { slots.headers }
     /// Datagrams read by the last `receive`.
     private(set) var count = 0
 
     init(capacity: Int, slotSize: Int) {
         self.capacity = capacity
         self.slotSize = slotSize
-        storage = .allocate(byteCount: capacity * slotSize, alignment: 16)
-        storage.initializeMemory(as: UInt8.self, repeating: 0)
-        vectors = .allocate(capacity: capacity)
-        names = .allocate(capacity: capacity)
-        names.initialize(repeating: sockaddr_in(), count: capacity)
-        headers = .allocate(capacity: capacity)
-        headers.initialize(repeating: MultiMessageHeader(), count: capacity)
-        for i in 0..<capacity {
-            vectors[i] = iovec(iov_base: storage.baseAddress! + i * slotSize, iov_len: slotSize)
-            headers[i].header.msg_iov = vectors + i
-            headers[i].header.msg_iovlen = 1
-            headers[i].header.msg_name = UnsafeMutableRawPointer(names + i)
-        }
-    }
-
-    deinit {
-        storage.deallocate()
-        vectors.deallocate()
-        names.deallocate()
-        headers.deallocate()
+        slots = DatagramSlots(capacity: capacity, slotSize: slotSize, vectorLength: slotSize)
     }
 
     /// Reads what is queued without waiting. Returns the count, 0 if nothing was queued, or -errno.
@@ -273,10 +255,11 @@ final class SendBatch {
 
     let capacity: Int
     let slotSize: Int
-    private let storage: UnsafeMutableRawBufferPointer
-    private let vectors: UnsafeMutablePointer<iovec>
-    private let names: UnsafeMutablePointer<sockaddr_in>
-    private let headers: UnsafeMutablePointer<MultiMessageHeader>
+    private let slots: DatagramSlots
+    private var storage: UnsafeMutableRawBufferPointer { slots.storage }
+    private var vectors: UnsafeMutablePointer<iovec> { slots.vectors }
+    private var names: UnsafeMutablePointer<sockaddr_in> { slots.names }
+    private var headers: UnsafeMutablePointer<MultiMessageHeader> { slots.headers }
     private(set) var count = 0
     /// Totals since the last `takeOutcome()`.
     private var outcome = Outcome()
@@ -284,27 +267,7 @@ final class SendBatch {
     init(capacity: Int, slotSize: Int) {
         self.capacity = capacity
         self.slotSize = slotSize
-        storage = .allocate(byteCount: capacity * slotSize, alignment: 16)
-        storage.initializeMemory(as: UInt8.self, repeating: 0)
-        vectors = .allocate(capacity: capacity)
-        names = .allocate(capacity: capacity)
-        names.initialize(repeating: sockaddr_in(), count: capacity)
-        headers = .allocate(capacity: capacity)
-        headers.initialize(repeating: MultiMessageHeader(), count: capacity)
-        for i in 0..<capacity {
-            vectors[i] = iovec(iov_base: storage.baseAddress! + i * slotSize, iov_len: 0)
-            headers[i].header.msg_iov = vectors + i
-            headers[i].header.msg_iovlen = 1
-            headers[i].header.msg_name = UnsafeMutableRawPointer(names + i)
-            headers[i].header.msg_namelen = socklen_t(MemoryLayout<sockaddr_in>.size)
-        }
-    }
-
-    deinit {
-        storage.deallocate()
-        vectors.deallocate()
-        names.deallocate()
-        headers.deallocate()
+        slots = DatagramSlots(capacity: capacity, slotSize: slotSize, vectorLength: 0)
     }
 
     /// The buffer of the next datagram; fill it, then `commit`. Flushes first when the batch is full.
@@ -388,5 +351,39 @@ extension Duration {
         let (scaled, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
         if overflow { return .max }
         return scaled &+ UInt64(max(0, attoseconds / 1_000_000_000))
+    }
+}
+
+/// The buffers a batch of `recvmmsg`/`sendmmsg` datagrams lives in: one slot of `slotSize` bytes,
+/// one iovec, one address and one message header per datagram, wired together once.
+final class DatagramSlots {
+    let storage: UnsafeMutableRawBufferPointer
+    let vectors: UnsafeMutablePointer<iovec>
+    let names: UnsafeMutablePointer<sockaddr_in>
+    let headers: UnsafeMutablePointer<MultiMessageHeader>
+
+    /// `vectorLength`: the iovec length to start with (the slot size to receive into, 0 to send).
+    init(capacity: Int, slotSize: Int, vectorLength: Int) {
+        storage = .allocate(byteCount: capacity * slotSize, alignment: 16)
+        storage.initializeMemory(as: UInt8.self, repeating: 0)
+        vectors = .allocate(capacity: capacity)
+        names = .allocate(capacity: capacity)
+        names.initialize(repeating: sockaddr_in(), count: capacity)
+        headers = .allocate(capacity: capacity)
+        headers.initialize(repeating: MultiMessageHeader(), count: capacity)
+        for i in 0..<capacity {
+            vectors[i] = iovec(iov_base: storage.baseAddress! + i * slotSize, iov_len: vectorLength)
+            headers[i].header.msg_iov = vectors + i
+            headers[i].header.msg_iovlen = 1
+            headers[i].header.msg_name = UnsafeMutableRawPointer(names + i)
+            headers[i].header.msg_namelen = socklen_t(MemoryLayout<sockaddr_in>.size)
+        }
+    }
+
+    deinit {
+        storage.deallocate()
+        vectors.deallocate()
+        names.deallocate()
+        headers.deallocate()
     }
 }
