@@ -91,6 +91,11 @@ public final class PCast: Sendable {
         var authenticationCallback: (@Sendable (RequestStatus, String?) -> Void)?
         var onlineCallback: (@Sendable () -> Void)?
         var offlineCallback: (@Sendable () -> Void)?
+        /// The session to resume after a reconnection, and its key.
+        var resume: (sessionId: String, key: String)?
+        var nextListener = 0
+        var eventListeners: [Int: @Sendable (ServerMessage) -> Void] = [:]
+        var authenticationListeners: [Int: @Sendable (_ sessionId: String, _ resumed: Bool) -> Void] = [:]
     }
     let state = Mutex(State())
 
@@ -153,8 +158,9 @@ public final class PCast: Sendable {
             onClose: { [weak self] code in self?.connectionClosed(code) })
         guard let token = state.withLock({ $0.authToken }) else { throw .notStarted }
         let reply: ServerMessage
+        let resume = state.withLock { $0.resume }
         do {
-            reply = try await client.request(.authenticate(.init(token: token)))
+            reply = try await client.request(.authenticate(.init(token: token, sessionId: resume?.sessionId, resumeKey: resume?.key)))
         } catch {
             await client.close()
             throw error
@@ -171,15 +177,18 @@ public final class PCast: Sendable {
                 _ = try? await client.request(.keepAlive)
             }
         }
-        let online = state.withLock { state -> (@Sendable () -> Void)? in
+        let (online, listeners) = state.withLock { state -> ((@Sendable () -> Void)?, [@Sendable (String, Bool) -> Void]) in
             state.signaling = client
             state.sessionId = authenticated.sessionId
             state.keepAlive?.cancel()
             state.keepAlive = keepAlive
-            return state.onlineCallback
+            if let key = authenticated.resumeKey { state.resume = (authenticated.sessionId, key) }
+            return (state.onlineCallback, state.authenticationListeners.sorted { $0.key < $1.key }.map(\.value))
         }
-        logger.info("authenticated", metadata: ["session": "\(authenticated.sessionId)"])
+        let resumed = authenticated.resumed ?? false
+        logger.info(resumed ? "session resumed" : "authenticated", metadata: ["session": "\(authenticated.sessionId)"])
         online?()
+        for listener in listeners { listener(authenticated.sessionId, resumed) }
         return authenticated.sessionId
     }
 
@@ -228,6 +237,7 @@ public final class PCast: Sendable {
     public func stop() async {
         let (client, publishers, subscriptions) = state.withLock { state in
             state.stopped = true
+            state.resume = nil
             state.reconnect?.cancel()
             state.keepAlive?.cancel()
             defer { state.publishers = [:]; state.subscriptions = [:]; state.signaling = nil; state.sessionId = nil }
@@ -249,6 +259,8 @@ public final class PCast: Sendable {
     // MARK: Events
 
     private func handle(_ event: ServerMessage) {
+        let listeners = state.withLock { $0.eventListeners.sorted { $0.key < $1.key }.map(\.value) }
+        for listener in listeners { listener(event) }
         guard case .streamEnded(let ended) = event else { return }
         let (publisher, subscription) = state.withLock { state in
             (state.publishers.removeValue(forKey: ended.streamId), state.subscriptions.removeValue(forKey: ended.streamId))
@@ -256,6 +268,37 @@ public final class PCast: Sendable {
         logger.info("stream ended", metadata: ["stream": "\(ended.streamId)", "reason": "\(ended.reason.rawValue)"])
         publisher?.finish(ended.reason, ended.description)
         subscription?.finish(ended.reason, ended.description)
+    }
+
+    /// Sees every event from the platform, in order, on the connection's reader (keep it short).
+    package func addEventListener(_ listener: @escaping @Sendable (ServerMessage) -> Void) -> Disposable {
+        let id = state.withLock { state in
+            state.nextListener += 1
+            state.eventListeners[state.nextListener] = listener
+            return state.nextListener
+        }
+        return Disposable { [weak self] in self?.state.withLock { _ = $0.eventListeners.removeValue(forKey: id) } }
+    }
+
+    /// Called after every successful (re)authentication with the session id and whether it resumed.
+    package func addAuthenticationListener(_ listener: @escaping @Sendable (_ sessionId: String, _ resumed: Bool) -> Void) -> Disposable {
+        let id = state.withLock { state in
+            state.nextListener += 1
+            state.authenticationListeners[state.nextListener] = listener
+            return state.nextListener
+        }
+        return Disposable { [weak self] in self?.state.withLock { _ = $0.authenticationListeners.removeValue(forKey: id) } }
+    }
+
+    /// Sends a request on the current connection. `inOrder` sees the reply in order with events.
+    package func request(_ message: ClientMessage, inOrder: (@Sendable (ServerMessage) -> Void)? = nil) async throws(PCastError) -> ServerMessage {
+        try await signaling().request(message, inOrder: inOrder)
+    }
+
+    /// Closes the signaling connection without `bye`, as a lost connection would (tests of
+    /// failure handling); the SDK then reconnects if ``PCastOptions/reconnects`` is set.
+    package func dropConnectionForTesting() async {
+        await state.withLock { $0.signaling }?.close()
     }
 
     func signaling() throws(PCastError) -> SignalingClient {

@@ -15,6 +15,8 @@ final class SignalingClient: Sendable {
     private struct State {
         var nextID: UInt64 = 1
         var pending: [UInt64: CheckedContinuation<Result<ServerMessage, PCastError>, Never>] = [:]
+        /// Run in the reader, in order with events, before the waiter resumes.
+        var inOrder: [UInt64: @Sendable (ServerMessage) -> Void] = [:]
         var closed: UInt16?? = .none
     }
     private let state = Mutex(State())
@@ -50,7 +52,7 @@ final class SignalingClient: Sendable {
                 .connectTimeout(.seconds(5))
                 .connect(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(maxFrameSize: SignalingCodec.defaultSizeLimit) { channel, _ in
+                        let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(maxFrameSize: SignalingCodec.serverMessageSizeLimit) { channel, _ in
                             channel.eventLoop.makeCompletedFuture {
                                 .websocket(try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(wrappingChannelSynchronously: channel))
                             }
@@ -110,7 +112,7 @@ final class SignalingClient: Sendable {
                     let bytes = Data(pending.readableBytesView)
                     pending.clear()
                     do throws(SignalingError) {
-                        deliver(try SignalingCodec.decodeServerMessage(bytes))
+                        deliver(try SignalingCodec.decodeServerMessage(bytes, sizeLimit: SignalingCodec.serverMessageSizeLimit))
                     } catch {
                         logger.warning("undecodable signaling message: \(error)")
                     }
@@ -138,11 +140,12 @@ final class SignalingClient: Sendable {
             onEvent(envelope.message)
             return
         }
-        let waiter = state.withLock { $0.pending.removeValue(forKey: id) }
+        let (waiter, inOrder) = state.withLock { ($0.pending.removeValue(forKey: id), $0.inOrder.removeValue(forKey: id)) }
         guard let waiter else {
             logger.debug("reply to an unknown request \(id)")
             return
         }
+        inOrder?(envelope.message)
         if case .failure(let failure) = envelope.message {
             waiter.resume(returning: .failure(.refused(failure.status, failure.message)))
         } else {
@@ -153,7 +156,7 @@ final class SignalingClient: Sendable {
     private func finish(code: UInt16?) {
         let waiters = state.withLock { state -> [CheckedContinuation<Result<ServerMessage, PCastError>, Never>] in
             state.closed = .some(code)
-            defer { state.pending = [:] }
+            defer { state.pending = [:]; state.inOrder = [:] }
             return Array(state.pending.values)
         }
         outgoing.finish()
@@ -164,7 +167,9 @@ final class SignalingClient: Sendable {
     var isClosed: Bool { state.withLock { $0.closed != nil } }
 
     /// Sends a request and waits for its reply; a typed error reply throws ``PCastError/refused(_:_:)``.
-    func request(_ message: ClientMessage, timeout: Duration = .seconds(10)) async throws(PCastError) -> ServerMessage {
+    /// `inOrder` sees the reply in the reader, in order with the events around it, before this returns.
+    func request(_ message: ClientMessage, timeout: Duration = .seconds(10),
+                 inOrder: (@Sendable (ServerMessage) -> Void)? = nil) async throws(PCastError) -> ServerMessage {
         let id: UInt64? = state.withLock { state in
             guard state.closed == nil else { return nil }
             defer { state.nextID += 1 }
@@ -176,7 +181,10 @@ final class SignalingClient: Sendable {
         let timer = Task { [weak self] in
             try? await Task.sleep(for: timeout)
             guard !Task.isCancelled else { return }
-            let waiter = self?.state.withLock { $0.pending.removeValue(forKey: id) }
+            let waiter = self?.state.withLock { state in
+                state.inOrder[id] = nil
+                return state.pending.removeValue(forKey: id)
+            }
             waiter?.resume(returning: .failure(.timeout))
         }
         defer { timer.cancel() }
@@ -184,6 +192,7 @@ final class SignalingClient: Sendable {
             let accepted = state.withLock { state -> Bool in
                 guard state.closed == nil else { return false }
                 state.pending[id] = continuation
+                if let inOrder { state.inOrder[id] = inOrder }
                 return true
             }
             guard accepted else {

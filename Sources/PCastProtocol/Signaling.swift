@@ -97,11 +97,14 @@ public struct MediaTransport: Codable, Sendable, Hashable {
 public enum ClientMessage: Sendable, Hashable {
     public struct Authenticate: Codable, Sendable, Hashable {
         public var token: String
-        /// A session to resume after a reconnection.
+        /// A session to resume after a reconnection (or a platform restart).
         public var sessionId: String?
-        public init(token: String, sessionId: String? = nil) {
+        /// The secret the platform gave with that session (``ServerMessage/Authenticated/resumeKey``).
+        public var resumeKey: String?
+        public init(token: String, sessionId: String? = nil, resumeKey: String? = nil) {
             self.token = token
             self.sessionId = sessionId
+            self.resumeKey = resumeKey
         }
     }
     public struct Publish: Codable, Sendable, Hashable {
@@ -146,6 +149,15 @@ public enum ClientMessage: Sendable, Hashable {
     case subscribe(Subscribe)
     case unsubscribe(StreamReference)
     case bye
+    case createRoom(CreateRoom)
+    case getRoomInfo(RoomLookup)
+    case joinRoom(JoinRoom)
+    case leaveRoom(RoomReference)
+    case destroyRoom(RoomReference)
+    case updateRoom(UpdateRoom)
+    case updateMember(UpdateMember)
+    case sendChatMessage(SendChatMessage)
+    case getChatMessages(GetChatMessages)
 
     public var type: String {
         switch self {
@@ -156,6 +168,15 @@ public enum ClientMessage: Sendable, Hashable {
         case .subscribe: return "subscribe"
         case .unsubscribe: return "unsubscribe"
         case .bye: return "bye"
+        case .createRoom: return "create-room"
+        case .getRoomInfo: return "get-room-info"
+        case .joinRoom: return "join-room"
+        case .leaveRoom: return "leave-room"
+        case .destroyRoom: return "destroy-room"
+        case .updateRoom: return "update-room"
+        case .updateMember: return "update-member"
+        case .sendChatMessage: return "send-chat-message"
+        case .getChatMessages: return "get-chat-messages"
         }
     }
 }
@@ -166,9 +187,16 @@ public enum ServerMessage: Sendable, Hashable {
         public var sessionId: String
         /// Seconds between keep-alives the platform expects.
         public var keepAliveInterval: Int
-        public init(sessionId: String, keepAliveInterval: Int) {
+        /// The secret that resumes this session after a reconnection (keep it private: the
+        /// session id is visible to room members, this is not).
+        public var resumeKey: String?
+        /// True when an earlier session was resumed (its room memberships are intact).
+        public var resumed: Bool?
+        public init(sessionId: String, keepAliveInterval: Int, resumeKey: String? = nil, resumed: Bool? = nil) {
             self.sessionId = sessionId
             self.keepAliveInterval = keepAliveInterval
+            self.resumeKey = resumeKey
+            self.resumed = resumed
         }
     }
     public struct Published: Codable, Sendable, Hashable {
@@ -216,6 +244,14 @@ public enum ServerMessage: Sendable, Hashable {
     case ok
     case streamEnded(StreamEnded)
     case failure(Failure)
+    case roomInfo(RoomInfo)
+    case joinedRoom(JoinedRoom)
+    case roomEvent(RoomEvent)
+    case roomSize(RoomSize)
+    case memberInfo(MemberInfo)
+    case chatMessages(ChatMessages)
+    /// A chat message: the event every member gets, and the reply to its sender.
+    case chatMessage(ChatEvent)
 
     public var type: String {
         switch self {
@@ -225,6 +261,13 @@ public enum ServerMessage: Sendable, Hashable {
         case .ok: return "ok"
         case .streamEnded: return "stream-ended"
         case .failure: return "error"
+        case .roomInfo: return "room-info"
+        case .joinedRoom: return "joined-room"
+        case .roomEvent: return "room-event"
+        case .roomSize: return "room-size"
+        case .memberInfo: return "member-info"
+        case .chatMessages: return "chat-messages"
+        case .chatMessage: return "chat-message"
         }
     }
 }
@@ -290,6 +333,9 @@ public enum SignalingCodec {
     public static let version = 1
     /// Largest message either side accepts (bytes).
     public static let defaultSizeLimit = 64 * 1024
+    /// Largest message a client accepts from the platform (a history page of long chat messages
+    /// exceeds the client-to-platform limit).
+    public static let serverMessageSizeLimit = 4 * 1024 * 1024
     /// Limits on lists and strings inside messages, so a message within the size limit still
     /// cannot make the other side do unbounded work.
     public static let maximumTags = 64
@@ -325,6 +371,15 @@ public enum SignalingCodec {
         case .subscribe(let p): return try wire(envelope, p)
         case .unsubscribe(let p): return try wire(envelope, p)
         case .keepAlive, .bye: return try wire(envelope, Empty?.none)
+        case .createRoom(let p): return try wire(envelope, p)
+        case .getRoomInfo(let p): return try wire(envelope, p)
+        case .joinRoom(let p): return try wire(envelope, p)
+        case .leaveRoom(let p): return try wire(envelope, p)
+        case .destroyRoom(let p): return try wire(envelope, p)
+        case .updateRoom(let p): return try wire(envelope, p)
+        case .updateMember(let p): return try wire(envelope, p)
+        case .sendChatMessage(let p): return try wire(envelope, p)
+        case .getChatMessages(let p): return try wire(envelope, p)
         }
     }
 
@@ -336,6 +391,13 @@ public enum SignalingCodec {
         case .streamEnded(let p): return try wire(envelope, p)
         case .failure(let p): return try wire(envelope, p)
         case .ok: return try wire(envelope, Empty?.none)
+        case .roomInfo(let p): return try wire(envelope, p)
+        case .joinedRoom(let p): return try wire(envelope, p)
+        case .roomEvent(let p): return try wire(envelope, p)
+        case .roomSize(let p): return try wire(envelope, p)
+        case .memberInfo(let p): return try wire(envelope, p)
+        case .chatMessages(let p): return try wire(envelope, p)
+        case .chatMessage(let p): return try wire(envelope, p)
         }
     }
 
@@ -360,6 +422,15 @@ public enum SignalingCodec {
         case "subscribe": message = .subscribe(try payload(data, type, id))
         case "unsubscribe": message = .unsubscribe(try payload(data, type, id))
         case "bye": message = .bye
+        case "create-room": message = .createRoom(try payload(data, type, id))
+        case "get-room-info": message = .getRoomInfo(try payload(data, type, id))
+        case "join-room": message = .joinRoom(try payload(data, type, id))
+        case "leave-room": message = .leaveRoom(try payload(data, type, id))
+        case "destroy-room": message = .destroyRoom(try payload(data, type, id))
+        case "update-room": message = .updateRoom(try payload(data, type, id))
+        case "update-member": message = .updateMember(try payload(data, type, id))
+        case "send-chat-message": message = .sendChatMessage(try payload(data, type, id))
+        case "get-chat-messages": message = .getChatMessages(try payload(data, type, id))
         default: throw SignalingError(kind: .unknownType(type), requestId: id)
         }
         try validate(message, id: id)
@@ -378,6 +449,13 @@ public enum SignalingCodec {
         case "ok": message = .ok
         case "stream-ended": message = .streamEnded(try payload(data, type, id))
         case "error": message = .failure(try payload(data, type, id))
+        case "room-info": message = .roomInfo(try payload(data, type, id))
+        case "joined-room": message = .joinedRoom(try payload(data, type, id))
+        case "room-event": message = .roomEvent(try payload(data, type, id))
+        case "room-size": message = .roomSize(try payload(data, type, id))
+        case "member-info": message = .memberInfo(try payload(data, type, id))
+        case "chat-messages": message = .chatMessages(try payload(data, type, id))
+        case "chat-message": message = .chatMessage(try payload(data, type, id))
         default: throw SignalingError(kind: .unknownType(type), requestId: id)
         }
         return Envelope(id: id, message)
@@ -427,6 +505,7 @@ public enum SignalingCodec {
         case .authenticate(let p):
             try check(p.token, "token")
             try check(p.sessionId, "sessionId")
+            try check(p.resumeKey, "resumeKey")
         case .publish(let p):
             try check(p.streamToken, "streamToken")
             try check(p.streamName, "streamName")
@@ -452,6 +531,64 @@ public enum SignalingCodec {
             try check(p.streamId, "streamId")
         case .keepAlive, .bye:
             break
+        case .createRoom(let p):
+            try name(p.name, "name", required: true)
+            try name(p.alias, "alias", required: false)
+            try check(p.description, "description")
+        case .getRoomInfo(let p):
+            try lookup(p)
+        case .joinRoom(let p):
+            try lookup(p.room)
+            try name(p.member.screenName, "member.screenName", required: false)
+            try streams(p.member.streams)
+        case .leaveRoom(let p), .destroyRoom(let p):
+            try name(p.roomId, "roomId", required: true)
+        case .updateRoom(let p):
+            try name(p.roomId, "roomId", required: true)
+            try name(p.name, "name", required: false)
+            try check(p.description, "description")
+            try check(p.bridgeId, "bridgeId")
+            try check(p.pin, "pin")
+        case .updateMember(let p):
+            try name(p.roomId, "roomId", required: true)
+            try check(p.sessionId, "sessionId")
+            try name(p.screenName, "screenName", required: false)
+            if let s = p.streams { try streams(s) }
+        case .sendChatMessage(let p):
+            try name(p.roomId, "roomId", required: true)
+            guard !p.message.isEmpty else { throw fail("empty message") }
+            guard p.message.utf8.count <= RoomLimits.maximumChatMessageLength else {
+                throw fail("message is longer than \(RoomLimits.maximumChatMessageLength) bytes")
+            }
+        case .getChatMessages(let p):
+            try name(p.roomId, "roomId", required: true)
+            guard (1...RoomLimits.maximumBatchSize).contains(p.batchSize) else {
+                throw fail("batchSize must be 1...\(RoomLimits.maximumBatchSize)")
+            }
+            for (id, field) in [(p.afterMessageId, "afterMessageId"), (p.beforeMessageId, "beforeMessageId")] {
+                if let id, ChatMessageDescription.sequence(of: id) == nil { throw fail("'\(field)' is not a message id") }
+            }
+        }
+
+        func name(_ value: String?, _ field: String, required: Bool) throws(SignalingError) {
+            guard let value else {
+                if required { throw fail("missing '\(field)'") }
+                return
+            }
+            if required && value.isEmpty { throw fail("'\(field)' is empty") }
+            guard value.utf8.count <= RoomLimits.maximumNameLength else { throw fail("'\(field)' is longer than \(RoomLimits.maximumNameLength) bytes") }
+            guard !value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
+                throw fail("'\(field)' contains control characters")
+            }
+        }
+        func lookup(_ p: ClientMessage.RoomLookup) throws(SignalingError) {
+            guard !(p.roomId ?? "").isEmpty || !(p.alias ?? "").isEmpty else { throw fail("give a roomId or an alias") }
+            try name(p.roomId, "roomId", required: false)
+            try name(p.alias, "alias", required: false)
+        }
+        func streams(_ list: [RoomStreamDescription]) throws(SignalingError) {
+            guard list.count <= RoomLimits.maximumStreamsPerMember else { throw fail("more than \(RoomLimits.maximumStreamsPerMember) streams") }
+            for stream in list { try check(stream.uri, "streams.uri") }
         }
     }
 }

@@ -10,6 +10,8 @@ struct HTTPRoutes: Sendable {
     let configuration: PlatformConfiguration
     let relay: any RelayControl
     let metrics: PlatformMetrics
+    /// The sample application backend (`/backend/auth`, `/backend/stream`), when enabled.
+    let backend: SampleBackend?
 
     /// Largest admin request body read.
     static let adminBodyLimit = 16 * 1024
@@ -36,6 +38,13 @@ struct HTTPRoutes: Sendable {
         }
         router.post("/admin/streams/:streamId/end") { request, context in
             try await endStream(request, context: context)
+        }
+        if let backend {
+            for route in [BackendAPI.authenticationRoute, BackendAPI.streamRoute] {
+                router.post("/backend/\(route)") { request, context in
+                    try await token(backend, route: route, request, context: context)
+                }
+            }
         }
     }
 
@@ -70,6 +79,30 @@ struct HTTPRoutes: Sendable {
         }
         context.logger.notice("stream censored by the operator", metadata: ["pcast.stream": .string(streamId)])
         return Self.json(["streamId": streamId, "reason": StreamEndedReason.censored.rawValue])
+    }
+
+    private func token(_ backend: SampleBackend, route: String, _ request: Request, context: BasicRequestContext) async throws -> Response {
+        var request = request
+        let body: ByteBuffer
+        do {
+            body = try await request.collectBody(upTo: SampleBackend.bodyLimit)
+        } catch {
+            return Self.encode(BackendAPI.TokenReply(status: .badRequest, message: "body larger than \(SampleBackend.bodyLimit) bytes"),
+                               status: .contentTooLarge)
+        }
+        let host = request.head.authority ?? "\(configuration.host):\(configuration.httpPort)"
+        let (status, reply) = backend.handle(route: route, body: Data(body.readableBytesView), signalingURI: "ws://\(host)/ws", now: Date())
+        if reply.status != .ok {
+            context.logger.notice("backend refused a token", metadata: ["pcast.route": .string(route), "pcast.reason": .string(reply.message ?? "")])
+        }
+        return Self.encode(reply, status: HTTPResponse.Status(code: status))
+    }
+
+    private static func encode<T: Encodable>(_ value: T, status: HTTPResponse.Status) -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
+        return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 
     private static func text(_ text: String, status: HTTPResponse.Status = .ok) -> Response {

@@ -28,13 +28,18 @@ public final class LocalPlatform: Sendable {
     public static func start(applicationId: String = "pcast-local",
                              secret: String = SRTPFreeRandom.secret(),
                              relayConfiguration: RelayConfiguration = RelayConfiguration(),
+                             dataDirectory: String? = nil,
+                             httpPort: Int = 0,
+                             resumeWindow: TimeInterval = PlatformConfiguration.defaultResumeWindow,
+                             backendPolicy: (any BackendPolicy)? = SampleBackendPolicy(),
                              logger: Logger = Logger(label: "pcast.platform")) async throws -> LocalPlatform {
         let relay = try Relay(configuration: relayConfiguration)
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-local-\(UUID().uuidString)").path
-        let configuration = PlatformConfiguration(applicationId: applicationId, secret: secret, host: "127.0.0.1",
-                                                  httpPort: 0, mediaPort: Int(relay.mediaPort), dataDirectory: directory)
+        let directory = dataDirectory ?? FileManager.default.temporaryDirectory.appendingPathComponent("pcast-local-\(UUID().uuidString)").path
+        var configuration = PlatformConfiguration(applicationId: applicationId, secret: secret, host: "127.0.0.1",
+                                                  httpPort: httpPort, mediaPort: Int(relay.mediaPort), dataDirectory: directory)
+        configuration.resumeWindow = resumeWindow
         do {
-            let server = try await PlatformServer.start(configuration: configuration, relay: relay, logger: logger)
+            let server = try await PlatformServer.start(configuration: configuration, relay: relay, logger: logger, backendPolicy: backendPolicy)
             return LocalPlatform(server: server, relay: relay, configuration: configuration)
         } catch {
             relay.shutdown()
@@ -44,6 +49,8 @@ public final class LocalPlatform: Sendable {
 
     public var signalingURL: String { server.signalingURL }
     public var httpURL: String { server.httpURL }
+    /// The sample backend's base URI for ``PCastExpressOptions``-style clients (`…/backend/`).
+    public var backendURL: String { server.httpURL + "/backend/" }
 
     /// A token for this platform's application, valid for `lifetime`.
     ///

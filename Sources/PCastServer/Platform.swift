@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Logging
 import PCastProtocol
@@ -27,15 +28,24 @@ actor Platform {
     private let clock: @Sendable () -> Date
     private let logger: Logger
     private let tokens: TokenAuthority
+    /// Keyed by the id the connection was opened with (its first session id).
     private var connections: [String: Connection] = [:]
+    /// Session id → connection id, and back, for sessions whose id changed by resumption.
+    private var connectionOfSession: [String: String] = [:]
+    private var sessionOfConnection: [String: String] = [:]
     private var registry: StreamRegistry
+    private var rooms: RoomRegistry
+    private let persistence: RoomPersistence
+    /// Sessions that can be resumed: SHA-256 of their resume key, and whether a connection holds them.
+    private var resumable: [String: (keyHash: String, attached: Bool, deadline: Date?)] = [:]
     private(set) var isAccepting = true
 
     /// Messages queued for one connection before it counts as not reading: a client that sends
     /// requests without reading the replies cannot make the platform hold unbounded memory.
     static let outboxLimit = 1024
 
-    init(configuration: PlatformConfiguration, relay: any RelayControl, metrics: PlatformMetrics, clock: @escaping @Sendable () -> Date, logger: Logger) {
+    init(configuration: PlatformConfiguration, relay: any RelayControl, metrics: PlatformMetrics, clock: @escaping @Sendable () -> Date,
+         logger: Logger, store: RoomStore, snapshot: RoomStoreSnapshot) {
         self.configuration = configuration
         self.relay = relay
         self.metrics = metrics
@@ -43,6 +53,20 @@ actor Platform {
         self.logger = logger
         self.tokens = TokenAuthority(applicationId: configuration.applicationId, secret: configuration.secret)
         self.registry = StreamRegistry(tokens: tokens)
+        let now = clock()
+        self.rooms = RoomRegistry(restoring: snapshot, resumeWindow: configuration.resumeWindow, now: now)
+        // Sessions a restart interrupted may resume within the window.
+        for session in snapshot.sessions {
+            resumable[session.sessionId] = (session.resumeKeyHash, false, now.addingTimeInterval(configuration.resumeWindow))
+        }
+        let storeLogger = logger
+        self.persistence = RoomPersistence(store: store) { error in
+            storeLogger.error("room store write failed", metadata: ["pcast.error": "\(error)"])
+        }
+        if !snapshot.rooms.isEmpty {
+            logger.info("rooms restored", metadata: ["pcast.rooms": "\(snapshot.rooms.count)", "pcast.members": "\(snapshot.members.count)",
+                                                     "pcast.sessions": "\(snapshot.sessions.count)"])
+        }
     }
 
     /// A new socket: returns its session id (given out once it authenticates) and what to write to it.
@@ -55,7 +79,7 @@ actor Platform {
         connectionLogger[metadataKey: "pcast.remote"] = .string(remoteAddress ?? "?")
         let machine = SessionStateMachine(
             sessionId: sessionId, remoteAddress: remoteAddress, tokens: tokens,
-            keepAliveInterval: configuration.keepAliveInterval, now: clock())
+            keepAliveInterval: configuration.keepAliveInterval, now: clock(), resumeKey: Self.makeId("resume"))
         connections[sessionId] = Connection(machine: machine, outbox: continuation, logger: connectionLogger)
         connectionLogger.debug("signaling connection opened")
         return (sessionId, stream)
@@ -65,7 +89,12 @@ actor Platform {
     func receive(_ sessionId: String, _ decoded: Result<Envelope<ClientMessage>, SignalingError>) {
         metrics.messages.increment()
         switch decoded {
-        case .success(let envelope): handleSession(sessionId, .message(envelope, now: clock()))
+        case .success(let envelope):
+            if case .authenticate(let request) = envelope.message, let old = request.sessionId, let key = request.resumeKey,
+               let entry = resumable[old], !entry.attached, entry.keyHash == Self.hash(key) {
+                connections[sessionId]?.machine.offerResume(sessionId: old, resumeKey: key)
+            }
+            handleSession(sessionId, .message(envelope, now: clock()))
         case .failure(let error): handleSession(sessionId, .invalid(error, now: clock()))
         }
     }
@@ -74,6 +103,7 @@ actor Platform {
     func disconnected(_ sessionId: String) {
         handleSession(sessionId, .disconnected)
         if let connection = connections.removeValue(forKey: sessionId) {
+            forget(connection: sessionId)
             connection.outbox.finish()
             connection.logger.debug("signaling connection closed")
         }
@@ -83,6 +113,20 @@ actor Platform {
     func tick() {
         let now = clock()
         for sessionId in connections.keys.sorted() { handleSession(sessionId, .tick(now: now)) }
+        perform(rooms: .tick(now: now))
+        var expired: [String] = []
+        for (id, entry) in resumable where !entry.attached {
+            if let deadline = entry.deadline, now >= deadline { expired.append(id) }
+        }
+        for id in expired.sorted() {
+            resumable[id] = nil
+            persistence.submit([.deleteSession(sessionId: id)])
+        }
+    }
+
+    /// Waits until every store write submitted so far is on disk.
+    func flushStore() async {
+        await persistence.flush()
     }
 
     /// The operator ends a stream. False when there is no such stream.
@@ -117,14 +161,25 @@ actor Platform {
             case .send(let envelope):
                 deliver(envelope, to: connection)
             case .opened(let id):
-                connection.logger.info("session authenticated")
+                connection.logger.info(connection.machine.resumed ? "session resumed" : "session authenticated",
+                                       metadata: ["pcast.session": .string(id)])
+                sessionOfConnection[sessionId] = id
+                connectionOfSession[id] = sessionId
+                let keyHash = Self.hash(connection.machine.resumeKey)
+                resumable[id] = (keyHash, true, nil)
+                persistence.submit([.saveSession(sessionId: id, resumeKeyHash: keyHash, roles: connection.machine.roles.map { $0.sorted { $0.rawValue < $1.rawValue } })])
                 perform(registry: .sessionOpened(sessionId: id, remoteAddress: connection.machine.remoteAddress))
+                perform(rooms: .sessionOpened(sessionId: id, roles: connection.machine.roles, now: clock()))
             case .request(let id, let requestId, let request):
                 let newId: String
                 switch request {
                 case .publish: newId = Self.makeId("stream")
                 case .subscribe: newId = Self.makeId("subscriber")
                 case .unpublish, .unsubscribe: newId = ""
+                case .room(let roomRequest):
+                    if case .createRoom = roomRequest { newId = Self.makeId("room") } else { newId = "" }
+                    perform(rooms: .request(sessionId: id, requestId: requestId, roomRequest, now: clock(), newId: newId))
+                    continue
                 }
                 perform(registry: .request(sessionId: id, requestId: requestId, request, now: clock(), newId: newId))
             case .close(let code, let reason):
@@ -133,9 +188,71 @@ actor Platform {
                 connection.outbox.finish()
             case .ended(let id, let how):
                 perform(registry: .sessionClosed(sessionId: id, how))
+                switch how {
+                case .bye:
+                    // An orderly end: leave every room, and the session cannot be resumed.
+                    perform(rooms: .sessionEnded(sessionId: id))
+                    resumable[id] = nil
+                    persistence.submit([.deleteSession(sessionId: id)])
+                case .serverShutdown:
+                    // Kept as it is in the store: the restarted platform offers it for resumption.
+                    break
+                case .connectionLost, .keepAliveTimeout, .messageTooLarge:
+                    let now = clock()
+                    perform(rooms: .sessionDetached(sessionId: id, now: now))
+                    if let entry = resumable[id] { resumable[id] = (entry.keyHash, false, now.addingTimeInterval(configuration.resumeWindow)) }
+                }
             }
         }
         updateGauges()
+    }
+
+    private func perform(rooms event: RoomRegistry.Event) {
+        let actions = rooms.handle(event)
+        for action in actions {
+            switch action {
+            case .send(let sessionId, let envelope):
+                if let connection = connection(of: sessionId), !connection.machine.isClosed {
+                    deliver(envelope, to: connection)
+                }
+            case .persist(let changes):
+                persistence.submit(changes)
+            case .queryChat(let sessionId, let requestId, let roomId, let batchSize, let after, let before):
+                let persistence = self.persistence
+                Task {
+                    let reply: ServerMessage
+                    do throws(RoomStoreError) {
+                        let messages = try await persistence.chatMessages(roomId: roomId, batchSize: batchSize, after: after, before: before)
+                        reply = .chatMessages(.init(messages: messages))
+                    } catch {
+                        reply = .failure(.init(status: .failed, message: "chat history unavailable: \(error)"))
+                    }
+                    self.reply(to: sessionId, requestId: requestId, reply)
+                }
+            case .log(let level, let message, let sessionId, let roomId):
+                var metadata: Logger.Metadata = [:]
+                if let sessionId { metadata["pcast.session"] = .string(sessionId) }
+                if let roomId { metadata["pcast.room"] = .string(roomId) }
+                logger.log(level: level, "\(message)", metadata: metadata)
+            }
+        }
+    }
+
+    private func reply(to sessionId: String, requestId: UInt64?, _ message: ServerMessage) {
+        if let connection = connection(of: sessionId), !connection.machine.isClosed {
+            deliver(Envelope(id: requestId, message), to: connection)
+        }
+    }
+
+    /// The connection that holds a session (its id differs from the connection's after a resume).
+    private func connection(of sessionId: String) -> Connection? {
+        connections[connectionOfSession[sessionId] ?? sessionId]
+    }
+
+    private func forget(connection id: String) {
+        if let session = sessionOfConnection.removeValue(forKey: id), connectionOfSession[session] == id {
+            connectionOfSession[session] = nil
+        }
     }
 
     private func perform(registry event: StreamRegistry.Event) {
@@ -146,7 +263,7 @@ actor Platform {
                 switch action {
                 case .send(let sessionId, let envelope):
                     // A session that closed gets nothing more (its writer has finished).
-                    if let connection = connections[sessionId], !connection.machine.isClosed {
+                    if let connection = connection(of: sessionId), !connection.machine.isClosed {
                         deliver(envelope, to: connection)
                     }
                 case .addPublisher(let streamId, let tracks):
@@ -165,7 +282,7 @@ actor Platform {
                     var metadata: Logger.Metadata = [:]
                     if let sessionId { metadata["pcast.session"] = .string(sessionId) }
                     if let streamId { metadata["pcast.stream"] = .string(streamId) }
-                    if let sessionId, let remote = connections[sessionId]?.machine.remoteAddress { metadata["pcast.remote"] = .string(remote) }
+                    if let sessionId, let remote = connection(of: sessionId)?.machine.remoteAddress { metadata["pcast.remote"] = .string(remote) }
                     logger.log(level: level, "\(message)", metadata: metadata)
                 }
             }
@@ -187,6 +304,11 @@ actor Platform {
 
     private func updateGauges() {
         metrics.update(sessions: registry.sessionCount, streams: registry.streamCount, subscribers: registry.subscriberCount)
+    }
+
+    /// Resume keys are kept only as their SHA-256 (hex).
+    static func hash(_ key: String) -> String {
+        SHA256.hash(data: Data(key.utf8)).map { String(format: "%02x", $0) }.joined()
     }
 
     /// A random, unguessable id such as `stream-4f0c…` (128 bits).

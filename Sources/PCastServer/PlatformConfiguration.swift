@@ -34,6 +34,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// Seconds between the keep-alives a client must send; a session silent for
     /// ``keepAliveTimeoutMultiplier`` intervals is closed.
     public var keepAliveInterval: Int
+    /// Seconds a session whose connection was lost (or interrupted by a platform restart) keeps its
+    /// room memberships, waiting to be resumed.
+    public var resumeWindow: TimeInterval = Self.defaultResumeWindow
 
     /// A session is closed after this many keep-alive intervals without a message.
     public static let keepAliveTimeoutMultiplier = 3
@@ -44,6 +47,7 @@ public struct PlatformConfiguration: Sendable, Hashable {
     public static let defaultMediaPort = 10_000
     public static let defaultDataDirectory = "pcast-data"
     public static let defaultKeepAliveInterval = 10
+    public static let defaultResumeWindow: TimeInterval = 30
 
     public init(
         applicationId: String = Self.defaultApplicationId,
@@ -64,6 +68,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
         self.messageSizeLimit = messageSizeLimit
         self.keepAliveInterval = keepAliveInterval
     }
+
+    /// The SQLite file rooms, members, sessions and chat are kept in.
+    public var roomDatabasePath: String { (dataDirectory as NSString).appendingPathComponent("rooms.sqlite") }
 
     /// Seconds of silence after which a session is closed.
     public var keepAliveTimeout: TimeInterval {

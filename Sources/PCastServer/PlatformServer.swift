@@ -19,12 +19,15 @@ public enum PlatformServerError: Error, Sendable, Hashable, CustomStringConverti
     case invalidConfiguration(ConfigurationError)
     /// The data directory could not be created.
     case dataDirectory(path: String, reason: String)
+    /// The room database could not be opened or read.
+    case storage(RoomStoreError)
 
     public var description: String {
         switch self {
         case .cannotListen(let host, let port, let reason): return "cannot listen on \(host):\(port): \(reason)"
         case .invalidConfiguration(let error): return error.description
         case .dataDirectory(let path, let reason): return "cannot create data directory \(path): \(reason)"
+        case .storage(let error): return "room database: \(error)"
         }
     }
 }
@@ -39,6 +42,8 @@ public enum PlatformServerError: Error, Sendable, Hashable, CustomStringConverti
 /// - `GET /healthz`: 200 while the server runs.
 /// - `GET /readyz`: 200 when the server accepts sessions and the relay has its media port, else 503.
 /// - `GET /metrics`: Prometheus text (see ``PlatformMetrics``).
+/// - `POST /backend/auth`, `POST /backend/stream`: the sample application backend (see
+///   ``SampleBackend``), when a backend policy is given.
 /// - `POST /admin/streams/{streamId}/end`: HTTP Basic `applicationId:secret`; ends the stream as
 ///   `censored` with the optional JSON body's `description`. 200, 401, 404 or 400.
 ///
@@ -90,9 +95,11 @@ public final class PlatformServer: Sendable {
         relay: any RelayControl,
         logger: Logger = Logger(label: "pcast.server"),
         clock: @escaping @Sendable () -> Date = { Date() },
-        tickInterval: Duration = .seconds(1)
+        tickInterval: Duration = .seconds(1),
+        backendPolicy: (any BackendPolicy)? = nil
     ) async throws(PlatformServerError) -> PlatformServer {
-        let parts = try build(configuration: configuration, relay: relay, logger: logger, clock: clock, tickInterval: tickInterval, signals: [])
+        let parts = try build(configuration: configuration, relay: relay, logger: logger, clock: clock, tickInterval: tickInterval, signals: [],
+                              backendPolicy: backendPolicy)
         let serviceGroup = parts.serviceGroup
         let bound = parts.bound
         let runTask = Task {
@@ -131,11 +138,12 @@ public final class PlatformServer: Sendable {
         configuration: PlatformConfiguration,
         relay: any RelayControl,
         logger: Logger = Logger(label: "pcast.server"),
+        backendPolicy: (any BackendPolicy)? = nil,
         onListening: @escaping @Sendable (_ httpPort: Int) -> Void = { _ in }
     ) async throws {
         let parts = try build(
             configuration: configuration, relay: relay, logger: logger, clock: { Date() }, tickInterval: .seconds(1),
-            signals: [.sigterm, .sigint])
+            signals: [.sigterm, .sigint], backendPolicy: backendPolicy)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await port in parts.ports {
@@ -177,7 +185,7 @@ public final class PlatformServer: Sendable {
 
     private static func build(
         configuration: PlatformConfiguration, relay: any RelayControl, logger: Logger,
-        clock: @escaping @Sendable () -> Date, tickInterval: Duration, signals: [UnixSignal]
+        clock: @escaping @Sendable () -> Date, tickInterval: Duration, signals: [UnixSignal], backendPolicy: (any BackendPolicy)?
     ) throws(PlatformServerError) -> Parts {
         do {
             try configuration.validate()
@@ -189,12 +197,22 @@ public final class PlatformServer: Sendable {
         } catch {
             throw .dataDirectory(path: configuration.dataDirectory, reason: error.localizedDescription)
         }
+        let store: RoomStore
+        let snapshot: RoomStoreSnapshot
+        do throws(RoomStoreError) {
+            store = try RoomStore(path: configuration.roomDatabasePath)
+            snapshot = try store.load()
+        } catch {
+            throw .storage(error)
+        }
         let metrics = PlatformMetrics()
-        let platform = Platform(configuration: configuration, relay: relay, metrics: metrics, clock: clock, logger: logger)
+        let platform = Platform(configuration: configuration, relay: relay, metrics: metrics, clock: clock, logger: logger,
+                                store: store, snapshot: snapshot)
         let (ports, bound) = AsyncStream<Int>.makeStream(bufferingPolicy: .bufferingNewest(1))
 
         let router = Router(context: BasicRequestContext.self)
-        HTTPRoutes(platform: platform, configuration: configuration, relay: relay, metrics: metrics).register(on: router)
+        let backend = backendPolicy.map { SampleBackend(applicationId: configuration.applicationId, secret: configuration.secret, policy: $0) }
+        HTTPRoutes(platform: platform, configuration: configuration, relay: relay, metrics: metrics, backend: backend).register(on: router)
 
         let limit = configuration.messageSizeLimit
         let webSocket = WebSocketServerConfiguration(
@@ -251,6 +269,7 @@ struct PlatformService: Service {
             }
         }
         await platform.shutdown()
+        await platform.flushStore()
         let clock = ContinuousClock()
         let end = clock.now.advanced(by: Self.drainDeadline)
         while await platform.connectionCount > 0, clock.now < end {

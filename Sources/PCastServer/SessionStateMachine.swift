@@ -97,6 +97,8 @@ public struct SessionStateMachine: Sendable {
         case unpublish(ClientMessage.Unpublish)
         case subscribe(ClientMessage.Subscribe)
         case unsubscribe(ClientMessage.StreamReference)
+        /// Rooms and chat (for the ``RoomRegistry``).
+        case room(RoomRegistry.Request)
     }
 
     public enum Action: Sendable, Hashable {
@@ -112,8 +114,16 @@ public struct SessionStateMachine: Sendable {
         case ended(sessionId: String, SessionEnd)
     }
 
-    /// The id this session gets once authenticated (fixed when the connection opens).
-    public let sessionId: String
+    /// The id this session gets once authenticated: fixed when the connection opens, unless the
+    /// client resumes an earlier session the platform offered (``offerResume(sessionId:resumeKey:)``).
+    public private(set) var sessionId: String
+    /// The secret that resumes this session later (sent in the `authenticated` reply).
+    public private(set) var resumeKey: String
+    /// Whether authentication resumed an earlier session.
+    public private(set) var resumed = false
+    /// The room roles the auth token allows (`role:<role>` capabilities); nil when it names none.
+    public private(set) var roles: Set<MemberRole>?
+    private var resumeOffer: (sessionId: String, resumeKey: String)?
     /// The client's address, for tokens bound to one.
     public let remoteAddress: String?
     public let tokens: TokenAuthority
@@ -126,12 +136,20 @@ public struct SessionStateMachine: Sendable {
         TimeInterval(keepAliveInterval * PlatformConfiguration.keepAliveTimeoutMultiplier)
     }
 
-    public init(sessionId: String, remoteAddress: String?, tokens: TokenAuthority, keepAliveInterval: Int, now: Date) {
+    public init(sessionId: String, remoteAddress: String?, tokens: TokenAuthority, keepAliveInterval: Int, now: Date,
+                resumeKey: String = "") {
         self.sessionId = sessionId
+        self.resumeKey = resumeKey
         self.remoteAddress = remoteAddress
         self.tokens = tokens
         self.keepAliveInterval = max(1, keepAliveInterval)
         self.deadline = now.addingTimeInterval(TimeInterval(max(1, keepAliveInterval) * PlatformConfiguration.keepAliveTimeoutMultiplier))
+    }
+
+    /// The platform found `sessionId` detached and `resumeKey` right: an `authenticate` naming them
+    /// (with a valid token) takes that session over instead of starting a new one.
+    public mutating func offerResume(sessionId: String, resumeKey: String) {
+        resumeOffer = (sessionId, resumeKey)
     }
 
     public var isClosed: Bool {
@@ -175,11 +193,19 @@ public struct SessionStateMachine: Sendable {
             switch tokens.check(request.token, as: .auth, sessionId: sessionId, remoteAddress: remoteAddress, now: now) {
             case .failure(let failure):
                 return [reply(.failure(failure))]
-            case .success:
+            case .success(let claims):
                 state = .authenticated
+                roles = TokenAuthority.roles(claims)
+                if let offer = resumeOffer, offer.sessionId == request.sessionId, offer.resumeKey == request.resumeKey {
+                    sessionId = offer.sessionId
+                    resumeKey = offer.resumeKey
+                    resumed = true
+                }
+                resumeOffer = nil
                 return [
                     .opened(sessionId: sessionId),
-                    reply(.authenticated(.init(sessionId: sessionId, keepAliveInterval: keepAliveInterval))),
+                    reply(.authenticated(.init(sessionId: sessionId, keepAliveInterval: keepAliveInterval,
+                                               resumeKey: resumeKey.isEmpty ? nil : resumeKey, resumed: resumed))),
                 ]
             }
         case (.unauthenticated, let message):
@@ -196,6 +222,24 @@ public struct SessionStateMachine: Sendable {
             return [.request(sessionId: sessionId, requestId: id, .subscribe(request))]
         case (.authenticated, .unsubscribe(let request)):
             return [.request(sessionId: sessionId, requestId: id, .unsubscribe(request))]
+        case (.authenticated, .createRoom(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .room(.createRoom(request)))]
+        case (.authenticated, .getRoomInfo(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .room(.getRoomInfo(request)))]
+        case (.authenticated, .joinRoom(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .room(.joinRoom(request)))]
+        case (.authenticated, .leaveRoom(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .room(.leaveRoom(request)))]
+        case (.authenticated, .destroyRoom(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .room(.destroyRoom(request)))]
+        case (.authenticated, .updateRoom(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .room(.updateRoom(request)))]
+        case (.authenticated, .updateMember(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .room(.updateMember(request)))]
+        case (.authenticated, .sendChatMessage(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .room(.sendChatMessage(request)))]
+        case (.authenticated, .getChatMessages(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .room(.getChatMessages(request)))]
         case (.closed, _):
             return []
         }

@@ -141,6 +141,9 @@ public struct StreamRegistry: Sendable {
                 return self.unpublish(unpublish, sessionId: sessionId, requestId: requestId)
             case .unsubscribe(let reference):
                 return self.unsubscribe(reference.streamId, sessionId: sessionId, requestId: requestId)
+            case .room:
+                // Rooms are the RoomRegistry's; the platform never hands them here.
+                return [send(sessionId, requestId, .failure(.init(status: .badRequest, message: "not a stream request")))]
             }
         case .publisherAdded(let streamId, let result):
             return publisherAdded(streamId, result)

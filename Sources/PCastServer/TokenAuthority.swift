@@ -8,6 +8,9 @@ import PCastProtocol
 /// Capabilities this platform recognises (any other one is refused as `not-supported`, because a
 /// token that asks for something the platform cannot do must not silently get less):
 /// - `real-time`, `streaming`: delivery through the relay, which is what every stream gets.
+/// - `role:participant`, `role:audience`, `role:presenter`, `role:moderator` (auth tokens): the
+///   room roles the session may take (see ``RoomRegistry``); a token with none may take every role
+///   but moderator.
 /// - `audio-only`, `video-only`: on a stream token, the subscription lists only the tracks of that
 ///   kind (refused as `not-found` when the stream has none); on a publish token, every published
 ///   track must be of that kind (`unauthorized` otherwise). Both at once are `bad-request`.
@@ -63,7 +66,7 @@ public struct TokenAuthority: Sendable, Hashable {
                 return .failure(.init(status: .unauthorized, message: "the token is bound to another client address"))
             }
         }
-        let unknown = claims.capabilities.filter { !Self.recognisedCapabilities.contains($0) }
+        let unknown = claims.capabilities.filter { !Self.recognisedCapabilities.contains($0) && Self.role(in: $0) == nil }
         if let first = unknown.first {
             return .failure(.init(status: .notSupported, message: "capability '\(first)' is not supported by this platform"))
         }
@@ -71,6 +74,22 @@ public struct TokenAuthority: Sendable, Hashable {
             return .failure(.init(status: .badRequest, message: "the token asks for both audio-only and video-only"))
         }
         return .success(claims)
+    }
+
+    /// The room roles a token allows (its `role:<role>` capabilities), or nil when it names none.
+    ///
+    /// ```swift
+    /// TokenAuthority.roles(claims)   // [.moderator, .participant] for "role:moderator", "role:participant"
+    /// ```
+    public static func roles(_ claims: TokenClaims) -> Set<MemberRole>? {
+        let roles = Set(claims.capabilities.compactMap(role(in:)))
+        return roles.isEmpty ? nil : roles
+    }
+
+    /// `role:moderator` → `.moderator`.
+    public static func role(in capability: String) -> MemberRole? {
+        guard capability.hasPrefix("role:") else { return nil }
+        return MemberRole(rawValue: String(capability.dropFirst(5)))
     }
 
     /// The media kind a token restricts to (`audio-only` / `video-only`), if any.

@@ -31,8 +31,26 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Seconds per end-to-end latency run.")
     var latencySeconds: Double = 10
 
+    @Option(help: "Concurrent sessions in one room for the room fan-out benchmark.")
+    var roomSessions = 2000
+
+    @Flag(help: "Run only the room and chat benchmarks (writes rooms.json and rooms.md).")
+    var roomsOnly = false
+
     func run() async throws {
         PCastCommand.bootstrapLogging()
+        if roomsOnly {
+            let rooms = try await roomBenchmark()
+            let directory = URL(fileURLWithPath: output)
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            try encoder.encode(rooms).write(to: directory.appendingPathComponent("rooms.json"))
+            let markdown = BenchReport.roomsMarkdown(rooms).joined(separator: "\n") + "\n"
+            try Data(markdown.utf8).write(to: directory.appendingPathComponent("rooms.md"))
+            print(markdown)
+            return
+        }
         let probe = try await ProbeBenchmark(frames: frames, runs: runs).run()
         let srtp = try SRTPBenchmark(packets: 200_000).run()
         let hooks = try await FrameHookBenchmark(frames: frames, conversionThreads: 1).run()
@@ -42,6 +60,7 @@ struct BenchCommand: AsyncParsableCommand {
             try platform.token(type, originStreamId: origin)
         }.run()
         await platform.shutdown()
+        let rooms = try await roomBenchmark()
         var fanouts: [RelayFanoutBenchmark.Result] = []
         for subscribers in fanout {
             fanouts.append(try RelayFanoutBenchmark(configuration: .init(subscribers: subscribers, duration: 5)).run())
@@ -55,7 +74,8 @@ struct BenchCommand: AsyncParsableCommand {
             frameHooks: hooks,
             captureEncode: captureEncode,
             endToEnd: endToEnd,
-            fanout: fanouts)
+            fanout: fanouts,
+            rooms: rooms)
         let directory = URL(fileURLWithPath: output)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let encoder = JSONEncoder()
@@ -65,6 +85,22 @@ struct BenchCommand: AsyncParsableCommand {
         try Data(markdown.utf8).write(to: directory.appendingPathComponent("bench.md"))
         print(markdown)
         print("written: \(directory.path)/bench.json, \(directory.path)/bench.md")
+    }
+}
+
+extension BenchCommand {
+    func roomBenchmark() async throws -> RoomBenchmark.Result {
+        let platform = try await LocalPlatform.start()
+        var benchmark = RoomBenchmark(signalingURL: platform.signalingURL) { try platform.token(.auth) }
+        benchmark.sessions = roomSessions
+        do {
+            let result = try await benchmark.run()
+            await platform.shutdown()
+            return result
+        } catch {
+            await platform.shutdown()
+            throw error
+        }
     }
 }
 
@@ -88,6 +124,7 @@ struct BenchReport: Codable {
     let captureEncode: CaptureEncodeBenchmark.Result
     let endToEnd: EndToEndBenchmark.Result
     let fanout: [RelayFanoutBenchmark.Result]
+    let rooms: RoomBenchmark.Result
 
     func markdown() -> String {
         var lines = [
@@ -155,7 +192,28 @@ struct BenchReport: Codable {
                                 reference.map { String(format: "%.1f", $0.cpuPercent) } ?? "–", reference.map { String(format: "%.2f", $0.lossPercent) } ?? "–",
                                 run.cpuRatio.map { String(format: "%.2f", $0) } ?? "–"))
         }
+        lines += Self.roomsMarkdown(rooms)
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    static func roomsMarkdown(_ rooms: RoomBenchmark.Result) -> [String] {
+        [
+            "",
+            "## Rooms and chat through the embedded platform (signaling over loopback WebSockets, SQLite store)",
+            "",
+            "| measure | figure | goal |",
+            "|---|---:|---:|",
+            String(format: "| chat send → deliver, %d members, %d messages (%d deliveries): p50 | %.2f ms | ≤ 10 ms |",
+                   rooms.chatMembers, rooms.chatMessages, rooms.chatDeliveries, rooms.chatLatencyP50Milliseconds),
+            String(format: "| chat send → deliver: p99 | %.2f ms | |", rooms.chatLatencyP99Milliseconds),
+            String(format: "| history page of 100 (of %d stored): p50 / p99 | %.2f / %.2f ms | ≤ 20 ms |",
+                   rooms.historyMessagesStored, rooms.historyPageP50Milliseconds, rooms.historyPageP99Milliseconds),
+            String(format: "| %d sessions join one room | %.1f s | |", rooms.sessions, rooms.joinSeconds),
+            String(format: "| member change → all %d sessions (median of %d; all: %@) | %.0f ms | ≤ 1000 ms |",
+                   rooms.sessions, rooms.memberChangeFanoutMilliseconds.count,
+                   rooms.memberChangeFanoutMilliseconds.map { String(format: "%.0f", $0) }.joined(separator: ", "),
+                   rooms.memberChangeFanoutMedianMilliseconds),
+        ]
     }
 }
 

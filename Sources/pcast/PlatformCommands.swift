@@ -23,13 +23,18 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Data directory.") var dataDir: String?
     @Option(help: "Largest signaling message, bytes.") var messageSizeLimit: Int?
     @Option(help: "Seconds between client keep-alives.") var keepaliveInterval: Int?
+    @Option(help: "Seconds a disconnected session keeps its room memberships, waiting to resume.") var resumeWindow: Double?
+    @Flag(help: "Serve the sample application backend at /backend/auth and /backend/stream (tokens for Express clients).")
+    var sampleBackend = false
+    @Option(help: "With --sample-backend: the password a client's authentication data must carry (moderatorPassword) to get the moderator role; without it no one gets moderator. Defaults to PCAST_MODERATOR_PASSWORD.")
+    var moderatorPassword: String?
 
     func run() async throws {
         PCastCommand.bootstrapLogging()
         let overrides = PlatformConfiguration.Overrides(
             applicationId: applicationId, secret: secret, host: host, httpPort: httpPort, mediaPort: mediaPort,
             dataDirectory: dataDir, messageSizeLimit: messageSizeLimit, keepAliveInterval: keepaliveInterval)
-        let configuration: PlatformConfiguration
+        var configuration: PlatformConfiguration
         do {
             configuration = try PlatformConfiguration.load(file: config.map { URL(fileURLWithPath: $0) },
                                                            environment: ProcessInfo.processInfo.environment, overrides: overrides)
@@ -37,6 +42,12 @@ struct ServeCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("error: \(error)\n".utf8))
             throw ExitCode(2)
         }
+        if let resumeWindow {
+            guard resumeWindow >= 0 else { throw fail("--resume-window must not be negative", code: 2) }
+            configuration.resumeWindow = resumeWindow
+        }
+        let password = moderatorPassword ?? ProcessInfo.processInfo.environment["PCAST_MODERATOR_PASSWORD"]
+        let policy: (any BackendPolicy)? = sampleBackend ? SampleBackendPolicy(moderatorPassword: password) : nil
         let relay: Relay
         do {
             relay = try Relay(configuration: RelayConfiguration(host: configuration.host, port: UInt16(clamping: configuration.mediaPort)))
@@ -46,8 +57,10 @@ struct ServeCommand: AsyncParsableCommand {
         }
         defer { relay.shutdown() }
         let mediaPort = relay.mediaPort
-        try await PlatformServer.run(configuration: configuration, relay: relay, logger: Logger(label: "pcast.server")) { httpPort in
-            print("pcast serve: signaling ws://\(configuration.host):\(httpPort)/ws, media udp \(configuration.host):\(mediaPort)")
+        let host = configuration.host
+        try await PlatformServer.run(configuration: configuration, relay: relay, logger: Logger(label: "pcast.server"), backendPolicy: policy) { httpPort in
+            print("pcast serve: signaling ws://\(host):\(httpPort)/ws, media udp \(host):\(mediaPort)"
+                  + (policy != nil ? ", backend http://\(host):\(httpPort)/backend/" : ""))
             fflush(nil)
         }
     }

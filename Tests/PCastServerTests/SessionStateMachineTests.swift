@@ -24,7 +24,7 @@ import Testing
         let actions = session.handle(.message(.request(id: 1, .authenticate(.init(token: token))), now: start))
         #expect(actions == [
             .opened(sessionId: "session-1"),
-            .send(Envelope(id: 1, .authenticated(.init(sessionId: "session-1", keepAliveInterval: 10)))),
+            .send(Envelope(id: 1, .authenticated(.init(sessionId: "session-1", keepAliveInterval: 10, resumed: false)))),
         ])
         #expect(session.state == .authenticated)
     }

@@ -1,0 +1,546 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Synchronization
+
+/// Options of ``PCastExpress`` (the seed's `PCastExpressOptionsBuilder`).
+public struct PCastExpressOptions: Sendable {
+    /// The application backend: tokens come from its ``authenticationRoute`` and ``streamRoute``.
+    public var backendURI: URL
+    /// A JSON object sent (with the request's fields added) on every backend request.
+    public var authenticationData: String?
+    /// An auth token to use instead of asking the backend (once; later ones come from the backend).
+    public var authenticationToken: String?
+    /// The platform's signaling URI; when nil, the one the backend's auth route names.
+    public var pcastURI: String?
+    /// Options for the underlying ``PCast`` (its `uri` is replaced by the resolved platform URI).
+    public var pcastOptions: PCastOptions?
+    public var authenticationRoute = BackendAPI.authenticationRoute
+    public var streamRoute = BackendAPI.streamRoute
+    /// Room roles asked of the backend for this client's session.
+    public var roles: [MemberRole] = []
+    /// Called when authentication fails for good (the backend or platform refuses the client).
+    public var unrecoverableErrorCallback: (@Sendable (RequestStatus, String) -> Void)?
+
+    public init(backendURI: URL, authenticationData: String? = nil, authenticationToken: String? = nil, pcastURI: String? = nil,
+                roles: [MemberRole] = [], unrecoverableErrorCallback: (@Sendable (RequestStatus, String) -> Void)? = nil) {
+        self.backendURI = backendURI
+        self.authenticationData = authenticationData
+        self.authenticationToken = authenticationToken
+        self.pcastURI = pcastURI
+        self.roles = roles
+        self.unrecoverableErrorCallback = unrecoverableErrorCallback
+    }
+}
+
+/// An action that may or may not be possible (the seed's `PhenixOptionalAction`): a monitor's
+/// retry. ``perform()`` or ``dismiss()`` decide; releasing it undecided dismisses it.
+///
+/// ```swift
+/// if retry.isPresent { retry.perform() } else { retry.dismiss() }
+/// ```
+public final class OptionalAction: Sendable {
+    private let action: Mutex<(@Sendable (Bool) -> Void)?>
+
+    /// An action that runs `decided(true)` on perform and `decided(false)` on dismiss (or release).
+    init(_ decided: (@Sendable (Bool) -> Void)?) {
+        action = Mutex(decided)
+    }
+
+    /// No action possible (a stream that ended normally).
+    static var absent: OptionalAction { OptionalAction(nil) }
+
+    public var isPresent: Bool { action.withLock { $0 != nil } }
+
+    /// Performs the action.
+    ///
+    /// - Throws: ``PCastError/invalidRequest(_:)`` when there is none (``isPresent`` is false).
+    public func perform() throws(PCastError) {
+        guard let action = action.withLock({ action in defer { action = nil }; return action }) else {
+            throw .invalidRequest("there is no action to perform")
+        }
+        action(true)
+    }
+
+    /// Gives the action up; can be called any number of times.
+    public func dismiss() {
+        action.withLock { action in defer { action = nil }; return action }?(false)
+    }
+
+    deinit { dismiss() }
+}
+
+/// Monitor callbacks for an Express publisher or subscriber (the seed's `withMonitor`).
+///
+/// `setupFailed` is called when the stream cannot be set up; performing its retry tries again
+/// (the call that was setting up waits for the decision), dismissing it makes the call throw.
+/// `streamEnded` is called whenever the stream ends; for a failure its retry sets the stream up
+/// again in the same publisher/subscriber, for a normal end there is no retry.
+public struct MonitorOptions: Sendable {
+    public var setupFailed: (@Sendable (RequestStatus, OptionalAction) -> Void)?
+    public var streamEnded: (@Sendable (StreamEndedReason, String?, OptionalAction) -> Void)?
+
+    public init(setupFailed: (@Sendable (RequestStatus, OptionalAction) -> Void)? = nil,
+                streamEnded: (@Sendable (StreamEndedReason, String?, OptionalAction) -> Void)? = nil) {
+        self.setupFailed = setupFailed
+        self.streamEnded = streamEnded
+    }
+}
+
+/// Options of ``PCastExpress/publish(_:)`` (the seed's `PublishOptionsBuilder`).
+public struct PublishOptions: Sendable {
+    /// Constraints for getUserMedia (ignored when ``userMedia`` is given).
+    public var mediaConstraints = UserMediaOptions()
+    /// Media to publish instead of getting user media.
+    public var userMedia: UserMediaStream?
+    public var capabilities: [String] = []
+    /// Options of a local preview renderer; nil: no preview.
+    public var previewRenderer: RendererOptions?
+    public var monitor: MonitorOptions?
+    public var tags: [String] = []
+    /// A publish token to use instead of asking the backend.
+    public var streamToken: String?
+    public var settings = EncodingSettings()
+    public var publishType: PublishType = .live
+    public var streamName: String?
+
+    public init(mediaConstraints: UserMediaOptions = UserMediaOptions(), userMedia: UserMediaStream? = nil, capabilities: [String] = [],
+                previewRenderer: RendererOptions? = nil, monitor: MonitorOptions? = nil, tags: [String] = [], streamToken: String? = nil) {
+        self.mediaConstraints = mediaConstraints
+        self.userMedia = userMedia
+        self.capabilities = capabilities
+        self.previewRenderer = previewRenderer
+        self.monitor = monitor
+        self.tags = tags
+        self.streamToken = streamToken
+    }
+}
+
+/// Options of ``PCastExpress/publishRemote(_:)`` (the seed's `PublishRemoteOptionsBuilder`).
+public struct PublishRemoteOptions: Sendable, Hashable {
+    public var streamURI: String
+    public var capabilities: [String] = []
+    public var streamToken: String?
+    public var connectOptions: [String] = []
+    public var tags: [String] = []
+    public var maximumFrameRate: Double?
+    public var exactFrameRate: Double?
+    public var prerollSkipDuration: Duration = .milliseconds(500)
+
+    public init(streamURI: String, capabilities: [String] = [], tags: [String] = []) {
+        self.streamURI = streamURI
+        self.capabilities = capabilities
+        self.tags = tags
+    }
+}
+
+/// Options of ``PCastExpress/subscribe(_:)`` (the seed's `SubscribeOptionsBuilder`).
+public struct SubscribeOptions: Sendable {
+    public var streamId: String
+    public var capabilities: [String] = []
+    /// A stream token to use instead of asking the backend (a wildcard token from a room stream URI).
+    public var streamToken: String?
+    /// Options of a renderer to create and start; nil: none (``ExpressSubscriber/createRenderer(_:)`` makes one later).
+    public var renderer: RendererOptions?
+    public var monitor: MonitorOptions?
+    public var tags: [String] = []
+    public var playoutDelay: Duration?
+
+    public init(streamId: String, capabilities: [String] = [], streamToken: String? = nil, renderer: RendererOptions? = nil,
+                monitor: MonitorOptions? = nil) {
+        self.streamId = streamId
+        self.capabilities = capabilities
+        self.streamToken = streamToken
+        self.renderer = renderer
+        self.monitor = monitor
+    }
+}
+
+/// The seed's PCast Express: one step from a backend URI to publishing and subscribing. Tokens come
+/// from the application backend (``PCastExpressOptions/backendURI``); the underlying ``PCast`` is
+/// created and started on first use and shared (``pcast()``).
+///
+/// ```swift
+/// let express = PCastExpress(PCastExpressOptions(backendURI: URL(string: "http://127.0.0.1:8080/backend/")!))
+/// let publisher = try await express.publish(PublishOptions(capabilities: ["real-time"]))
+/// let subscriber = try await express.subscribe(SubscribeOptions(streamId: publisher.streamId,
+///                                                               renderer: RendererOptions(useNullVideoDevice: true)))
+/// ```
+public final class PCastExpress: Sendable {
+    public let options: PCastExpressOptions
+    private struct State {
+        var pcast: PCast?
+        var starting: Task<PCast, any Error>?
+    }
+    private let state = Mutex(State())
+
+    public init(_ options: PCastExpressOptions) {
+        self.options = options
+    }
+
+    /// The underlying PCast, started (the seed's `getPCast`).
+    ///
+    /// - Throws: the backend's or platform's refusal; ``PCastError/connectionFailed(_:)`` when
+    ///   either cannot be reached. Refusals also go to the unrecoverable-error callback.
+    public func pcast() async throws(PCastError) -> PCast {
+        let task = state.withLock { state -> Task<PCast, any Error> in
+            if let starting = state.starting { return starting }
+            let task = Task<PCast, any Error> { try await self.startPCast() }
+            state.starting = task
+            return task
+        }
+        do {
+            return try await task.value
+        } catch {
+            state.withLock { $0.starting = nil }
+            let failure = error as? PCastError ?? .connectionFailed("\(error)")
+            if case .refused(let status, let message) = failure { options.unrecoverableErrorCallback?(status, message) }
+            throw failure
+        }
+    }
+
+    private func startPCast() async throws(PCastError) -> PCast {
+        var token = options.authenticationToken
+        var uri = options.pcastURI
+        if token == nil || uri == nil {
+            let reply = try await backend(options.authenticationRoute, .init(capabilities: nil, roles: options.roles.isEmpty ? nil : options.roles.map(\.rawValue)))
+            token = token ?? reply.authenticationToken
+            uri = uri ?? reply.pcastUri
+        }
+        guard let token else { throw .refused(.failed, "the backend gave no authentication token") }
+        guard let uri else { throw .invalidURI("no platform URI: the backend named none and none was given") }
+        var pcastOptions = options.pcastOptions ?? PCastOptions(uri: uri)
+        pcastOptions.uri = uri
+        let pcast = PCast(pcastOptions)
+        try await pcast.start(authToken: token)
+        state.withLock { $0.pcast = pcast }
+        return pcast
+    }
+
+    /// Stops the underlying PCast.
+    public func shutdown() async {
+        let pcast = state.withLock { state -> PCast? in
+            defer { state.pcast = nil; state.starting = nil }
+            return state.pcast
+        }
+        await pcast?.shutdown()
+    }
+
+    deinit {
+        if let pcast = state.withLock({ $0.pcast }) { Task { await pcast.shutdown() } }
+    }
+
+    // MARK: Backend
+
+    /// A publish token from the backend.
+    public func publishToken(capabilities: [String], tags: [String] = []) async throws(PCastError) -> String {
+        let pcast = try await self.pcast()
+        let reply = try await backend(options.streamRoute, .init(type: "publish", sessionId: pcast.sessionId, capabilities: capabilities,
+                                                                 applyTags: tags.isEmpty ? nil : tags))
+        guard let token = reply.streamToken else { throw .refused(.failed, "the backend gave no stream token") }
+        return token
+    }
+
+    /// A stream (subscribe) token from the backend for one stream.
+    public func streamToken(streamId: String, capabilities: [String]) async throws(PCastError) -> String {
+        let pcast = try await self.pcast()
+        let reply = try await backend(options.streamRoute, .init(type: "stream", sessionId: pcast.sessionId, capabilities: capabilities,
+                                                                 originStreamId: streamId))
+        guard let token = reply.streamToken else { throw .refused(.failed, "the backend gave no stream token") }
+        return token
+    }
+
+    private func backend(_ route: String, _ request: BackendAPI.TokenRequest) async throws(PCastError) -> BackendAPI.TokenReply {
+        let url = options.backendURI.appendingPathComponent(route)
+        let body: Data
+        do { body = try BackendAPI.body(authenticationData: options.authenticationData, request: request) } catch {
+            throw .invalidRequest(error.description)
+        }
+        var http = URLRequest(url: url, timeoutInterval: 10)
+        http.httpMethod = "POST"
+        http.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        http.httpBody = body
+        let data: Data, response: URLResponse
+        do {
+            (data, response) = try await URLSession.shared.data(for: http)
+        } catch {
+            throw .connectionFailed("backend \(url.absoluteString): \(error.localizedDescription)")
+        }
+        let code = (response as? HTTPURLResponse)?.statusCode ?? 0
+        guard let reply = try? JSONDecoder().decode(BackendAPI.TokenReply.self, from: data) else {
+            throw .refused(code == 401 || code == 403 ? .unauthorized : .failed, "backend \(url.absoluteString) answered HTTP \(code) without a token reply")
+        }
+        guard reply.status == .ok, (200..<300).contains(code) else {
+            throw .refused(reply.status == .ok ? .failed : reply.status, reply.message ?? "backend refused (HTTP \(code))")
+        }
+        return reply
+    }
+
+    // MARK: Media
+
+    /// Local user media (the seed's Express getUserMedia).
+    public func getUserMedia(_ options: UserMediaOptions = UserMediaOptions()) async throws(UserMediaError) -> UserMediaStream {
+        try await UserMedia.getUserMedia(options)
+    }
+
+    /// Publishes local media (user media from the constraints, or the given stream), with a
+    /// preview renderer when ``PublishOptions/previewRenderer`` is set.
+    public func publish(_ options: PublishOptions) async throws(PCastError) -> ExpressPublisher {
+        let media: UserMediaStream
+        if let given = options.userMedia {
+            media = given
+        } else {
+            do { media = try await UserMedia.getUserMedia(options.mediaConstraints) } catch {
+                throw .refused(error.status, error.description)
+            }
+        }
+        let publisher = ExpressPublisher(express: self, media: media, options: options, ownsMedia: options.userMedia == nil)
+        try await withSetupRetry(options.monitor) { () async throws(PCastError) in try await publisher.connect() }
+        if let preview = options.previewRenderer {
+            let renderer = media.mediaStream.createRenderer(preview)
+            _ = await renderer.start()
+            publisher.preview = renderer
+        }
+        return publisher
+    }
+
+    /// Publishing a remote source (mp4 / rtmp URI) needs the platform's ingest, which this platform
+    /// does not offer yet: always refused with `not-supported`, never a pretend publisher.
+    public func publishRemote(_ options: PublishRemoteOptions) async throws(PCastError) -> ExpressPublisher {
+        throw .refused(.notSupported, "publishing remote media (\(options.streamURI)) needs the platform's ingest, which is not available yet")
+    }
+
+    /// Subscribes to a stream, with a started renderer when ``SubscribeOptions/renderer`` is set.
+    public func subscribe(_ options: SubscribeOptions) async throws(PCastError) -> ExpressSubscriber {
+        let subscriber = ExpressSubscriber(express: self, options: options)
+        try await withSetupRetry(options.monitor) { () async throws(PCastError) in try await subscriber.connect() }
+        return subscriber
+    }
+
+    /// Runs `setup`; on failure asks the monitor (if any) whether to retry and waits for its decision.
+    func withSetupRetry(_ monitor: MonitorOptions?, _ setup: () async throws(PCastError) -> Void) async throws(PCastError) {
+        while true {
+            do throws(PCastError) {
+                try await setup()
+                return
+            } catch {
+                guard let setupFailed = monitor?.setupFailed else { throw error }
+                let retry = await withCheckedContinuation { (decision: CheckedContinuation<Bool, Never>) in
+                    setupFailed(error.status, OptionalAction { decision.resume(returning: $0) })
+                }
+                if !retry { throw error }
+            }
+        }
+    }
+}
+
+/// A publisher of the Express APIs (the seed's `PhenixExpressPublisher`): stop, enable/disable
+/// audio and video, the stream id, the preview renderer. Releasing it stops publishing.
+public final class ExpressPublisher: Sendable {
+    let express: PCastExpress
+    public let media: UserMediaStream
+    let options: PublishOptions
+    let ownsMedia: Bool
+    private struct State {
+        var publisher: Publisher?
+        var preview: Renderer?
+        var stopped = false
+        var endedCallbacks: [@Sendable (StreamEndedReason, String?) -> Void] = []
+    }
+    private let state = Mutex(State())
+
+    init(express: PCastExpress, media: UserMediaStream, options: PublishOptions, ownsMedia: Bool) {
+        self.express = express
+        self.media = media
+        self.options = options
+        self.ownsMedia = ownsMedia
+    }
+
+    /// The current stream id (a retry after a failure publishes a new stream).
+    public var streamId: String { state.withLock { $0.publisher?.streamId ?? "" } }
+    public var hasEnded: Bool { state.withLock { $0.stopped || ($0.publisher?.hasEnded ?? true) } }
+    /// The local preview, when one was asked for.
+    public internal(set) var preview: Renderer? {
+        get { state.withLock { $0.preview } }
+        set { state.withLock { $0.preview = newValue } }
+    }
+    /// The underlying low-level publisher.
+    public var publisher: Publisher? { state.withLock { $0.publisher } }
+
+    /// Called when a stream of this publisher ends (each time, with its reason).
+    public func setPublisherEndedCallback(_ callback: @escaping @Sendable (StreamEndedReason, String?) -> Void) {
+        state.withLock { $0.endedCallbacks.append(callback) }
+    }
+
+    func connect() async throws(PCastError) {
+        let pcast = try await express.pcast()
+        let token: String
+        if let given = options.streamToken { token = given } else { token = try await express.publishToken(capabilities: options.capabilities, tags: options.tags) }
+        let publisher = try await pcast.publish(streamToken: token, mediaStream: media, tags: options.tags, settings: options.settings,
+                                                publishType: options.publishType, streamName: options.streamName)
+        let stopped = state.withLock { state -> Bool in
+            if !state.stopped { state.publisher = publisher }
+            return state.stopped
+        }
+        if stopped {
+            await publisher.stop()
+            return
+        }
+        publisher.setPublisherEndedCallback { [weak self] reason, description in
+            self?.ended(publisher, reason, description)
+        }
+    }
+
+    private func ended(_ publisher: Publisher, _ reason: StreamEndedReason, _ description: String?) {
+        let (callbacks, stopped) = state.withLock { ($0.endedCallbacks, $0.stopped) }
+        for callback in callbacks { callback(reason, description) }
+        guard !stopped, let streamEnded = options.monitor?.streamEnded else { return }
+        let retry: OptionalAction
+        if reason == .failed || reason == .maintenance || reason == .capacity {
+            retry = OptionalAction { [weak self] perform in
+                guard perform, let self else { return }
+                Task { try? await self.express.withSetupRetry(self.options.monitor) { () async throws(PCastError) in try await self.connect() } }
+            }
+        } else {
+            retry = .absent
+        }
+        streamEnded(reason, description, retry)
+    }
+
+    /// Stops publishing; subscribers get `ended` (or `custom` with a reason of your own).
+    public func stop(reason: String? = nil) async {
+        let (publisher, preview) = state.withLock { state in
+            state.stopped = true
+            return (state.publisher, state.preview)
+        }
+        if let reason { await publisher?.stop(reason: .custom, description: reason) } else { await publisher?.stop() }
+        await preview?.stop()
+        if ownsMedia { await media.stop() }
+    }
+
+    public func enableAudio() { media.mediaStream.getAudioTracks().forEach { $0.setEnabled(true) } }
+    public func disableAudio() { media.mediaStream.getAudioTracks().forEach { $0.setEnabled(false) } }
+    public func enableVideo() { media.mediaStream.getVideoTracks().forEach { $0.setEnabled(true) } }
+    /// Black frames.
+    public func disableVideo() { media.mediaStream.getVideoTracks().forEach { $0.setEnabled(false) } }
+
+    deinit {
+        let (publisher, preview, stopped) = state.withLock { ($0.publisher, $0.preview, $0.stopped) }
+        guard !stopped else { return }
+        let media = self.media, owns = ownsMedia
+        Task {
+            await publisher?.stop()
+            await preview?.stop()
+            if owns { await media.stop() }
+        }
+    }
+}
+
+/// A subscriber of the Express APIs (the seed's `PhenixExpressSubscriber`): tracks, renderer,
+/// stop, enable/disable. Releasing it stops the subscription.
+public final class ExpressSubscriber: Sendable {
+    let express: PCastExpress
+    public let options: SubscribeOptions
+    private struct State {
+        var stream: MediaStream?
+        var renderer: Renderer?
+        var stopped = false
+    }
+    private let state = Mutex(State())
+
+    init(express: PCastExpress, options: SubscribeOptions) {
+        self.express = express
+        self.options = options
+    }
+
+    public var streamId: String { options.streamId }
+    /// The remote stream (replaced when a retry subscribes again).
+    public var mediaStream: MediaStream? { state.withLock { $0.stream } }
+    /// The renderer the options asked for (or ``createRenderer(_:)`` made).
+    public var renderer: Renderer? { state.withLock { $0.renderer } }
+    public func getTracks() -> [MediaStreamTrack] { mediaStream?.getTracks() ?? [] }
+    public func getAudioTracks() -> [MediaStreamTrack] { mediaStream?.getAudioTracks() ?? [] }
+    public func getVideoTracks() -> [MediaStreamTrack] { mediaStream?.getVideoTracks() ?? [] }
+
+    func connect() async throws(PCastError) {
+        let pcast = try await express.pcast()
+        let token: String
+        if let given = options.streamToken { token = given } else {
+            token = try await express.streamToken(streamId: options.streamId, capabilities: options.capabilities)
+        }
+        let stream = try await pcast.subscribe(streamToken: token, playoutDelay: options.playoutDelay)
+        let rendererOptions = state.withLock { $0.renderer?.options } ?? options.renderer
+        var renderer: Renderer?
+        if let rendererOptions {
+            renderer = stream.createRenderer(rendererOptions)
+            _ = await renderer?.start()
+        }
+        let (stopped, old) = state.withLock { state -> (Bool, Renderer?) in
+            guard !state.stopped else { return (true, nil) }
+            let old = state.renderer
+            state.stream = stream
+            if let renderer { state.renderer = renderer }
+            return (false, old)
+        }
+        await old?.stop()
+        if stopped {
+            await renderer?.stop()
+            await stream.stop()
+            return
+        }
+        stream.setStreamEndedCallback { [weak self] reason in self?.ended(stream, reason) }
+    }
+
+    private func ended(_ stream: MediaStream, _ reason: MediaStreamEndReason) {
+        guard state.withLock({ !$0.stopped && $0.stream === stream }), let streamEnded = options.monitor?.streamEnded else { return }
+        let (platformReason, description): (StreamEndedReason, String?)
+        switch reason {
+        case .remote(let why, let text): (platformReason, description) = (why, text)
+        case .stopped, .endOfStream: (platformReason, description) = (.ended, nil)
+        case .failed(let text): (platformReason, description) = (.failed, text)
+        }
+        let retry: OptionalAction
+        if platformReason == .failed || platformReason == .maintenance || platformReason == .capacity {
+            retry = OptionalAction { [weak self] perform in
+                guard perform, let self else { return }
+                Task { try? await self.express.withSetupRetry(self.options.monitor) { () async throws(PCastError) in try await self.connect() } }
+            }
+        } else {
+            retry = .absent
+        }
+        streamEnded(platformReason, description, retry)
+    }
+
+    /// A renderer for the stream (when the options asked for none).
+    public func createRenderer(_ options: RendererOptions = RendererOptions()) -> Renderer? {
+        guard let stream = mediaStream else { return nil }
+        let renderer = stream.createRenderer(options)
+        state.withLock { $0.renderer = renderer }
+        return renderer
+    }
+
+    /// Stops the subscription (the stream ends as stopped).
+    public func stop() async {
+        let (stream, renderer) = state.withLock { state in
+            state.stopped = true
+            return (state.stream, state.renderer)
+        }
+        await renderer?.stop()
+        await stream?.stop()
+    }
+
+    public func enableAudio() { getAudioTracks().forEach { $0.setEnabled(true) } }
+    public func disableAudio() { getAudioTracks().forEach { $0.setEnabled(false) } }
+    public func enableVideo() { getVideoTracks().forEach { $0.setEnabled(true) } }
+    public func disableVideo() { getVideoTracks().forEach { $0.setEnabled(false) } }
+
+    deinit {
+        let (stream, renderer, stopped) = state.withLock { ($0.stream, $0.renderer, $0.stopped) }
+        guard !stopped else { return }
+        Task {
+            await renderer?.stop()
+            await stream?.stop()
+        }
+    }
+}

@@ -1,0 +1,169 @@
+import Foundation
+import Synchronization
+
+/// Options of ``RoomExpress/joinRoom(_:membersChanged:)`` (the seed's `JoinRoomOptionsBuilder`).
+public struct JoinRoomOptions: Sendable, Hashable {
+    public var roomId: String?
+    public var roomAlias: String?
+    public var capabilities: [String] = []
+    public var role: MemberRole = .audience
+    /// Generated when nil.
+    public var screenName: String?
+    public var streams: [RoomStream] = []
+
+    public init(roomId: String? = nil, roomAlias: String? = nil, capabilities: [String] = [], role: MemberRole = .audience,
+                screenName: String? = nil, streams: [RoomStream] = []) {
+        self.roomId = roomId
+        self.roomAlias = roomAlias
+        self.capabilities = capabilities
+        self.role = role
+        self.screenName = screenName
+        self.streams = streams
+    }
+}
+
+/// Options of ``RoomExpress/publishToRoom(_:)`` (the seed's `PublishToRoomOptionsBuilder`).
+public struct PublishToRoomOptions: Sendable {
+    /// The room to publish to (created when missing); or give ``roomId``.
+    public var roomOptions: RoomOptions?
+    public var roomId: String?
+    /// Local media to publish; or give ``publishRemoteOptions``.
+    public var publishOptions: PublishOptions?
+    public var publishRemoteOptions: PublishRemoteOptions?
+    public var memberRole: MemberRole
+    public var streamType: RoomStreamType
+    public var screenName: String?
+    /// Put a stream token in the member's stream URI, so viewers subscribe without asking the backend.
+    public var wildcardTokens = true
+
+    public init(roomOptions: RoomOptions? = nil, roomId: String? = nil, publishOptions: PublishOptions? = nil,
+                publishRemoteOptions: PublishRemoteOptions? = nil, memberRole: MemberRole = .participant,
+                streamType: RoomStreamType = .user, screenName: String? = nil, wildcardTokens: Bool = true) {
+        self.roomOptions = roomOptions
+        self.roomId = roomId
+        self.publishOptions = publishOptions
+        self.publishRemoteOptions = publishRemoteOptions
+        self.memberRole = memberRole
+        self.streamType = streamType
+        self.screenName = screenName
+        self.wildcardTokens = wildcardTokens
+    }
+}
+
+/// Options of ``RoomExpress/subscribeToMemberStream(_:_:)``.
+public struct SubscribeToMemberStreamOptions: Sendable {
+    public var capabilities: [String] = []
+    public var renderer: RendererOptions?
+    public var monitor: MonitorOptions?
+    public var playoutDelay: Duration?
+
+    public init(capabilities: [String] = [], renderer: RendererOptions? = nil, monitor: MonitorOptions? = nil) {
+        self.capabilities = capabilities
+        self.renderer = renderer
+        self.monitor = monitor
+    }
+}
+
+/// The seed's Room Express: join a room, publish to it, subscribe to members' streams, on top of
+/// ``PCastExpress`` (``pcastExpress``) and ``RoomService``. Hold the returned room service for as
+/// long as you stay in the room; releasing it leaves.
+///
+/// ```swift
+/// let express = RoomExpress(pcastExpress: PCastExpress(PCastExpressOptions(backendURI: backend)))
+/// let (rooms, publisher) = try await express.publishToRoom(PublishToRoomOptions(
+///     roomOptions: RoomOptions(name: "Stand-up", type: .multiPartyChat, alias: "standup"),
+///     publishOptions: PublishOptions()))
+/// let viewer = try await express.joinRoom(JoinRoomOptions(roomAlias: "standup")) { members in
+///     print(members.map(\.screenName.value))
+/// }
+/// ```
+public final class RoomExpress: Sendable {
+    public let pcastExpress: PCastExpress
+
+    public init(pcastExpress: PCastExpress) {
+        self.pcastExpress = pcastExpress
+    }
+
+    public convenience init(_ options: PCastExpressOptions) {
+        self.init(pcastExpress: PCastExpress(options))
+    }
+
+    /// Joins a room; `membersChanged` is called with the visible members at once and whenever they
+    /// change, for as long as the returned service lives.
+    public func joinRoom(_ options: JoinRoomOptions, membersChanged: (@Sendable ([Member]) -> Void)? = nil) async throws(PCastError) -> RoomService {
+        let pcast = try await pcastExpress.pcast()
+        let rooms = RoomService(pcast: pcast)
+        rooms.selfMember.role.setValue(options.role)
+        rooms.selfMember.screenName.setValue(options.screenName ?? RoomService.randomScreenName())
+        rooms.selfMember.streams.setValue(options.streams)
+        let room = try await rooms.joinRoom(roomId: options.roomId, alias: options.roomAlias)
+        if let membersChanged { rooms.keep(room.members.subscribe(membersChanged)) }
+        return rooms
+    }
+
+    /// Publishes local (or, once ingest exists, remote) media into a room, creating the room when
+    /// ``PublishToRoomOptions/roomOptions`` names one that does not exist, and joining it with the
+    /// stream in the self member. Releasing the publisher stops it; releasing the service leaves.
+    public func publishToRoom(_ options: PublishToRoomOptions) async throws(PCastError) -> (RoomService, ExpressPublisher) {
+        guard let publishOptions = options.publishOptions else {
+            if let remote = options.publishRemoteOptions { _ = try await pcastExpress.publishRemote(remote) }
+            throw .invalidRequest("give publishOptions or publishRemoteOptions")
+        }
+        let pcast = try await pcastExpress.pcast()
+        let rooms = RoomService(pcast: pcast)
+        let roomId: String
+        if let id = options.roomId {
+            roomId = id
+        } else if let roomOptions = options.roomOptions {
+            roomId = try await rooms.createRoom(roomOptions).roomId
+        } else {
+            throw .invalidRequest("give roomOptions or roomId")
+        }
+        var publish = publishOptions
+        publish.tags += ["roomId:\(roomId)"]
+        let publisher = try await pcastExpress.publish(publish)
+        var uri = "pcast://\(publisher.streamId)"
+        if options.wildcardTokens {
+            let token = try await pcastExpress.streamToken(streamId: publisher.streamId, capabilities: publishOptions.capabilities)
+            uri += "?streamToken=" + (token.addingPercentEncoding(withAllowedCharacters: .urlQueryValueAllowed) ?? token)
+        }
+        let stream = rooms.createStream(uri: uri, type: options.streamType)
+        rooms.selfMember.role.setValue(options.memberRole)
+        rooms.selfMember.screenName.setValue(options.screenName ?? RoomService.randomScreenName())
+        rooms.selfMember.streams.setValue([stream])
+        do {
+            try await rooms.joinRoom(roomId: roomId)
+        } catch {
+            await publisher.stop()
+            throw error
+        }
+        // When the stream ends, the member no longer offers it.
+        publisher.setPublisherEndedCallback { [weak rooms] _, _ in
+            guard let rooms else { return }
+            Task {
+                rooms.selfMember.streams.update { $0.removeAll { $0.uri == stream.uri } }
+                try? await rooms.selfMember.commitChanges()
+            }
+        }
+        return (rooms, publisher)
+    }
+
+    /// Subscribes to a member's stream: with the wildcard token in its URI when there is one, else
+    /// with a token from the backend.
+    public func subscribeToMemberStream(_ stream: RoomStream, _ options: SubscribeToMemberStreamOptions = .init()) async throws(PCastError) -> ExpressSubscriber {
+        guard let streamId = stream.pcastStreamId else { throw .invalidRequest("'\(stream.uri)' is not a pcast:// stream") }
+        var subscribe = SubscribeOptions(streamId: streamId, capabilities: options.capabilities, streamToken: stream.streamToken,
+                                         renderer: options.renderer, monitor: options.monitor)
+        subscribe.playoutDelay = options.playoutDelay
+        return try await pcastExpress.subscribe(subscribe)
+    }
+}
+
+extension CharacterSet {
+    /// Characters left as they are in a query value (`&`, `=`, `+` and `?` are encoded).
+    static let urlQueryValueAllowed: CharacterSet = {
+        var set = CharacterSet.urlQueryAllowed
+        set.remove(charactersIn: "&=+?#")
+        return set
+    }()
+}
