@@ -186,7 +186,10 @@ public struct ChatMessageDescription: Codable, Sendable, Hashable {
 
     public static func sequence(of messageId: String) -> UInt64? {
         guard messageId.hasPrefix("chat-") else { return nil }
-        return UInt64(messageId.dropFirst(5))
+        let digits = messageId.utf8.dropFirst(5)
+        // Canonical decimal only: no sign, no leading zeros ("chat-007" names no message).
+        guard let first = digits.first, digits.allSatisfy({ (0x30...0x39).contains($0) }), first != 0x30 || digits.count == 1 else { return nil }
+        return UInt64(String(decoding: digits, as: UTF8.self))
     }
 }
 

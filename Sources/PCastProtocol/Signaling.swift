@@ -545,6 +545,7 @@ public enum SignalingCodec {
             try name(p.roomId, "roomId", required: true)
         case .updateRoom(let p):
             try name(p.roomId, "roomId", required: true)
+            if p.name?.isEmpty == true { throw fail("'name' is empty") }
             try name(p.name, "name", required: false)
             try check(p.description, "description")
             try check(p.bridgeId, "bridgeId")

@@ -16,7 +16,8 @@ import PCastProtocol
 ///   they count in the estimated size, which is sent to every member on ``Event/tick(now:)`` when it
 ///   changed (the seed's periodic, cold room-size observable).
 /// - Members change themselves; moderators (of that room) change other members and the room, and
-///   destroy it. Everyone else gets `unauthorized`.
+///   destroy it. Everyone else gets `unauthorized`. A moderator may give another member any role,
+///   moderator included (promotion is the moderator's call, not the member's token's).
 /// - Every visible change goes to the room's other attached members as a ``ServerMessage/RoomEvent``
 ///   whose `sequence` counts up per room, in the order decided here; the requester gets the reply.
 /// - Chat: members only; messages get platform-wide increasing ids (`chat-<n>`) and go to every
