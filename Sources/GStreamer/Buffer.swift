@@ -74,7 +74,7 @@ public final class Buffer: @unchecked Sendable {
     }
 
     /// Makes the underlying buffer private to this wrapper when others share it, then runs `body`.
-    private func withWritablePointer<R>(_ body: (UnsafeMutablePointer<GstBuffer>) throws -> R) rethrows -> R {
+    func withWritablePointer<R>(_ body: (UnsafeMutablePointer<GstBuffer>) throws -> R) rethrows -> R {
         try handle.withLock { handle in
             if pcast_gst_buffer_is_writable(handle.pointer) == 0 {
                 handle.pointer = pcast_gst_buffer_make_writable(handle.pointer)

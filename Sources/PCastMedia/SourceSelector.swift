@@ -74,18 +74,30 @@ public enum SourceSelector {
         if let location = options.location?.exact, location != .automatic {
             throw .constraintNotSatisfied(.location, "no device here reports its location")
         }
-        // Echo cancellation is not offered yet: webrtcdsp needs the far-end audio aligned with the
-        // capture clock, and a reference fed across pipelines did not cancel (measured here:
-        // 2–3 dB instead of the 24 dB it gives within one pipeline). Hard requests are refused.
-        let echoCancelation = false
-        if options.echoCancelationMode?.exact == .on {
-            throw .constraintNotSatisfied(.audioEchoCancelationMode, hasElement("webrtcdsp")
-                ? "echo cancellation is not available in this version"
-                : "echo cancellation needs webrtcdsp (install gstreamer1.0-plugins-bad)")
+        // Echo cancellation (webrtcdsp, with the renderers' audio as its far-end reference) when
+        // the plugin is installed: on, or automatic, turn it on; off, or no constraint, leave it off.
+        let installed = hasElement("webrtcdsp") && hasElement("webrtcechoprobe")
+        let available = installed && echoCancelationRates.contains(options.sampleRate)
+        let echoCancelation: Bool
+        switch options.echoCancelationMode?.exact ?? options.echoCancelationMode?.ideal {
+        case .on?:
+            if options.echoCancelationMode?.exact == .on, !available {
+                throw .constraintNotSatisfied(.audioEchoCancelationMode, installed
+                    ? "echo cancellation works at 8, 16, 32 or 48 kHz, not \(options.sampleRate) Hz"
+                    : "echo cancellation needs webrtcdsp (install gstreamer1.0-plugins-bad)")
+            }
+            echoCancelation = available
+        case .automatic?:
+            echoCancelation = available
+        case .off?, nil:
+            echoCancelation = false
         }
         guard let device = candidates.first else { throw .noSource(.audio) }
         return AudioSelection(device: device, sampleRate: options.sampleRate, channelCount: options.channelCount, echoCancelation: echoCancelation)
     }
+
+    /// The sample rates webrtcdsp processes.
+    static let echoCancelationRates: Set<Int> = [8_000, 16_000, 32_000, 48_000]
 
     /// Devices allowed by the device-id constraint, in preference order.
     static func candidates(_ devices: [SourceDeviceInfo], deviceId: Constraint<String>?, kind: MediaType) throws(UserMediaError) -> [SourceDeviceInfo] {

@@ -130,22 +130,34 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
     nonisolated(unsafe) var onEnd: (@Sendable (MediaStreamEndReason) -> Void)?
     private let firstData = FirstData()
     private var busTask: Task<Void, Never>?
+    /// The far-end reference of echo cancellation, when the audio track has it.
+    let echoReference: EchoReference?
 
     init(plan: CapturePlan) throws(UserMediaError) {
         var parts: [String] = []
+        var reference: EchoReference?
         do {
             if let video = plan.video {
                 parts.append(try StockPipelines.template("user-media-video").render(Self.videoValues(video)))
             }
             if let audio = plan.audio {
-                let values = ["rate": String(audio.sampleRate), "channels": String(audio.channelCount)]
+                var values = ["rate": String(audio.sampleRate), "channels": String(audio.channelCount)]
+                if audio.echoCancelation {
+                    // The probe must exist before webrtcdsp starts: it looks it up by name then.
+                    let echo = try EchoReference(sampleRate: audio.sampleRate)
+                    reference = echo
+                    values["processing"] = "webrtcdsp name=audio-processing probe=\(echo.probeName) echo-cancel=true "
+                        + "noise-suppression=false gain-control=false high-pass-filter=false"
+                }
                 parts.append(try StockPipelines.template("user-media-audio").render(values))
             }
             pipeline = try Pipeline(description: parts.joined(separator: "\n"), name: "user-media")
         } catch {
             throw UserMediaError.from(error, device: nil)
         }
+        // The system clock is also what renderers and echo references run on.
         pipeline.useSystemClock()
+        echoReference = reference
         self.plan = Mutex(plan)
         videoGate = plan.video == nil ? nil : TrackGate(kind: .video)
         audioGate = plan.audio == nil ? nil : TrackGate(kind: .audio)
@@ -229,6 +241,14 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
             case .failed(let error): throw UserMediaError.from(error, device: device(named: error.source, plan: plan))
             case .ended: throw UserMediaError.sourceFailed("the source ended before producing media")
             case .timeout: throw UserMediaError.sourceFailed("no media from the source within 10 s")
+            }
+            if let echoReference {
+                guard let baseTime = pipeline.baseTime else { throw UserMediaError.sourceFailed("the capture pipeline has no base time") }
+                do {
+                    try await echoReference.start(captureBaseTime: baseTime)
+                } catch {
+                    throw UserMediaError.from(error, device: plan.audio?.device)
+                }
             }
         } catch let error as UserMediaError {
             await stop()
@@ -353,6 +373,7 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
         busTask?.cancel()
         videoGate?.remove()
         audioGate?.remove()
+        await echoReference?.stop()
         await pipeline.stop()
         let plan = self.plan.withLock { $0 }
         DevicesInUse.release(plan.video?.device)

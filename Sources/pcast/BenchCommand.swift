@@ -85,6 +85,7 @@ struct BenchCommand: AsyncParsableCommand {
         try Data(markdown.utf8).write(to: directory.appendingPathComponent("bench.md"))
         print(markdown)
         print("written: \(directory.path)/bench.json, \(directory.path)/bench.md")
+        try await EchoBenchmark.run(output: directory)
     }
 }
 

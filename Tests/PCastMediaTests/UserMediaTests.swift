@@ -344,22 +344,43 @@ struct ConstraintTests {
         #expect(throws: UserMediaError.self) { try select { $0.videoSourceRotationMode = .exact(.followUiRotation) } }
     }
 
-    @Test("audio: hard echo cancellation and hard polar pattern are refused, ideal ones accepted")
+    @Test("audio: echo cancellation on, automatic and off; hard on without webrtcdsp or at another rate is refused; hard polar pattern is refused")
     func audioConstraints() throws {
         let audio = SourceDevices.builtIn(.audio)
         var options = AudioOptions()
         options.echoCancelationMode = .exact(.on)
         do {
             _ = try SourceSelector.selectAudio(options, among: audio, hasElement: { _ in false })
-            Issue.record("hard echo cancellation accepted")
+            Issue.record("hard echo cancellation accepted without webrtcdsp")
         } catch {
             guard case .constraintNotSatisfied(.audioEchoCancelationMode, let why) = error else { Issue.record("\(error)"); return }
             #expect(why.contains("gstreamer1.0-plugins-bad"))
         }
+        #expect(try SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true }).echoCancelation)
+        // Without the probe element the far end cannot be had.
+        #expect(throws: UserMediaError.self) { try SourceSelector.selectAudio(options, among: audio, hasElement: { $0 == "webrtcdsp" }) }
+        options.sampleRate = 44_100
+        do {
+            _ = try SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true })
+            Issue.record("hard echo cancellation accepted at 44.1 kHz")
+        } catch {
+            guard case .constraintNotSatisfied(.audioEchoCancelationMode, let why) = error else { Issue.record("\(error)"); return }
+            #expect(why.contains("44100"))
+        }
         options.echoCancelationMode = .ideal(.on)
         #expect(try !SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true }).echoCancelation)
+        options.sampleRate = 48_000
+        #expect(try SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true }).echoCancelation)
+        #expect(try !SourceSelector.selectAudio(options, among: audio, hasElement: { _ in false }).echoCancelation)
+        options.echoCancelationMode = .exact(.automatic)
+        #expect(try SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true }).echoCancelation)
+        #expect(try !SourceSelector.selectAudio(options, among: audio, hasElement: { _ in false }).echoCancelation)
+        options.echoCancelationMode = nil
+        #expect(try !SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true }).echoCancelation)
         options.echoCancelationMode = .exact(.off)
-        #expect(try SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true }).device.id == SourceDevices.syntheticAudioId)
+        let off = try SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true })
+        #expect(!off.echoCancelation)
+        #expect(off.device.id == SourceDevices.syntheticAudioId)
         options.polarPattern = .exact(.cardioid)
         do {
             _ = try SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true })
