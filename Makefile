@@ -4,7 +4,7 @@ SWIFT ?= swift
 DEMO_SECONDS ?= 15
 BENCH_DIR ?= bench-results
 # Suites with many concurrent clients (run apart from the media suites; see `test`).
-ROOM_SUITES = RoomTests ChatTests RestartTests ExpressTests RoomChannelExpressTests ObservableTests RoomStoreTests RoomRegistryTests
+ROOM_SUITES = RoomTests ChatTests RestartTests ExpressTests RoomChannelExpressTests ObservableTests RoomStoreTests RoomRegistryTests IngestTests
 
 # The demo: the embedded platform in-process; a test pattern and tone published through its relay
 # to a subscriber (a window when there is a display, a null sink otherwise), with a status line.

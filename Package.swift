@@ -45,7 +45,9 @@ let package = Package(
         ),
         .target(
             name: "CGStreamerShim",
-            dependencies: ["CGStreamer"]
+            dependencies: ["CGStreamer"],
+            // The pixel converters must be optimised in debug builds too (tests convert real frames).
+            cSettings: [.unsafeFlags(["-O2"])]
         ),
         .target(
             name: "GStreamer",
@@ -84,6 +86,8 @@ let package = Package(
             dependencies: [
                 "PCastProtocol",
                 "PCastRelay",
+                // Ingest runs the SDK's publisher in the platform (media engine → SDK → server).
+                "PCast",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "HummingbirdWSCompression", package: "hummingbird-websocket"),

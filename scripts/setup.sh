@@ -24,6 +24,10 @@ packages=(
   xvfb
   python3
   python3-pip
+  gstreamer1.0-plugins-base-apps
+  ffmpeg
+  nginx
+  libnginx-mod-rtmp
 )
 
 # Independent oracles the tests check against (PyPI): phenix-edge-auth for digest tokens, pylibsrtp for SRTP.

@@ -13,17 +13,20 @@ import Synchronization
 /// ```
 public final class Publisher: Sendable {
     public let streamId: String
-    let rtp: RTPPublisher
+    let rtp: any RTPSource
     let socket: SocketSlot
     private weak let pcast: PCast?
     private let ending = Mutex<(ended: (StreamEndedReason, String?)?, callbacks: [@Sendable (StreamEndedReason, String?) -> Void], waiters: [CheckedContinuation<(StreamEndedReason, String?), Never>])>((nil, [], []))
 
-    init(streamId: String, rtp: RTPPublisher, socket: SocketSlot, pcast: PCast) {
+    init(streamId: String, rtp: any RTPSource, socket: SocketSlot, pcast: PCast) {
         self.streamId = streamId
         self.rtp = rtp
         self.socket = socket
         self.pcast = pcast
     }
+
+    /// The ingest producing this stream, when it publishes a remote source (``PCast/publish(streamToken:ingest:options:tags:publishType:streamName:)``).
+    public var ingest: IngestPublisher? { rtp as? IngestPublisher }
 
     /// The tracks announced to the platform.
     public var tracks: [MediaTrackDescription] { rtp.tracks }
@@ -115,7 +118,7 @@ extension PCast {
     public func publish(streamToken: String, mediaStream: UserMediaStream, tags: [String] = [],
                         settings: EncodingSettings = EncodingSettings(),
                         publishType: PublishType = .live, streamName: String? = nil) async throws(PCastError) -> Publisher {
-        let client = try signaling()
+        _ = try signaling()
         let socketBox = SocketSlot()
         let rtp: RTPPublisher
         do {
@@ -124,6 +127,51 @@ extension PCast {
             }
         } catch {
             throw .media(error)
+        }
+        return try await announce(rtp, socketBox: socketBox, streamToken: streamToken, tags: tags, publishType: publishType, streamName: streamName)
+    }
+
+    /// Publishes a remote source (a URI GStreamer can pull, or pushed FLV) without decoding its
+    /// H.264 — the same as the platform's ingest, run here. The stream ends as `ended` when the
+    /// source ends (or as `failed` with the reason when it fails).
+    ///
+    /// - Throws: ``PCastError/media(_:)`` when the source cannot be opened; the platform's refusals.
+    public func publish(streamToken: String, ingest source: IngestSource, options ingestOptions: IngestOptions = IngestOptions(),
+                        tags: [String] = [], publishType: PublishType = .live, streamName: String? = nil) async throws(PCastError) -> Publisher {
+        _ = try signaling()
+        let socketBox = SocketSlot()
+        let ingest: IngestPublisher
+        do {
+            ingest = try await IngestPublisher.start(source, options: ingestOptions) { packet in
+                socketBox.value.withLock { $0 }?.send(packet)
+            }
+        } catch {
+            throw .media(error)
+        }
+        let publisher = try await announce(ingest, socketBox: socketBox, streamToken: streamToken, tags: tags, publishType: publishType, streamName: streamName)
+        Task { [weak publisher] in
+            do throws(MediaError) { try await ingest.begin() } catch {
+                await publisher?.stop(reason: .failed, description: error.description)
+                return
+            }
+            let end = await ingest.ended()
+            guard let publisher, !publisher.hasEnded else { return }
+            switch end {
+            case .endOfStream: await publisher.stop(reason: .ended, description: "the source ended")
+            case .stopped: await publisher.stop(reason: .ended)
+            case .timeout, .noData, .tooLarge, .failed: await publisher.stop(reason: .failed, description: end.description)
+            }
+        }
+        return publisher
+    }
+
+    /// Announces an RTP source to the platform and connects its media socket.
+    private func announce(_ rtp: any RTPSource, socketBox: SocketSlot, streamToken: String, tags: [String], publishType: PublishType,
+                          streamName: String?) async throws(PCastError) -> Publisher {
+        let client: SignalingClient
+        do { client = try signaling() } catch {
+            await rtp.stop()
+            throw error
         }
         let reply: ServerMessage
         do {

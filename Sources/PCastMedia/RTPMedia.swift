@@ -50,6 +50,17 @@ public struct OutgoingPacket: Sendable {
     }
 }
 
+/// Something that produces a published stream's RTP: encoded local media (``RTPPublisher``) or an
+/// ingest (``IngestPublisher``). The SDK announces its tracks and carries its packets.
+public protocol RTPSource: AnyObject, Sendable {
+    /// What to announce in the publish request.
+    var tracks: [MediaTrackDescription] { get }
+    /// RTCP from the network (PLI, FIR, receiver reports).
+    func receiveRTCP(_ packet: Buffer)
+    /// Stops producing packets.
+    func stop() async
+}
+
 /// Encodes a stream's tracks to RTP: one consumer per track (encoder, payloader, RTP session) on
 /// the stream's tees. Packets go to `send`; RTCP from the network comes in with ``receiveRTCP(_:)``
 /// (a PLI or FIR makes the encoder send a keyframe).
@@ -58,7 +69,7 @@ public struct OutgoingPacket: Sendable {
 /// let rtp = try await RTPPublisher.start(stream: media.mediaStream) { packet in transport.send(packet) }
 /// rtp.tracks   // what to announce in the publish request
 /// ```
-public final class RTPPublisher: Sendable {
+public final class RTPPublisher: RTPSource, Sendable {
     public let tracks: [MediaTrackDescription]
     private let consumers: [MediaConsumer]
     private let rtcpInputs: [AppSource]

@@ -404,3 +404,65 @@ public enum RoomLimits {
     public static let maximumNameLength = 256
     public static let maximumStreamsPerMember = 8
 }
+
+extension ClientMessage {
+    /// The seed's publish-remote options: the platform pulls `streamURI` and publishes it.
+    public struct PublishRemote: Codable, Sendable, Hashable {
+        public var streamToken: String
+        public var streamURI: String
+        public var capabilities: [String]
+        public var tags: [String]
+        /// `loop` plays a file again at its end; others are refused as unknown.
+        public var connectOptions: [String]
+        public var maximumFrameRate: Double?
+        public var exactFrameRate: Double?
+        /// Media skipped at the start (default 500).
+        public var prerollSkipMilliseconds: Int?
+        public var publishType: PublishType
+        public var streamName: String?
+
+        enum CodingKeys: String, CodingKey {
+            case streamToken, streamURI = "streamUri", capabilities, tags, connectOptions, maximumFrameRate, exactFrameRate,
+                 prerollSkipMilliseconds, publishType, streamName
+        }
+
+        public init(streamToken: String, streamURI: String, capabilities: [String] = [], tags: [String] = [], connectOptions: [String] = [],
+                    maximumFrameRate: Double? = nil, exactFrameRate: Double? = nil, prerollSkipMilliseconds: Int? = nil,
+                    publishType: PublishType = .live, streamName: String? = nil) {
+            self.streamToken = streamToken
+            self.streamURI = streamURI
+            self.capabilities = capabilities
+            self.tags = tags
+            self.connectOptions = connectOptions
+            self.maximumFrameRate = maximumFrameRate
+            self.exactFrameRate = exactFrameRate
+            self.prerollSkipMilliseconds = prerollSkipMilliseconds
+            self.publishType = publishType
+            self.streamName = streamName
+        }
+    }
+}
+
+extension ServerMessage {
+    public struct IngestStarted: Codable, Sendable, Hashable {
+        public var streamId: String
+        /// Whether video passes through without re-encoding.
+        public var passthrough: Bool
+        public init(streamId: String, passthrough: Bool) {
+            self.streamId = streamId
+            self.passthrough = passthrough
+        }
+    }
+
+    public struct IngestProgress: Codable, Sendable, Hashable {
+        public var streamId: String
+        public var positionMilliseconds: Int64?
+        /// Known for files only.
+        public var durationMilliseconds: Int64?
+        public init(streamId: String, positionMilliseconds: Int64?, durationMilliseconds: Int64?) {
+            self.streamId = streamId
+            self.positionMilliseconds = positionMilliseconds
+            self.durationMilliseconds = durationMilliseconds
+        }
+    }
+}

@@ -158,6 +158,10 @@ public enum ClientMessage: Sendable, Hashable {
     case updateMember(UpdateMember)
     case sendChatMessage(SendChatMessage)
     case getChatMessages(GetChatMessages)
+    /// The platform pulls a remote source and publishes it (ingest).
+    case publishRemote(PublishRemote)
+    /// Stops an ingest this session started.
+    case stopIngest(StreamReference)
 
     public var type: String {
         switch self {
@@ -177,6 +181,8 @@ public enum ClientMessage: Sendable, Hashable {
         case .updateMember: return "update-member"
         case .sendChatMessage: return "send-chat-message"
         case .getChatMessages: return "get-chat-messages"
+        case .publishRemote: return "publish-remote"
+        case .stopIngest: return "stop-ingest"
         }
     }
 }
@@ -252,6 +258,10 @@ public enum ServerMessage: Sendable, Hashable {
     case chatMessages(ChatMessages)
     /// A chat message: the event every member gets, and the reply to its sender.
     case chatMessage(ChatEvent)
+    /// Reply to publish-remote: the ingest runs and publishes this stream.
+    case ingestStarted(IngestStarted)
+    /// Periodic position of an ingest, to the session that started it.
+    case ingestProgress(IngestProgress)
 
     public var type: String {
         switch self {
@@ -268,6 +278,8 @@ public enum ServerMessage: Sendable, Hashable {
         case .memberInfo: return "member-info"
         case .chatMessages: return "chat-messages"
         case .chatMessage: return "chat-message"
+        case .ingestStarted: return "ingest-started"
+        case .ingestProgress: return "ingest-progress"
         }
     }
 }
@@ -380,6 +392,8 @@ public enum SignalingCodec {
         case .updateMember(let p): return try wire(envelope, p)
         case .sendChatMessage(let p): return try wire(envelope, p)
         case .getChatMessages(let p): return try wire(envelope, p)
+        case .publishRemote(let p): return try wire(envelope, p)
+        case .stopIngest(let p): return try wire(envelope, p)
         }
     }
 
@@ -398,6 +412,8 @@ public enum SignalingCodec {
         case .memberInfo(let p): return try wire(envelope, p)
         case .chatMessages(let p): return try wire(envelope, p)
         case .chatMessage(let p): return try wire(envelope, p)
+        case .ingestStarted(let p): return try wire(envelope, p)
+        case .ingestProgress(let p): return try wire(envelope, p)
         }
     }
 
@@ -431,6 +447,8 @@ public enum SignalingCodec {
         case "update-member": message = .updateMember(try payload(data, type, id))
         case "send-chat-message": message = .sendChatMessage(try payload(data, type, id))
         case "get-chat-messages": message = .getChatMessages(try payload(data, type, id))
+        case "publish-remote": message = .publishRemote(try payload(data, type, id))
+        case "stop-ingest": message = .stopIngest(try payload(data, type, id))
         default: throw SignalingError(kind: .unknownType(type), requestId: id)
         }
         try validate(message, id: id)
@@ -456,6 +474,8 @@ public enum SignalingCodec {
         case "member-info": message = .memberInfo(try payload(data, type, id))
         case "chat-messages": message = .chatMessages(try payload(data, type, id))
         case "chat-message": message = .chatMessage(try payload(data, type, id))
+        case "ingest-started": message = .ingestStarted(try payload(data, type, id))
+        case "ingest-progress": message = .ingestProgress(try payload(data, type, id))
         default: throw SignalingError(kind: .unknownType(type), requestId: id)
         }
         return Envelope(id: id, message)
@@ -569,6 +589,23 @@ public enum SignalingCodec {
             for (id, field) in [(p.afterMessageId, "afterMessageId"), (p.beforeMessageId, "beforeMessageId")] {
                 if let id, ChatMessageDescription.sequence(of: id) == nil { throw fail("'\(field)' is not a message id") }
             }
+        case .publishRemote(let p):
+            try check(p.streamToken, "streamToken")
+            try check(p.streamName, "streamName")
+            guard !p.streamURI.isEmpty else { throw fail("missing 'streamUri'") }
+            try check(p.streamURI, "streamUri")
+            guard p.tags.count <= maximumTags else { throw fail("more than \(maximumTags) tags") }
+            for tag in p.tags { try check(tag, "tags") }
+            guard p.connectOptions.count <= maximumTags else { throw fail("more than \(maximumTags) connect options") }
+            for rate in [p.maximumFrameRate, p.exactFrameRate] {
+                if let rate, !(rate > 0 && rate <= 240) { throw fail("frame rate \(rate) is outside 0…240") }
+            }
+            if let skip = p.prerollSkipMilliseconds, !(0...60_000).contains(skip) { throw fail("prerollSkipMilliseconds must be 0…60000") }
+            if p.publishType != .live && (p.streamName ?? "").isEmpty {
+                throw fail("publish type '\(p.publishType.rawValue)' needs a streamName")
+            }
+        case .stopIngest(let p):
+            try check(p.streamId, "streamId")
         }
 
         func name(_ value: String?, _ field: String, required: Bool) throws(SignalingError) {

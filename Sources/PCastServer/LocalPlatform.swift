@@ -32,12 +32,14 @@ public final class LocalPlatform: Sendable {
                              httpPort: Int = 0,
                              resumeWindow: TimeInterval = PlatformConfiguration.defaultResumeWindow,
                              backendPolicy: (any BackendPolicy)? = SampleBackendPolicy(),
+                             ingestPolicy: IngestURIPolicy = IngestURIPolicy(),
                              logger: Logger = Logger(label: "pcast.platform")) async throws -> LocalPlatform {
         let relay = try Relay(configuration: relayConfiguration)
         let directory = dataDirectory ?? FileManager.default.temporaryDirectory.appendingPathComponent("pcast-local-\(UUID().uuidString)").path
         var configuration = PlatformConfiguration(applicationId: applicationId, secret: secret, host: "127.0.0.1",
                                                   httpPort: httpPort, mediaPort: Int(relay.mediaPort), dataDirectory: directory)
         configuration.resumeWindow = resumeWindow
+        configuration.ingestPolicy = ingestPolicy
         do {
             let server = try await PlatformServer.start(configuration: configuration, relay: relay, logger: logger, backendPolicy: backendPolicy)
             return LocalPlatform(server: server, relay: relay, configuration: configuration)

@@ -39,6 +39,7 @@ actor Platform {
     /// Sessions that can be resumed: SHA-256 of their resume key, and whether a connection holds them.
     private var resumable: [String: (keyHash: String, attached: Bool, deadline: Date?)] = [:]
     private(set) var isAccepting = true
+    private let ingest: IngestService
 
     /// Messages queued for one connection before it counts as not reading: a client that sends
     /// requests without reading the replies cannot make the platform hold unbounded memory.
@@ -63,6 +64,7 @@ actor Platform {
         self.persistence = RoomPersistence(store: store) { error in
             storeLogger.error("room store write failed", metadata: ["pcast.error": "\(error)"])
         }
+        self.ingest = IngestService(policy: configuration.ingestPolicy, tokens: TokenAuthority(applicationId: configuration.applicationId, secret: configuration.secret), logger: logger)
         if !snapshot.rooms.isEmpty {
             logger.info("rooms restored", metadata: ["pcast.rooms": "\(snapshot.rooms.count)", "pcast.members": "\(snapshot.members.count)",
                                                      "pcast.sessions": "\(snapshot.sessions.count)"])
@@ -122,6 +124,29 @@ actor Platform {
             resumable[id] = nil
             persistence.submit([.deleteSession(sessionId: id)])
         }
+        Task { await self.sendIngestProgress() }
+    }
+
+    /// The server listens on `port`: the ingest session connects there.
+    func listening(port: Int) async {
+        await ingest.listening(host: configuration.host, port: port) { [weak self] owner, streamId, reason, description in
+            await self?.ingestEnded(owner: owner, streamId: streamId, reason: reason, description: description)
+        }
+    }
+
+    /// Stops every ingest and the ingest session (before the platform shuts down).
+    func shutdownIngest() async {
+        await ingest.shutdown()
+    }
+
+    private func ingestEnded(owner: String, streamId: String, reason: StreamEndedReason, description: String?) {
+        reply(to: owner, requestId: nil, .streamEnded(.init(streamId: streamId, reason: reason, description: description)))
+    }
+
+    private func sendIngestProgress() async {
+        for (owner, progress) in await ingest.progress() {
+            reply(to: owner, requestId: nil, .ingestProgress(progress))
+        }
     }
 
     /// Waits until every store write submitted so far is on disk.
@@ -180,6 +205,25 @@ actor Platform {
                     if case .createRoom = roomRequest { newId = Self.makeId("room") } else { newId = "" }
                     perform(rooms: .request(sessionId: id, requestId: requestId, roomRequest, now: clock(), newId: newId))
                     continue
+                case .publishRemote(let remote):
+                    let ingest = self.ingest
+                    Task {
+                        switch await ingest.start(owner: id, remote) {
+                        case .success(let started): self.reply(to: id, requestId: requestId, .ingestStarted(started))
+                        case .failure(let failure): self.reply(to: id, requestId: requestId, .failure(failure))
+                        }
+                    }
+                    continue
+                case .stopIngest(let reference):
+                    let ingest = self.ingest
+                    Task {
+                        if let failure = await ingest.stop(reference.streamId, by: id) {
+                            self.reply(to: id, requestId: requestId, .failure(failure))
+                        } else {
+                            self.reply(to: id, requestId: requestId, .ok)
+                        }
+                    }
+                    continue
                 }
                 perform(registry: .request(sessionId: id, requestId: requestId, request, now: clock(), newId: newId))
             case .close(let code, let reason):
@@ -188,6 +232,10 @@ actor Platform {
                 connection.outbox.finish()
             case .ended(let id, let how):
                 perform(registry: .sessionClosed(sessionId: id, how))
+                if how != .serverShutdown {
+                    let ingest = self.ingest
+                    Task { await ingest.ownerEnded(id) }
+                }
                 switch how {
                 case .bye:
                     // An orderly end: leave every room, and the session cannot be resumed.

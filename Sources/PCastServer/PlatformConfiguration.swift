@@ -37,6 +37,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// Seconds a session whose connection was lost (or interrupted by a platform restart) keeps its
     /// room memberships, waiting to be resumed.
     public var resumeWindow: TimeInterval = Self.defaultResumeWindow
+    /// What ingest may pull: schemes, internal addresses allowed, `file://` directory.
+    public var ingestPolicy = IngestURIPolicy()
 
     /// A session is closed after this many keep-alive intervals without a message.
     public static let keepAliveTimeoutMultiplier = 3

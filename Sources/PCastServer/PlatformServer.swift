@@ -127,6 +127,7 @@ public final class PlatformServer: Sendable {
             throw .cannotListen(host: configuration.host, port: configuration.httpPort, reason: reason)
         }
         logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
+        await parts.platform.listening(port: port)
         return PlatformServer(
             httpPort: port, host: configuration.host, mediaPort: relay.mediaPort, metrics: parts.metrics,
             platform: parts.platform, serviceGroup: serviceGroup, runTask: runTask)
@@ -148,6 +149,7 @@ public final class PlatformServer: Sendable {
             group.addTask {
                 for await port in parts.ports {
                     logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
+                    await parts.platform.listening(port: port)
                     onListening(port)
                     break
                 }
@@ -268,6 +270,7 @@ struct PlatformService: Service {
                 await platform.tick()
             }
         }
+        await platform.shutdownIngest()
         await platform.shutdown()
         await platform.flushStore()
         let clock = ContinuousClock()

@@ -99,6 +99,9 @@ public struct SessionStateMachine: Sendable {
         case unsubscribe(ClientMessage.StreamReference)
         /// Rooms and chat (for the ``RoomRegistry``).
         case room(RoomRegistry.Request)
+        /// Ingest of a remote source (for the platform's ingest service).
+        case publishRemote(ClientMessage.PublishRemote)
+        case stopIngest(ClientMessage.StreamReference)
     }
 
     public enum Action: Sendable, Hashable {
@@ -240,6 +243,10 @@ public struct SessionStateMachine: Sendable {
             return [.request(sessionId: sessionId, requestId: id, .room(.sendChatMessage(request)))]
         case (.authenticated, .getChatMessages(let request)):
             return [.request(sessionId: sessionId, requestId: id, .room(.getChatMessages(request)))]
+        case (.authenticated, .publishRemote(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .publishRemote(request))]
+        case (.authenticated, .stopIngest(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .stopIngest(request))]
         case (.closed, _):
             return []
         }

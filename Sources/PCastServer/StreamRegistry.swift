@@ -141,7 +141,7 @@ public struct StreamRegistry: Sendable {
                 return self.unpublish(unpublish, sessionId: sessionId, requestId: requestId)
             case .unsubscribe(let reference):
                 return self.unsubscribe(reference.streamId, sessionId: sessionId, requestId: requestId)
-            case .room:
+            case .room, .publishRemote, .stopIngest:
                 // Rooms are the RoomRegistry's; the platform never hands them here.
                 return [send(sessionId, requestId, .failure(.init(status: .badRequest, message: "not a stream request")))]
             }

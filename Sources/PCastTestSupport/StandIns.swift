@@ -103,10 +103,11 @@ public struct PulseAudioServer: Sendable {
 
 public struct StandInFailure: Error, CustomStringConvertible {
     public let description: String
+    public init(description: String) { self.description = description }
 }
 
 public func executable(_ name: String) throws -> URL {
-    for directory in ["/usr/bin", "/usr/local/bin", "/bin"] {
+    for directory in ["/usr/bin", "/usr/local/bin", "/bin", "/usr/sbin", "/sbin"] {
         let url = URL(fileURLWithPath: directory).appendingPathComponent(name)
         if FileManager.default.isExecutableFile(atPath: url.path) { return url }
     }
@@ -141,4 +142,99 @@ public struct XvfbServer: Sendable {
     }
 
     public func stop() { process.stop() }
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; a small race is accepted in tests).
+public func freeTCPPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw StandInFailure(description: "socket() failed") }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+    }
+    guard bound else { throw StandInFailure(description: "bind() failed") }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// Waits until something accepts TCP connections on 127.0.0.1:`port`.
+public func waitForTCP(port: Int, process: ChildProcess, what: String, timeout: Double = 15) throws {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        let connected = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+        close(fd)
+        if connected { return }
+        guard process.isRunning else { throw StandInFailure(description: "\(what) exited before listening on \(port)") }
+        usleep(50_000)
+    }
+    throw StandInFailure(description: "\(what) did not listen on \(port) within \(timeout) s")
+}
+
+/// A static HTTP server on 127.0.0.1 (Python's http.server) serving `directory`.
+public struct StaticHTTPServer: Sendable {
+    public let process: ChildProcess
+    public let port: Int
+
+    public static func start(directory: String) throws -> StaticHTTPServer {
+        let port = try freeTCPPort()
+        let process = try ChildProcess.spawn(try executable("python3"), ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", directory],
+                                             environment: ProcessInfo.processInfo.environment)
+        try waitForTCP(port: port, process: process, what: "python3 -m http.server")
+        return StaticHTTPServer(process: process, port: port)
+    }
+
+    public func url(_ file: String) -> String { "http://127.0.0.1:\(port)/\(file)" }
+    public func stop() { process.stop() }
+}
+
+/// nginx with the RTMP module on 127.0.0.1, application `live`: what ffmpeg pushes there can be
+/// pulled back as `rtmp://127.0.0.1:PORT/live/KEY`.
+public struct NginxRTMPServer: Sendable {
+    public let process: ChildProcess
+    public let port: Int
+    public let directory: URL
+
+    public static func start() throws -> NginxRTMPServer {
+        let nginx = try executable("nginx")
+        let module = ["/usr/lib/nginx/modules/ngx_rtmp_module.so", "/usr/share/nginx/modules/ngx_rtmp_module.so"]
+            .first { FileManager.default.fileExists(atPath: $0) }
+        guard let module else { throw StandInFailure(description: "the nginx RTMP module is missing (install libnginx-mod-rtmp)") }
+        let port = try freeTCPPort()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-nginx-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let configuration = """
+            load_module \(module);
+            daemon off;
+            master_process off;
+            worker_processes 1;
+            pid \(directory.path)/nginx.pid;
+            error_log \(directory.path)/error.log warn;
+            events { worker_connections 64; }
+            rtmp { server { listen 127.0.0.1:\(port); chunk_size 4096; application live { live on; record off; } } }
+            """
+        let file = directory.appendingPathComponent("nginx.conf")
+        try configuration.write(to: file, atomically: true, encoding: .utf8)
+        let process = try ChildProcess.spawn(nginx, ["-p", directory.path, "-c", file.path, "-e", "\(directory.path)/error.log"],
+                                             environment: ProcessInfo.processInfo.environment)
+        try waitForTCP(port: port, process: process, what: "nginx")
+        return NginxRTMPServer(process: process, port: port, directory: directory)
+    }
+
+    public func url(_ key: String) -> String { "rtmp://127.0.0.1:\(port)/live/\(key)" }
+
+    public func stop() {
+        process.stop()
+        try? FileManager.default.removeItem(at: directory)
+    }
 }

@@ -309,3 +309,48 @@ struct ChannelCommand: AsyncParsableCommand {
         }
     }
 }
+
+struct IngestCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ingest",
+        abstract: "Have the platform pull a remote source (http(s) mp4, rtmp, rtsp) and publish it; prints the stream id, then progress, until the source ends or Ctrl-C.")
+    @OptionGroup var session: SessionOptions
+    @Option(help: "Publish token.") var token: String
+    @Option(help: "The source URI.") var uri: String
+    @Option(help: "Re-encode to at most this frame rate.") var maxFps: Double?
+    @Option(help: "Re-encode to exactly this frame rate.") var exactFps: Double?
+    @Option(help: "Milliseconds skipped at the start.") var prerollSkip: Int?
+    @Flag(help: "Play a file again at its end.") var loop = false
+    @Option(help: "Tag to put on the stream (repeatable).") var tag: [String] = []
+
+    func run() async throws {
+        PCastCommand.bootstrapLogging()
+        let pcast = try await session.start()
+        let remote: RemotePublisher
+        do {
+            remote = try await pcast.publishRemote(.init(
+                streamToken: token, streamURI: uri, tags: tag, connectOptions: loop ? ["loop"] : [],
+                maximumFrameRate: maxFps, exactFrameRate: exactFps, prerollSkipMilliseconds: prerollSkip))
+        } catch {
+            await pcast.stop()
+            throw fail("ingest failed (\(error.status.rawValue)): \(error)")
+        }
+        print("\(remote.streamId)\(remote.passthrough ? "" : " (re-encoded)")")
+        fflush(nil)
+        let watching = remote.progress.subscribe { progress in
+            guard let progress, let position = progress.positionMilliseconds else { return }
+            let total = progress.durationMilliseconds.map { String(format: " / %.1f s", Double($0) / 1000) } ?? ""
+            print(String(format: "position %.1f s", Double(position) / 1000) + total)
+            fflush(nil)
+        }
+        await runUntilStopped(seconds: 0) { _ = await remote.ended() }
+        _ = watching
+        if remote.hasEnded {
+            let (reason, description) = await remote.ended()
+            print("ended: \(reason.rawValue)\(description.map { " (\($0))" } ?? "")")
+        } else {
+            try? await remote.stop()
+        }
+        await pcast.stop()
+    }
+}

@@ -43,15 +43,17 @@ struct ExpressTests {
         await platform.shutdown()
     }
 
-    @Test("publishRemote is refused as not supported, not faked")
+    @Test("publishRemote refuses internal addresses and unknown connect options with typed errors")
     func publishRemoteRefused() async throws {
         let platform = try await LocalPlatform.start()
         let client = express(platform)
-        do {
-            _ = try await client.publishRemote(PublishRemoteOptions(streamURI: "http://127.0.0.1/clip.mp4"))
-            Issue.record("publishRemote pretended to work")
-        } catch {
-            #expect(error.status == .notSupported)
+        for uri in ["http://169.254.169.254/latest/meta-data", "http://10.0.0.1/clip.mp4", "gopher://example.com/x"] {
+            do {
+                _ = try await client.publishRemote(PublishRemoteOptions(streamURI: uri))
+                Issue.record("the platform agreed to pull \(uri)")
+            } catch {
+                #expect(error.status == .unauthorized, "\(uri): \(error)")
+            }
         }
         await client.shutdown()
         await platform.shutdown()

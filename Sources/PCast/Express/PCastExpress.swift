@@ -305,10 +305,16 @@ public final class PCastExpress: Sendable {
         return publisher
     }
 
-    /// Publishing a remote source (mp4 / rtmp URI) needs the platform's ingest, which this platform
-    /// does not offer yet: always refused with `not-supported`, never a pretend publisher.
-    public func publishRemote(_ options: PublishRemoteOptions) async throws(PCastError) -> ExpressPublisher {
-        throw .refused(.notSupported, "publishing remote media (\(options.streamURI)) needs the platform's ingest, which is not available yet")
+    /// Has the platform pull a remote source (mp4 / rtmp / rtsp URI) and publish it; the publish
+    /// token comes from the backend unless given.
+    public func publishRemote(_ options: PublishRemoteOptions) async throws(PCastError) -> RemotePublisher {
+        let pcast = try await self.pcast()
+        let token: String
+        if let given = options.streamToken { token = given } else { token = try await publishToken(capabilities: options.capabilities, tags: options.tags) }
+        return try await pcast.publishRemote(.init(
+            streamToken: token, streamURI: options.streamURI, capabilities: options.capabilities, tags: options.tags,
+            connectOptions: options.connectOptions, maximumFrameRate: options.maximumFrameRate, exactFrameRate: options.exactFrameRate,
+            prerollSkipMilliseconds: Int(options.prerollSkipDuration / .milliseconds(1))))
     }
 
     /// Subscribes to a stream, with a started renderer when ``SubscribeOptions/renderer`` is set.

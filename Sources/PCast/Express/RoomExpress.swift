@@ -106,8 +106,8 @@ public final class RoomExpress: Sendable {
     /// stream in the self member. Releasing the publisher stops it; releasing the service leaves.
     public func publishToRoom(_ options: PublishToRoomOptions) async throws(PCastError) -> (RoomService, ExpressPublisher) {
         guard let publishOptions = options.publishOptions else {
-            if let remote = options.publishRemoteOptions { _ = try await pcastExpress.publishRemote(remote) }
-            throw .invalidRequest("give publishOptions or publishRemoteOptions")
+            throw .invalidRequest(options.publishRemoteOptions != nil
+                ? "remote media goes through publishRemoteToRoom(_:)" : "give publishOptions")
         }
         let pcast = try await pcastExpress.pcast()
         let rooms = RoomService(pcast: pcast)
@@ -144,6 +144,39 @@ public final class RoomExpress: Sendable {
                 rooms.selfMember.streams.update { $0.removeAll { $0.uri == stream.uri } }
                 try? await rooms.selfMember.commitChanges()
             }
+        }
+        return (rooms, publisher)
+    }
+
+    /// Has the platform ingest a remote source and shares the stream in the room as this member's.
+    public func publishRemoteToRoom(_ options: PublishToRoomOptions) async throws(PCastError) -> (RoomService, RemotePublisher) {
+        guard let remoteOptions = options.publishRemoteOptions else { throw .invalidRequest("give publishRemoteOptions") }
+        let pcast = try await pcastExpress.pcast()
+        let rooms = RoomService(pcast: pcast)
+        let roomId: String
+        if let id = options.roomId {
+            roomId = id
+        } else if let roomOptions = options.roomOptions {
+            roomId = try await rooms.createRoom(roomOptions).roomId
+        } else {
+            throw .invalidRequest("give roomOptions or roomId")
+        }
+        var remote = remoteOptions
+        remote.tags += ["roomId:\(roomId)"]
+        let publisher = try await pcastExpress.publishRemote(remote)
+        var uri = "pcast://\(publisher.streamId)"
+        if options.wildcardTokens {
+            let token = try await pcastExpress.streamToken(streamId: publisher.streamId, capabilities: remoteOptions.capabilities)
+            uri += "?streamToken=" + (token.addingPercentEncoding(withAllowedCharacters: .urlQueryValueAllowed) ?? token)
+        }
+        rooms.selfMember.role.setValue(options.memberRole)
+        rooms.selfMember.screenName.setValue(options.screenName ?? RoomService.randomScreenName())
+        rooms.selfMember.streams.setValue([rooms.createStream(uri: uri, type: options.streamType)])
+        do {
+            try await rooms.joinRoom(roomId: roomId)
+        } catch {
+            try? await publisher.stop()
+            throw error
         }
         return (rooms, publisher)
     }

@@ -1,0 +1,377 @@
+import Foundation
+import GStreamer
+import Logging
+import PCastProtocol
+import Synchronization
+
+/// What an ingest reads: a URI GStreamer can pull (http(s) mp4, rtmp, rtsp, file), or FLV bytes
+/// pushed in (what an RTMP push endpoint receives).
+public enum IngestSource: Sendable, Hashable {
+    case uri(String)
+    case pushedFLV
+}
+
+/// How an ingest runs (the seed's publish-remote options, plus the platform's limits).
+public struct IngestOptions: Sendable, Hashable {
+    /// Re-encode video to at most this rate (passthrough when nil and ``exactFrameRate`` is nil).
+    public var maximumFrameRate: Double?
+    /// Re-encode video to exactly this rate.
+    public var exactFrameRate: Double?
+    /// Media skipped at the start (files: a seek to the keyframe at or after it).
+    public var prerollSkip: Duration = .milliseconds(500)
+    /// Start again at the end of a file instead of ending.
+    public var loop = false
+    /// No first packet within this time: the ingest fails (`timeout`).
+    public var connectTimeout: Duration = .seconds(10)
+    /// No packet for this long once started: the ingest fails (`noData`).
+    public var noDataTimeout: Duration = .seconds(10)
+    /// Stop (as ended) after this much media; nil: no limit.
+    public var maximumDuration: Duration?
+    /// Refuse sources larger than this many bytes read (`tooLarge`); nil: no limit.
+    public var maximumBytes: Int?
+    /// A passed-through file waits this long for its first viewer's keyframe request before it
+    /// plays, so that viewer starts at the file's first keyframe (H.264 passed through cannot make
+    /// new ones; a source with sparse keyframes is undecodable until its next one).
+    public var firstViewerWait: Duration = .seconds(3)
+    /// Encoder settings when video must be re-encoded.
+    public var settings = EncodingSettings()
+
+    public init(maximumFrameRate: Double? = nil, exactFrameRate: Double? = nil, prerollSkip: Duration = .milliseconds(500), loop: Bool = false) {
+        self.maximumFrameRate = maximumFrameRate
+        self.exactFrameRate = exactFrameRate
+        self.prerollSkip = prerollSkip
+        self.loop = loop
+    }
+
+    /// Whether video passes through untouched.
+    public var passthrough: Bool { maximumFrameRate == nil && exactFrameRate == nil }
+}
+
+/// How an ingest ended.
+public enum IngestEnd: Sendable, Hashable, CustomStringConvertible {
+    /// The source played to its end (or ``IngestOptions/maximumDuration`` was reached).
+    case endOfStream
+    /// ``IngestPublisher/stop()`` was called.
+    case stopped
+    /// Nothing arrived within the connect timeout.
+    case timeout
+    /// The source went quiet for the no-data timeout.
+    case noData
+    /// More than ``IngestOptions/maximumBytes`` were read.
+    case tooLarge
+    /// The source or pipeline failed.
+    case failed(String)
+
+    public var description: String {
+        switch self {
+        case .endOfStream: return "the source ended"
+        case .stopped: return "stopped"
+        case .timeout: return "no media arrived from the source in time"
+        case .noData: return "the source stopped sending media"
+        case .tooLarge: return "the source is larger than allowed"
+        case .failed(let why): return "the source failed: \(why)"
+        }
+    }
+}
+
+/// An ingest: demuxes and parses a source and produces RTP like ``RTPPublisher`` does (H.264
+/// payload type 96, Opus 111), passing H.264 through unless frame-rate constraints require
+/// re-encoding. Packets go to `send`; RTCP from the relay comes in with ``receiveRTCP(_:)``.
+///
+/// ```swift
+/// let ingest = try await IngestPublisher.start(.uri("http://127.0.0.1:8000/clip.mp4")) { packet in socket.send(packet) }
+/// ingest.tracks                       // announce them in the publish request
+/// let why = await ingest.ended()      // .endOfStream at the end of the file
+/// ```
+public final class IngestPublisher: RTPSource, @unchecked Sendable {
+    public let tracks: [MediaTrackDescription]
+    public let options: IngestOptions
+    public let source: IngestSource
+    let pipeline: Pipeline
+    private let rtcpInputs: [AppSource]
+    private let flvInput: AppSource?
+    private let state = Mutex<(end: IngestEnd?, waiters: [CheckedContinuation<IngestEnd, Never>])>((nil, []))
+    private let lastPacket = Atomic<UInt64>(0)
+    private let bytesRead = Atomic<Int>(0)
+    private let watch = Mutex<Task<Void, Never>?>(nil)
+    private let isPaused = Mutex(false)
+    /// Resumed by the first keyframe request (PLI / FIR) while a file waits for its first viewer.
+    private let keyframeRequested = Mutex<(seen: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+    static let logger = Logger(label: "pcast.ingest")
+
+    private init(tracks: [MediaTrackDescription], options: IngestOptions, source: IngestSource, pipeline: Pipeline,
+                 rtcpInputs: [AppSource], flvInput: AppSource?) {
+        self.tracks = tracks
+        self.options = options
+        self.source = source
+        self.pipeline = pipeline
+        self.rtcpInputs = rtcpInputs
+        self.flvInput = flvInput
+    }
+
+    /// Builds and starts the ingest pipeline. Returns once it plays (for URIs, once the source
+    /// answered enough to preroll or, for live sources, once it started).
+    ///
+    /// - Throws: ``MediaError`` when a plugin is missing or the source cannot be opened.
+    public static func start(_ source: IngestSource, options: IngestOptions = IngestOptions(),
+                             send: @escaping @Sendable (OutgoingPacket) -> Void) async throws(MediaError) -> IngestPublisher {
+        let prefix = "ingest-\(UUID().uuidString.prefix(6).lowercased())"
+        let sourceDescription: String
+        switch source {
+        case .uri(let uri):
+            guard !uri.contains("\""), !uri.contains("\\"), !uri.unicodeScalars.contains(where: { $0.value < 0x20 }) else {
+                throw .gstreamer(.invalidDescription("the URI contains characters a pipeline description cannot carry"))
+            }
+            sourceDescription = "urisourcebin name=\(prefix)-source uri=\"\(uri)\""
+        case .pushedFLV:
+            sourceDescription = "appsrc name=\(prefix)-flv-in is-live=true format=bytes block=false max-bytes=8388608 caps=video/x-flv"
+        }
+        var videoChain = "identity"
+        if !options.passthrough {
+            let rate = options.exactFrameRate ?? options.maximumFrameRate ?? 30
+            let (numerator, denominator) = Self.fraction(rate)
+            let rateControl = options.exactFrameRate != nil ? "videorate" : "videorate max-rate=\(Int(rate.rounded(.down)))"
+            let caps = options.exactFrameRate != nil ? " ! video/x-raw,framerate=\(numerator)/\(denominator)" : ""
+            videoChain = "avdec_h264 ! videoconvert ! \(rateControl)\(caps) ! x264enc tune=zerolatency speed-preset=ultrafast "
+                + "bitrate=\(options.settings.videoBitrate) key-int-max=\(options.settings.keyframeInterval) ! h264parse config-interval=-1"
+        }
+        let videoSSRC = RTPPublisher.randomSSRC(), audioSSRC = RTPPublisher.randomSSRC()
+        let pipeline: Pipeline
+        do {
+            let description = try StockPipelines.template("ingest").render([
+                "prefix": prefix, "source": sourceDescription, "videochain": videoChain,
+                "videossrc": String(videoSSRC), "audiossrc": String(audioSSRC),
+                "audiobitrate": String(options.settings.audioBitrate)])
+            pipeline = try Pipeline(description: description)
+        } catch {
+            throw .gstreamer(error)
+        }
+        let tracks = [
+            MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: videoSSRC),
+            MediaTrackDescription(kind: .audio, codec: "OPUS", payloadType: 111, clockRate: 48_000, ssrc: audioSSRC),
+        ]
+        let ingest: IngestPublisher
+        do {
+            let rtcpInputs = [try pipeline.appSource(named: "\(prefix)-video-rtcp-in"), try pipeline.appSource(named: "\(prefix)-audio-rtcp-in")]
+            let flvInput = source == .pushedFLV ? try pipeline.appSource(named: "\(prefix)-flv-in") : nil
+            ingest = IngestPublisher(tracks: tracks, options: options, source: source, pipeline: pipeline, rtcpInputs: rtcpInputs, flvInput: flvInput)
+            for kind in ["video", "audio"] {
+                try pipeline.appSink(named: "\(prefix)-\(kind)-rtp-out").onSample { [weak ingest] sample in
+                    ingest?.lastPacket.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
+                    send(OutgoingPacket(kind: .rtp, buffer: sample.buffer))
+                }
+                try pipeline.appSink(named: "\(prefix)-\(kind)-rtcp-out").onSample { sample in
+                    send(OutgoingPacket(kind: .rtcp, buffer: sample.buffer))
+                }
+            }
+            if options.maximumBytes != nil {
+                try pipeline.element(named: "\(prefix)-parse").staticPad("sink").addBufferProbe { [weak ingest] buffer in
+                    ingest?.bytesRead.add(buffer.size, ordering: .relaxed)
+                    return .pass
+                }
+            }
+        } catch {
+            await pipeline.stop()
+            throw .gstreamer(error)
+        }
+        do {
+            try await ingest.run()
+        } catch {
+            await pipeline.stop()
+            throw error
+        }
+        return ingest
+    }
+
+    private func run() async throws(MediaError) {
+        let isFile: Bool
+        if case .uri(let uri) = source {
+            let scheme = URL(string: uri)?.scheme?.lowercased() ?? ""
+            isFile = ["http", "https", "file"].contains(scheme)
+        } else {
+            isFile = false
+        }
+        let bus = pipeline.bus
+        let watcher = Task { [weak self] in
+            for await message in bus {
+                guard let self else { return }
+                switch message.kind {
+                case .endOfStream:
+                    self.finish(.endOfStream)
+                case .error(let error):
+                    self.finish(.failed(error.message))
+                case .other(let name) where name == "segment-done":
+                    // Looping: continue from the start without a flush, so time runs on.
+                    _ = self.pipeline.seek(to: .zero, flags: [.segment, .keyUnit])
+                default:
+                    break
+                }
+                if self.hasEnded { return }
+            }
+        }
+        watch.withLock { $0 = watcher }
+        do {
+            if isFile {
+                try await pipeline.pause(timeout: options.connectTimeout)
+                // Keyframe granularity: the keyframe at or before the skip (passed-through H.264
+                // must start at a keyframe).
+                var flags: SeekFlags = [.flush, .keyUnit, .snapBefore]
+                if options.loop { flags.insert(.segment) }
+                if options.prerollSkip > .zero || options.loop { _ = pipeline.seek(to: options.prerollSkip, flags: flags) }
+                // Files play from ``begin()``, once the stream is announced.
+                isPaused.withLock { $0 = true }
+                return
+            }
+            try await pipeline.play(timeout: options.connectTimeout)
+        } catch {
+            throw .gstreamer(error)
+        }
+        startWatchdog()
+    }
+
+    /// Plays a file source prepared by ``start(_:options:send:)`` (live sources play at once).
+    /// Call once the stream is announced: a passed-through file waits up to
+    /// ``IngestOptions/firstViewerWait`` for its first viewer's keyframe request, so that viewer
+    /// starts at the file's first keyframe.
+    public func begin() async throws(MediaError) {
+        guard isPaused.withLock({ state in defer { state = false }; return state }) else { return }
+        if options.passthrough { await waitForFirstViewer() }
+        do {
+            try await pipeline.play(timeout: options.connectTimeout)
+        } catch {
+            finish(.failed(error.description))
+            throw .gstreamer(error)
+        }
+        startWatchdog()
+    }
+
+    /// Connect, no-data and duration limits.
+    private func startWatchdog() {
+        let started = DispatchTime.now().uptimeNanoseconds
+        let options = self.options
+        Task { [weak self] in
+            while true {
+                try? await Task.sleep(for: .milliseconds(100))
+                guard let self, !self.hasEnded else { return }
+                let now = DispatchTime.now().uptimeNanoseconds
+                let last = self.lastPacket.load(ordering: .relaxed)
+                if last == 0 {
+                    if now - started > UInt64(options.connectTimeout / .nanoseconds(1)) { await self.end(.timeout); return }
+                } else if now - last > UInt64(options.noDataTimeout / .nanoseconds(1)) {
+                    await self.end(.noData)
+                    return
+                }
+                if let limit = options.maximumBytes, self.bytesRead.load(ordering: .relaxed) > limit { await self.end(.tooLarge); return }
+                if let limit = options.maximumDuration, let position = self.pipeline.runningTime, position >= limit {
+                    await self.end(.endOfStream)
+                    return
+                }
+            }
+        }
+    }
+
+    /// Position and duration of the source (duration for files only).
+    public var progress: (position: Duration?, duration: Duration?) {
+        (pipeline.position, pipeline.mediaDuration)
+    }
+
+    /// Pushed FLV bytes (``IngestSource/pushedFLV``). False when the ingest is not taking them.
+    @discardableResult
+    public func pushFLV(_ bytes: [UInt8]) -> Bool {
+        guard let input = flvInput, !hasEnded else { return false }
+        return input.pushNow(Buffer(bytes: bytes))
+    }
+
+    /// The pushed source ended (the publisher stopped): the ingest ends as `endOfStream` once the
+    /// queued media played out.
+    public func endPushedStream() {
+        try? flvInput?.endOfStream()
+    }
+
+    public func receiveRTCP(_ packet: Buffer) {
+        if !keyframeRequested.withLock({ $0.seen }), Self.asksForKeyframe(packet) {
+            keyframeRequested.withLock { state in
+                state.seen = true
+                return state.waiter.take()
+            }?.resume()
+        }
+        for input in rtcpInputs { input.pushNow(RTPReceiver.arrived(packet)) }
+    }
+
+    private func waitForFirstViewer() async {
+        let wait = options.firstViewerWait
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: wait)
+            self?.keyframeRequested.withLock { state in
+                state.seen = true
+                return state.waiter.take()
+            }?.resume()
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let already = keyframeRequested.withLock { state -> Bool in
+                if state.seen { return true }
+                state.waiter = continuation
+                return false
+            }
+            if already { continuation.resume() }
+        }
+        timer.cancel()
+    }
+
+    /// Whether a (compound) RTCP packet carries a PLI or FIR.
+    static func asksForKeyframe(_ packet: Buffer) -> Bool {
+        let bytes = packet.bytes
+        var offset = 0
+        while offset + 4 <= bytes.count {
+            let format = bytes[offset] & 0x1F, type = bytes[offset + 1]
+            if type == 206 && (format == 1 || format == 4) { return true }
+            let length = (Int(bytes[offset + 2]) << 8 | Int(bytes[offset + 3]) + 1) * 4
+            offset += max(length, 4)
+        }
+        return false
+    }
+
+    public var hasEnded: Bool { state.withLock { $0.end != nil } }
+
+    /// Waits until the ingest ends; returns why.
+    public func ended() async -> IngestEnd {
+        await withCheckedContinuation { continuation in
+            let end: IngestEnd? = state.withLock { state in
+                if let end = state.end { return end }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let end { continuation.resume(returning: end) }
+        }
+    }
+
+    public func stop() async {
+        await end(.stopped)
+    }
+
+    private func end(_ why: IngestEnd) async {
+        finish(why)
+        await pipeline.stop()
+    }
+
+    private func finish(_ why: IngestEnd) {
+        let waiters = state.withLock { state -> [CheckedContinuation<IngestEnd, Never>] in
+            guard state.end == nil else { return [] }
+            state.end = why
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        guard !waiters.isEmpty || why != .stopped else { return }
+        if why != .stopped && why != .endOfStream { Self.logger.warning("ingest ended: \(why)") }
+        waiters.forEach { $0.resume(returning: why) }
+        if why != .stopped {
+            let pipeline = self.pipeline
+            Task { await pipeline.stop() }
+        }
+    }
+
+    private static func fraction(_ rate: Double) -> (Int, Int) {
+        if rate == rate.rounded() { return (Int(rate), 1) }
+        return (Int((rate * 1001).rounded()), 1001)
+    }
+}

@@ -1,0 +1,136 @@
+import Foundation
+import Logging
+import PCast
+
+/// The platform's ingest: pulls remote sources (checked by ``IngestURIPolicy``) and publishes them
+/// through the platform itself, with the SDK's ``IngestPublisher`` (H.264 passed through) on a
+/// session of its own. Each ingest belongs to the session that asked for it: that session gets the
+/// `ingest-started` reply, progress events and the `stream-ended` event, may stop it, and its end
+/// stops it.
+actor IngestService {
+    struct Running {
+        let owner: String
+        let publisher: Publisher
+    }
+
+    let policy: IngestURIPolicy
+    private let tokens: TokenAuthority
+    private let logger: Logger
+    private var signalingURL: String?
+    private var client: PCast?
+    private var running: [String: Running] = [:]
+    /// Called when an ingest ends, with its owner (the platform sends `stream-ended`).
+    private var onEnded: (@Sendable (_ owner: String, _ streamId: String, StreamEndedReason, String?) async -> Void)?
+
+    init(policy: IngestURIPolicy, tokens: TokenAuthority, logger: Logger) {
+        self.policy = policy
+        self.tokens = tokens
+        self.logger = logger
+    }
+
+    /// The platform listens: where the ingest session connects, and who hears of ended ingests.
+    func listening(host: String, port: Int, onEnded: @escaping @Sendable (_ owner: String, _ streamId: String, StreamEndedReason, String?) async -> Void) {
+        self.onEnded = onEnded
+        let local = host == "0.0.0.0" || host == "::" || host.isEmpty ? "127.0.0.1" : host
+        signalingURL = "ws://\(local.contains(":") ? "[\(local)]" : local):\(port)/ws"
+    }
+
+    var count: Int { running.count }
+
+    func start(owner: String, _ request: ClientMessage.PublishRemote) async -> Result<ServerMessage.IngestStarted, ServerMessage.Failure> {
+        let url: URL
+        do throws(IngestURIError) {
+            url = try policy.check(request.streamURI)
+        } catch {
+            logger.notice("ingest refused", metadata: ["pcast.session": .string(owner), "pcast.reason": .string(error.description)])
+            return .failure(.init(status: .unauthorized, message: error.description))
+        }
+        var options = IngestOptions(maximumFrameRate: request.maximumFrameRate, exactFrameRate: request.exactFrameRate)
+        if let skip = request.prerollSkipMilliseconds { options.prerollSkip = .milliseconds(skip) }
+        for option in request.connectOptions {
+            switch option {
+            case "loop": options.loop = true
+            default: return .failure(.init(status: .notSupported, message: "connect option '\(option)' is not supported (supported: loop)"))
+            }
+        }
+        let pcast: PCast
+        do throws(PCastError) { pcast = try await session() } catch {
+            return .failure(.init(status: .failed, message: "the ingest session could not start: \(error)"))
+        }
+        let publisher: Publisher
+        do throws(PCastError) {
+            publisher = try await pcast.publish(streamToken: request.streamToken, ingest: .uri(url.absoluteString), options: options,
+                                                tags: request.tags, publishType: request.publishType, streamName: request.streamName)
+        } catch {
+            logger.notice("ingest failed to start", metadata: ["pcast.session": .string(owner), "pcast.error": .string(error.description)])
+            switch error {
+            case .refused(let status, let message): return .failure(.init(status: status, message: message))
+            case .media(let media): return .failure(.init(status: .failed, message: "cannot open \(request.streamURI): \(media)"))
+            default: return .failure(.init(status: error.status, message: error.description))
+            }
+        }
+        let streamId = publisher.streamId
+        running[streamId] = Running(owner: owner, publisher: publisher)
+        logger.info("ingest started", metadata: ["pcast.session": .string(owner), "pcast.stream": .string(streamId),
+                                                  "pcast.uri": .string(url.absoluteString), "pcast.passthrough": "\(options.passthrough)"])
+        publisher.setPublisherEndedCallback { [weak self] reason, description in
+            guard let self else { return }
+            Task { await self.ended(streamId, reason, description) }
+        }
+        return .success(.init(streamId: streamId, passthrough: options.passthrough))
+    }
+
+    private func ended(_ streamId: String, _ reason: StreamEndedReason, _ description: String?) async {
+        guard let entry = running.removeValue(forKey: streamId) else { return }
+        logger.info("ingest ended", metadata: ["pcast.stream": .string(streamId), "pcast.reason": .string(reason.rawValue)])
+        await onEnded?(entry.owner, streamId, reason, description)
+    }
+
+    func stop(_ streamId: String, by owner: String) async -> ServerMessage.Failure? {
+        guard let entry = running[streamId] else { return .init(status: .notFound, message: "no ingest '\(streamId)'") }
+        guard entry.owner == owner else { return .init(status: .unauthorized, message: "ingest '\(streamId)' was started by another session") }
+        await entry.publisher.stop(reason: .ended, description: "stopped by its owner")
+        return nil
+    }
+
+    /// The owner's session ended: its ingests stop.
+    func ownerEnded(_ owner: String) async {
+        for (_, entry) in running where entry.owner == owner {
+            await entry.publisher.stop(reason: .ended, description: "the session that started the ingest ended")
+        }
+    }
+
+    /// Position and duration of every running ingest, for progress events.
+    func progress() -> [(owner: String, ServerMessage.IngestProgress)] {
+        running.sorted { $0.key < $1.key }.compactMap { streamId, entry in
+            guard let ingest = entry.publisher.ingest else { return nil }
+            let (position, duration) = ingest.progress
+            return (entry.owner, .init(streamId: streamId, positionMilliseconds: position.map { Int64($0 / .milliseconds(1)) },
+                                       durationMilliseconds: duration.map { Int64($0 / .milliseconds(1)) }))
+        }
+    }
+
+    func shutdown() async {
+        for (_, entry) in running { await entry.publisher.stop(reason: .maintenance, description: "the platform is shutting down") }
+        running = [:]
+        await client?.stop()
+        client = nil
+    }
+
+    /// The platform's own session for ingest publishers.
+    private func session() async throws(PCastError) -> PCast {
+        if let client, client.isOnline { return client }
+        guard let signalingURL else { throw .notStarted }
+        let token: String
+        do {
+            token = try DigestTokenBuilder().expiresAt(Date().addingTimeInterval(365 * 86_400)).type(.auth)
+                .encode(applicationId: tokens.applicationId, secret: tokens.secret)
+        } catch {
+            throw .invalidRequest("cannot mint the ingest session's token: \(error)")
+        }
+        let pcast = PCast(PCastOptions(uri: signalingURL))
+        try await pcast.start(authToken: token)
+        client = pcast
+        return pcast
+    }
+}
