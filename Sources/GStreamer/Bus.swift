@@ -122,6 +122,11 @@ final class BusRouter: @unchecked Sendable {
     }
 
     private let state = Mutex(State())
+    /// Held while a message is handed to the subscribers, so every subscriber sees the same order.
+    /// Never held together with a task's status lock the other way round: yielding may resume a
+    /// task (and wait for its status lock) while `state` is free, so a cancellation that holds the
+    /// task's lock and ends a subscription (which takes `state`) cannot deadlock with it.
+    private let delivery = Mutex(())
 
     var droppedBacklog: Int { state.withLock { $0.droppedBacklog } }
     /// How many errors have been posted so far.
@@ -136,8 +141,17 @@ final class BusRouter: @unchecked Sendable {
     }
 
     func deliver(_ message: BusMessage) {
-        let (waiters, observers) = state.withLock { state -> ([CheckedContinuation<Result<Void, GStreamerError>, Never>], [@Sendable (BusMessage) -> Void]) in
-            guard !state.closed else { return ([], []) }
+        let (waiters, observers) = delivery.withLock { _ in deliverInOrder(message) }
+        for waiter in waiters {
+            if case .error(let error) = message.kind { waiter.resume(returning: .failure(.stream(error))) } else { waiter.resume(returning: .success(())) }
+        }
+        for observer in observers { observer(message) }
+    }
+
+    /// Under `delivery`: updates the state, then yields to the subscribers outside `state`.
+    private func deliverInOrder(_ message: BusMessage) -> ([CheckedContinuation<Result<Void, GStreamerError>, Never>], [@Sendable (BusMessage) -> Void]) {
+        let (subscribers, waiters, observers) = state.withLock { state -> ([AsyncStream<BusMessage>.Continuation], [CheckedContinuation<Result<Void, GStreamerError>, Never>], [@Sendable (BusMessage) -> Void]) in
+            guard !state.closed else { return ([], [], []) }
             var ends = false
             switch message.kind {
             case .endOfStream:
@@ -151,27 +165,23 @@ final class BusRouter: @unchecked Sendable {
                 ends = true
             default: break
             }
-            // Yielding under the lock keeps the order the same for every subscriber.
             if state.subscribers.isEmpty {
                 state.backlog.append(message)
                 if state.backlog.count > Bus.backlogLimit {
                     state.backlog.removeFirst()
                     state.droppedBacklog += 1
                 }
-            } else {
-                for continuation in state.subscribers.values { continuation.yield(message) }
             }
             var waiters: [CheckedContinuation<Result<Void, GStreamerError>, Never>] = []
             if ends {
                 waiters = Array(state.endWaiters.values)
                 state.endWaiters.removeAll()
             }
-            return (waiters, Array(state.observers.values))
+            return (Array(state.subscribers.values), waiters, Array(state.observers.values))
         }
-        for waiter in waiters {
-            if case .error(let error) = message.kind { waiter.resume(returning: .failure(.stream(error))) } else { waiter.resume(returning: .success(())) }
-        }
-        for observer in observers { observer(message) }
+        // A subscriber that ended meanwhile ignores the yield.
+        for continuation in subscribers { continuation.yield(message) }
+        return (waiters, observers)
     }
 
     func subscribe() -> AsyncStream<BusMessage> {

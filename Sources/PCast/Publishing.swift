@@ -189,6 +189,9 @@ extension PCast {
             let socket = try MediaSocket(host: host, transport: published.transport, rtcpSenderSSRC: nil,
                                          onRTP: { _, _ in }, onRTCP: { rtcp in rtp.receiveRTCP(rtcp) })
             socketBox.value.withLock { $0 = socket }
+            // Tell the relay where this flow is before any media: a source that waits for its first
+            // viewer's keyframe request (a passed-through file) must be reachable for that request.
+            if let first = rtp.tracks.first { socket.sendEmptyReceiverReport(ssrc: first.ssrc) }
         } catch {
             _ = try? await client.request(.unpublish(.init(streamId: published.streamId, reason: .failed, description: error.description)))
             await rtp.stop()

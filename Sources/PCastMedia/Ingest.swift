@@ -32,7 +32,7 @@ public struct IngestOptions: Sendable, Hashable {
     /// A passed-through file waits this long for its first viewer's keyframe request before it
     /// plays, so that viewer starts at the file's first keyframe (H.264 passed through cannot make
     /// new ones; a source with sparse keyframes is undecodable until its next one).
-    public var firstViewerWait: Duration = .seconds(3)
+    public var firstViewerWait: Duration = .seconds(10)
     /// Encoder settings when video must be re-encoded.
     public var settings = EncodingSettings()
 
@@ -140,8 +140,7 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
         do {
             let description = try StockPipelines.template("ingest").render([
                 "prefix": prefix, "source": sourceDescription, "videochain": videoChain,
-                "videossrc": String(videoSSRC), "audiossrc": String(audioSSRC),
-                "audiobitrate": String(options.settings.audioBitrate)])
+                "videossrc": String(videoSSRC), "audiossrc": String(audioSSRC)])
             pipeline = try Pipeline(description: description)
         } catch {
             throw .gstreamer(error)
@@ -155,6 +154,9 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
             let rtcpInputs = [try pipeline.appSource(named: "\(prefix)-video-rtcp-in"), try pipeline.appSource(named: "\(prefix)-audio-rtcp-in")]
             let flvInput = source == .pushedFLV ? try pipeline.appSource(named: "\(prefix)-flv-in") : nil
             ingest = IngestPublisher(tracks: tracks, options: options, source: source, pipeline: pipeline, rtcpInputs: rtcpInputs, flvInput: flvInput)
+            // Set here rather than in the description: an integer property in this description was
+            // intermittently misparsed under load (GStreamer reported a garbage value for it).
+            try pipeline.element(named: "\(prefix)-opus").set("bitrate", Int32(clamping: options.settings.audioBitrate))
             for kind in ["video", "audio"] {
                 try pipeline.appSink(named: "\(prefix)-\(kind)-rtp-out").onSample { [weak ingest] sample in
                     ingest?.lastPacket.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)

@@ -54,7 +54,8 @@ struct PipelineParsingTests {
 
     @Test("a state change that fails carries the element's error")
     func failingStateChange() async throws {
-        let pipeline = try Pipeline(description: "filesrc location=/nonexistent/pcast-test-file ! fakesink")
+        // Named: parallel tests create filesrc elements too, so the default name's number varies.
+        let pipeline = try Pipeline(description: "filesrc name=missing-file location=/nonexistent/pcast-test-file ! fakesink")
         do {
             try await pipeline.play()
             Issue.record("playing a missing file should fail")
@@ -65,7 +66,7 @@ struct PipelineParsingTests {
             }
             #expect(target == .playing)
             #expect(detail?.domain == "gst-resource-error-quark")
-            #expect(detail?.source == "filesrc0")
+            #expect(detail?.source == "missing-file")
             #expect(detail?.debug?.contains("No such file") == true, "the first error, not basesrc's generic one: \(String(describing: detail))")
         }
         await pipeline.stop()
