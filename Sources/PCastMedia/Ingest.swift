@@ -215,11 +215,6 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
         do {
             if isFile {
                 try await pipeline.pause(timeout: options.connectTimeout)
-                // Keyframe granularity: the keyframe at or before the skip (passed-through H.264
-                // must start at a keyframe).
-                var flags: SeekFlags = [.flush, .keyUnit, .snapBefore]
-                if options.loop { flags.insert(.segment) }
-                if options.prerollSkip > .zero || options.loop { _ = pipeline.seek(to: options.prerollSkip, flags: flags) }
                 // Files play from ``begin()``, once the stream is announced.
                 isPaused.withLock { $0 = true }
                 return
@@ -243,6 +238,14 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
         } catch {
             finish(.failed(error.description))
             throw .gstreamer(error)
+        }
+        // Skip at keyframe granularity (the keyframe at or before the position: passed-through
+        // H.264 must start at one). Seeking once playing: a flushing seek made in PAUSED, before
+        // preroll, lost the end-of-stream at the end of the file.
+        if options.prerollSkip > .zero || options.loop {
+            var flags: SeekFlags = [.flush, .keyUnit, .snapBefore]
+            if options.loop { flags.insert(.segment) }
+            _ = pipeline.seek(to: options.prerollSkip, flags: flags)
         }
         startWatchdog()
     }

@@ -257,8 +257,12 @@ public final class Renderer: Sendable {
         // The queue does not leak: a leaky queue in front of an audio sink lost most of the audio
         // here (measured on a PulseAudio null sink: 10–20 dB less sound, whole seconds of silence),
         // while an audio sink consumes in real time and so never holds the stream back for long.
+        // A null audio device plays nothing anyone hears: its queue leaks, so a sink that waits for
+        // the clock (a file source decoded ahead of it) can never hold back the demuxer that feeds
+        // the video too.
         let sink = options.useNullAudioDevice ? "fakesink sync=true async=false" : "autoaudiosink"
-        return "queue name=\(id)-audio-queue max-size-time=200000000 max-size-buffers=0 max-size-bytes=0 ! identity name=\(id)-audio-hook ! audioconvert ! volume name=\(id)-volume ! \(sink) name=\(id)-audio-sink"
+        let leak = options.useNullAudioDevice ? " leaky=downstream" : ""
+        return "queue name=\(id)-audio-queue\(leak) max-size-time=200000000 max-size-buffers=0 max-size-bytes=0 ! identity name=\(id)-audio-hook ! audioconvert ! volume name=\(id)-volume ! \(sink) name=\(id)-audio-sink"
     }
 
     private func installVideoProbes(_ branch: Element) throws(GStreamerError) {

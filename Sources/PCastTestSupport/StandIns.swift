@@ -181,21 +181,49 @@ public func waitForTCP(port: Int, process: ChildProcess, what: String, timeout: 
     throw StandInFailure(description: "\(what) did not listen on \(port) within \(timeout) s")
 }
 
-/// A static HTTP server on 127.0.0.1 (Python's http.server) serving `directory`.
+/// A static HTTP server on 127.0.0.1 serving `directory`: nginx, because it answers range
+/// requests (an mp4 with its index at the end needs them; Python's http.server does not).
 public struct StaticHTTPServer: Sendable {
     public let process: ChildProcess
     public let port: Int
+    public let directory: URL
 
-    public static func start(directory: String) throws -> StaticHTTPServer {
+    public static func start(directory root: String) throws -> StaticHTTPServer {
+        let nginx = try executable("nginx")
         let port = try freeTCPPort()
-        let process = try ChildProcess.spawn(try executable("python3"), ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", directory],
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-http-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let configuration = """
+            daemon off;
+            master_process off;
+            worker_processes 1;
+            pid \(directory.path)/nginx.pid;
+            error_log \(directory.path)/error.log warn;
+            events { worker_connections 64; }
+            http {
+                access_log off;
+                client_body_temp_path \(directory.path);
+                proxy_temp_path \(directory.path);
+                fastcgi_temp_path \(directory.path);
+                uwsgi_temp_path \(directory.path);
+                scgi_temp_path \(directory.path);
+                server { listen 127.0.0.1:\(port); root \(root); }
+            }
+            """
+        let file = directory.appendingPathComponent("nginx.conf")
+        try configuration.write(to: file, atomically: true, encoding: .utf8)
+        let process = try ChildProcess.spawn(nginx, ["-p", directory.path, "-c", file.path, "-e", "\(directory.path)/error.log"],
                                              environment: ProcessInfo.processInfo.environment)
-        try waitForTCP(port: port, process: process, what: "python3 -m http.server")
-        return StaticHTTPServer(process: process, port: port)
+        try waitForTCP(port: port, process: process, what: "nginx (http)")
+        return StaticHTTPServer(process: process, port: port, directory: directory)
     }
 
     public func url(_ file: String) -> String { "http://127.0.0.1:\(port)/\(file)" }
-    public func stop() { process.stop() }
+
+    public func stop() {
+        process.stop()
+        try? FileManager.default.removeItem(at: directory)
+    }
 }
 
 /// nginx with the RTMP module on 127.0.0.1, application `live`: what ffmpeg pushes there can be
