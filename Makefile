@@ -4,7 +4,9 @@ SWIFT ?= swift
 DEMO_SECONDS ?= 15
 BENCH_DIR ?= bench-results
 # Suites with many concurrent clients (run apart from the media suites; see `test`).
-ROOM_SUITES = RoomTests ChatTests RestartTests ExpressTests RoomChannelExpressTests ObservableTests RoomStoreTests RoomRegistryTests IngestTests FastConverterTests
+ROOM_SUITES = RoomTests ChatTests RestartTests ObservableTests RoomStoreTests RoomRegistryTests FastConverterTests
+# Suites that publish, ingest and render through the platform with many clients: one test at a time.
+EXPRESS_SUITES = PCastTests.ExpressTests PCastTests.RoomChannelExpressTests PCastTests.IngestTests
 
 # The demo: the embedded platform in-process; a test pattern and tone published through its relay
 # to a subscriber (a window when there is a display, a null sink otherwise), with a status line.
@@ -26,12 +28,15 @@ demo: setup
 # private server (an environment change other tests' device probing must not race).
 test: setup
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build --skip LeakTests --skip 'RelayControlTests/noLeaks' --skip RealDeviceStandInTests --skip PCastCLITests $(ROOM_SUITES:%=--skip %)
+	$(SWIFT) test --skip-build --skip LeakTests --skip 'RelayControlTests/noLeaks' --skip RealDeviceStandInTests --skip PCastCLITests $(ROOM_SUITES:%=--skip %) $(EXPRESS_SUITES:%=--skip %)
 	# Rooms, chat, Express, ingest and the CPU-heavy suites (observables, the room store, the pixel
 	# converter comparisons): many clients
 	# and threads at once; in a process of their own so
 	# their load does not starve the strict frame-by-frame media suites.
 	$(SWIFT) test --skip-build $(ROOM_SUITES:%=--filter %)
+	# One process per suite: a second publish → subscribe in one process after another test's
+	# publish and subscribe has been seen not to decode (under investigation; see the issue notes).
+	for suite in $(EXPRESS_SUITES); do $(SWIFT) test --skip-build --no-parallel --filter $$suite || exit 1; done
 	# The CLI suite starts long-lived child processes (pcast serve): in a process of its own, so
 	# they cannot disturb the Foundation `Process` waits of the other suites.
 	$(SWIFT) test --skip-build --filter PCastCLITests

@@ -161,7 +161,9 @@ final class RendererEchoTap: Sendable {
         refresh = Task { [weak pipeline] in
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(500))
-                guard let current = pipeline?.latency else { continue }
+                // A latency query walks the pipeline and can wait on it (a pipeline being torn
+                // down): ask only while some capture cancels echo, never for nothing.
+                guard EchoFeeds.shared.hasListeners, let current = pipeline?.latency else { continue }
                 latency.withLock { $0 = current }
             }
         }
