@@ -171,6 +171,11 @@ public struct StreamRegistry: Sendable {
         case .failure(let failure): return fail(failure.status, failure.message)
         case .success(let checked): claims = checked
         }
+        // Recording is not built yet: a publish that asks for it is refused rather than silently
+        // published without a recording.
+        guard request.publishType == .live else {
+            return fail(.notSupported, "publish type '\(request.publishType.rawValue)' needs recording, which this platform does not offer yet")
+        }
         if let kind = TokenAuthority.onlyKind(claims), request.tracks.contains(where: { $0.kind != kind }) {
             return fail(.unauthorized, "the token allows \(kind.rawValue) tracks only")
         }

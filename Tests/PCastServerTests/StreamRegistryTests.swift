@@ -215,3 +215,23 @@ import Testing
         #expect(failure(again)?.status == .notFound)
     }
 }
+
+@Suite("Stream registry: publish types")
+struct StreamRegistryPublishTypeTests {
+    @Test("record and append are refused as not supported until recording exists, nothing opened on the relay")
+    func recordingRefused() {
+        var registry = StreamRegistry(tokens: TokenAuthority(applicationId: Fixture.applicationId, secret: Fixture.secret))
+        _ = registry.handle(.sessionOpened(sessionId: "a", remoteAddress: "127.0.0.1"))
+        let track = MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: 1)
+        for type in [PublishType.record, .append] {
+            let publish = ClientMessage.Publish(streamToken: Fixture.token(.publish, now: Date()), publishType: type, streamName: "show", tracks: [track])
+            let actions = registry.handle(.request(sessionId: "a", requestId: 1, .publish(publish), now: Date(), newId: "stream-1"))
+            #expect(!actions.contains { if case .addPublisher = $0 { return true } else { return false } })
+            let refused = actions.contains {
+                if case .send(_, let envelope) = $0, case .failure(let failure) = envelope.message { return failure.status == .notSupported }
+                return false
+            }
+            #expect(refused)
+        }
+    }
+}
