@@ -191,7 +191,7 @@ extension PCast {
             socketBox.value.withLock { $0 = socket }
             // Tell the relay where this flow is before any media: a source that waits for its first
             // viewer's keyframe request (a passed-through file) must be reachable for that request.
-            if let first = rtp.tracks.first { socket.sendEmptyReceiverReport(ssrc: first.ssrc) }
+            if rtp is IngestPublisher, let first = rtp.tracks.first { socket.sendEmptyReceiverReport(ssrc: first.ssrc) }
         } catch {
             _ = try? await client.request(.unpublish(.init(streamId: published.streamId, reason: .failed, description: error.description)))
             await rtp.stop()
