@@ -55,6 +55,13 @@ public final class AppSink: Element, @unchecked Sendable {
         install()
     }
 
+    /// Called (on the streaming thread) when end-of-stream reaches this sink: the branch feeding
+    /// it has played out, whatever the other sinks of the pipeline do.
+    public func onEndOfStream(_ handler: @escaping @Sendable () -> Void) {
+        context.endOfStream.withLock { $0 = handler }
+        install()
+    }
+
     /// The samples as an `AsyncSequence`, buffered up to `limit`. Replaces an earlier consumer;
     /// the sequence ends at end of stream.
     public func samples(limit: Int = 8, dropping policy: SampleDropPolicy = .dropOldest) -> AsyncStream<Sample> {
@@ -84,6 +91,7 @@ final class AppSinkContext: @unchecked Sendable {
     }
 
     let consumer = Mutex<Consumer>(.none)
+    let endOfStream = Mutex<(@Sendable () -> Void)?>(nil)
     let installed = Atomic<Bool>(false)
     let dropped = Atomic<Int>(0)
 
@@ -128,7 +136,9 @@ private let appSinkNewSample: @convention(c) (UnsafeMutablePointer<GstAppSink>?,
 
 private let appSinkEOS: @convention(c) (UnsafeMutablePointer<GstAppSink>?, gpointer?) -> Void = { _, userData in
     guard let userData else { return }
-    Unmanaged<AppSinkContext>.fromOpaque(userData).takeUnretainedValue().finish()
+    let context = Unmanaged<AppSinkContext>.fromOpaque(userData).takeUnretainedValue()
+    context.finish()
+    context.endOfStream.withLock { $0 }?()
 }
 
 private let releaseAppSinkContext: GDestroyNotify = { userData in

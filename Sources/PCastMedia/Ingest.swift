@@ -95,6 +95,19 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
     private let bytesRead = Atomic<Int>(0)
     private let watch = Mutex<Task<Void, Never>?>(nil)
     private let isPaused = Mutex(false)
+    private let audioPackets = Atomic<Int>(0)
+    private let endedBranches = Mutex<Set<String>>([])
+
+    private func branchEnded(_ kind: String) {
+        let ended = endedBranches.withLock { branches -> Set<String> in
+            branches.insert(kind)
+            return branches
+        }
+        // A source without audio never feeds (or ends) the audio branch.
+        if ended.contains("video") && (ended.contains("audio") || audioPackets.load(ordering: .relaxed) == 0) {
+            finish(.endOfStream)
+        }
+    }
     /// Resumed by the first keyframe request (PLI / FIR) while a file waits for its first viewer.
     private let keyframeRequested = Mutex<(seen: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
     static let logger = Logger(label: "pcast.ingest")
@@ -158,10 +171,15 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
             // intermittently misparsed under load (GStreamer reported a garbage value for it).
             try pipeline.element(named: "\(prefix)-opus").set("bitrate", Int32(clamping: options.settings.audioBitrate))
             for kind in ["video", "audio"] {
-                try pipeline.appSink(named: "\(prefix)-\(kind)-rtp-out").onSample { [weak ingest] sample in
+                let sink = try pipeline.appSink(named: "\(prefix)-\(kind)-rtp-out")
+                sink.onSample { [weak ingest] sample in
                     ingest?.lastPacket.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
+                    if kind == "audio" { ingest?.audioPackets.add(1, ordering: .relaxed) }
                     send(OutgoingPacket(kind: .rtp, buffer: sample.buffer))
                 }
+                // The media branches playing out is the end, even if the RTCP branches never
+                // pass end-of-stream on (rtpbin's sessions do not always).
+                sink.onEndOfStream { [weak ingest] in ingest?.branchEnded(kind) }
                 try pipeline.appSink(named: "\(prefix)-\(kind)-rtcp-out").onSample { sample in
                     send(OutgoingPacket(kind: .rtcp, buffer: sample.buffer))
                 }
