@@ -107,6 +107,37 @@ struct IngestTests {
         }
         #expect(ContinuousClock.now - start < .seconds(30))
     }
+
+    @Test("RTMP: ffmpeg pushes the clip into nginx-rtmp; the platform pulls rtmp:// and a subscriber gets frames")
+    func rtmpPull() async throws {
+        let nginx = try NginxRTMPServer.start()
+        defer { nginx.stop() }
+        let ffmpeg = try ChildProcess.spawn(try executable("ffmpeg"), [
+            "-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1", "-i", "\(sharedMedia)/\(clip)", "-c", "copy", "-f", "flv", nginx.url("clip"),
+        ], environment: ProcessInfo.processInfo.environment)
+        defer { ffmpeg.stop() }
+        let platform = try await ingestPlatform()
+        let owner = try await client(platform)
+        var remote: RemotePublisher?
+        // nginx has the stream once ffmpeg is connected: retry the pull for a few seconds.
+        for _ in 0..<20 where remote == nil {
+            let token = try platform.token(.publish)
+            remote = try? await owner.publishRemote(.init(streamToken: token, streamURI: nginx.url("clip")))
+            if remote == nil { try await Task.sleep(for: .milliseconds(500)) }
+        }
+        let ingest = try #require(remote)
+        let (viewer, _, renderer, frames) = try await watchFrames(platform, ingest.streamId)
+        // The clip has one keyframe per loop (5.3 s): the first decodable frame may take a loop.
+        #expect(await eventually(.seconds(30)) { frames.all.count >= 25 })
+        #expect(frames.all.last == Dimensions(width: 1280, height: 720))
+        try await ingest.stop()
+        let (reason, _) = await ingest.ended()
+        #expect(reason == .ended)
+        _ = renderer
+        await viewer.stop()
+        await owner.stop()
+        await platform.shutdown()
+    }
 }
 
 /// Accepts TCP connections on 127.0.0.1 and never answers (a source that gives no data).
