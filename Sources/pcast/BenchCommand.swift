@@ -37,8 +37,26 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Run only the room and chat benchmarks (writes rooms.json and rooms.md).")
     var roomsOnly = false
 
+    @Flag(help: "Run only the ingest benchmark (writes ingest.json and ingest.md).")
+    var ingestOnly = false
+
+    @Option(help: "The mp4 the ingest benchmark loops (H.264 + AAC).")
+    var ingestFile = "../shared/media/bigbuckbunny-720p.mp4"
+
     func run() async throws {
         PCastCommand.bootstrapLogging()
+        if ingestOnly {
+            let result = try await IngestBenchmark(file: ingestFile, seconds: 10).run()
+            let directory = URL(fileURLWithPath: output)
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            try encoder.encode(result).write(to: directory.appendingPathComponent("ingest.json"))
+            let markdown = Self.ingestMarkdown(result)
+            try Data(markdown.utf8).write(to: directory.appendingPathComponent("ingest.md"))
+            print(markdown)
+            return
+        }
         if roomsOnly {
             let rooms = try await roomBenchmark()
             let directory = URL(fileURLWithPath: output)
@@ -61,6 +79,7 @@ struct BenchCommand: AsyncParsableCommand {
         }.run()
         await platform.shutdown()
         let rooms = try await roomBenchmark()
+        let ingest = try await IngestBenchmark(file: ingestFile, seconds: 10).run()
         var fanouts: [RelayFanoutBenchmark.Result] = []
         for subscribers in fanout {
             fanouts.append(try RelayFanoutBenchmark(configuration: .init(subscribers: subscribers, duration: 5)).run())
@@ -75,7 +94,8 @@ struct BenchCommand: AsyncParsableCommand {
             captureEncode: captureEncode,
             endToEnd: endToEnd,
             fanout: fanouts,
-            rooms: rooms)
+            rooms: rooms,
+            ingest: ingest)
         let directory = URL(fileURLWithPath: output)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let encoder = JSONEncoder()
@@ -90,6 +110,18 @@ struct BenchCommand: AsyncParsableCommand {
 }
 
 extension BenchCommand {
+    static func ingestMarkdown(_ result: IngestBenchmark.Result) -> String {
+        [
+            "## Ingest of a 720p25 H.264 + AAC mp4, looped from a file, \(Int(result.seconds)) s (process CPU, % of one core)",
+            "",
+            "| mode | CPU % | RTP packets | goal |",
+            "|---|---:|---:|---:|",
+            String(format: "| H.264 passed through, AAC → Opus | %.1f | %d | ≤ 5 %% |", result.passthroughCPUPercent, result.passthroughPackets),
+            String(format: "| re-encoded (x264 ultrafast, exact 25 fps), AAC → Opus | %.1f | %d | |", result.transcodeCPUPercent, result.transcodePackets),
+            "",
+        ].joined(separator: "\n")
+    }
+
     func roomBenchmark() async throws -> RoomBenchmark.Result {
         let platform = try await LocalPlatform.start()
         var benchmark = RoomBenchmark(signalingURL: platform.signalingURL) { try platform.token(.auth) }
@@ -126,6 +158,7 @@ struct BenchReport: Codable {
     let endToEnd: EndToEndBenchmark.Result
     let fanout: [RelayFanoutBenchmark.Result]
     let rooms: RoomBenchmark.Result
+    let ingest: IngestBenchmark.Result
 
     func markdown() -> String {
         var lines = [
@@ -194,6 +227,7 @@ struct BenchReport: Codable {
                                 run.cpuRatio.map { String(format: "%.2f", $0) } ?? "–"))
         }
         lines += Self.roomsMarkdown(rooms)
+        lines += ["", BenchCommand.ingestMarkdown(ingest)]
         return lines.joined(separator: "\n") + "\n"
     }
 
