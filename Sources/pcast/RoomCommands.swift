@@ -119,11 +119,12 @@ struct RoomCommand: AsyncParsableCommand {
         func run() async throws {
             PCastCommand.bootstrapLogging()
             let pcast = try await session.start()
-            do {
-                let info = try await RoomService(pcast: pcast).getRoomInfo(roomId: room.roomId, alias: room.alias)
-                print("room \(info.roomId) \(info.alias.value) \(info.type.value.rawValue) \"\(info.name.value)\"")
-                for member in info.members.value { print("member \(describe(member))") }
-                if let size = try? await firstValue(info.estimatedSize) { print("size \(size)") }
+            do throws(PCastError) {
+                let reply = try await pcast.request(.getRoomInfo(.init(roomId: room.roomId, alias: room.alias)))
+                guard case .roomInfo(let info) = reply else { throw .invalidRequest("unexpected reply \(reply.type)") }
+                print("room \(info.room.roomId) \(info.room.alias) \(info.room.type.rawValue) \"\(info.room.name)\"")
+                for member in info.members { print("member \(describe(member))") }
+                print("size \(info.estimatedSize)")
                 fflush(nil)
             } catch {
                 await pcast.stop()
@@ -132,12 +133,6 @@ struct RoomCommand: AsyncParsableCommand {
             await pcast.stop()
         }
     }
-}
-
-/// The first value a cold observable gives (or none within a second).
-func firstValue<V: Sendable & Equatable>(_ observable: ColdObservable<V>) async throws -> V? {
-    for await value in observable.values { return value }
-    return nil
 }
 
 struct ChatCommand: AsyncParsableCommand {
@@ -291,6 +286,8 @@ struct ChannelCommand: AsyncParsableCommand {
             options.capabilities = ["real-time"]
             let rooms: RoomService
             do {
+                // Viewing a channel nobody has published to yet waits for its first stream.
+                _ = try await channels.createChannel(ChannelOptions(name: alias, alias: alias))
                 rooms = try await channels.joinChannel(options) { status, subscriber, _ in
                     switch status {
                     case .ok: print("viewing \(subscriber?.streamId ?? "?")")
