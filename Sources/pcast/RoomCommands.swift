@@ -258,7 +258,9 @@ struct ChannelCommand: AsyncParsableCommand {
             }
             print(publisher.streamId)
             fflush(nil)
-            await runUntilStopped(seconds: seconds)
+            // Until Ctrl-C, --seconds, or the stream ends.
+            let low = publisher.publisher
+            await runUntilStopped(seconds: seconds) { _ = await low?.ended() }
             await publisher.stop()
             try? await rooms.leaveRoom()
             await channels.pcastExpress.shutdown()
@@ -300,7 +302,10 @@ struct ChannelCommand: AsyncParsableCommand {
                 await channels.pcastExpress.shutdown()
                 throw fail("join channel failed (\(error.status.rawValue)): \(error)")
             }
-            await runUntilStopped(seconds: seconds)
+            // Until Ctrl-C, --seconds, or the channel is gone.
+            await runUntilStopped(seconds: seconds) {
+                for await room in rooms.activeRoom.values where room == nil { return }
+            }
             try? await rooms.leaveRoom()
             await channels.pcastExpress.shutdown()
         }
