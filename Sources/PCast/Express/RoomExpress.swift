@@ -109,28 +109,11 @@ public final class RoomExpress: Sendable {
             throw .invalidRequest(options.publishRemoteOptions != nil
                 ? "remote media goes through publishRemoteToRoom(_:)" : "give publishOptions")
         }
-        let pcast = try await pcastExpress.pcast()
-        let rooms = RoomService(pcast: pcast)
-        let roomId: String
-        if let id = options.roomId {
-            roomId = id
-        } else if let roomOptions = options.roomOptions {
-            roomId = try await rooms.createRoom(roomOptions).roomId
-        } else {
-            throw .invalidRequest("give roomOptions or roomId")
-        }
+        let (rooms, roomId) = try await roomService(for: options)
         var publish = publishOptions
         publish.tags += ["roomId:\(roomId)"]
         let publisher = try await pcastExpress.publish(publish)
-        var uri = "pcast://\(publisher.streamId)"
-        if options.wildcardTokens {
-            let token = try await pcastExpress.streamToken(streamId: publisher.streamId, capabilities: publishOptions.capabilities)
-            uri += "?streamToken=" + (token.addingPercentEncoding(withAllowedCharacters: .urlQueryValueAllowed) ?? token)
-        }
-        let stream = rooms.createStream(uri: uri, type: options.streamType)
-        rooms.selfMember.role.setValue(options.memberRole)
-        rooms.selfMember.screenName.setValue(options.screenName ?? RoomService.randomScreenName())
-        rooms.selfMember.streams.setValue([stream])
+        let stream = try await offer(publisher.streamId, capabilities: publishOptions.capabilities, in: rooms, options)
         do {
             try await rooms.joinRoom(roomId: roomId)
         } catch {
@@ -151,27 +134,11 @@ public final class RoomExpress: Sendable {
     /// Has the platform ingest a remote source and shares the stream in the room as this member's.
     public func publishRemoteToRoom(_ options: PublishToRoomOptions) async throws(PCastError) -> (RoomService, RemotePublisher) {
         guard let remoteOptions = options.publishRemoteOptions else { throw .invalidRequest("give publishRemoteOptions") }
-        let pcast = try await pcastExpress.pcast()
-        let rooms = RoomService(pcast: pcast)
-        let roomId: String
-        if let id = options.roomId {
-            roomId = id
-        } else if let roomOptions = options.roomOptions {
-            roomId = try await rooms.createRoom(roomOptions).roomId
-        } else {
-            throw .invalidRequest("give roomOptions or roomId")
-        }
+        let (rooms, roomId) = try await roomService(for: options)
         var remote = remoteOptions
         remote.tags += ["roomId:\(roomId)"]
         let publisher = try await pcastExpress.publishRemote(remote)
-        var uri = "pcast://\(publisher.streamId)"
-        if options.wildcardTokens {
-            let token = try await pcastExpress.streamToken(streamId: publisher.streamId, capabilities: remoteOptions.capabilities)
-            uri += "?streamToken=" + (token.addingPercentEncoding(withAllowedCharacters: .urlQueryValueAllowed) ?? token)
-        }
-        rooms.selfMember.role.setValue(options.memberRole)
-        rooms.selfMember.screenName.setValue(options.screenName ?? RoomService.randomScreenName())
-        rooms.selfMember.streams.setValue([rooms.createStream(uri: uri, type: options.streamType)])
+        _ = try await offer(publisher.streamId, capabilities: remoteOptions.capabilities, in: rooms, options)
         do {
             try await rooms.joinRoom(roomId: roomId)
         } catch {
@@ -179,6 +146,31 @@ public final class RoomExpress: Sendable {
             throw error
         }
         return (rooms, publisher)
+    }
+
+    /// A room service on the express's PCast, and the room to publish to (created from the
+    /// options' room options when it has no id).
+    private func roomService(for options: PublishToRoomOptions) async throws(PCastError) -> (RoomService, String) {
+        let rooms = RoomService(pcast: try await pcastExpress.pcast())
+        if let id = options.roomId { return (rooms, id) }
+        guard let roomOptions = options.roomOptions else { throw .invalidRequest("give roomOptions or roomId") }
+        return (rooms, try await rooms.createRoom(roomOptions).roomId)
+    }
+
+    /// Sets the self model to offer `streamId` (with a wildcard stream token when asked) in the
+    /// options' role and screen name; returns the stream as offered.
+    private func offer(_ streamId: String, capabilities: [String], in rooms: RoomService,
+                       _ options: PublishToRoomOptions) async throws(PCastError) -> RoomStream {
+        var uri = "pcast://\(streamId)"
+        if options.wildcardTokens {
+            let token = try await pcastExpress.streamToken(streamId: streamId, capabilities: capabilities)
+            uri += "?streamToken=" + (token.addingPercentEncoding(withAllowedCharacters: .urlQueryValueAllowed) ?? token)
+        }
+        let stream = rooms.createStream(uri: uri, type: options.streamType)
+        rooms.selfMember.role.setValue(options.memberRole)
+        rooms.selfMember.screenName.setValue(options.screenName ?? RoomService.randomScreenName())
+        rooms.selfMember.streams.setValue([stream])
+        return stream
     }
 
     /// Subscribes to a member's stream: with the wildcard token in its URI when there is one, else
