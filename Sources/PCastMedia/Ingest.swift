@@ -237,7 +237,10 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
                 isPaused.withLock { $0 = true }
                 return
             }
-            try await pipeline.play(timeout: options.connectTimeout)
+            // Pushed FLV arrives only once the pusher is told the publish started, which waits
+            // for this: do not wait for the pipeline to reach PLAYING (the watchdog's connect
+            // timeout covers a pusher that never sends).
+            try await pipeline.play(timeout: source == .pushedFLV ? nil : options.connectTimeout)
         } catch {
             throw .gstreamer(error)
         }

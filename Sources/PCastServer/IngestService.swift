@@ -9,7 +9,8 @@ import PCast
 /// stops it.
 actor IngestService {
     struct Running {
-        let owner: String
+        /// The session that asked for it; nil for a push (its connection owns it).
+        let owner: String?
         let publisher: Publisher
     }
 
@@ -20,7 +21,7 @@ actor IngestService {
     private var client: PCast?
     private var running: [String: Running] = [:]
     /// Called when an ingest ends, with its owner (the platform sends `stream-ended`).
-    private var onEnded: (@Sendable (_ owner: String, _ streamId: String, StreamEndedReason, String?) async -> Void)?
+    private var onEnded: (@Sendable (_ owner: String?, _ streamId: String, StreamEndedReason, String?) async -> Void)?
 
     init(policy: IngestURIPolicy, tokens: TokenAuthority, logger: Logger) {
         self.policy = policy
@@ -29,7 +30,7 @@ actor IngestService {
     }
 
     /// The platform listens: where the ingest session connects, and who hears of ended ingests.
-    func listening(host: String, port: Int, onEnded: @escaping @Sendable (_ owner: String, _ streamId: String, StreamEndedReason, String?) async -> Void) {
+    func listening(host: String, port: Int, onEnded: @escaping @Sendable (_ owner: String?, _ streamId: String, StreamEndedReason, String?) async -> Void) {
         self.onEnded = onEnded
         let local = host == "0.0.0.0" || host == "::" || host.isEmpty ? "127.0.0.1" : host
         signalingURL = "ws://\(local.contains(":") ? "[\(local)]" : local):\(port)/ws"
@@ -70,14 +71,41 @@ actor IngestService {
             }
         }
         let streamId = publisher.streamId
-        running[streamId] = Running(owner: owner, publisher: publisher)
+        register(publisher, owner: owner)
         logger.info("ingest started", metadata: ["pcast.session": .string(owner), "pcast.stream": .string(streamId),
                                                   "pcast.uri": .string(url.absoluteString), "pcast.passthrough": "\(options.passthrough)"])
+        return .success(.init(streamId: streamId, passthrough: options.passthrough))
+    }
+
+    /// Starts an ingest fed with pushed FLV (the RTMP endpoint): the publish token is checked by
+    /// the platform as for any publish. Feed it with ``IngestPublisher/pushFLV(_:)`` and end it
+    /// with ``IngestPublisher/endPushedStream()``.
+    func startPushed(streamToken: String, publishType: PublishType, streamName: String?, remote: String?) async -> Result<Publisher, ServerMessage.Failure> {
+        let pcast: PCast
+        do throws(PCastError) { pcast = try await session() } catch {
+            return .failure(.init(status: .failed, message: "the ingest session could not start: \(error)"))
+        }
+        do throws(PCastError) {
+            let publisher = try await pcast.publish(streamToken: streamToken, ingest: .pushedFLV, publishType: publishType, streamName: streamName)
+            register(publisher, owner: nil)
+            logger.info("rtmp push started", metadata: ["pcast.stream": .string(publisher.streamId), "pcast.remote": .string(remote ?? "?"),
+                                                        "pcast.publishType": .string(publishType.rawValue)])
+            return .success(publisher)
+        } catch {
+            switch error {
+            case .refused(let status, let message): return .failure(.init(status: status, message: message))
+            default: return .failure(.init(status: error.status, message: error.description))
+            }
+        }
+    }
+
+    private func register(_ publisher: Publisher, owner: String?) {
+        let streamId = publisher.streamId
+        running[streamId] = Running(owner: owner, publisher: publisher)
         publisher.setPublisherEndedCallback { [weak self] reason, description in
             guard let self else { return }
             Task { await self.ended(streamId, reason, description) }
         }
-        return .success(.init(streamId: streamId, passthrough: options.passthrough))
     }
 
     private func ended(_ streamId: String, _ reason: StreamEndedReason, _ description: String?) async {
@@ -103,9 +131,9 @@ actor IngestService {
     /// Position and duration of every running ingest, for progress events.
     func progress() -> [(owner: String, ServerMessage.IngestProgress)] {
         running.sorted { $0.key < $1.key }.compactMap { streamId, entry in
-            guard let ingest = entry.publisher.ingest else { return nil }
+            guard let owner = entry.owner, let ingest = entry.publisher.ingest else { return nil }
             let (position, duration) = ingest.progress
-            return (entry.owner, .init(streamId: streamId, positionMilliseconds: position.map { Int64($0 / .milliseconds(1)) },
+            return (owner, .init(streamId: streamId, positionMilliseconds: position.map { Int64($0 / .milliseconds(1)) },
                                        durationMilliseconds: duration.map { Int64($0 / .milliseconds(1)) }))
         }
     }

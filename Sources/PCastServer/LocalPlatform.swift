@@ -24,7 +24,8 @@ public final class LocalPlatform: Sendable {
         self.configuration = configuration
     }
 
-    /// Starts relay and signaling on 127.0.0.1.
+    /// Starts relay and signaling on 127.0.0.1 (and the RTMP push endpoint when `rtmpPort` is
+    /// given; 0 picks a free port).
     public static func start(applicationId: String = "pcast-local",
                              secret: String = SRTPFreeRandom.secret(),
                              relayConfiguration: RelayConfiguration = RelayConfiguration(),
@@ -33,6 +34,7 @@ public final class LocalPlatform: Sendable {
                              resumeWindow: TimeInterval = PlatformConfiguration.defaultResumeWindow,
                              backendPolicy: (any BackendPolicy)? = SampleBackendPolicy(),
                              ingestPolicy: IngestURIPolicy = IngestURIPolicy(),
+                             rtmpPort: Int? = nil,
                              logger: Logger = Logger(label: "pcast.platform")) async throws -> LocalPlatform {
         let relay = try Relay(configuration: relayConfiguration)
         let directory = dataDirectory ?? FileManager.default.temporaryDirectory.appendingPathComponent("pcast-local-\(UUID().uuidString)").path
@@ -40,6 +42,7 @@ public final class LocalPlatform: Sendable {
                                                   httpPort: httpPort, mediaPort: Int(relay.mediaPort), dataDirectory: directory)
         configuration.resumeWindow = resumeWindow
         configuration.ingestPolicy = ingestPolicy
+        configuration.rtmpPort = rtmpPort
         do {
             let server = try await PlatformServer.start(configuration: configuration, relay: relay, logger: logger, backendPolicy: backendPolicy)
             return LocalPlatform(server: server, relay: relay, configuration: configuration)

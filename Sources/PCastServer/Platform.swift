@@ -39,7 +39,7 @@ actor Platform {
     /// Sessions that can be resumed: SHA-256 of their resume key, and whether a connection holds them.
     private var resumable: [String: (keyHash: String, attached: Bool, deadline: Date?)] = [:]
     private(set) var isAccepting = true
-    private let ingest: IngestService
+    let ingest: IngestService
 
     /// Messages queued for one connection before it counts as not reading: a client that sends
     /// requests without reading the replies cannot make the platform hold unbounded memory.
@@ -139,7 +139,8 @@ actor Platform {
         await ingest.shutdown()
     }
 
-    private func ingestEnded(owner: String, streamId: String, reason: StreamEndedReason, description: String?) {
+    private func ingestEnded(owner: String?, streamId: String, reason: StreamEndedReason, description: String?) {
+        guard let owner else { return }
         reply(to: owner, requestId: nil, .streamEnded(.init(streamId: streamId, reason: reason, description: description)))
     }
 

@@ -39,6 +39,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
     public var resumeWindow: TimeInterval = Self.defaultResumeWindow
     /// What ingest may pull: schemes, internal addresses allowed, `file://` directory.
     public var ingestPolicy = IngestURIPolicy()
+    /// The RTMP push endpoint's port (`rtmp://host:port/live/<publish token>`); nil: no endpoint,
+    /// 0: a free port (see ``PlatformServer/rtmpPort``).
+    public var rtmpPort: Int?
 
     /// A session is closed after this many keep-alive intervals without a message.
     public static let keepAliveTimeoutMultiplier = 3
@@ -219,6 +222,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
         }
         if !(0...65_535).contains(mediaPort) {
             throw .invalidValue(name: "mediaPort", value: String(mediaPort), reason: "not a port (0...65535)")
+        }
+        if let rtmpPort, !(0...65_535).contains(rtmpPort) {
+            throw .invalidValue(name: "rtmpPort", value: String(rtmpPort), reason: "not a port (0...65535)")
         }
         if dataDirectory.isEmpty { throw .invalidValue(name: "dataDirectory", value: "", reason: "empty") }
         // A message must at least hold a token; more than 16 MiB is not a signaling message.

@@ -6,6 +6,7 @@ import NIOCore
 import PCastProtocol
 import PCastRelay
 import ServiceLifecycle
+import Synchronization
 import UnixSignals
 
 /// Why the platform server could not start.
@@ -64,6 +65,9 @@ public final class PlatformServer: Sendable {
     public let host: String
     /// The relay's UDP media port.
     public let mediaPort: UInt16
+    /// The RTMP push endpoint's port (nil when ``PlatformConfiguration/rtmpPort`` is nil).
+    public var rtmpPort: Int? { rtmp?.port }
+    private let rtmp: RTMPIngestServer?
     /// `ws://host:port/ws`.
     public var signalingURL: String { "ws://\(Self.urlHost(host)):\(httpPort)/ws" }
     /// `http://host:port`.
@@ -74,8 +78,10 @@ public final class PlatformServer: Sendable {
     private let serviceGroup: ServiceGroup
     private let runTask: Task<Void, any Error>
 
-    private init(httpPort: Int, host: String, mediaPort: UInt16, metrics: PlatformMetrics, platform: Platform, serviceGroup: ServiceGroup, runTask: Task<Void, any Error>) {
+    private init(httpPort: Int, host: String, mediaPort: UInt16, rtmp: RTMPIngestServer?, metrics: PlatformMetrics, platform: Platform,
+                 serviceGroup: ServiceGroup, runTask: Task<Void, any Error>) {
         self.httpPort = httpPort
+        self.rtmp = rtmp
         self.host = host
         self.mediaPort = mediaPort
         self.metrics = metrics
@@ -128,8 +134,16 @@ public final class PlatformServer: Sendable {
         }
         logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
         await parts.platform.listening(port: port)
+        let rtmp: RTMPIngestServer?
+        do {
+            rtmp = try await startRTMP(configuration, platform: parts.platform, logger: logger)
+        } catch {
+            await serviceGroup.triggerGracefulShutdown()
+            _ = try? await runTask.value
+            throw error
+        }
         return PlatformServer(
-            httpPort: port, host: configuration.host, mediaPort: relay.mediaPort, metrics: parts.metrics,
+            httpPort: port, host: configuration.host, mediaPort: relay.mediaPort, rtmp: rtmp, metrics: parts.metrics,
             platform: parts.platform, serviceGroup: serviceGroup, runTask: runTask)
     }
 
@@ -145,11 +159,21 @@ public final class PlatformServer: Sendable {
         let parts = try build(
             configuration: configuration, relay: relay, logger: logger, clock: { Date() }, tickInterval: .seconds(1),
             signals: [.sigterm, .sigint], backendPolicy: backendPolicy)
+        let rtmp = RTMPSlot()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await port in parts.ports {
                     logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
                     await parts.platform.listening(port: port)
+                    do {
+                        rtmp.server.withLock { $0 = nil }
+                        let server = try await startRTMP(configuration, platform: parts.platform, logger: logger)
+                        rtmp.server.withLock { $0 = server }
+                    } catch {
+                        logger.error("\(error)")
+                        await parts.serviceGroup.triggerGracefulShutdown()
+                        throw error
+                    }
                     onListening(port)
                     break
                 }
@@ -157,14 +181,32 @@ public final class PlatformServer: Sendable {
             group.addTask {
                 defer { parts.bound.finish() }
                 try await parts.serviceGroup.run()
+                await rtmp.server.withLock { $0 }?.shutdown()
             }
             try await group.waitForAll()
+        }
+    }
+
+    private final class RTMPSlot: Sendable {
+        let server = Mutex<RTMPIngestServer?>(nil)
+    }
+
+    /// Starts the RTMP push endpoint when configured.
+    private static func startRTMP(_ configuration: PlatformConfiguration, platform: Platform, logger: Logger) async throws(PlatformServerError) -> RTMPIngestServer? {
+        guard let port = configuration.rtmpPort else { return nil }
+        do {
+            return try await RTMPIngestServer.start(
+                host: configuration.host, port: port, ingest: platform.ingest,
+                tokens: TokenAuthority(applicationId: configuration.applicationId, secret: configuration.secret), logger: logger)
+        } catch {
+            throw .cannotListen(host: configuration.host, port: port, reason: "rtmp: \(error)")
         }
     }
 
     /// Ends every stream as `maintenance`, closes every session (1001) and stops listening.
     /// Returns once the server has stopped.
     public func shutdown() async {
+        await rtmp?.shutdown()
         await serviceGroup.triggerGracefulShutdown()
         _ = try? await runTask.value
     }

@@ -24,6 +24,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Largest signaling message, bytes.") var messageSizeLimit: Int?
     @Option(help: "Seconds between client keep-alives.") var keepaliveInterval: Int?
     @Option(help: "Seconds a disconnected session keeps its room memberships, waiting to resume.") var resumeWindow: Double?
+    @Option(help: "RTMP push endpoint port (rtmp://HOST:PORT/live/<publish token>[?name=<stream name>]); 0: any free port.")
+    var rtmpPort: Int = 1935
+    @Flag(help: "No RTMP push endpoint.") var noRTMP = false
     @Flag(help: "Serve the sample application backend at /backend/auth and /backend/stream (tokens for Express clients).")
     var sampleBackend = false
     @Option(help: "With --sample-backend: the password a client's authentication data must carry (moderatorPassword) to get the moderator role; without it no one gets moderator. Defaults to PCAST_MODERATOR_PASSWORD.")
@@ -46,6 +49,7 @@ struct ServeCommand: AsyncParsableCommand {
             guard resumeWindow >= 0 else { throw fail("--resume-window must not be negative", code: 2) }
             configuration.resumeWindow = resumeWindow
         }
+        configuration.rtmpPort = noRTMP ? nil : rtmpPort
         let password = moderatorPassword ?? ProcessInfo.processInfo.environment["PCAST_MODERATOR_PASSWORD"]
         let policy: (any BackendPolicy)? = sampleBackend ? SampleBackendPolicy(moderatorPassword: password) : nil
         let relay: Relay
@@ -58,8 +62,10 @@ struct ServeCommand: AsyncParsableCommand {
         defer { relay.shutdown() }
         let mediaPort = relay.mediaPort
         let host = configuration.host
+        let rtmpPort = configuration.rtmpPort
         try await PlatformServer.run(configuration: configuration, relay: relay, logger: Logger(label: "pcast.server"), backendPolicy: policy) { httpPort in
             print("pcast serve: signaling ws://\(host):\(httpPort)/ws, media udp \(host):\(mediaPort)"
+                  + (rtmpPort.map { $0 > 0 ? ", rtmp://\(host):\($0)/live/<publish token>" : ", rtmp on a free port" } ?? "")
                   + (policy != nil ? ", backend http://\(host):\(httpPort)/backend/" : ""))
             fflush(nil)
         }

@@ -14,7 +14,7 @@ struct PlatformCommandTests {
         var environment = ProcessInfo.processInfo.environment
         environment["PCAST_SECRET"] = "cli-test-secret"
         let server = try ChildProcess.spawn(try pcastBinary(), [
-            "serve", "--application-id", "cli-app", "--http-port", "0", "--media-port", "0",
+            "serve", "--application-id", "cli-app", "--http-port", "0", "--media-port", "0", "--rtmp-port", "0",
             "--data-dir", directory.appendingPathComponent("data").path], environment: environment, output: log)
         defer { server.stop() }
         // "pcast serve: signaling ws://127.0.0.1:PORT/ws, media udp 127.0.0.1:PORT"

@@ -140,6 +140,88 @@ struct IngestTests {
     }
 }
 
+extension IngestTests {
+    @Test("RTMP push: ffmpeg pushes into the platform's own endpoint; a subscriber gets 1280×720 frames; the stream ends with the push; forged keys are refused")
+    func rtmpPush() async throws {
+        let platform = try await LocalPlatform.start(rtmpPort: 0)
+        let port = try #require(platform.server.rtmpPort)
+        let ffmpegPath = try executable("ffmpeg")
+        func push(_ key: String, seconds: Int) throws -> ChildProcess {
+            // Re-encoded with a keyframe a second: the clip has one keyframe per 5.3 s, and a
+            // viewer who joins a passed-through live stream starts at its next keyframe.
+            try ChildProcess.spawn(ffmpegPath, [
+                "-hide_banner", "-loglevel", "error", "-re", "-t", String(seconds), "-i", "\(sharedMedia)/\(clip)",
+                "-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-g", "25", "-c:a", "copy",
+                "-f", "flv", "rtmp://127.0.0.1:\(port)/live/\(key)",
+            ], environment: ProcessInfo.processInfo.environment)
+        }
+        // Refused keys: ffmpeg gives up quickly and nothing is published.
+        let expired = try platform.token(.publish, lifetime: -60)
+        let stream = try platform.token(.stream)
+        for key in ["forged", expired, stream, expired + "?name=x"] {
+            let refused = try push(key, seconds: 3)
+            #expect(await eventually(.seconds(10)) { !refused.isRunning }, "ffmpeg kept pushing with key \(key.prefix(20))")
+            refused.stop()
+        }
+        // Garbage instead of a handshake: the endpoint closes the connection and keeps serving.
+        #expect(await garbageIsHungUpOn(port: port))
+        let viewerToken = try platform.token(.stream, tag: .channelAlias("pushed"))
+        let ffmpeg = try push(try platform.token(.publish, applyTags: ["channelAlias:pushed"]), seconds: 6)
+        defer { ffmpeg.stop() }
+        let viewer = try await client(platform)
+        var subscribed: MediaStream?
+        for _ in 0..<40 where subscribed == nil {
+            subscribed = try? await viewer.subscribe(streamToken: viewerToken)
+            if subscribed == nil { try await Task.sleep(for: .milliseconds(250)) }
+        }
+        let remote = try #require(subscribed, "the pushed stream never appeared")
+        let renderer = remote.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+        #expect(await renderer.start() == .ok)
+        let frames = Values<Dimensions>()
+        try renderer.setFrameReadyCallback(remote.getVideoTracks()[0]) { notification in
+            if case .video(let frame)? = try? notification.read() { frames.append(Dimensions(width: frame.width, height: frame.height)) }
+        }
+        #expect(await eventually(.seconds(15)) { frames.all.count >= 25 })
+        #expect(frames.all.last == Dimensions(width: 1280, height: 720))
+        // ffmpeg finishes its 6 s and unpublishes: the stream ends as ended.
+        #expect(await eventually(.seconds(20)) { remote.endReason != nil })
+        if case .remote(let reason, _)? = remote.endReason { #expect(reason == .ended) } else { Issue.record("ended as \(String(describing: remote.endReason))") }
+        _ = renderer
+        await viewer.stop()
+        await platform.shutdown()
+    }
+}
+
+/// Connects to 127.0.0.1:`port`, sends a version byte RTMP does not know and random bytes, and
+/// reports whether the server hung up within 5 s (on a thread of its own: the reads block).
+func garbageIsHungUpOn(port: Int) async -> Bool {
+    await withCheckedContinuation { continuation in
+        Thread.detachNewThread {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(fd) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let connected = withUnsafePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+            }
+            guard connected else { return continuation.resume(returning: false) }
+            var timeout = timeval(tv_sec: 5, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            var generator = SystemRandomNumberGenerator()
+            let garbage = [UInt8(0x2A)] + (0..<3000).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            _ = garbage.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if count == 0 || (count < 0 && errno == ECONNRESET) { return continuation.resume(returning: true) }
+                if count < 0 { return continuation.resume(returning: false) }
+            }
+        }
+    }
+}
+
 /// Accepts TCP connections on 127.0.0.1 and never answers (a source that gives no data).
 final class SilentTCPServer: Sendable {
     let port: Int

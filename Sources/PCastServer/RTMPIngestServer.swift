@@ -1,0 +1,210 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import PCast
+import PCastProtocol
+import Synchronization
+
+/// The platform's RTMP push endpoint: ffmpeg, OBS or any RTMP encoder publishes to
+/// `rtmp://HOST:PORT/live/<publish token>` and the stream appears on the platform like any other
+/// (H.264 passed through, audio converted to Opus).
+///
+/// The stream key is the publish token, optionally followed by `?name=<stream name>` to record
+/// (the RTMP publish type `record` or `append` then applies to that name; `live` records nothing).
+/// The key is checked before any media pipeline is built: a forged, expired or wrong-type token is
+/// answered with `NetStream.Publish.BadName` and the connection closed. Tokens bound to a session
+/// cannot be used here (the push has no signaling session).
+///
+/// Protocol limits come from ``RTMPServerSession``: chunk sizes, message sizes and name lengths are
+/// bounded, and a violation closes the connection. A connection that has not started publishing
+/// within ``setupTimeout`` is closed, and at most ``maximumConnections`` are served at once.
+///
+/// ```swift
+/// let server = try await RTMPIngestServer.start(host: "0.0.0.0", port: 1935, ingest: ingest, tokens: tokens, logger: logger)
+/// print(server.port)
+/// await server.shutdown()
+/// ```
+final class RTMPIngestServer: Sendable {
+    /// The port it listens on (the bound one when asked for 0).
+    let port: Int
+    static let setupTimeout: Duration = .seconds(10)
+    static let maximumConnections = 64
+    private let channel: any Channel
+    private let acceptTask: Task<Void, Never>
+
+    private init(port: Int, channel: any Channel, acceptTask: Task<Void, Never>) {
+        self.port = port
+        self.channel = channel
+        self.acceptTask = acceptTask
+    }
+
+    /// Binds the listener and starts accepting connections.
+    static func start(host: String, port: Int, ingest: IngestService, tokens: TokenAuthority, logger: Logger) async throws -> RTMPIngestServer {
+        let listener = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 64)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .bind(host: host, port: port) { child in
+                child.eventLoop.makeCompletedFuture {
+                    try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: child)
+                }
+            }
+        let bound = listener.channel.localAddress?.port ?? port
+        let serverChannel = listener.channel
+        let acceptTask = Task {
+            let active = ActiveConnections()
+            do {
+                try await listener.executeThenClose { inbound in
+                    try await withThrowingDiscardingTaskGroup { group in
+                        for try await connection in inbound {
+                            guard active.enter(limit: maximumConnections) else {
+                                logger.warning("rtmp connection refused: too many connections")
+                                try? await connection.channel.close()
+                                continue
+                            }
+                            group.addTask {
+                                defer { active.leave() }
+                                await RTMPPushConnection(ingest: ingest, tokens: tokens, logger: logger).serve(connection)
+                            }
+                        }
+                    }
+                }
+            } catch {
+                logger.debug("rtmp listener closed: \(error)")
+            }
+        }
+        logger.info("rtmp push endpoint listening", metadata: ["pcast.rtmp": "\(host):\(bound)"])
+        return RTMPIngestServer(port: bound, channel: serverChannel, acceptTask: acceptTask)
+    }
+
+    /// Stops listening and closes every connection (their streams end).
+    func shutdown() async {
+        try? await channel.close()
+        acceptTask.cancel()
+        await acceptTask.value
+    }
+}
+
+/// Counts connections being served.
+private final class ActiveConnections: Sendable {
+    private let count = Mutex(0)
+
+    func enter(limit: Int) -> Bool {
+        count.withLock { count in
+            guard count < limit else { return false }
+            count += 1
+            return true
+        }
+    }
+
+    func leave() { count.withLock { $0 -= 1 } }
+}
+
+/// One push connection: drives an ``RTMPServerSession`` with the bytes read and performs its
+/// actions: replies, the key check, FLV into the ingest, closing.
+struct RTMPPushConnection {
+    let ingest: IngestService
+    let tokens: TokenAuthority
+    let logger: Logger
+
+    /// What a stream key says: the publish token and an optional stream name (`?name=`).
+    struct StreamKey: Equatable {
+        var token: String
+        var streamName: String?
+
+        /// Splits `<token>[?name=<stream name>]`; other query items are ignored.
+        init(_ key: String) {
+            guard let mark = key.firstIndex(of: "?") else {
+                token = key
+                return
+            }
+            token = String(key[..<mark])
+            let query = key[key.index(after: mark)...]
+            for item in query.split(separator: "&") {
+                let parts = item.split(separator: "=", maxSplits: 1)
+                if parts.count == 2, parts[0] == "name" { streamName = String(parts[1]) }
+            }
+        }
+    }
+
+    func serve(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>) async {
+        let remote = connection.channel.remoteAddress?.ipAddress
+        var session = RTMPServerSession(configuration: .init(applications: ["live"]))
+        var flv = FLVWriter()
+        var publisher: Publisher?
+        let channel = connection.channel
+        // Nothing published in time: close (the read loop then ends).
+        let setupTimer = Task {
+            try? await Task.sleep(for: RTMPIngestServer.setupTimeout)
+            if !Task.isCancelled { try? await channel.close() }
+        }
+        defer { setupTimer.cancel() }
+        do {
+            try await connection.executeThenClose { inbound, outbound in
+                var closing = false
+                func perform(_ actions: [RTMPServerSession.Action]) async throws {
+                    for action in actions {
+                        switch action {
+                        case .send(let bytes):
+                            try await outbound.write(ByteBuffer(bytes: bytes))
+                        case .publishRequested(_, let key, let type):
+                            let decision = await admit(StreamKey(key), type: type, remote: remote)
+                            switch decision {
+                            case .success(let started):
+                                publisher = started
+                                setupTimer.cancel()
+                                // The ingest ending (source silent, platform stopping) closes the connection.
+                                started.setPublisherEndedCallback { _, _ in channel.close(promise: nil) }
+                                try await perform(session.accept())
+                            case .failure(let failure):
+                                logger.notice("rtmp publish refused", metadata: ["pcast.remote": .string(remote ?? "?"), "pcast.reason": .string(failure.message)])
+                                try await perform(session.reject(failure.message))
+                            }
+                        case .audio, .video, .metadata:
+                            guard let ingest = publisher?.ingest else { continue }
+                            let bytes = try flv.write(action)
+                            if !bytes.isEmpty, !ingest.pushFLV(bytes) {
+                                logger.warning("rtmp push: the ingest refused media (it ended or its queue is full)")
+                            }
+                        case .ended(let reason):
+                            logger.info("rtmp publish ended", metadata: ["pcast.reason": "\(reason)", "pcast.stream": .string(publisher?.streamId ?? "-")])
+                            publisher?.ingest?.endPushedStream()
+                        case .close:
+                            closing = true
+                        case .connected, .refused:
+                            break
+                        }
+                    }
+                }
+                for try await buffer in inbound {
+                    try await perform(try session.receive(Array(buffer.readableBytesView)))
+                    if closing { return }
+                }
+                try await perform(session.connectionClosed())
+            }
+        } catch {
+            logger.notice("rtmp connection closed: \(error)", metadata: ["pcast.remote": .string(remote ?? "?")])
+        }
+        // However it ended, the stream it fed ends once the queued media played out.
+        publisher?.ingest?.endPushedStream()
+    }
+
+    /// Checks the key (signature, expiry, type, stream name) before building anything, then
+    /// starts the ingest, which the platform checks again as a publish.
+    private func admit(_ key: StreamKey, type: RTMPPublishType, remote: String?) async -> Result<Publisher, ServerMessage.Failure> {
+        if case .failure(let failure) = tokens.check(key.token, as: .publish, sessionId: "rtmp-push", remoteAddress: remote, now: Date()) {
+            return .failure(failure)
+        }
+        let publishType: PublishType
+        switch type {
+        case .live: publishType = .live
+        case .record: publishType = .record
+        case .append: publishType = .append
+        }
+        if publishType != .live, key.streamName == nil {
+            return .failure(.init(status: .badRequest, message: "publish type '\(type.rawValue)' needs a stream name: <token>?name=<name>"))
+        }
+        return await ingest.startPushed(streamToken: key.token, publishType: publishType, streamName: key.streamName, remote: remote)
+    }
+}
