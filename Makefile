@@ -6,7 +6,7 @@ BENCH_DIR ?= bench-results
 # Suites with many concurrent clients (run apart from the media suites; see `test`).
 ROOM_SUITES = RoomTests ChatTests RestartTests ObservableTests RoomStoreTests RoomRegistryTests FastConverterTests
 # Suites that publish, ingest and render through the platform with many clients: one test at a time.
-EXPRESS_SUITES = PCastTests.ExpressTests PCastTests.RoomChannelExpressTests PCastTests.IngestTests
+EXPRESS_SUITES = PCastTests.ExpressTests PCastTests.RoomChannelExpressTests PCastTests.IngestTests PCastTests.RecordingTests
 
 # The demo: the embedded platform in-process; a test pattern and tone published through its relay
 # to a subscriber (a window when there is a display, a null sink otherwise), with a status line.
@@ -28,7 +28,7 @@ demo: setup
 # private server (an environment change other tests' device probing must not race).
 test: setup
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build --skip LeakTests --skip 'RelayControlTests/noLeaks' --skip RealDeviceStandInTests --skip PCastCLITests $(ROOM_SUITES:%=--skip %) $(EXPRESS_SUITES:%=--skip %)
+	$(SWIFT) test --skip-build --skip LeakTests --skip 'RelayControlTests/noLeaks' --skip RealDeviceStandInTests --skip PCastCLITests --skip PCastRecordingTests $(ROOM_SUITES:%=--skip %) $(EXPRESS_SUITES:%=--skip %)
 	# Rooms, chat, Express, ingest and the CPU-heavy suites (observables, the room store, the pixel
 	# converter comparisons): many clients
 	# and threads at once; in a process of their own so
@@ -38,6 +38,8 @@ test: setup
 	# The CLI suite starts long-lived child processes (pcast serve): in a process of its own, so
 	# they cannot disturb the Foundation `Process` waits of the other suites.
 	$(SWIFT) test --skip-build --filter PCastCLITests
+	# The recording-file suite spawns encoders, ffprobe and gst-launch: apart from the media suites.
+	$(SWIFT) test --skip-build --filter PCastRecordingTests
 	$(SWIFT) test --skip-build --filter RealDeviceStandInTests
 	# Descriptor and thread counts are per process: the relay's leak check runs here too.
 	$(SWIFT) test --skip-build --filter LeakTests --filter 'RelayControlTests/noLeaks'

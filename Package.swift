@@ -4,6 +4,7 @@ import PackageDescription
 // Layering (arrows point down only):
 //   pcast (CLI) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer (system library)
 //   PCastMedia (media engine) → GStreamer, PCastProtocol
+//   PCastRecording: fragmented-MP4 recordings (boxes, fragmenter, crash-safe file), Foundation only.
 //   PCastProtocol: wire formats (digest tokens, RTP/RTCP), pure, no I/O.
 //   PCastServer (platform: signaling, tokens, sessions, metrics) → PCastProtocol, PCastRelay (its control contract).
 //   CSRTP: libsrtp2, used by the relay and reported by `pcast inspect`.
@@ -61,11 +62,17 @@ let package = Package(
             name: "PCastProtocol",
             dependencies: [.product(name: "Crypto", package: "swift-crypto")]
         ),
+        // Crash-safe recordings: fragmented MP4 boxes, fragmenter, recovery scanner, file writer.
+        // Foundation only: no GStreamer.
+        .target(name: "PCastRecording"),
+        // Writes a recording slowly so the kill -9 test can interrupt it; not a product.
+        .executableTarget(name: "pcast-recording-crash-writer", dependencies: ["PCastRecording"]),
         .target(
             name: "PCastMedia",
             dependencies: [
                 "GStreamer",
                 "PCastProtocol",
+                "PCastRecording",
                 .product(name: "Logging", package: "swift-log"),
             ],
             // The stock pipelines (`pipelines/` at the top is a link to them).
@@ -151,6 +158,10 @@ let package = Package(
         .testTarget(
             name: "PCastProtocolTests",
             dependencies: ["PCastProtocol", .product(name: "Crypto", package: "swift-crypto")]
+        ),
+        .testTarget(
+            name: "PCastRecordingTests",
+            dependencies: ["PCastRecording", "pcast-recording-crash-writer"]
         ),
         .testTarget(
             name: "SRTPTests",

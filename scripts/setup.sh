@@ -24,6 +24,9 @@ packages=(
   xvfb
   python3
   python3-pip
+  python3-gi
+  gir1.2-gstreamer-1.0
+  gir1.2-gst-plugins-base-1.0
   gstreamer1.0-plugins-base-apps
   ffmpeg
   nginx

@@ -5,10 +5,18 @@ import Synchronization
 public final class Sample: Sendable {
     public let buffer: Buffer
     public let caps: Caps?
+    /// The buffer's presentation time as running time (its segment applied): comparable across
+    /// branches whose elements stamp buffers on different bases (x264enc starts at 1000 h). Nil
+    /// when unset or outside the segment.
+    public let presentationRunningTime: Duration?
+    /// The decoding timestamp as running time, like ``presentationRunningTime``.
+    public let decodingRunningTime: Duration?
 
-    public init(buffer: Buffer, caps: Caps?) {
+    public init(buffer: Buffer, caps: Caps?, presentationRunningTime: Duration? = nil, decodingRunningTime: Duration? = nil) {
         self.buffer = buffer
         self.caps = caps
+        self.presentationRunningTime = presentationRunningTime ?? buffer.presentationTimestamp
+        self.decodingRunningTime = decodingRunningTime ?? buffer.decodingTimestamp
     }
 
     /// Raw video layout, for raw video samples.
@@ -130,7 +138,15 @@ private let appSinkNewSample: @convention(c) (UnsafeMutablePointer<GstAppSink>?,
     defer { gst_mini_object_unref(UnsafeMutableRawPointer(sample).assumingMemoryBound(to: GstMiniObject.self)) }
     guard let buffer = gst_sample_get_buffer(sample) else { return GST_FLOW_OK }
     let caps = gst_sample_get_caps(sample).map { Caps(retaining: $0) }
-    context.deliver(Sample(buffer: Buffer(retaining: buffer), caps: caps))
+    var pts: Duration?, dts: Duration?
+    if let segment = gst_sample_get_segment(sample), segment.pointee.format == GST_FORMAT_TIME {
+        let toRunning = { (time: GstClockTime) -> Duration? in
+            time == GstClockTime.max ? nil : Duration(clockTime: gst_segment_to_running_time(segment, GST_FORMAT_TIME, time))
+        }
+        pts = toRunning(buffer.pointee.pts)
+        dts = toRunning(buffer.pointee.dts)
+    }
+    context.deliver(Sample(buffer: Buffer(retaining: buffer), caps: caps, presentationRunningTime: pts, decodingRunningTime: dts))
     return GST_FLOW_OK
 }
 

@@ -209,6 +209,30 @@ extension PCast {
     /// - Throws: ``PCastError/refused(_:_:)``: `unauthorized` for a bad token, `not-found` or
     ///   `no-stream-playing` when there is nothing to subscribe to.
     public func subscribe(streamToken: String, playoutDelay: Duration? = nil) async throws(PCastError) -> MediaStream {
+        let delay = playoutDelay ?? options.playoutDelay, impairment = options.receiveImpairment
+        return try await openSubscription(streamToken: streamToken) { tracks, sendRTCP throws(MediaError) in
+            try await RTPReceiver.start(tracks: tracks, playoutDelay: delay, impairment: impairment, sendRTCP: sendRTCP)
+        }.stream
+    }
+
+    /// Records a stream into a fragmented MP4 file at `path` without decoding it (see
+    /// ``MediaRecorder``): `.record` replaces the file, `.append` continues it after its end. The
+    /// recording follows the stream until it ends or ``StreamRecording/stop()`` is called.
+    ///
+    /// - Throws: the refusals of ``subscribe(streamToken:playoutDelay:)``.
+    public func record(streamToken: String, to path: String, mode: RecordingMode = .record) async throws(PCastError) -> StreamRecording {
+        let recorder = MediaRecorder(path: path, mode: mode)
+        let (streamId, stream) = try await openSubscription(streamToken: streamToken) { tracks, sendRTCP throws(MediaError) in
+            try await RTPReceiver.startRecording(tracks: tracks, into: recorder, sendRTCP: sendRTCP)
+        }
+        return StreamRecording(streamId: streamId, stream: stream, recorder: recorder)
+    }
+
+    /// Subscribes and connects the flow's socket to a receive engine `start` builds for the tracks.
+    private func openSubscription(
+        streamToken: String,
+        start: (_ tracks: [MediaTrackDescription], _ sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream)
+    ) async throws(PCastError) -> (streamId: String, stream: MediaStream) {
         let client = try signaling()
         let reply = try await client.request(.subscribe(.init(streamToken: streamToken)))
         guard case .subscribed(let subscribed) = reply else {
@@ -221,8 +245,7 @@ extension PCast {
         let socketBox = SocketSlot()
         let receiver: RTPReceiver, stream: MediaStream
         do {
-            (receiver, stream) = try await RTPReceiver.start(tracks: subscribed.tracks, playoutDelay: playoutDelay ?? options.playoutDelay,
-                                                             impairment: options.receiveImpairment) { rtcp in
+            (receiver, stream) = try await start(subscribed.tracks) { rtcp in
                 socketBox.value.withLock { $0 }?.send(OutgoingPacket(kind: .rtcp, buffer: rtcp))
             }
         } catch {
@@ -260,7 +283,7 @@ extension PCast {
             _ = try? await self.signaling().request(.unsubscribe(.init(streamId: streamId)), timeout: .seconds(3))
         }
         logger.info("subscribed", metadata: ["stream": "\(streamId)", "tracks": "\(subscribed.tracks.map(\.kind.rawValue))"])
-        return stream
+        return (streamId, stream)
     }
 }
 

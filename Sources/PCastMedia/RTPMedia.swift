@@ -185,7 +185,31 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
         return (receiver, stream)
     }
 
-    private init(tracks: [MediaTrackDescription], playoutDelay delay: Duration, impairment: NetworkImpairment?, sendRTCP: @escaping @Sendable (Buffer) -> Void) throws(MediaError) {
+    /// Builds and starts a receive pipeline that records instead of decoding: depayloaded H.264
+    /// access units and Opus packets go to `recorder`. Stopping the stream finishes the recording.
+    public static func startRecording(tracks: [MediaTrackDescription], into recorder: MediaRecorder, playoutDelay: Duration = .milliseconds(200),
+                                      sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
+        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: nil, purpose: .record, sendRTCP: sendRTCP)
+        do {
+            for kind in [MediaType.video, .audio] where (kind == .video ? receiver.hasVideo : receiver.hasAudio) {
+                try recorder.attach(try receiver.pipeline.appSink(named: kind == .video ? "video-record" : "audio-record"), kind: kind)
+            }
+            try await receiver.pipeline.play(timeout: nil)
+        } catch {
+            throw .gstreamer(error)
+        }
+        receiver.onStop { await recorder.finish() }
+        let stream = MediaStream(engine: receiver, tracks: [])
+        receiver.onEnd = { [weak stream] reason in stream?.finish(reason) }
+        receiver.watchBus()
+        return (receiver, stream)
+    }
+
+    /// What a receive pipeline does with the media: decode it for renderers, or record it.
+    enum Purpose { case play, record }
+
+    private init(tracks: [MediaTrackDescription], playoutDelay delay: Duration, impairment: NetworkImpairment?, purpose: Purpose = .play,
+                 sendRTCP: @escaping @Sendable (Buffer) -> Void) throws(MediaError) {
         let video = tracks.first { $0.kind == .video }
         let audio = tracks.first { $0.kind == .audio }
         guard video != nil || audio != nil else { throw .unsupportedFormat("a stream without tracks") }
@@ -194,12 +218,17 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
         let milliseconds = Int(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
         do {
             var parts = [try StockPipelines.template("subscribe").render(["latency": String(milliseconds)])]
+            let then = purpose == .play ? "decode" : "record"
             if let video {
                 var values = ["pt": String(video.payloadType)]
                 if let impairment { values["impairment"] = impairment.description }
                 parts.append(try StockPipelines.template("subscribe-video").render(values))
+                parts.append(try StockPipelines.template("\(then)-video").render())
             }
-            if let audio { parts.append(try StockPipelines.template("subscribe-audio").render(["pt": String(audio.payloadType)])) }
+            if let audio {
+                parts.append(try StockPipelines.template("subscribe-audio").render(["pt": String(audio.payloadType)]))
+                parts.append(try StockPipelines.template("\(then)-audio").render())
+            }
             pipeline = try Pipeline(description: parts.joined(separator: "\n"), name: "subscriber")
             pipeline.useSystemClock()
             var inputs: [UInt8: AppSource] = [:]

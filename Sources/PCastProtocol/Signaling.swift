@@ -539,9 +539,7 @@ public enum SignalingCodec {
                 guard track.clockRate > 0 else { throw fail("clock rate 0") }
                 try check(track.codec, "codec")
             }
-            if p.publishType != .live && (p.streamName ?? "").isEmpty {
-                throw fail("publish type '\(p.publishType.rawValue)' needs a streamName")
-            }
+            try recording(p.publishType, p.streamName)
         case .unpublish(let p):
             try check(p.streamId, "streamId")
             try check(p.description, "description")
@@ -601,11 +599,16 @@ public enum SignalingCodec {
                 if let rate, !(rate > 0 && rate <= 240) { throw fail("frame rate \(rate) is outside 0…240") }
             }
             if let skip = p.prerollSkipMilliseconds, !(0...60_000).contains(skip) { throw fail("prerollSkipMilliseconds must be 0…60000") }
-            if p.publishType != .live && (p.streamName ?? "").isEmpty {
-                throw fail("publish type '\(p.publishType.rawValue)' needs a streamName")
-            }
+            try recording(p.publishType, p.streamName)
         case .stopIngest(let p):
             try check(p.streamId, "streamId")
+        }
+
+        /// Publish types that record need a stream name that is safe as a file name.
+        func recording(_ type: PublishType, _ streamName: String?) throws(SignalingError) {
+            guard type != .live else { return }
+            guard let streamName, !streamName.isEmpty else { throw fail("publish type '\(type.rawValue)' needs a streamName") }
+            do throws(RecordingNameError) { _ = try RecordingName(streamName) } catch { throw fail("'streamName': \(error)") }
         }
 
         func name(_ value: String?, _ field: String, required: Bool) throws(SignalingError) {

@@ -39,6 +39,13 @@ struct HTTPRoutes: Sendable {
         router.post("/admin/streams/:streamId/end") { request, context in
             try await endStream(request, context: context)
         }
+        router.get("/recordings") { request, context in
+            guard recordingAccess.authorises(request) else { return Self.recordingsUnauthorized() }
+            return Self.encode(RecordingList(recordings: await platform.recordings.list()), status: .ok)
+        }
+        router.get("/recordings/:name") { request, context in
+            try await downloadRecording(request, context: context)
+        }
         if let backend {
             for route in [BackendAPI.authenticationRoute, BackendAPI.streamRoute] {
                 router.post("/backend/\(route)") { request, context in
@@ -81,6 +88,52 @@ struct HTTPRoutes: Sendable {
         return Self.json(["streamId": streamId, "reason": StreamEndedReason.censored.rawValue])
     }
 
+    private var recordingAccess: RecordingAccess {
+        RecordingAccess(tokens: TokenAuthority(applicationId: configuration.applicationId, secret: configuration.secret),
+                        admin: AdminCredentials(applicationId: configuration.applicationId, secret: configuration.secret))
+    }
+
+    private static func recordingsUnauthorized() -> Response {
+        var response = Self.json(["error": "unauthorized: HTTP Basic applicationId:secret, or a token with the 'recordings' capability (Authorization: Bearer, or ?token=)"],
+                                 status: .unauthorized)
+        response.headers[.wwwAuthenticate] = "Bearer realm=\"pcast\""
+        return response
+    }
+
+    /// `GET /recordings/{name}`: the recording's file (`<name>` or `<name>.mp4`), with single byte
+    /// ranges. A recording in progress is served up to its current end.
+    private func downloadRecording(_ request: Request, context: BasicRequestContext) async throws -> Response {
+        guard recordingAccess.authorises(request) else { return Self.recordingsUnauthorized() }
+        let raw = context.parameters.get("name") ?? ""
+        let name: RecordingName
+        do throws(RecordingNameError) {
+            name = try RecordingName(raw.hasSuffix(".mp4") ? String(raw.dropLast(4)) : raw)
+        } catch {
+            return Self.json(["error": "bad recording name: \(error)"], status: .badRequest)
+        }
+        let path = platform.recordings.path(of: name)
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path), let size = (attributes[.size] as? NSNumber)?.intValue else {
+            return Self.json(["error": "no recording '\(name)'"], status: .notFound)
+        }
+        var headers: HTTPFields = [.contentType: "video/mp4", .acceptRanges: "bytes"]
+        headers[.contentDisposition] = "attachment; filename=\"\(name.fileName)\""
+        switch ByteRange(header: request.headers[.range], size: size) {
+        case .unsatisfiable:
+            headers[.contentRange] = "bytes */\(size)"
+            return Response(status: .rangeNotSatisfiable, headers: headers)
+        case .whole:
+            headers[.contentLength] = String(size)
+            guard size > 0 else { return Response(status: .ok, headers: headers) }
+            let body = try await FileIO().loadFile(path: path, range: 0...(size - 1), context: context)
+            return Response(status: .ok, headers: headers, body: body)
+        case .partial(let range):
+            headers[.contentRange] = "bytes \(range.lowerBound)-\(range.upperBound)/\(size)"
+            headers[.contentLength] = String(range.count)
+            let body = try await FileIO().loadFile(path: path, range: range, context: context)
+            return Response(status: .partialContent, headers: headers, body: body)
+        }
+    }
+
     private func token(_ backend: SampleBackend, route: String, _ request: Request, context: BasicRequestContext) async throws -> Response {
         var request = request
         let body: ByteBuffer
@@ -115,6 +168,44 @@ struct HTTPRoutes: Sendable {
         let data = (try? encoder.encode(object)) ?? Data("{}".utf8)
         return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
+}
+
+/// Who may list and download recordings: the operator (HTTP Basic `applicationId:secret`), or the
+/// holder of an unexpired auth or stream token of this application carrying the `recordings`
+/// capability, given as `Authorization: Bearer <token>` or as `?token=<token>` (for players that
+/// cannot set headers).
+struct RecordingAccess: Sendable {
+    static let capability = "recordings"
+    let tokens: TokenAuthority
+    let admin: AdminCredentials
+
+    func authorises(_ request: Request) -> Bool {
+        let header = request.headers[.authorization]
+        if admin.authorises(header) { return true }
+        var token: String?
+        if let header, header.lowercased().hasPrefix("bearer ") {
+            token = String(header.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
+        } else {
+            token = request.uri.queryParameters.get("token")
+        }
+        guard let token else { return false }
+        return authorises(token: token, now: Date())
+    }
+
+    func authorises(token: String, now: Date) -> Bool {
+        for type in [TokenType.auth, .stream] {
+            if case .success(let claims) = tokens.check(token, as: type, sessionId: "", remoteAddress: nil, now: now),
+               claims.sessionId == nil, claims.capabilities.contains(Self.capability) {
+                return true
+            }
+        }
+        return false
+    }
+}
+
+/// The body of `GET /recordings`.
+struct RecordingList: Codable, Sendable {
+    var recordings: [RecordingInfo]
 }
 
 /// HTTP Basic credentials for the admin routes: user = application id, password = secret,

@@ -15,25 +15,21 @@ actor IngestService {
     }
 
     let policy: IngestURIPolicy
-    private let tokens: TokenAuthority
+    private let internalSession: InternalSession
     private let logger: Logger
-    private var signalingURL: String?
-    private var client: PCast?
     private var running: [String: Running] = [:]
     /// Called when an ingest ends, with its owner (the platform sends `stream-ended`).
     private var onEnded: (@Sendable (_ owner: String?, _ streamId: String, StreamEndedReason, String?) async -> Void)?
 
-    init(policy: IngestURIPolicy, tokens: TokenAuthority, logger: Logger) {
+    init(policy: IngestURIPolicy, session: InternalSession, logger: Logger) {
         self.policy = policy
-        self.tokens = tokens
+        self.internalSession = session
         self.logger = logger
     }
 
-    /// The platform listens: where the ingest session connects, and who hears of ended ingests.
-    func listening(host: String, port: Int, onEnded: @escaping @Sendable (_ owner: String?, _ streamId: String, StreamEndedReason, String?) async -> Void) {
+    /// Who hears of ended ingests.
+    func onEnded(_ onEnded: @escaping @Sendable (_ owner: String?, _ streamId: String, StreamEndedReason, String?) async -> Void) {
         self.onEnded = onEnded
-        let local = host == "0.0.0.0" || host == "::" || host.isEmpty ? "127.0.0.1" : host
-        signalingURL = "ws://\(local.contains(":") ? "[\(local)]" : local):\(port)/ws"
     }
 
     var count: Int { running.count }
@@ -141,24 +137,58 @@ actor IngestService {
     func shutdown() async {
         for (_, entry) in running { await entry.publisher.stop(reason: .maintenance, description: "the platform is shutting down") }
         running = [:]
-        await client?.stop()
-        client = nil
+    }
+    private func session() async throws(PCastError) -> PCast {
+        try await internalSession.client()
+    }
+}
+
+/// The platform's own client session (ingest publishers and recorders run on it): connects to the
+/// platform's signaling with an auth token it mints itself, once, and again if the connection was
+/// lost.
+actor InternalSession {
+    private let tokens: TokenAuthority
+    private var signalingURL: String?
+    private var pcast: PCast?
+
+    init(tokens: TokenAuthority) {
+        self.tokens = tokens
     }
 
-    /// The platform's own session for ingest publishers.
-    private func session() async throws(PCastError) -> PCast {
-        if let client, client.isOnline { return client }
+    /// Where the platform listens (set once it does).
+    func listening(host: String, port: Int) {
+        let local = host == "0.0.0.0" || host == "::" || host.isEmpty ? "127.0.0.1" : host
+        signalingURL = "ws://\(local.contains(":") ? "[\(local)]" : local):\(port)/ws"
+    }
+
+    func client() async throws(PCastError) -> PCast {
+        if let pcast, pcast.isOnline { return pcast }
         guard let signalingURL else { throw .notStarted }
         let token: String
         do {
             token = try DigestTokenBuilder().expiresAt(Date().addingTimeInterval(365 * 86_400)).type(.auth)
                 .encode(applicationId: tokens.applicationId, secret: tokens.secret)
         } catch {
-            throw .invalidRequest("cannot mint the ingest session's token: \(error)")
+            throw .invalidRequest("cannot mint the platform's own session token: \(error)")
         }
-        let pcast = PCast(PCastOptions(uri: signalingURL))
-        try await pcast.start(authToken: token)
-        client = pcast
-        return pcast
+        let client = PCast(PCastOptions(uri: signalingURL))
+        try await client.start(authToken: token)
+        pcast = client
+        return client
+    }
+
+    /// A stream token for `streamId` (the platform's recorders subscribe with it).
+    func streamToken(for streamId: String) throws(PCastError) -> String {
+        do {
+            return try DigestTokenBuilder().expiresAt(Date().addingTimeInterval(3600)).type(.stream).originStreamId(streamId)
+                .encode(applicationId: tokens.applicationId, secret: tokens.secret)
+        } catch {
+            throw .invalidRequest("cannot mint a stream token: \(error)")
+        }
+    }
+
+    func stop() async {
+        await pcast?.stop()
+        pcast = nil
     }
 }

@@ -40,6 +40,8 @@ actor Platform {
     private var resumable: [String: (keyHash: String, attached: Bool, deadline: Date?)] = [:]
     private(set) var isAccepting = true
     let ingest: IngestService
+    let recordings: RecordingService
+    private let internalSession: InternalSession
 
     /// Messages queued for one connection before it counts as not reading: a client that sends
     /// requests without reading the replies cannot make the platform hold unbounded memory.
@@ -64,7 +66,9 @@ actor Platform {
         self.persistence = RoomPersistence(store: store) { error in
             storeLogger.error("room store write failed", metadata: ["pcast.error": "\(error)"])
         }
-        self.ingest = IngestService(policy: configuration.ingestPolicy, tokens: TokenAuthority(applicationId: configuration.applicationId, secret: configuration.secret), logger: logger)
+        self.internalSession = InternalSession(tokens: TokenAuthority(applicationId: configuration.applicationId, secret: configuration.secret))
+        self.ingest = IngestService(policy: configuration.ingestPolicy, session: internalSession, logger: logger)
+        self.recordings = RecordingService(directory: configuration.recordingsDirectory, session: internalSession, logger: logger)
         if !snapshot.rooms.isEmpty {
             logger.info("rooms restored", metadata: ["pcast.rooms": "\(snapshot.rooms.count)", "pcast.members": "\(snapshot.members.count)",
                                                      "pcast.sessions": "\(snapshot.sessions.count)"])
@@ -127,16 +131,20 @@ actor Platform {
         Task { await self.sendIngestProgress() }
     }
 
-    /// The server listens on `port`: the ingest session connects there.
+    /// The server listens on `port`: the platform's own session (ingest, recording) connects there.
     func listening(port: Int) async {
-        await ingest.listening(host: configuration.host, port: port) { [weak self] owner, streamId, reason, description in
+        await internalSession.listening(host: configuration.host, port: port)
+        await ingest.onEnded { [weak self] owner, streamId, reason, description in
             await self?.ingestEnded(owner: owner, streamId: streamId, reason: reason, description: description)
         }
     }
 
-    /// Stops every ingest and the ingest session (before the platform shuts down).
+    /// Stops every ingest, finishes every recording and closes the platform's own session (before
+    /// the platform shuts down).
     func shutdownIngest() async {
         await ingest.shutdown()
+        await recordings.shutdown()
+        await internalSession.stop()
     }
 
     private func ingestEnded(owner: String?, streamId: String, reason: StreamEndedReason, description: String?) {
@@ -327,6 +335,9 @@ actor Platform {
                     relay.removeSubscriber(streamId: streamId, subscriberId: subscriberId)
                 case .removeStream(let streamId):
                     relay.removeStream(streamId: streamId)
+                case .record(let streamId, let name, let type):
+                    let recordings = self.recordings
+                    Task { await recordings.start(streamId: streamId, name: name, type: type) }
                 case .log(let level, let message, let sessionId, let streamId):
                     var metadata: Logger.Metadata = [:]
                     if let sessionId { metadata["pcast.session"] = .string(sessionId) }

@@ -74,6 +74,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
         self.keepAliveInterval = keepAliveInterval
     }
 
+    /// Where recordings are kept (`<stream name>.mp4`).
+    public var recordingsDirectory: String { (dataDirectory as NSString).appendingPathComponent("recordings") }
+
     /// The SQLite file rooms, members, sessions and chat are kept in.
     public var roomDatabasePath: String { (dataDirectory as NSString).appendingPathComponent("rooms.sqlite") }
 

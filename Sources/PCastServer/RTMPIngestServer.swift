@@ -10,8 +10,10 @@ import Synchronization
 /// `rtmp://HOST:PORT/live/<publish token>` and the stream appears on the platform like any other
 /// (H.264 passed through, audio converted to Opus).
 ///
-/// The stream key is the publish token, optionally followed by `?name=<stream name>` to record
-/// (the RTMP publish type `record` or `append` then applies to that name; `live` records nothing).
+/// The stream key is the publish token, optionally followed by `?name=<stream name>` and
+/// `&type=record|append|live`: the platform's publish type. Without `type=` the RTMP publish type
+/// applies, but ffmpeg and OBS always send `live`, so they ask for a recording in the key:
+/// `<token>?name=show&type=append`. Names are checked, not decoded: `%2e%2e` is refused.
 /// The key is checked before any media pipeline is built: a forged, expired or wrong-type token is
 /// answered with `NetStream.Publish.BadName` and the connection closed. Tokens bound to a session
 /// cannot be used here (the push has no signaling session).
@@ -108,12 +110,14 @@ struct RTMPPushConnection {
     let tokens: TokenAuthority
     let logger: Logger
 
-    /// What a stream key says: the publish token and an optional stream name (`?name=`).
+    /// What a stream key says: the publish token, an optional stream name (`?name=`) and an
+    /// optional publish type (`&type=`).
     struct StreamKey: Equatable {
         var token: String
         var streamName: String?
+        var publishType: String?
 
-        /// Splits `<token>[?name=<stream name>]`; other query items are ignored.
+        /// Splits `<token>[?name=<stream name>][&type=<publish type>]`; other query items are ignored.
         init(_ key: String) {
             guard let mark = key.firstIndex(of: "?") else {
                 token = key
@@ -123,7 +127,12 @@ struct RTMPPushConnection {
             let query = key[key.index(after: mark)...]
             for item in query.split(separator: "&") {
                 let parts = item.split(separator: "=", maxSplits: 1)
-                if parts.count == 2, parts[0] == "name" { streamName = String(parts[1]) }
+                guard parts.count == 2 else { continue }
+                switch parts[0] {
+                case "name": streamName = String(parts[1])
+                case "type": publishType = String(parts[1])
+                default: break
+                }
             }
         }
     }
@@ -196,14 +205,20 @@ struct RTMPPushConnection {
         if case .failure(let failure) = tokens.check(key.token, as: .publish, sessionId: "rtmp-push", remoteAddress: remote, now: Date()) {
             return .failure(failure)
         }
-        let publishType: PublishType
+        var publishType: PublishType
         switch type {
         case .live: publishType = .live
         case .record: publishType = .record
         case .append: publishType = .append
         }
+        if let requested = key.publishType {
+            guard let parsed = PublishType(rawValue: requested) else {
+                return .failure(.init(status: .badRequest, message: "unknown publish type '\(requested)' in the stream key (live, record or append)"))
+            }
+            publishType = parsed
+        }
         if publishType != .live, key.streamName == nil {
-            return .failure(.init(status: .badRequest, message: "publish type '\(type.rawValue)' needs a stream name: <token>?name=<name>"))
+            return .failure(.init(status: .badRequest, message: "publish type '\(publishType.rawValue)' needs a stream name: <token>?name=<name>&type=\(publishType.rawValue)"))
         }
         return await ingest.startPushed(streamToken: key.token, publishType: publishType, streamName: key.streamName, remote: remote)
     }

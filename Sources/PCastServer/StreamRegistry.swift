@@ -82,6 +82,8 @@ public struct StreamRegistry: Sendable {
         case addSubscriber(streamId: String, subscriberId: String)
         case removeSubscriber(streamId: String, subscriberId: String)
         case removeStream(streamId: String)
+        /// Record the stream (publish type `record` or `append`) under its stream name.
+        case record(streamId: String, name: String, type: PublishType)
         case log(Logger.Level, String, sessionId: String?, streamId: String?)
     }
 
@@ -171,11 +173,6 @@ public struct StreamRegistry: Sendable {
         case .failure(let failure): return fail(failure.status, failure.message)
         case .success(let checked): claims = checked
         }
-        // Recording is not built yet: a publish that asks for it is refused rather than silently
-        // published without a recording.
-        guard request.publishType == .live else {
-            return fail(.notSupported, "publish type '\(request.publishType.rawValue)' needs recording, which this platform does not offer yet")
-        }
         if let kind = TokenAuthority.onlyKind(claims), request.tracks.contains(where: { $0.kind != kind }) {
             return fail(.unauthorized, "the token allows \(kind.rawValue) tracks only")
         }
@@ -214,10 +211,14 @@ public struct StreamRegistry: Sendable {
                 tracks: pending.request.tracks, publishType: pending.request.publishType,
                 streamName: pending.request.streamName, sequence: nextSequence)
             sessions[pending.sessionId]?.published.append(streamId)
-            return [
+            var actions: [Action] = [
                 send(pending.sessionId, pending.requestId, .published(.init(streamId: streamId, transport: transport))),
                 .log(.info, "stream published (tags: \(pending.tags.joined(separator: ", ")))", sessionId: pending.sessionId, streamId: streamId),
             ]
+            if pending.request.publishType != .live, let name = pending.request.streamName {
+                actions.append(.record(streamId: streamId, name: name, type: pending.request.publishType))
+            }
+            return actions
         }
     }
 

@@ -27,7 +27,7 @@ public struct TokenAuthority: Sendable, Hashable {
     public let secret: String
 
     /// Capabilities a token may carry.
-    public static let recognisedCapabilities: Set<String> = ["real-time", "streaming", "audio-only", "video-only"]
+    public static let recognisedCapabilities: Set<String> = ["real-time", "streaming", "audio-only", "video-only", RecordingAccess.capability]
 
     public init(applicationId: String, secret: String) {
         self.applicationId = applicationId

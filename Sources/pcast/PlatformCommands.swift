@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import PCast
+import PCastProtocol
 import PCastRelay
 import PCastServer
 import Synchronization
@@ -147,9 +148,17 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "Video bitrate, kbit/s.") var bitrate = 2500
     @Option(help: "Tag to put on the stream (repeatable).") var tag: [String] = []
     @Option(help: "Seconds to publish (0: until Ctrl-C).") var seconds: Double = 0
+    @Option(help: "Publish type: live (no recording), record (a new recording named --stream-name, replacing one), append (continue that recording).")
+    var publishType: String = "live"
+    @Option(help: "Stream name: the recording's name for --publish-type record/append (A-Z a-z 0-9 . _ -).") var streamName: String?
 
     func run() async throws {
         PCastCommand.bootstrapLogging()
+        guard let type = PublishType(rawValue: publishType) else { throw fail("--publish-type must be live, record or append", code: 2) }
+        if type != .live {
+            guard let streamName else { throw fail("--publish-type \(publishType) needs --stream-name", code: 2) }
+            do throws(RecordingNameError) { _ = try RecordingName(streamName) } catch { throw fail("--stream-name: \(error)", code: 2) }
+        }
         var options = UserMediaOptions()
         switch PreviewCommand.parse(source, kind: .video) {
         case .id(let id): options.video.deviceId = .exact(id)
@@ -177,7 +186,8 @@ struct PublishCommand: AsyncParsableCommand {
         let publisher: Publisher
         do {
             publisher = try await pcast.publish(streamToken: token, mediaStream: media, tags: tag,
-                                                settings: EncodingSettings(videoBitrate: bitrate, keyframeInterval: Int(fps * 2)))
+                                                settings: EncodingSettings(videoBitrate: bitrate, keyframeInterval: Int(fps * 2)),
+                                                publishType: type, streamName: streamName)
         } catch {
             await media.stop()
             await pcast.stop()

@@ -34,7 +34,8 @@ func runCommand(_ executable: URL, _ arguments: [String], stdin: String? = nil, 
     }
     while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
     if process.isRunning {
-        process.terminate()
+        // SIGKILL: a Foundation child inherits the spawning thread's signal mask, which may block SIGTERM.
+        kill(process.processIdentifier, SIGKILL)
         Issue.record("\(executable.lastPathComponent) \(arguments.joined(separator: " ")) did not finish within \(timeout) s")
     }
     process.waitUntilExit()

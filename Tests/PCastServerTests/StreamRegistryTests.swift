@@ -27,7 +27,7 @@ import Testing
         actions.filter {
             switch $0 {
             case .addPublisher, .addSubscriber, .removeStream, .removeSubscriber: return true
-            case .send, .log: return false
+            case .send, .log, .record: return false
             }
         }
     }
@@ -218,20 +218,22 @@ import Testing
 
 @Suite("Stream registry: publish types")
 struct StreamRegistryPublishTypeTests {
-    @Test("record and append are refused as not supported until recording exists, nothing opened on the relay")
-    func recordingRefused() {
+    @Test("record and append publish, then ask for a recording under the stream name; live records nothing")
+    func recordingRequested() {
         var registry = StreamRegistry(tokens: TokenAuthority(applicationId: Fixture.applicationId, secret: Fixture.secret))
         _ = registry.handle(.sessionOpened(sessionId: "a", remoteAddress: "127.0.0.1"))
         let track = MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: 1)
-        for type in [PublishType.record, .append] {
+        let transport = MediaTransport(srtpProfile: "AEAD_AES_128_GCM", port: 40_000, clientKey: "c", serverKey: "s")
+        for (index, type) in [PublishType.record, .append, .live].enumerated() {
+            let id = "stream-\(index)"
             let publish = ClientMessage.Publish(streamToken: Fixture.token(.publish, now: Date()), publishType: type, streamName: "show", tracks: [track])
-            let actions = registry.handle(.request(sessionId: "a", requestId: 1, .publish(publish), now: Date(), newId: "stream-1"))
-            #expect(!actions.contains { if case .addPublisher = $0 { return true } else { return false } })
-            let refused = actions.contains {
-                if case .send(_, let envelope) = $0, case .failure(let failure) = envelope.message { return failure.status == .notSupported }
-                return false
+            let asked = registry.handle(.request(sessionId: "a", requestId: 1, .publish(publish), now: Date(), newId: id))
+            #expect(asked.contains { if case .addPublisher = $0 { return true } else { return false } })
+            let added = registry.handle(.publisherAdded(streamId: id, .success(transport)))
+            let recordings = added.compactMap { action -> StreamRegistry.Action? in
+                if case .record = action { return action } else { return nil }
             }
-            #expect(refused)
+            #expect(recordings == (type == .live ? [] : [.record(streamId: id, name: "show", type: type)]))
         }
     }
 }

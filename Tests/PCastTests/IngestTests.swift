@@ -158,7 +158,8 @@ extension IngestTests {
         // Refused keys: ffmpeg gives up quickly and nothing is published.
         let expired = try platform.token(.publish, lifetime: -60)
         let stream = try platform.token(.stream)
-        for key in ["forged", expired, stream, expired + "?name=x"] {
+        let publish = try platform.token(.publish)
+        for key in ["forged", expired, stream, expired + "?name=x", publish + "?type=record", publish + "?name=x&type=bogus", publish + "?name=../x&type=record"] {
             let refused = try push(key, seconds: 3)
             #expect(await eventually(.seconds(10)) { !refused.isRunning }, "ffmpeg kept pushing with key \(key.prefix(20))")
             refused.stop()
@@ -166,7 +167,8 @@ extension IngestTests {
         // Garbage instead of a handshake: the endpoint closes the connection and keeps serving.
         #expect(await garbageIsHungUpOn(port: port))
         let viewerToken = try platform.token(.stream, tag: .channelAlias("pushed"))
-        let ffmpeg = try push(try platform.token(.publish, applyTags: ["channelAlias:pushed"]), seconds: 6)
+        // ffmpeg always sends the RTMP publish type `live`: the key asks for the recording.
+        let ffmpeg = try push(try platform.token(.publish, applyTags: ["channelAlias:pushed"]) + "?name=pushed-show&type=record", seconds: 6)
         defer { ffmpeg.stop() }
         let viewer = try await client(platform)
         var subscribed: MediaStream?
@@ -187,6 +189,10 @@ extension IngestTests {
         #expect(await eventually(.seconds(20)) { remote.endReason != nil })
         if case .remote(let reason, _)? = remote.endReason { #expect(reason == .ended) } else { Issue.record("ended as \(String(describing: remote.endReason))") }
         _ = renderer
+        // The push was recorded under its name: most of its 6 s (the recording starts at the first keyframe).
+        let recording = try #require(try await finishedRecording(platform, "pushed-show"))
+        #expect((recording["durationMilliseconds"] as? Int ?? 0) > 3000, "\(recording)")
+        #expect(try await recordingsList(platform).allSatisfy { $0["name"] as? String != "x" })
         await viewer.stop()
         await platform.shutdown()
     }
