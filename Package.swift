@@ -157,11 +157,11 @@ let package = Package(
         ),
         .testTarget(
             name: "PCastProtocolTests",
-            dependencies: ["PCastProtocol", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["PCastProtocol", "PCastTestSupport", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .testTarget(
             name: "PCastRecordingTests",
-            dependencies: ["PCastRecording", "pcast-recording-crash-writer"]
+            dependencies: ["PCastRecording", "pcast-recording-crash-writer", "PCastTestSupport"]
         ),
         .testTarget(
             name: "SRTPTests",
@@ -178,6 +178,7 @@ let package = Package(
                 "PCastServer",
                 "PCastProtocol",
                 "PCastRelay",
+                "PCastTestSupport",
                 // Small NIO WebSocket and HTTP clients of our own: WSClient and async-http-client
                 // would pull in a second BoringSSL (NIOSSL), and URLSession stalls on 401s here.
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -1,3 +1,4 @@
+import PCastTestSupport
 import Foundation
 @testable import PCastProtocol
 import Testing

@@ -1,3 +1,4 @@
+import PCastTestSupport
 import Crypto
 import Foundation
 @testable import PCastProtocol

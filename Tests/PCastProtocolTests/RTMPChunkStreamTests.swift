@@ -1,4 +1,5 @@
 @testable import PCastProtocol
+import PCastTestSupport
 import Testing
 
 /// The messages among demuxer events.

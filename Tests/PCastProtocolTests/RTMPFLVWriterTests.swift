@@ -1,4 +1,5 @@
 @testable import PCastProtocol
+import PCastTestSupport
 import Testing
 
 /// A minimal FLV reader for checking what the writer produced.

@@ -1,4 +1,5 @@
 @testable import PCastProtocol
+import PCastTestSupport
 import Testing
 
 /// C0 + C1 as a simple-handshake client sends them.

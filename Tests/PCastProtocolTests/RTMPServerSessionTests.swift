@@ -1,4 +1,5 @@
 @testable import PCastProtocol
+import PCastTestSupport
 import Testing
 
 /// Builds what an ffmpeg-like publishing client sends.

@@ -1,5 +1,6 @@
 // FMP4Fragmenter: timeline rebasing, durations, cutting, dropping, clamping.
 
+import PCastTestSupport
 import Testing
 @testable import PCastRecording
 
@@ -147,7 +148,7 @@ struct FragmenterTests {
 
     /// Whatever the timestamps, every fragment is writable and tracks stay contiguous.
     @Test func randomTimestampsAlwaysGiveValidContiguousFragments() throws {
-        var rng = SplitMix64(seed: 42)
+        var rng = SeededRNG(seed: 42)
         for _ in 0..<50 {
             var f = FMP4Fragmenter(tracks: [video, audio], fragmentDuration: 300 * ms)
             var units: [FMP4Fragmenter.AccessUnit] = []
@@ -170,15 +171,3 @@ struct FragmenterTests {
     }
 }
 
-/// Small deterministic PRNG for reproducible random tests.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

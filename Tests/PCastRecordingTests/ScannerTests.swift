@@ -1,5 +1,6 @@
 // FMP4.scan: recovery information, and robustness on torn, hostile or foreign input.
 
+import PCastTestSupport
 import Testing
 @testable import PCastRecording
 
@@ -71,7 +72,7 @@ struct ScannerTests {
     }
 
     @Test func randomGarbageNeverCrashes() {
-        var rng = SplitMix64(seed: 7)
+        var rng = SeededRNG(seed: 7)
         let ftyp: [UInt8] = [0, 0, 0, 16] + Array("ftypiso6".utf8) + [0, 0, 0, 0]
         for round in 0..<3000 {
             let count = Int(rng.next() % 400)
@@ -84,7 +85,7 @@ struct ScannerTests {
     /// Random byte changes in a valid file: a result or a typed error, never a crash or hang.
     @Test func mutatedFilesNeverCrash() throws {
         let file = try SmallRecording.make()
-        var rng = SplitMix64(seed: 11)
+        var rng = SeededRNG(seed: 11)
         for _ in 0..<3000 {
             var bytes = file.bytes
             for _ in 0..<(1 + rng.next() % 4) {

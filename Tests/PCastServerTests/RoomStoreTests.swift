@@ -1,3 +1,4 @@
+import PCastTestSupport
 import Dispatch
 import Foundation
 import PCastProtocol
@@ -368,7 +369,7 @@ private final class ConnectionHold: Sendable {
             "a\u{0}b\u{0}",                               // NUL too, although the codec never sends it
         ]
         // Seeded random scalars from all planes (surrogates and NUL excluded).
-        var generator = SplitMix64(seed: 0x5EED)
+        var generator = SeededRNG(seed: 0x5EED)
         for _ in 0..<50 {
             var text = ""
             for _ in 0..<Int.random(in: 1...200, using: &generator) {
@@ -553,7 +554,7 @@ private final class ConnectionHold: Sendable {
                     group.addTask {
                         let changes = plan(k)
                         var index = 0, count = 0
-                        var generator = SplitMix64(seed: UInt64(k))
+                        var generator = SeededRNG(seed: UInt64(k))
                         while index < changes.count {
                             // Submissions of 1 to 4 changes, yielding now and then so the submitters interleave.
                             let size = min(Int.random(in: 1...4, using: &generator), changes.count - index)
@@ -766,15 +767,3 @@ private final class ConnectionHold: Sendable {
     }
 }
 
-/// A small seeded generator, so the random texts are the same on every run.
-private struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
