@@ -27,6 +27,7 @@ packages=(
   python3-gi
   gir1.2-gstreamer-1.0
   gir1.2-gst-plugins-base-1.0
+  gir1.2-gst-rtsp-server-1.0
   gstreamer1.0-plugins-base-apps
   ffmpeg
   nginx

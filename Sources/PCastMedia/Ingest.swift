@@ -122,6 +122,16 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
         self.flvInput = flvInput
     }
 
+    static func isRTSP(_ uri: String) -> Bool {
+        let scheme = uri.prefix { $0 != ":" }.lowercased()
+        return scheme == "rtsp" || scheme == "rtsps" || scheme == "rtspt"
+    }
+
+    static func isRTSP(_ source: IngestSource) -> Bool {
+        if case .uri(let uri) = source { return isRTSP(uri) }
+        return false
+    }
+
     /// Builds and starts the ingest pipeline. Returns once it plays (for URIs, once the source
     /// answered enough to preroll or, for live sources, once it started).
     ///
@@ -135,9 +145,14 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
             guard !uri.contains("\""), !uri.contains("\\"), !uri.unicodeScalars.contains(where: { $0.value < 0x20 }) else {
                 throw .gstreamer(.invalidDescription("the URI contains characters a pipeline description cannot carry"))
             }
-            sourceDescription = "urisourcebin name=\(prefix)-source uri=\"\(uri)\""
+            if Self.isRTSP(uri) {
+                // One pad per stream (RTP): urisourcebin depayloads and parses each itself.
+                sourceDescription = "urisourcebin uri=\"\(uri)\" parse-streams=true"
+            } else {
+                sourceDescription = "urisourcebin uri=\"\(uri)\" ! parsebin"
+            }
         case .pushedFLV:
-            sourceDescription = "appsrc name=\(prefix)-flv-in is-live=true format=bytes block=false max-bytes=8388608 caps=video/x-flv"
+            sourceDescription = "appsrc name=\(prefix)-flv-in is-live=true format=bytes block=false max-bytes=8388608 caps=video/x-flv ! parsebin"
         }
         var videoChain = "identity"
         if !options.passthrough {
@@ -184,7 +199,9 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
                     send(OutgoingPacket(kind: .rtcp, buffer: sample.buffer))
                 }
             }
-            if options.maximumBytes != nil {
+            // The byte limit counts what enters the parser; RTSP has no byte stream (its duration
+            // limit still applies).
+            if options.maximumBytes != nil, !Self.isRTSP(source) {
                 try pipeline.element(named: "\(prefix)-parse").staticPad("sink").addBufferProbe { [weak ingest] buffer in
                     ingest?.bytesRead.add(buffer.size, ordering: .relaxed)
                     return .pass

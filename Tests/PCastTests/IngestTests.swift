@@ -141,6 +141,37 @@ struct IngestTests {
 }
 
 extension IngestTests {
+    @Test("RTSP: the platform pulls rtsp:// from GStreamer's RTSP server; H.264 passes through and a subscriber gets 1280×720 frames")
+    func rtspPull() async throws {
+        // A live source passed through cannot be asked for keyframes, and the clip has one per 5.3 s:
+        // serve a copy with one a second (and twice as long), as a live encoder would send.
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-rtsp-clip-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let keyed = directory.appendingPathComponent("keyed.mp4").path
+        let ffmpeg = try ChildProcess.spawn(try executable("ffmpeg"), [
+            "-hide_banner", "-loglevel", "error", "-stream_loop", "1", "-i", "\(sharedMedia)/\(clip)", "-c:v", "libx264", "-preset", "ultrafast",
+            "-g", "25", "-c:a", "copy", "-t", "10", keyed,
+        ], environment: ProcessInfo.processInfo.environment)
+        #expect(await eventually(.seconds(60)) { !ffmpeg.isRunning })
+        let rtsp = try RTSPMediaServer.start(file: keyed)
+        defer { rtsp.stop() }
+        let platform = try await ingestPlatform()
+        let owner = try await client(platform)
+        let remote = try await owner.publishRemote(.init(streamToken: try platform.token(.publish), streamURI: rtsp.url))
+        #expect(remote.passthrough)
+        let (viewer, _, renderer, frames) = try await watchFrames(platform, remote.streamId)
+        #expect(await eventually(.seconds(20)) { frames.all.count >= 25 })
+        #expect(frames.all.last == Dimensions(width: 1280, height: 720))
+        try await remote.stop()
+        let (reason, _) = await remote.ended()
+        #expect(reason == .ended)
+        _ = renderer
+        await viewer.stop()
+        await owner.stop()
+        await platform.shutdown()
+    }
+
     @Test("RTMP push: ffmpeg pushes into the platform's own endpoint; a subscriber gets 1280×720 frames; the stream ends with the push; forged keys are refused")
     func rtmpPush() async throws {
         let platform = try await LocalPlatform.start(rtmpPort: 0)
