@@ -58,6 +58,36 @@ struct IngestTests {
         await platform.shutdown()
     }
 
+    @Test("a fragmented mp4 (moov without samples, then moof + mdat per second) over HTTP is ingested and ends as ended")
+    func httpFragmentedMP4() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-fmp4-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let ffmpeg = try ChildProcess.spawn(try executable("ffmpeg"), [
+            "-hide_banner", "-loglevel", "error", "-i", "\(sharedMedia)/\(clip)", "-c", "copy",
+            "-movflags", "empty_moov+default_base_moof", "-frag_duration", "1000000", directory.appendingPathComponent("fragmented.mp4").path,
+        ], environment: ProcessInfo.processInfo.environment)
+        #expect(await eventually(.seconds(30)) { !ffmpeg.isRunning })
+        let http = try StaticHTTPServer.start(directory: directory.path)
+        defer { http.stop() }
+        let platform = try await ingestPlatform()
+        let owner = try await client(platform)
+        let remote = try await owner.publishRemote(.init(streamToken: try platform.token(.publish), streamURI: http.url("fragmented.mp4")))
+        #expect(remote.passthrough)
+        let (viewer, stream, renderer, frames) = try await watchFrames(platform, remote.streamId)
+        #expect(await eventually { !frames.all.isEmpty })
+        #expect(frames.all.first == Dimensions(width: 1280, height: 720))
+        let (reason, why) = await remote.ended()
+        #expect(reason == .ended, "\(why ?? "")")
+        #expect(await eventually { stream.endReason != nil })
+        let count = frames.all.count
+        #expect(count >= 90 && count <= 135, "decoded \(count) frames")
+        _ = renderer
+        await viewer.stop()
+        await owner.stop()
+        await platform.shutdown()
+    }
+
     @Test("refused URIs: file:// unless enabled, metadata and private addresses, other schemes, malformed")
     func refusedURIs() async throws {
         let platform = try await LocalPlatform.start()
