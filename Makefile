@@ -6,7 +6,7 @@ BENCH_DIR ?= bench-results
 # Suites with many concurrent clients (run apart from the media suites; see `test`).
 ROOM_SUITES = RoomTests ChatTests RestartTests ObservableTests RoomStoreTests RoomRegistryTests FastConverterTests
 # Suites that publish, ingest and render through the platform with many clients: one test at a time.
-EXPRESS_SUITES = PCastTests.ExpressTests PCastTests.RoomChannelExpressTests PCastTests.IngestTests PCastTests.RecordingTests
+EXPRESS_SUITES = PCastTests.ExpressTests PCastTests.RoomChannelExpressTests PCastTests.IngestTests PCastTests.RecordingTests PCastTests.NetworkQualityTests
 
 # The demo: the embedded platform in-process; a test pattern and tone published through its relay
 # to a subscriber (a window when there is a display, a null sink otherwise), with a status line.

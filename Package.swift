@@ -67,6 +67,9 @@ let package = Package(
         .target(name: "PCastRecording"),
         // Writes a recording slowly so the kill -9 test can interrupt it; not a product.
         .executableTarget(name: "pcast-recording-crash-writer", dependencies: ["PCastRecording"]),
+        // Impaired networks for tests and benchmarks (this kernel has no netem): a seeded loss /
+        // delay / jitter / bandwidth / outage model and a UDP proxy that applies it.
+        .target(name: "PCastImpairment"),
         .target(
             name: "PCastMedia",
             dependencies: [
@@ -164,6 +167,10 @@ let package = Package(
             dependencies: ["PCastRecording", "pcast-recording-crash-writer", "PCastTestSupport"]
         ),
         .testTarget(
+            name: "PCastImpairmentTests",
+            dependencies: ["PCastImpairment"]
+        ),
+        .testTarget(
             name: "SRTPTests",
             dependencies: ["SRTP"]
         ),
@@ -191,7 +198,7 @@ let package = Package(
         // The whole system on loopback: SDK → signaling → relay → SDK.
         .testTarget(
             name: "PCastTests",
-            dependencies: ["PCast", "PCastServer", "PCastRelay", "PCastTestSupport"]
+            dependencies: ["PCast", "PCastServer", "PCastRelay", "PCastTestSupport", "PCastImpairment"]
         ),
         .testTarget(
             name: "PCastRelayTests",

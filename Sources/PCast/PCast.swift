@@ -44,6 +44,17 @@ public enum PCastError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 }
 
+/// A media relay endpoint: an IPv4 address (or `localhost`) and a UDP port.
+public struct MediaRelayAddress: Sendable, Hashable {
+    public var host: String
+    public var port: UInt16
+
+    public init(host: String, port: UInt16) {
+        self.host = host
+        self.port = port
+    }
+}
+
 /// Options of ``PCast``.
 public struct PCastOptions: Sendable, Hashable {
     /// The platform's signaling endpoint, `ws://host:port/ws`.
@@ -54,6 +65,9 @@ public struct PCastOptions: Sendable, Hashable {
     public var reconnects = true
     /// For tests and benchmarks: loss and delay imposed on received video (GStreamer's netsim).
     public var receiveImpairment: NetworkImpairment?
+    /// Where this client sends media instead of the relay the platform names: a port forward, a
+    /// proxy (the tests' ``UDPImpairmentProxy``). Nil: the signaling host and the relay's port.
+    public var mediaRelay: MediaRelayAddress?
 
     public init(uri: String, playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay, reconnects: Bool = true,
                 receiveImpairment: NetworkImpairment? = nil) {
@@ -308,6 +322,15 @@ public final class PCast: Sendable {
 
     var host: String {
         URL(string: options.uri)?.host ?? "127.0.0.1"
+    }
+
+    /// Where media for `transport` goes: the signaling host and the relay's port, unless
+    /// ``PCastOptions/mediaRelay`` says otherwise.
+    func mediaEndpoint(_ transport: MediaTransport) -> (host: String, transport: MediaTransport) {
+        guard let relay = options.mediaRelay else { return (host, transport) }
+        var routed = transport
+        routed.port = relay.port
+        return (relay.host, routed)
     }
 
     // MARK: Media

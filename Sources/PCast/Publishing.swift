@@ -186,7 +186,8 @@ extension PCast {
             throw .invalidRequest("unexpected reply to publish: \(reply.type)")
         }
         do {
-            let socket = try MediaSocket(host: host, transport: published.transport, rtcpSenderSSRC: nil,
+            let endpoint = mediaEndpoint(published.transport)
+            let socket = try MediaSocket(host: endpoint.host, transport: endpoint.transport, rtcpSenderSSRC: nil,
                                          onRTP: { _, _ in }, onRTCP: { rtcp in rtp.receiveRTCP(rtcp) })
             socketBox.value.withLock { $0 = socket }
             // Tell the relay where this flow is before any media: a source that waits for its first
@@ -254,7 +255,8 @@ extension PCast {
         }
         let socket: MediaSocket
         do {
-            socket = try MediaSocket(host: host, transport: subscribed.transport, rtcpSenderSSRC: rtcpSSRC,
+            let endpoint = mediaEndpoint(subscribed.transport)
+            socket = try MediaSocket(host: endpoint.host, transport: endpoint.transport, rtcpSenderSSRC: rtcpSSRC,
                                      onRTP: { packet, payloadType in receiver.receiveRTP(packet, payloadType: payloadType) },
                                      onRTCP: { rtcp in receiver.receiveRTCP(rtcp) })
         } catch {

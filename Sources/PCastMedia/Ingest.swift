@@ -296,8 +296,9 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
             while true {
                 try? await Task.sleep(for: .milliseconds(100))
                 guard let self, !self.hasEnded else { return }
-                let now = DispatchTime.now().uptimeNanoseconds
+                // The packet time is stamped on a streaming thread and may be later than `now`.
                 let last = self.lastPacket.load(ordering: .relaxed)
+                let now = max(DispatchTime.now().uptimeNanoseconds, last)
                 if last == 0 {
                     if now - started > UInt64(options.connectTimeout / .nanoseconds(1)) { await self.end(.timeout); return }
                 } else if now - last > UInt64(options.noDataTimeout / .nanoseconds(1)) {

@@ -150,6 +150,15 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     private let hasAudio: Bool
     let playoutDelay: PlayoutDelay?
     private let stopped = Atomic<Bool>(false)
+    /// rtpbin makes a jitter buffer per stream when its first packets arrive; the receiver sets
+    /// their retransmission timing once they exist (see ``retransmissionTiming(latency:)``).
+    private let jitterBuffers = JitterBuffers()
+
+    final class JitterBuffers: Sendable {
+        let elements = Mutex<[Element]>([])
+        func withLock<T>(_ body: (inout [Element]) -> T) -> T { elements.withLock { body(&$0) } }
+    }
+    private let packetsReceived = Atomic<Int>(0)
     private var busTask: Task<Void, Never>?
     /// Called when the pipeline fails.
     nonisolated(unsafe) var onEnd: (@Sendable (MediaStreamEndReason) -> Void)?
@@ -246,9 +255,19 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
             self.inputs = inputs
             self.rtcpInputs = rtcpInputs
             let rtpbin = try pipeline.element(named: "rtpbin")
+            // Feedback must not wait: with the defaults (a regular RTCP interval of at least 5 s, 5 % of
+            // an unknown bandwidth) AVPF allows one early packet per interval, and NACKs queued
+            // behind it expire (GStreamer: "Removing N expired NACKS"), so about half the losses were
+            // never asked for again.
+            for session in pipeline.elements where session.factoryName == "rtpsession" {
+                try session.set("rtcp-min-interval", UInt64(20_000_000))
+                try session.set("rtcp-fraction", 0.1)
+            }
+            let jitterBuffers = self.jitterBuffers
             playoutDelay = PlayoutDelay(default: delay) { delay in
                 let ms = UInt32(clamping: delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
                 try? rtpbin.set("latency", ms)
+                for element in jitterBuffers.withLock({ $0 }) { Self.applyRetransmissionTiming(to: element, latency: delay) }
             }
         } catch {
             throw .gstreamer(error)
@@ -266,7 +285,47 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     @discardableResult
     public func receiveRTP(_ packet: Buffer, payloadType: UInt8) -> Bool {
         guard let input = inputs[payloadType] else { return false }
-        return input.pushNow(Self.arrived(packet))
+        let pushed = input.pushNow(Self.arrived(packet))
+        // Until every stream's jitter buffer exists and is set up, look for new ones now and then.
+        let count = packetsReceived.add(1, ordering: .relaxed).newValue
+        if count % 16 == 0, jitterBuffers.withLock({ $0.count }) < inputs.count { configureJitterBuffers() }
+        return pushed
+    }
+
+    /// When NACKs go out: as soon as a gap is seen, then every `max(5 ms, latency / 8)` for as
+    /// long as the packet could still be played (the latency), with no limit on their number. At
+    /// 10 % loss each way one NACK and its answer get through 81 % of the time; four tries would
+    /// leave 1 loss in 700 unrepaired (and the picture frozen until a keyframe), eight leave one
+    /// in half a million. (GStreamer's automatic timing waits
+    /// for an RTT it learns only from RTX-flagged answers; the relay answers with the packet
+    /// itself, so that estimate never comes.)
+    static func retransmissionTiming(latency: Duration) -> (retryTimeout: Int32, retryPeriod: Int32) {
+        let milliseconds = Int32(clamping: Int64(latency / .milliseconds(1)))
+        return (max(5, milliseconds / 8), max(milliseconds, 10))
+    }
+
+    static func applyRetransmissionTiming(to element: Element, latency: Duration) {
+        let timing = retransmissionTiming(latency: latency)
+        try? element.set("rtx-retry-timeout", timing.retryTimeout)
+        try? element.set("rtx-min-retry-timeout", timing.retryTimeout)
+        try? element.set("rtx-retry-period", timing.retryPeriod)
+        try? element.set("rtx-max-retries", Int32(-1))
+    }
+
+    private func configureJitterBuffers() {
+        let found = pipeline.elements.filter { $0.factoryName == "rtpjitterbuffer" }
+        let latency = playoutDelay?.current ?? Self.defaultPlayoutDelay
+        jitterBuffers.withLock { known in
+            for element in found where !known.contains(where: { $0.name == element.name }) {
+                Self.applyRetransmissionTiming(to: element, latency: latency)
+                known.append(element)
+            }
+        }
+    }
+
+    /// The jitter buffers' statistics (`rtpjitterbuffer`'s `stats`: pushed, lost, late, NACKs sent …).
+    var jitterBufferStatistics: [String] {
+        jitterBuffers.withLock { $0 }.compactMap { element in (try? element.property("stats")).map { "\($0)" } }
     }
 
     /// An RTCP packet from the network (sender reports of the publisher).

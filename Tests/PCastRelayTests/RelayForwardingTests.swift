@@ -101,6 +101,8 @@ struct RelayForwardingTests {
 
         let wire = try publisher.send(rtp: try rtpPacket(ssrc: Self.video, sequence: 10))
         #expect(try subscriber.receiveRTP()?.sequenceNumber == 10)
+        // The counters are published after each batch the relay handles: possibly after the packet arrived.
+        #expect(eventually { relay.statistics().packetsOut == 1 })
         let forwarded = relay.statistics().packetsOut
 
         publisher.socket.send(wire, to: publisher.relay)  // replay
@@ -177,6 +179,8 @@ struct RelayForwardingTests {
         try publisher.send(rtp: try rtpPacket(ssrc: Self.video, sequence: 2))
         #expect(try stays.receiveRTP()?.sequenceNumber == 2)
         #expect(eventually { relay.statistics().unknownPackets == 1 })
+        // Sequence 1 to both, 2 to the one that stays (counters are published after each batch).
+        #expect(eventually { relay.statistics().packetsOut == 3 })
         #expect(leaves.socket.drain().isEmpty)
 
         relay.removeStream(streamId: "s")

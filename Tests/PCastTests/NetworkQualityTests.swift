@@ -1,0 +1,75 @@
+import Foundation
+import GStreamer
+@testable import PCast
+@testable import PCastMedia
+import PCastImpairment
+import PCastServer
+import Synchronization
+import Testing
+
+/// The audio a renderer plays, as (presentation time, duration) pairs.
+func watchAudio(_ renderer: Renderer, _ stream: MediaStream) throws -> Values<(Duration, Duration)> {
+    let audio = Values<(Duration, Duration)>()
+    try renderer.setFrameReadyCallback(stream.getAudioTracks()[0]) { notification in
+        guard case .audio(let frame)? = try? notification.read(), let pts = frame.presentationTimestamp else { return }
+        audio.append((pts, frame.duration ?? frame.sampleDuration))
+    }
+    return audio
+}
+
+/// The longest stretch without audio between consecutive buffers.
+func longestAudioGap(_ buffers: [(Duration, Duration)]) -> Duration {
+    zip(buffers, buffers.dropFirst()).map { previous, next in next.0 - (previous.0 + previous.1) }.max() ?? .zero
+}
+
+@Suite("Quality under impaired networks", .serialized)
+struct NetworkQualityTests {
+    @Test("10 % uniform loss on the subscriber's leg (both ways): NACKed retransmissions from the relay get ≥ 98 % of video frames decoded; no audio gap over 60 ms")
+    func tenPercentLoss() async throws {
+        let platform = try await LocalPlatform.start()
+        let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 10)
+        defer { proxy.stop() }
+        proxy.setProfile(.init(loss: .uniform(0.10)))
+
+        let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
+        try await publisherSDK.start(authToken: try platform.token(.auth))
+        let media = try await stampedMedia(audio: true)
+        let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
+        let sent = try StampTap(encoderOf: media)
+
+        var options = PCastOptions(uri: platform.signalingURL)
+        options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
+        let viewer = PCast(options)
+        try await viewer.start(authToken: try platform.token(.auth))
+        let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+        let decoded = try StampTap(decoderOf: stream)
+        let (renderer, _) = try await watch(stream)
+        let audio = try watchAudio(renderer, stream)
+        #expect(await eventually(.seconds(30)) { decoded.all.count >= 240 })
+
+        // From the tenth decoded frame (the first keyframe may take a few requests to get through).
+        let received = Array(Set(decoded.all.dropFirst(10))).sorted()
+        if let first = received.first, let last = received.last {
+            let expected = Set(sent.all.filter { $0 >= first && $0 <= last })
+            let share = Double(expected.intersection(received).count) / Double(max(expected.count, 1))
+            print("10 % loss: \(expected.intersection(received).count) of \(expected.count) frames decoded (\(String(format: "%.1f", share * 100)) %); "
+                  + "relay \(platform.relay.statistics()); to the viewer \(proxy.counters(for: .toClient)), from it \(proxy.counters(for: .toServer))")
+            #expect(share >= 0.98, "decoded \(String(format: "%.1f", share * 100)) % of the frames sent")
+        } else {
+            Issue.record("nothing decoded")
+        }
+        if let receiver = stream.engine as? RTPReceiver { print("10 % loss: jitter buffers \(receiver.jitterBufferStatistics)") }
+        let gap = longestAudioGap(Array(audio.all.dropFirst(25)))
+        print("10 % loss: longest audio gap \(gap) over \(audio.all.count) buffers")
+        #expect(gap <= .milliseconds(60))
+        #expect(proxy.counters(for: .toClient).lost > 0 && proxy.counters(for: .toServer).lost > 0)
+
+        _ = renderer
+        await stream.stop()
+        await viewer.stop()
+        await publisher.stop()
+        await publisherSDK.stop()
+        await media.stop()
+        await platform.shutdown()
+    }
+}
