@@ -137,6 +137,7 @@ let package = Package(
             name: "pcast",
             dependencies: [
                 "PCast",
+                "PCastImpairment",
                 "PCastServer",
                 "PCastRelay",
                 "GStreamer",

@@ -37,6 +37,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Run only the room and chat benchmarks (writes rooms.json and rooms.md).")
     var roomsOnly = false
 
+    @Flag(help: "Run only the loss-recovery benchmark (writes loss.json and loss.md).")
+    var lossOnly = false
+
     @Flag(help: "Run only the ingest benchmark (writes ingest.json and ingest.md).")
     var ingestOnly = false
 
@@ -55,6 +58,18 @@ struct BenchCommand: AsyncParsableCommand {
             try encoder.encode(result).write(to: directory.appendingPathComponent("ingest.json"))
             let markdown = Self.ingestMarkdown(result)
             try Data(markdown.utf8).write(to: directory.appendingPathComponent("ingest.md"))
+            print(markdown)
+            return
+        }
+        if lossOnly {
+            let rows = try await LossRecoveryBenchmark().run()
+            let directory = URL(fileURLWithPath: output)
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            try encoder.encode(rows).write(to: directory.appendingPathComponent("loss.json"))
+            let markdown = LossRecoveryBenchmark.markdown(rows, seconds: LossRecoveryBenchmark().seconds)
+            try Data(markdown.utf8).write(to: directory.appendingPathComponent("loss.md"))
             print(markdown)
             return
         }
@@ -80,6 +95,7 @@ struct BenchCommand: AsyncParsableCommand {
         }.run()
         await platform.shutdown()
         let rooms = try await roomBenchmark()
+        let loss = try await LossRecoveryBenchmark().run()
         let ingest = IngestResults(pipeline: try await IngestBenchmark(file: ingestFile, seconds: 10).run(),
                                    startToFirstFrame: try await IngestStartBenchmark(file: ingestFile).run())
         var fanouts: [RelayFanoutBenchmark.Result] = []
@@ -97,7 +113,8 @@ struct BenchCommand: AsyncParsableCommand {
             endToEnd: endToEnd,
             fanout: fanouts,
             rooms: rooms,
-            ingest: ingest)
+            ingest: ingest,
+            lossRecovery: loss)
         let directory = URL(fileURLWithPath: output)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let encoder = JSONEncoder()
@@ -169,6 +186,7 @@ struct BenchReport: Codable {
     let fanout: [RelayFanoutBenchmark.Result]
     let rooms: RoomBenchmark.Result
     let ingest: IngestResults
+    let lossRecovery: [LossRecoveryBenchmark.Row]
 
     func markdown() -> String {
         var lines = [
@@ -238,6 +256,7 @@ struct BenchReport: Codable {
         }
         lines += Self.roomsMarkdown(rooms)
         lines += ["", BenchCommand.ingestMarkdown(ingest)]
+        lines += ["", LossRecoveryBenchmark.markdown(lossRecovery, seconds: LossRecoveryBenchmark().seconds)]
         return lines.joined(separator: "\n") + "\n"
     }
 
