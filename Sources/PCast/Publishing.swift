@@ -18,11 +18,38 @@ public final class Publisher: Sendable {
     private weak let pcast: PCast?
     private let ending = Mutex<(ended: (StreamEndedReason, String?)?, callbacks: [@Sendable (StreamEndedReason, String?) -> Void], waiters: [CheckedContinuation<(StreamEndedReason, String?), Never>])>((nil, [], []))
 
+    private let bandwidth: BandwidthLimiter
+
     init(streamId: String, rtp: any RTPSource, socket: SocketSlot, pcast: PCast) {
         self.streamId = streamId
         self.rtp = rtp
         self.socket = socket
         self.pcast = pcast
+        bandwidth = BandwidthLimiter { [weak rtp] bitsPerSecond in rtp?.limitVideoBitrate(bitsPerSecond) }
+    }
+
+    /// Limits the published video bitrate (bits per second) until the returned disposable is
+    /// released or dropped. The most recent limit is the one in effect; releasing it restores the
+    /// configured bitrate; releasing one a later call superseded does nothing. A passed-through
+    /// ingest (no encoder) is not affected.
+    ///
+    /// ```swift
+    /// var limit: Disposable? = publisher.limitBandwidth(200_000)
+    /// limit = nil   // back to the configured bitrate
+    /// ```
+    public func limitBandwidth(_ bitsPerSecond: Int) -> Disposable {
+        bandwidth.limit(bitsPerSecond)
+    }
+
+    /// Applies `bitsPerSecond` (nil: none) directly, for ``ExpressPublisher``, which keeps its own
+    /// limits across republishing.
+    func applyVideoBitrateLimit(_ bitsPerSecond: Int?) {
+        rtp.limitVideoBitrate(bitsPerSecond)
+    }
+
+    /// RTP bytes sent for `kind` so far (nil for an ingest).
+    public func bytesSent(_ kind: MediaType) -> Int? {
+        (rtp as? RTPPublisher)?.bytesSent(kind)
     }
 
     /// The ingest producing this stream, when it publishes a remote source (``PCast/publish(streamToken:ingest:options:tags:publishType:streamName:)``).

@@ -59,6 +59,13 @@ public protocol RTPSource: AnyObject, Sendable {
     func receiveRTCP(_ packet: Buffer)
     /// Stops producing packets.
     func stop() async
+    /// Caps the video encoder's bitrate (bits per second; nil lifts the cap). Sources that do not
+    /// encode video (passed-through ingest) cannot and ignore it.
+    func limitVideoBitrate(_ bitsPerSecond: Int?)
+}
+
+extension RTPSource {
+    public func limitVideoBitrate(_ bitsPerSecond: Int?) {}
 }
 
 /// Encodes a stream's tracks to RTP: one consumer per track (encoder, payloader, RTP session) on
@@ -74,11 +81,53 @@ public final class RTPPublisher: RTPSource, Sendable {
     private let consumers: [MediaConsumer]
     private let rtcpInputs: [AppSource]
     private let stopped = Atomic<Bool>(false)
+    private let videoEncoder: Element?
+    /// The encoder's configured bitrate, kbit/s: a limit only ever lowers it.
+    private let videoBitrate: Int
+    let counters: SentCounters
 
-    private init(tracks: [MediaTrackDescription], consumers: [MediaConsumer], rtcpInputs: [AppSource]) {
+    /// RTP packets and bytes handed to `send`, per kind.
+    final class SentCounters: Sendable {
+        let videoPackets = Atomic<Int>(0), videoBytes = Atomic<Int>(0)
+        let audioPackets = Atomic<Int>(0), audioBytes = Atomic<Int>(0)
+
+        func count(_ kind: MediaType, bytes: Int) {
+            switch kind {
+            case .video:
+                videoPackets.add(1, ordering: .relaxed)
+                videoBytes.add(bytes, ordering: .relaxed)
+            case .audio:
+                audioPackets.add(1, ordering: .relaxed)
+                audioBytes.add(bytes, ordering: .relaxed)
+            }
+        }
+    }
+
+    private init(tracks: [MediaTrackDescription], consumers: [MediaConsumer], rtcpInputs: [AppSource], videoEncoder: Element?,
+                 videoBitrate: Int, counters: SentCounters) {
         self.tracks = tracks
         self.consumers = consumers
         self.rtcpInputs = rtcpInputs
+        self.videoEncoder = videoEncoder
+        self.videoBitrate = videoBitrate
+        self.counters = counters
+    }
+
+    /// RTP bytes sent so far for `kind` (headers included).
+    public func bytesSent(_ kind: MediaType) -> Int {
+        kind == .video ? counters.videoBytes.load(ordering: .relaxed) : counters.audioBytes.load(ordering: .relaxed)
+    }
+
+    /// RTP packets sent so far for `kind`.
+    public func packetsSent(_ kind: MediaType) -> Int {
+        kind == .video ? counters.videoPackets.load(ordering: .relaxed) : counters.audioPackets.load(ordering: .relaxed)
+    }
+
+    /// Sets x264enc's bitrate while it runs (x264 reconfigures at the next frame): the configured
+    /// bitrate, or the limit when lower. At least 16 kbit/s.
+    public func limitVideoBitrate(_ bitsPerSecond: Int?) {
+        let kilobits = bitsPerSecond.map { max(16, min(videoBitrate, $0 / 1000)) } ?? videoBitrate
+        try? videoEncoder?.set("bitrate", UInt32(kilobits))
     }
 
     static func randomSSRC() -> UInt32 { UInt32.random(in: 1...UInt32.max) }
@@ -88,6 +137,8 @@ public final class RTPPublisher: RTPSource, Sendable {
         var tracks: [MediaTrackDescription] = []
         var consumers: [MediaConsumer] = []
         var inputs: [AppSource] = []
+        var videoEncoder: Element?
+        let counters = SentCounters()
         do {
             for track in stream.getTracks() {
                 let prefix = "pub-\(track.kind)-\(UUID().uuidString.prefix(6).lowercased())"
@@ -109,7 +160,12 @@ public final class RTPPublisher: RTPSource, Sendable {
                 let pipeline = stream.engine.pipeline
                 let rtp = try pipeline.appSink(named: "\(prefix)-rtp-out")
                 let rtcp = try pipeline.appSink(named: "\(prefix)-rtcp-out")
-                rtp.onSample { sample in send(OutgoingPacket(kind: .rtp, buffer: sample.buffer)) }
+                let kind = track.kind
+                rtp.onSample { sample in
+                    counters.count(kind, bytes: sample.buffer.size)
+                    send(OutgoingPacket(kind: .rtp, buffer: sample.buffer))
+                }
+                if kind == .video { videoEncoder = try pipeline.element(named: "\(prefix)-encoder") }
                 rtcp.onSample { sample in send(OutgoingPacket(kind: .rtcp, buffer: sample.buffer)) }
                 inputs.append(try pipeline.appSource(named: "\(prefix)-rtcp-in"))
                 consumers.append(consumer)
@@ -125,7 +181,8 @@ public final class RTPPublisher: RTPSource, Sendable {
             for consumer in consumers { await consumer.detach() }
             throw .gstreamer(.flow("\(error)"))
         }
-        return RTPPublisher(tracks: tracks, consumers: consumers, rtcpInputs: inputs)
+        return RTPPublisher(tracks: tracks, consumers: consumers, rtcpInputs: inputs, videoEncoder: videoEncoder,
+                            videoBitrate: settings.videoBitrate, counters: counters)
     }
 
     /// RTCP from the network (the relay's PLI, FIR, receiver reports).

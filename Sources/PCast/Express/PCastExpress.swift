@@ -355,6 +355,8 @@ public final class ExpressPublisher: Sendable {
         var endedCallbacks: [@Sendable (StreamEndedReason, String?) -> Void] = []
     }
     private let state = Mutex(State())
+    /// Limits survive republishing (monitor/retry): each new publisher gets the one in effect.
+    private let bandwidth = Mutex<BandwidthLimiter?>(nil)
 
     init(express: PCastExpress, media: UserMediaStream, options: PublishOptions, ownsMedia: Bool) {
         self.express = express
@@ -396,6 +398,22 @@ public final class ExpressPublisher: Sendable {
         publisher.setPublisherEndedCallback { [weak self] reason, description in
             self?.ended(publisher, reason, description)
         }
+        bandwidth.withLock { $0 }?.reapply()
+    }
+
+    /// Limits the published video bitrate (bits per second) until the returned disposable is
+    /// released, with ``Publisher/limitBandwidth(_:)``'s rules; the limit carries over to the
+    /// stream published again after a failure.
+    public func limitBandwidth(_ bitsPerSecond: Int) -> Disposable {
+        let limiter = bandwidth.withLock { limiter in
+            if let limiter { return limiter }
+            let created = BandwidthLimiter { [weak self] bitsPerSecond in
+                self?.state.withLock { $0.publisher }?.applyVideoBitrateLimit(bitsPerSecond)
+            }
+            limiter = created
+            return created
+        }
+        return limiter.limit(bitsPerSecond)
     }
 
     private func ended(_ publisher: Publisher, _ reason: StreamEndedReason, _ description: String?) {
