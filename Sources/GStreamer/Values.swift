@@ -20,6 +20,8 @@ public enum PropertyValue: Sendable, Hashable, CustomStringConvertible {
     case flags(nicks: [String], value: UInt)
     case fraction(numerator: Int, denominator: Int)
     case caps(Caps?)
+    /// A structure (statistics such as `rtpjitterbuffer`'s `stats`).
+    case structure(Structure)
     /// Any other type, as GStreamer serializes it.
     case other(type: String, serialized: String)
 
@@ -34,6 +36,7 @@ public enum PropertyValue: Sendable, Hashable, CustomStringConvertible {
         case .flags(let nicks, _): return nicks.joined(separator: "+")
         case .fraction(let n, let d): return "\(n)/\(d)"
         case .caps(let c): return c?.description ?? "(null)"
+        case .structure(let s): return s.serialized
         case .other(_, let s): return s
         }
     }
@@ -210,6 +213,8 @@ extension PropertyValue {
             if type == pcast_gst_type_caps() {
                 let caps = gst_value_get_caps(value)
                 self = .caps(caps.map { Caps(retaining: UnsafeMutablePointer(mutating: $0)) })
+            } else if type == gst_structure_get_type(), let structure = gst_value_get_structure(value) {
+                self = .structure(Structure(copying: structure))
             } else if type == pcast_gst_type_fraction() {
                 self = .fraction(numerator: Int(gst_value_get_fraction_numerator(value)),
                                  denominator: Int(gst_value_get_fraction_denominator(value)))

@@ -142,6 +142,11 @@ public final class MediaStream: Sendable, Identifiable {
     public func getVideoTracks() -> [MediaStreamTrack] { trackList.filter { $0.kind == .video } }
     public func getAudioTracks() -> [MediaStreamTrack] { trackList.filter { $0.kind == .audio } }
 
+    /// Network statistics per received track; empty for a local stream.
+    public func networkStatistics() -> [ReceivedTrackStatistics] {
+        (engine as? RTPReceiver)?.networkStatistics() ?? []
+    }
+
     /// A renderer (decode-to-sink) for this stream. Call ``Renderer/start()`` to show it.
     public func createRenderer(_ options: RendererOptions = RendererOptions()) -> Renderer {
         Renderer(stream: self, options: options)

@@ -68,6 +68,31 @@ extension RTPSource {
     public func limitVideoBitrate(_ bitsPerSecond: Int?) {}
 }
 
+/// Network statistics of one received track.
+public struct ReceivedTrackStatistics: Sendable, Hashable {
+    public var kind: MediaType
+    /// RTP packets and bytes that arrived (retransmissions included).
+    public var packetsReceived: Int
+    public var bytesReceived: Int
+    /// Sequence numbers from the first to the highest seen.
+    public var packetsExpected: Int
+    /// Sequence numbers skipped as packets arrived: the network's loss, before any repair.
+    public var packetsMissingOnArrival: Int
+    /// Packets the jitter buffer gave up on (not repaired within the playout delay).
+    public var packetsLost: Int
+    /// Packets that arrived after their time had passed.
+    public var packetsLate: Int
+    /// Retransmission requests (NACKs) sent.
+    public var nacksSent: Int
+    /// Interarrival jitter (RFC 3550), as the jitter buffer estimates it.
+    public var jitter: Duration
+
+    /// The share of packets the network lost (0…1), before repair.
+    public var lossBeforeRepair: Double { packetsExpected > 0 ? Double(packetsMissingOnArrival) / Double(packetsExpected) : 0 }
+    /// The share of packets missing after repair (0…1).
+    public var lossAfterRepair: Double { packetsExpected > 0 ? Double(packetsLost) / Double(packetsExpected) : 0 }
+}
+
 /// Encodes a stream's tracks to RTP: one consumer per track (encoder, payloader, RTP session) on
 /// the stream's tees. Packets go to `send`; RTCP from the network comes in with ``receiveRTCP(_:)``
 /// (a PLI or FIR makes the encoder send a keyframe).
@@ -210,6 +235,46 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     /// rtpbin makes a jitter buffer per stream when its first packets arrive; the receiver sets
     /// their retransmission timing once they exist (see ``retransmissionTiming(latency:)``).
     private let jitterBuffers = JitterBuffers()
+    private let arrivals: [UInt8: ArrivalCounter]
+    private let kinds: [UInt8: MediaType]
+
+    /// What arrived for one payload type: packets, bytes, and gaps in the sequence numbers as the
+    /// packets arrived (loss before any repair; reordering would count as loss too).
+    final class ArrivalCounter: Sendable {
+        private struct State {
+            var packets = 0, bytes = 0
+            var first: UInt16?, highest: Int = 0  // extended sequence number of the highest seen
+            var missing = 0
+        }
+        private let state = Mutex(State())
+
+        func count(sequence: UInt16, bytes: Int) {
+            state.withLock { state in
+                state.packets += 1
+                state.bytes += bytes
+                guard state.first != nil else {
+                    state.first = sequence
+                    state.highest = Int(sequence)
+                    return
+                }
+                // Extend to the value nearest the highest so far (sequence numbers wrap at 65,536).
+                let cycle = state.highest & ~0xFFFF
+                var extended = cycle | Int(sequence)
+                if extended - state.highest > 32_768 { extended -= 65_536 } else if state.highest - extended > 32_768 { extended += 65_536 }
+                if extended > state.highest {
+                    state.missing += extended - state.highest - 1
+                    state.highest = extended
+                }
+            }
+        }
+
+        var snapshot: (packets: Int, bytes: Int, expected: Int, missing: Int) {
+            state.withLock { state in
+                let expected = state.first.map { state.highest - Int($0) + 1 } ?? 0
+                return (state.packets, state.bytes, expected, state.missing)
+            }
+        }
+    }
 
     final class JitterBuffers: Sendable {
         let elements = Mutex<[Element]>([])
@@ -311,6 +376,11 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
             }
             self.inputs = inputs
             self.rtcpInputs = rtcpInputs
+            arrivals = inputs.mapValues { _ in ArrivalCounter() }
+            var kinds: [UInt8: MediaType] = [:]
+            if let video { kinds[video.payloadType] = .video }
+            if let audio { kinds[audio.payloadType] = .audio }
+            self.kinds = kinds
             let rtpbin = try pipeline.element(named: "rtpbin")
             // Feedback must not wait: with the defaults (a regular RTCP interval of at least 5 s, 5 % of
             // an unknown bandwidth) AVPF allows one early packet per interval, and NACKs queued
@@ -342,6 +412,9 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     @discardableResult
     public func receiveRTP(_ packet: Buffer, payloadType: UInt8) -> Bool {
         guard let input = inputs[payloadType] else { return false }
+        if let counter = arrivals[payloadType], let sequence = try? packet.withUnsafeBytes({ $0.count >= 4 ? UInt16($0[2]) << 8 | UInt16($0[3]) : nil }) {
+            counter.count(sequence: sequence, bytes: packet.size)
+        }
         let pushed = input.pushNow(Self.arrived(packet))
         // Until every stream's jitter buffer exists and is set up, look for new ones now and then.
         let count = packetsReceived.add(1, ordering: .relaxed).newValue
@@ -383,6 +456,34 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     /// The jitter buffers' statistics (`rtpjitterbuffer`'s `stats`: pushed, lost, late, NACKs sent …).
     var jitterBufferStatistics: [String] {
         jitterBuffers.withLock { $0 }.compactMap { element in (try? element.property("stats")).map { "\($0)" } }
+    }
+
+    /// Per received track: what arrived, what was missing on arrival, and what the jitter buffer
+    /// could not repair in time.
+    public func networkStatistics() -> [ReceivedTrackStatistics] {
+        var buffers: [MediaType: Structure] = [:]
+        for element in jitterBuffers.withLock({ $0 }) {
+            guard case .structure(let stats)? = try? element.property("stats"),
+                  let caps = (try? element.staticPad("sink"))?.currentCaps?.structures.first,
+                  case .string(let media?)? = caps["media"], let kind = MediaType(rawValue: media) else { continue }
+            buffers[kind] = stats
+        }
+        func number(_ value: PropertyValue?) -> Int {
+            switch value {
+            case .uint(let u)?: return Int(clamping: u)
+            case .int(let i)?: return Int(clamping: i)
+            default: return 0
+            }
+        }
+        return arrivals.keys.sorted().compactMap { payloadType in
+            guard let counter = arrivals[payloadType], let kind = kinds[payloadType] else { return nil }
+            let arrived = counter.snapshot
+            let stats = buffers[kind]
+            return ReceivedTrackStatistics(
+                kind: kind, packetsReceived: arrived.packets, bytesReceived: arrived.bytes, packetsExpected: arrived.expected,
+                packetsMissingOnArrival: arrived.missing, packetsLost: number(stats?["num-lost"]), packetsLate: number(stats?["num-late"]),
+                nacksSent: number(stats?["rtx-count"]), jitter: .nanoseconds(number(stats?["avg-jitter"])))
+        }
     }
 
     /// An RTCP packet from the network (sender reports of the publisher).

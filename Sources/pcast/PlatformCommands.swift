@@ -218,6 +218,7 @@ struct SubscribeCommand: AsyncParsableCommand {
     @Option(help: "Write the last rendered frame as PNG here at the end.") var screenshot: String?
     @Option(help: "Seconds to watch (0: until Ctrl-C or the stream ends).") var seconds: Double = 0
     @Option(help: "Playout delay, milliseconds.") var playoutDelay: Int?
+    @Flag(help: "Print the received tracks' network statistics as a JSON line every second.") var stats = false
 
     func run() async throws {
         PCastCommand.bootstrapLogging()
@@ -239,7 +240,14 @@ struct SubscribeCommand: AsyncParsableCommand {
             await pcast.stop()
             throw fail("renderer: \(status)")
         }
+        let printer = stats ? Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(1))
+                print(Self.statisticsLine(stream.networkStatistics()))
+            }
+        } : nil
         await runUntilStopped(seconds: seconds) { _ = await stream.ended() }
+        printer?.cancel()
         if let reason = stream.endReason {
             FileHandle.standardError.write(Data("stream ended: \(reason)\n".utf8))
         }
@@ -258,6 +266,23 @@ struct SubscribeCommand: AsyncParsableCommand {
         await stream.stop()
         await pcast.stop()
         if failed { throw ExitCode(1) }
+    }
+}
+
+extension SubscribeCommand {
+    /// One JSON object: `{"video": {...}, "audio": {...}}` with the counters of each track.
+    static func statisticsLine(_ statistics: [ReceivedTrackStatistics]) -> String {
+        var object: [String: [String: Any]] = [:]
+        for track in statistics {
+            object[track.kind.rawValue] = [
+                "packetsReceived": track.packetsReceived, "bytesReceived": track.bytesReceived, "packetsExpected": track.packetsExpected,
+                "packetsMissingOnArrival": track.packetsMissingOnArrival, "packetsLost": track.packetsLost, "packetsLate": track.packetsLate,
+                "nacksSent": track.nacksSent, "jitterMilliseconds": Double(track.jitter / .microseconds(1)) / 1000,
+                "lossBeforeRepair": track.lossBeforeRepair, "lossAfterRepair": track.lossAfterRepair,
+            ]
+        }
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self)
     }
 }
 

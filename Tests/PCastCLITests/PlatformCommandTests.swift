@@ -51,8 +51,15 @@ struct PlatformCommandTests {
         let shot = directory.appendingPathComponent("shot.png").path
         let watched = try runCommand(try pcastBinary(), [
             "subscribe", "--server", signaling, "--token", stream, "--auth-token", auth,
-            "--sink", "null", "--seconds", "2", "--screenshot", shot], timeout: 60)
+            "--sink", "null", "--seconds", "3", "--screenshot", shot, "--stats"], timeout: 60)
         #expect(watched.status == 0, "\(watched.stderr)")
+        // --stats: a JSON line a second with each track's counters.
+        let statistics = watched.lines.compactMap { line -> [String: [String: Double]]? in
+            guard line.hasPrefix("{") else { return nil }
+            return try? JSONDecoder().decode([String: [String: Double]].self, from: Data(line.utf8))
+        }
+        #expect(statistics.count >= 2, "\(watched.stdout)")
+        #expect((statistics.last?["video"]?["packetsReceived"] ?? 0) > 0 && (statistics.last?["audio"]?["packetsReceived"] ?? 0) > 0, "\(watched.stdout)")
         let png = try Data(contentsOf: URL(fileURLWithPath: shot))
         let width = png[16..<20].reduce(0) { $0 << 8 | Int($1) }
         let height = png[20..<24].reduce(0) { $0 << 8 | Int($1) }

@@ -58,7 +58,14 @@ struct NetworkQualityTests {
         } else {
             Issue.record("nothing decoded")
         }
-        if let receiver = stream.engine as? RTPReceiver { print("10 % loss: jitter buffers \(receiver.jitterBufferStatistics)") }
+        let statistics = stream.networkStatistics()
+        print("10 % loss: \(statistics)")
+        let video = try #require(statistics.first { $0.kind == .video })
+        // The loss reported is the loss applied (± 3 points); the jitter buffer repaired most of it.
+        #expect(abs(video.lossBeforeRepair - 0.10) <= 0.03, "reported \(video.lossBeforeRepair * 100) % before repair")
+        #expect(video.nacksSent > 0 && video.packetsReceived > 1000)
+        #expect(video.lossAfterRepair < video.lossBeforeRepair / 4, "after repair \(video.lossAfterRepair * 100) %")
+        #expect(statistics.contains { $0.kind == .audio && $0.packetsReceived > 0 })
         let gap = longestAudioGap(Array(audio.all.dropFirst(25)))
         print("10 % loss: longest audio gap \(gap) over \(audio.all.count) buffers")
         #expect(gap <= .milliseconds(60))
