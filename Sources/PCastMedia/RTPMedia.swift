@@ -236,6 +236,14 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     /// their retransmission timing once they exist (see ``retransmissionTiming(latency:)``).
     private let jitterBuffers = JitterBuffers()
     private let arrivals: [UInt8: ArrivalCounter]
+    /// Video frames and audio buffers out of the decoders (counted by probes on the hooks).
+    let decoded = DecodeCounters()
+
+    final class DecodeCounters: Sendable {
+        let video = Atomic<Int>(0)
+        let audio = Atomic<Int>(0)
+    }
+    private let decodeProbes = Mutex<[PadProbe]>([])
     private let kinds: [UInt8: MediaType]
 
     /// What arrived for one payload type: packets, bytes, and gaps in the sequence numbers as the
@@ -401,6 +409,26 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
         }
         hasVideo = video != nil
         hasAudio = audio != nil
+        if purpose == .play {
+            var probes: [PadProbe] = []
+            if video != nil, let pad = try? pipeline.element(named: "video-hook").staticPad("src") {
+                let counters = decoded
+                probes.append(pad.addBufferProbe { _ in counters.video.add(1, ordering: .relaxed); return .pass })
+            }
+            if audio != nil, let pad = try? pipeline.element(named: "audio-hook").staticPad("src") {
+                let counters = decoded
+                probes.append(pad.addBufferProbe { _ in counters.audio.add(1, ordering: .relaxed); return .pass })
+            }
+            decodeProbes.withLock { $0 = probes }
+        }
+    }
+
+    /// Cumulative counts for data quality: decoded video frames and audio buffers, sequence numbers
+    /// expected and missing on arrival (all tracks).
+    func qualityCounters() -> (video: Int, audio: Int, expected: Int, missing: Int, hasVideo: Bool) {
+        let arrived = arrivals.values.map(\.snapshot)
+        return (decoded.video.load(ordering: .relaxed), decoded.audio.load(ordering: .relaxed),
+                arrived.map(\.expected).reduce(0, +), arrived.map(\.missing).reduce(0, +), hasVideo)
     }
 
     func tee(for kind: MediaType) -> Element? {

@@ -105,6 +105,8 @@ public final class Renderer: Sendable {
         var dimensionsChanged: (@Sendable (Dimensions) -> Void)?
         var lastFrameReceived: (@Sendable (VideoFrame) -> Void)?
         var busTask: Task<Void, Never>?
+        var qualityTask: Task<Void, Never>?
+        var dataQualityChanged: (@Sendable (DataQualityStatus, DataQualityReason) -> Void)?
         var started = false
         /// Hands the audio going to the sink to echo cancellers in this process.
         var echoTap: RendererEchoTap?
@@ -119,6 +121,7 @@ public final class Renderer: Sendable {
 
     deinit {
         let (branches, probes, task, tap) = state.withLock { ($0.branches, $0.probes, $0.busTask, $0.echoTap) }
+        state.withLock { $0.qualityTask }?.cancel()
         probes.forEach { $0.remove() }
         tap?.remove()
         task?.cancel()
@@ -129,6 +132,33 @@ public final class Renderer: Sendable {
     }
 
     // MARK: Callbacks
+
+    /// Called with the viewer's data quality (see ``DataQualityEvaluator``) once a second has been
+    /// received after ``start()``, then whenever it changes. Remote streams only.
+    public func setDataQualityChangedCallback(_ callback: (@Sendable (DataQualityStatus, DataQualityReason) -> Void)?) {
+        state.withLock { $0.dataQualityChanged = callback }
+    }
+
+    private func watchDataQuality() {
+        guard let receiver = stream.engine as? RTPReceiver else { return }
+        let task = Task { [weak self] in
+            var evaluator = DataQualityEvaluator()
+            var previous = receiver.qualityCounters()
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(1))
+                guard let self, !Task.isCancelled else { return }
+                let now = receiver.qualityCounters()
+                let sample = DataQualitySample(hasVideo: now.hasVideo, videoFramesDecoded: now.video - previous.video,
+                                               audioBuffersDecoded: now.audio - previous.audio, packetsExpected: now.expected - previous.expected,
+                                               packetsMissingOnArrival: now.missing - previous.missing)
+                previous = now
+                if let (status, reason) = evaluator.evaluate(sample) {
+                    self.state.withLock { $0.dataQualityChanged }?(status, reason)
+                }
+            }
+        }
+        state.withLock { $0.qualityTask = task }
+    }
 
     /// Called when the sink has a surface (a window, or `.offscreen` for the null device); may be
     /// called again after the sink is re-created.
@@ -198,6 +228,7 @@ public final class Renderer: Sendable {
         }
         applyMute(muted)
         watchBus()
+        watchDataQuality()
         if attached[.video] != nil, options.useNullVideoDevice {
             state.withLock { $0.surfaceReady }?(.offscreen)
         }
@@ -208,7 +239,9 @@ public final class Renderer: Sendable {
     public func stop() async {
         await serial.run { () async in
             let (branches, probes, task, tap) = self.state.withLock { state in
+                state.qualityTask?.cancel()
                 defer {
+                    state.qualityTask = nil
                     state.branches = [:]
                     state.probes = []
                     state.busTask = nil

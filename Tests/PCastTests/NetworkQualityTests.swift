@@ -130,3 +130,45 @@ extension NetworkQualityTests {
         await platform.shutdown()
     }
 }
+
+extension NetworkQualityTests {
+    @Test("a viewer's data quality: all/none on a clear leg, downloadLimited at 20 % loss while the session survives, noData in an outage, all again after")
+    func dataQuality() async throws {
+        let platform = try await LocalPlatform.start()
+        let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 20)
+        defer { proxy.stop() }
+        let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
+        try await publisherSDK.start(authToken: try platform.token(.auth))
+        let media = try await stampedMedia(audio: true)
+        let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
+        var options = PCastOptions(uri: platform.signalingURL)
+        options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
+        let viewer = PCast(options)
+        try await viewer.start(authToken: try platform.token(.auth))
+        let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+        let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+        let reports = Values<String>()
+        renderer.setDataQualityChangedCallback { status, reason in reports.append("\(status.rawValue)/\(reason.rawValue)") }
+        #expect(await renderer.start() == .ok)
+        #expect(await eventually(.seconds(10)) { reports.all.last == "all/none" }, "\(reports.all)")
+
+        proxy.setProfile(.init(loss: .uniform(0.20)))
+        #expect(await eventually(.seconds(10)) { reports.all.last?.hasSuffix("/downloadLimited") == true }, "\(reports.all)")
+        #expect(viewer.isOnline && stream.endReason == nil, "the session survives 20 % loss")
+
+        proxy.setOutage(true)
+        #expect(await eventually(.seconds(10)) { reports.all.last?.hasPrefix("noData/") == true }, "\(reports.all)")
+        proxy.setOutage(false)
+        proxy.setProfile(.clear)
+        #expect(await eventually(.seconds(15)) { reports.all.last == "all/none" }, "\(reports.all)")
+        print("data quality reports: \(reports.all)")
+
+        await renderer.stop()
+        await stream.stop()
+        await viewer.stop()
+        await publisher.stop()
+        await publisherSDK.stop()
+        await media.stop()
+        await platform.shutdown()
+    }
+}

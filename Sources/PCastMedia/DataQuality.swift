@@ -1,0 +1,87 @@
+/// What reaches a viewer (the seed's data quality status).
+public enum DataQualityStatus: String, Sendable, Hashable {
+    case noData
+    case audioOnly
+    case all
+}
+
+/// Why quality is reduced (the seed's data quality reason).
+public enum DataQualityReason: String, Sendable, Hashable {
+    case none
+    case uploadLimited
+    case downloadLimited
+    case publisherLimited
+    case networkLimited
+}
+
+/// One second (or any interval) of what a viewer received.
+public struct DataQualitySample: Sendable, Hashable {
+    /// Whether the stream has a video track.
+    public var hasVideo: Bool
+    public var videoFramesDecoded: Int
+    public var audioBuffersDecoded: Int
+    /// Sequence numbers expected in the interval, and those missing when packets arrived.
+    public var packetsExpected: Int
+    public var packetsMissingOnArrival: Int
+
+    public init(hasVideo: Bool, videoFramesDecoded: Int, audioBuffersDecoded: Int, packetsExpected: Int, packetsMissingOnArrival: Int) {
+        self.hasVideo = hasVideo
+        self.videoFramesDecoded = videoFramesDecoded
+        self.audioBuffersDecoded = audioBuffersDecoded
+        self.packetsExpected = packetsExpected
+        self.packetsMissingOnArrival = packetsMissingOnArrival
+    }
+}
+
+/// A viewer's data quality from what it receives: `all` while video frames are decoded, `audioOnly`
+/// when only audio is (or the stream has no video), `noData` when nothing is; the reason is
+/// `downloadLimited` when this viewer's own leg loses ``lossThreshold`` or more of the packets,
+/// else `none`. The first sample is reported at once; after that a change is reported when two
+/// samples in a row agree, so one bad second does not flap the status. (`publisherLimited` and
+/// `networkLimited` need the relay's view of the publisher and the other viewers, which viewers
+/// are not told yet.)
+///
+/// ```swift
+/// var evaluator = DataQualityEvaluator()
+/// if let (status, reason) = evaluator.evaluate(sample) { callback(status, reason) }
+/// ```
+public struct DataQualityEvaluator: Sendable {
+    public static let lossThreshold = 0.05
+    public private(set) var reported: (status: DataQualityStatus, reason: DataQualityReason)?
+    private var pending: (status: DataQualityStatus, reason: DataQualityReason)?
+
+    public init() {}
+
+    public static func assess(_ sample: DataQualitySample) -> (status: DataQualityStatus, reason: DataQualityReason) {
+        let status: DataQualityStatus
+        if sample.hasVideo && sample.videoFramesDecoded > 0 {
+            status = .all
+        } else if sample.audioBuffersDecoded > 0 {
+            status = .audioOnly
+        } else {
+            status = .noData
+        }
+        let loss = sample.packetsExpected > 0 ? Double(sample.packetsMissingOnArrival) / Double(sample.packetsExpected) : 0
+        return (status, loss >= lossThreshold ? .downloadLimited : .none)
+    }
+
+    /// The new status and reason when they change; nil otherwise.
+    public mutating func evaluate(_ sample: DataQualitySample) -> (status: DataQualityStatus, reason: DataQualityReason)? {
+        let assessed = Self.assess(sample)
+        guard let current = reported else {
+            reported = assessed
+            return assessed
+        }
+        guard assessed != current else {
+            pending = nil
+            return nil
+        }
+        if let pending, pending == assessed {
+            reported = assessed
+            self.pending = nil
+            return assessed
+        }
+        pending = assessed
+        return nil
+    }
+}

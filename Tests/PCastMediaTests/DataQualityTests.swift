@@ -1,0 +1,36 @@
+import PCastMedia
+import Testing
+
+@Suite("Data quality of a viewer")
+struct DataQualityTests {
+    func sample(video: Int = 30, audio: Int = 50, expected: Int = 300, missing: Int = 0, hasVideo: Bool = true) -> DataQualitySample {
+        DataQualitySample(hasVideo: hasVideo, videoFramesDecoded: video, audioBuffersDecoded: audio, packetsExpected: expected, packetsMissingOnArrival: missing)
+    }
+
+    @Test("status from what is decoded; downloadLimited from this leg's loss")
+    func assess() {
+        #expect(DataQualityEvaluator.assess(sample()) == (.all, .none))
+        #expect(DataQualityEvaluator.assess(sample(missing: 30)) == (.all, .downloadLimited))
+        #expect(DataQualityEvaluator.assess(sample(missing: 14)) == (.all, .none))
+        #expect(DataQualityEvaluator.assess(sample(video: 0, missing: 60)) == (.audioOnly, .downloadLimited))
+        #expect(DataQualityEvaluator.assess(sample(video: 0, audio: 0, expected: 0)) == (.noData, .none))
+        #expect(DataQualityEvaluator.assess(sample(video: 0, hasVideo: false)) == (.audioOnly, .none))
+        #expect(DataQualityEvaluator.assess(sample(video: 5, hasVideo: false)) == (.audioOnly, .none))
+    }
+
+    @Test("the first second is reported at once; a change needs two seconds in a row; one bad second does not flap")
+    func hysteresis() {
+        var evaluator = DataQualityEvaluator()
+        #expect(evaluator.evaluate(sample())! == (.all, .none))
+        #expect(evaluator.evaluate(sample()) == nil)
+        #expect(evaluator.evaluate(sample(video: 0)) == nil)          // one frozen second
+        #expect(evaluator.evaluate(sample()) == nil)                  // back: nothing to report
+        #expect(evaluator.evaluate(sample(missing: 40)) == nil)
+        #expect(evaluator.evaluate(sample(missing: 40))! == (.all, .downloadLimited))
+        #expect(evaluator.evaluate(sample(video: 0, audio: 0, expected: 0)) == nil)
+        #expect(evaluator.evaluate(sample(video: 0, audio: 0, expected: 0))! == (.noData, .none))
+        #expect(evaluator.evaluate(sample()) == nil)
+        #expect(evaluator.evaluate(sample())! == (.all, .none))
+        #expect(evaluator.reported! == (.all, .none))
+    }
+}
