@@ -153,7 +153,7 @@ let package = Package(
         // Device stand-ins (PulseAudio null sink, Xvfb) for the test targets; not a product.
         .target(
             name: "PCastTestSupport",
-            dependencies: []
+            dependencies: ["PCastImpairment"]
         ),
         .testTarget(
             name: "GStreamerTests",

@@ -1,19 +1,9 @@
+import PCastImpairment
+
 /// A small seeded generator (SplitMix64), so random tests draw the same values on every run.
 ///
 /// ```swift
 /// var rng = SeededRNG(seed: 42)
 /// let bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
 /// ```
-public struct SeededRNG: RandomNumberGenerator, Sendable {
-    private var state: UInt64
-
-    public init(seed: UInt64) { state = seed }
-
-    public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+public typealias SeededRNG = SeededGenerator

@@ -22,26 +22,51 @@ func longestAudioGap(_ buffers: [(Duration, Duration)]) -> Duration {
     zip(buffers, buffers.dropFirst()).map { previous, next in next.0 - (previous.0 + previous.1) }.max() ?? .zero
 }
 
-@Suite("Quality under impaired networks", .serialized)
-struct NetworkQualityTests {
-    @Test("10 % uniform loss on the subscriber's leg (both ways): NACKed retransmissions from the relay get ≥ 98 % of video frames decoded; no audio gap over 60 ms")
-    func tenPercentLoss() async throws {
-        let platform = try await LocalPlatform.start()
-        let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 10)
-        defer { proxy.stop() }
-        proxy.setProfile(.init(loss: .uniform(0.10)))
+/// A stamped test pattern with audio published through the embedded platform, and one viewer whose
+/// media goes through an impairment proxy.
+struct ImpairedViewing {
+    let platform: LocalPlatform
+    let proxy: UDPImpairmentProxy
+    let publisherSDK: PCast
+    let media: UserMediaStream
+    let publisher: Publisher
+    let viewer: PCast
+    let stream: MediaStream
 
+    static func start(seed: UInt64, profile: ImpairmentProfile = .clear) async throws -> ImpairedViewing {
+        let platform = try await LocalPlatform.start()
+        let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: seed)
+        proxy.setProfile(profile)
         let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
         try await publisherSDK.start(authToken: try platform.token(.auth))
         let media = try await stampedMedia(audio: true)
         let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
-        let sent = try StampTap(encoderOf: media)
-
         var options = PCastOptions(uri: platform.signalingURL)
         options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
         let viewer = PCast(options)
         try await viewer.start(authToken: try platform.token(.auth))
         let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+        return ImpairedViewing(platform: platform, proxy: proxy, publisherSDK: publisherSDK, media: media, publisher: publisher, viewer: viewer, stream: stream)
+    }
+
+    func stop() async {
+        await stream.stop()
+        await viewer.stop()
+        await publisher.stop()
+        await publisherSDK.stop()
+        await media.stop()
+        proxy.stop()
+        await platform.shutdown()
+    }
+}
+
+@Suite("Quality under impaired networks", .serialized)
+struct NetworkQualityTests {
+    @Test("10 % uniform loss on the subscriber's leg (both ways): NACKed retransmissions from the relay get ≥ 98 % of video frames decoded; no audio gap over 60 ms")
+    func tenPercentLoss() async throws {
+        let session = try await ImpairedViewing.start(seed: 10, profile: .init(loss: .uniform(0.10)))
+        let (platform, proxy, stream) = (session.platform, session.proxy, session.stream)
+        let sent = try StampTap(encoderOf: session.media)
         let decoded = try StampTap(decoderOf: stream)
         let (renderer, _) = try await watch(stream)
         let audio = try watchAudio(renderer, stream)
@@ -72,12 +97,7 @@ struct NetworkQualityTests {
         #expect(proxy.counters(for: .toClient).lost > 0 && proxy.counters(for: .toServer).lost > 0)
 
         _ = renderer
-        await stream.stop()
-        await viewer.stop()
-        await publisher.stop()
-        await publisherSDK.stop()
-        await media.stop()
-        await platform.shutdown()
+        await session.stop()
     }
 }
 
@@ -134,18 +154,8 @@ extension NetworkQualityTests {
 extension NetworkQualityTests {
     @Test("a viewer's data quality: all/none on a clear leg, downloadLimited at 20 % loss while the session survives, noData in an outage, all again after")
     func dataQuality() async throws {
-        let platform = try await LocalPlatform.start()
-        let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 20)
-        defer { proxy.stop() }
-        let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
-        try await publisherSDK.start(authToken: try platform.token(.auth))
-        let media = try await stampedMedia(audio: true)
-        let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
-        var options = PCastOptions(uri: platform.signalingURL)
-        options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
-        let viewer = PCast(options)
-        try await viewer.start(authToken: try platform.token(.auth))
-        let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+        let session = try await ImpairedViewing.start(seed: 20)
+        let (proxy, viewer, stream) = (session.proxy, session.viewer, session.stream)
         let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
         let reports = Values<String>()
         renderer.setDataQualityChangedCallback { status, reason in reports.append("\(status.rawValue)/\(reason.rawValue)") }
@@ -162,13 +172,7 @@ extension NetworkQualityTests {
         proxy.setProfile(.clear)
         #expect(await eventually(.seconds(15)) { reports.all.last == "all/none" }, "\(reports.all)")
         print("data quality reports: \(reports.all)")
-
         await renderer.stop()
-        await stream.stop()
-        await viewer.stop()
-        await publisher.stop()
-        await publisherSDK.stop()
-        await media.stop()
-        await platform.shutdown()
+        await session.stop()
     }
 }
