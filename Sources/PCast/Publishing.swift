@@ -47,6 +47,14 @@ public final class Publisher: Sendable {
         rtp.limitVideoBitrate(bitsPerSecond)
     }
 
+    /// What the publisher estimates the network carries for its video, bits per second, from the
+    /// loss the relay reports (nil for an ingest); see ``BitrateController``.
+    public var estimatedVideoBitrate: Int? { (rtp as? RTPPublisher)?.estimatedBitrate }
+
+    /// Whether that estimate holds the video below its configured bitrate: the seed's
+    /// `uploadLimited` for a publisher.
+    public var isUploadLimited: Bool { (rtp as? RTPPublisher)?.isUploadLimited ?? false }
+
     /// RTP bytes sent for `kind` so far (nil for an ingest).
     public func bytesSent(_ kind: MediaType) -> Int? {
         (rtp as? RTPPublisher)?.bytesSent(kind)

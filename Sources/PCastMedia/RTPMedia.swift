@@ -110,6 +110,10 @@ public final class RTPPublisher: RTPSource, Sendable {
     /// The encoder's configured bitrate, kbit/s: a limit only ever lowers it.
     private let videoBitrate: Int
     let counters: SentCounters
+    private let videoSSRC: UInt32?
+    /// The user's limit and the loss-based estimate: the encoder gets the lowest of them and the
+    /// configured bitrate.
+    private let rate: Mutex<(limit: Int?, controller: BitrateController)>
 
     /// RTP packets and bytes handed to `send`, per kind.
     final class SentCounters: Sendable {
@@ -136,7 +140,14 @@ public final class RTPPublisher: RTPSource, Sendable {
         self.videoEncoder = videoEncoder
         self.videoBitrate = videoBitrate
         self.counters = counters
+        videoSSRC = tracks.first { $0.kind == .video }?.ssrc
+        rate = Mutex((nil, BitrateController(maximum: videoBitrate * 1000)))
     }
+
+    /// The loss-based estimate of what the network carries, bits per second.
+    public var estimatedBitrate: Int { rate.withLock { $0.controller.target } }
+    /// Whether the estimate holds the video below its configured bitrate (upload limited).
+    public var isUploadLimited: Bool { rate.withLock { $0.controller.isLimited } }
 
     /// RTP bytes sent so far for `kind` (headers included).
     public func bytesSent(_ kind: MediaType) -> Int {
@@ -151,8 +162,30 @@ public final class RTPPublisher: RTPSource, Sendable {
     /// Sets x264enc's bitrate while it runs (x264 reconfigures at the next frame): the configured
     /// bitrate, or the limit when lower. At least 16 kbit/s.
     public func limitVideoBitrate(_ bitsPerSecond: Int?) {
-        let kilobits = bitsPerSecond.map { max(16, min(videoBitrate, $0 / 1000)) } ?? videoBitrate
-        try? videoEncoder?.set("bitrate", UInt32(kilobits))
+        rate.withLock { rate in
+            rate.limit = bitsPerSecond
+            applyRate(rate)
+        }
+    }
+
+    private func applyRate(_ rate: (limit: Int?, controller: BitrateController)) {
+        let bits = min(rate.limit ?? .max, rate.controller.target, videoBitrate * 1000)
+        try? videoEncoder?.set("bitrate", UInt32(max(16, bits / 1000)))
+    }
+
+    /// Feeds the controller from receiver reports about the video SSRC.
+    private func observe(_ packet: Buffer) {
+        guard let videoSSRC, videoEncoder != nil,
+              let compound = try? packet.withUnsafeBytes({ bytes in try? RTCPCompoundPacket(parsing: bytes) }) else { return }
+        for case .receiverReport(let report) in compound.packets {
+            for block in report.reportBlocks where block.ssrc == videoSSRC {
+                rate.withLock { rate in
+                    let before = rate.controller.target
+                    rate.controller.report(fractionLost: Double(block.fractionLost) / 256)
+                    if rate.controller.target != before { applyRate(rate) }
+                }
+            }
+        }
     }
 
     static func randomSSRC() -> UInt32 { UInt32.random(in: 1...UInt32.max) }
@@ -210,8 +243,10 @@ public final class RTPPublisher: RTPSource, Sendable {
                             videoBitrate: settings.videoBitrate, counters: counters)
     }
 
-    /// RTCP from the network (the relay's PLI, FIR, receiver reports).
+    /// RTCP from the network (the relay's PLI, FIR, receiver reports: their loss drives the
+    /// bitrate, see ``BitrateController``).
     public func receiveRTCP(_ packet: Buffer) {
+        observe(packet)
         for input in rtcpInputs { input.pushNow(RTPReceiver.arrived(packet)) }
     }
 

@@ -176,3 +176,49 @@ extension NetworkQualityTests {
         await session.stop()
     }
 }
+
+extension NetworkQualityTests {
+    @Test("a 500 kbit/s cap on the publisher's leg: the bitrate settles under it within 10 s (upload limited) and recovers within 30 s after it is lifted")
+    func adaptsToACap() async throws {
+        let platform = try await LocalPlatform.start()
+        let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 30)
+        defer { proxy.stop() }
+        var options = PCastOptions(uri: platform.signalingURL)
+        options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
+        let sdk = PCast(options)
+        try await sdk.start(authToken: try platform.token(.auth))
+        var mediaOptions = UserMediaOptions()
+        mediaOptions.video.source = .pipeline("videotestsrc is-live=true pattern=snow")
+        mediaOptions.video.width = .exact(640)
+        mediaOptions.video.height = .exact(360)
+        mediaOptions.video.frameRate = .exact(30)
+        mediaOptions.audio.enabled = false
+        let media = try await UserMedia.getUserMedia(mediaOptions)
+        let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media,
+                                              settings: EncodingSettings(videoBitrate: 1500, keyframeInterval: 30))
+        try await Task.sleep(for: .seconds(2))
+        let before = try await videoBitrate(publisher, over: 2)
+        #expect(!publisher.isUploadLimited)
+
+        var capped = ImpairmentProfile(bandwidth: 500_000)
+        capped.queueLimit = .milliseconds(100)
+        proxy.setProfile(capped, for: .toServer)
+        try await Task.sleep(for: .seconds(8))
+        let settled = try await videoBitrate(publisher, over: 2)
+        #expect(settled <= 550_000, "\(settled) bit/s 10 s into a 500 kbit/s cap")
+        #expect(publisher.isUploadLimited)
+
+        proxy.setProfile(.clear, for: .toServer)
+        var recovered = 0.0
+        let deadline = ContinuousClock.now + .seconds(30)
+        while recovered < 1_200_000 && ContinuousClock.now < deadline {
+            recovered = try await videoBitrate(publisher, over: 2)
+        }
+        print("adaptation: before \(Int(before / 1000)) kbps, capped \(Int(settled / 1000)) kbps, recovered \(Int(recovered / 1000)) kbps; estimate \(publisher.estimatedVideoBitrate ?? 0)")
+        #expect(recovered >= 1_200_000, "\(recovered) bit/s 30 s after the cap was lifted")
+        await publisher.stop()
+        await sdk.stop()
+        await media.stop()
+        await platform.shutdown()
+    }
+}
