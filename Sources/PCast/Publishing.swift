@@ -19,6 +19,7 @@ public final class Publisher: Sendable {
     private let ending = Mutex<(ended: (StreamEndedReason, String?)?, callbacks: [@Sendable (StreamEndedReason, String?) -> Void], waiters: [CheckedContinuation<(StreamEndedReason, String?), Never>])>((nil, [], []))
 
     private let bandwidth: BandwidthLimiter
+    private let quality = Mutex<(task: Task<Void, Never>?, callback: (@Sendable (DataQualityStatus, DataQualityReason) -> Void)?)>((nil, nil))
 
     init(streamId: String, rtp: any RTPSource, socket: SocketSlot, pcast: PCast) {
         self.streamId = streamId
@@ -45,6 +46,36 @@ public final class Publisher: Sendable {
     /// limits across republishing.
     func applyVideoBitrateLimit(_ bitsPerSecond: Int?) {
         rtp.limitVideoBitrate(bitsPerSecond)
+    }
+
+    /// Called with the publisher's data quality once a second of sending has been seen, then
+    /// whenever it changes (two seconds in a row): `all` / `audioOnly` / `noData` from what leaves,
+    /// `uploadLimited` while the bitrate estimate holds the video down. Not for ingests.
+    ///
+    /// ```swift
+    /// publisher.setDataQualityChangedCallback { status, reason in print(status, reason) }
+    /// ```
+    public func setDataQualityChangedCallback(_ callback: (@Sendable (DataQualityStatus, DataQualityReason) -> Void)?) {
+        guard let rtp = rtp as? RTPPublisher else { return }
+        quality.withLock { quality in
+            quality.callback = callback
+            guard callback != nil, quality.task == nil else { return }
+            quality.task = Task { [weak self] in
+                var evaluator = DataQualityEvaluator()
+                var previous = (rtp.packetsSent(.video), rtp.packetsSent(.audio))
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(1))
+                    guard let self, !Task.isCancelled, !self.hasEnded else { return }
+                    let now = (rtp.packetsSent(.video), rtp.packetsSent(.audio))
+                    let assessed = DataQualityEvaluator.assessPublisher(videoPackets: now.0 - previous.0, audioPackets: now.1 - previous.1,
+                                                                        uploadLimited: rtp.isUploadLimited)
+                    previous = now
+                    if let (status, reason) = evaluator.evaluate(assessed: assessed) {
+                        self.quality.withLock { $0.callback }?(status, reason)
+                    }
+                }
+            }
+        }
     }
 
     /// What the publisher estimates the network carries for its video, bits per second, from the

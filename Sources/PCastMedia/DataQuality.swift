@@ -67,7 +67,21 @@ public struct DataQualityEvaluator: Sendable {
 
     /// The new status and reason when they change; nil otherwise.
     public mutating func evaluate(_ sample: DataQualitySample) -> (status: DataQualityStatus, reason: DataQualityReason)? {
-        let assessed = Self.assess(sample)
+        evaluate(assessed: Self.assess(sample))
+    }
+
+    /// A publisher's data quality over an interval: `all` while video packets leave, `audioOnly`
+    /// when only audio does, `noData` when nothing does; `uploadLimited` while the bitrate estimate
+    /// holds the video below its configured bitrate.
+    public static func assessPublisher(videoPackets: Int, audioPackets: Int, uploadLimited: Bool)
+        -> (status: DataQualityStatus, reason: DataQualityReason) {
+        let status: DataQualityStatus = videoPackets > 0 ? .all : (audioPackets > 0 ? .audioOnly : .noData)
+        return (status, uploadLimited ? .uploadLimited : .none)
+    }
+
+    /// Applies the reporting rule (first at once, then two in a row) to an assessment.
+    public mutating func evaluate(assessed: (status: DataQualityStatus, reason: DataQualityReason))
+        -> (status: DataQualityStatus, reason: DataQualityReason)? {
         guard let current = reported else {
             reported = assessed
             return assessed

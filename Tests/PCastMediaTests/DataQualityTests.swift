@@ -33,4 +33,12 @@ struct DataQualityTests {
         #expect(evaluator.evaluate(sample())! == (.all, .none))
         #expect(evaluator.reported! == (.all, .none))
     }
+
+    @Test("a publisher: all while video leaves, audioOnly, noData; uploadLimited from the estimate")
+    func publisher() {
+        #expect(DataQualityEvaluator.assessPublisher(videoPackets: 90, audioPackets: 100, uploadLimited: false) == (.all, .none))
+        #expect(DataQualityEvaluator.assessPublisher(videoPackets: 40, audioPackets: 100, uploadLimited: true) == (.all, .uploadLimited))
+        #expect(DataQualityEvaluator.assessPublisher(videoPackets: 0, audioPackets: 100, uploadLimited: true) == (.audioOnly, .uploadLimited))
+        #expect(DataQualityEvaluator.assessPublisher(videoPackets: 0, audioPackets: 0, uploadLimited: false) == (.noData, .none))
+    }
 }

@@ -178,7 +178,7 @@ extension NetworkQualityTests {
 }
 
 extension NetworkQualityTests {
-    @Test("a 500 kbit/s cap on the publisher's leg: the bitrate settles under it within 10 s (upload limited) and recovers within 30 s after it is lifted")
+    @Test("a 500 kbit/s cap on the publisher's leg: the bitrate settles under it within 10 s (data quality all/uploadLimited) and recovers within 30 s after it is lifted")
     func adaptsToACap() async throws {
         let platform = try await LocalPlatform.start()
         let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 30)
@@ -196,9 +196,12 @@ extension NetworkQualityTests {
         let media = try await UserMedia.getUserMedia(mediaOptions)
         let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media,
                                               settings: EncodingSettings(videoBitrate: 1500, keyframeInterval: 30))
+        let reports = Values<String>()
+        publisher.setDataQualityChangedCallback { status, reason in reports.append("\(status.rawValue)/\(reason.rawValue)") }
         try await Task.sleep(for: .seconds(2))
         let before = try await videoBitrate(publisher, over: 2)
         #expect(!publisher.isUploadLimited)
+        #expect(reports.all == ["all/none"], "\(reports.all)")
 
         var capped = ImpairmentProfile(bandwidth: 500_000)
         capped.queueLimit = .milliseconds(100)
@@ -207,6 +210,7 @@ extension NetworkQualityTests {
         let settled = try await videoBitrate(publisher, over: 2)
         #expect(settled <= 550_000, "\(settled) bit/s 10 s into a 500 kbit/s cap")
         #expect(publisher.isUploadLimited)
+        #expect(reports.all.last == "all/uploadLimited", "\(reports.all)")
 
         proxy.setProfile(.clear, for: .toServer)
         var recovered = 0.0
