@@ -311,6 +311,8 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
             }
         }
 
+        var hasPackets: Bool { state.withLock { $0.packets > 0 } }
+
         var snapshot: (packets: Int, bytes: Int, expected: Int, missing: Int) {
             state.withLock { state in
                 let expected = state.first.map { state.highest - Int($0) + 1 } ?? 0
@@ -428,9 +430,10 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
             // Feedback must not wait: with the defaults (a regular RTCP interval of at least 5 s, 5 % of
             // an unknown bandwidth) AVPF allows one early packet per interval, and NACKs queued
             // behind it expire (GStreamer: "Removing N expired NACKS"), so about half the losses were
-            // never asked for again.
+            // never asked for again. A regular interval of 100 ms lets early feedback out at once
+            // (20 ms did as well, but its RTCP chatter starved loopback tests on a busy machine).
             for session in pipeline.elements where session.factoryName == "rtpsession" {
-                try session.set("rtcp-min-interval", UInt64(20_000_000))
+                try session.set("rtcp-min-interval", UInt64(100_000_000))
                 try session.set("rtcp-fraction", 0.1)
             }
             let jitterBuffers = self.jitterBuffers
@@ -479,9 +482,12 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
             counter.count(sequence: sequence, bytes: packet.size)
         }
         let pushed = input.pushNow(Self.arrived(packet))
-        // Until every stream's jitter buffer exists and is set up, look for new ones now and then.
+        // Until the jitter buffer of every stream that has sent packets exists and is set up, look for
+        // new ones now and then (a declared track that never sends costs nothing).
         let count = packetsReceived.add(1, ordering: .relaxed).newValue
-        if count % 16 == 0, jitterBuffers.withLock({ $0.count }) < inputs.count { configureJitterBuffers() }
+        if count % 16 == 0, jitterBuffers.withLock({ $0.count }) < arrivals.values.filter({ $0.hasPackets }).count {
+            configureJitterBuffers()
+        }
         return pushed
     }
 
@@ -514,11 +520,6 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
                 known.append(element)
             }
         }
-    }
-
-    /// The jitter buffers' statistics (`rtpjitterbuffer`'s `stats`: pushed, lost, late, NACKs sent …).
-    var jitterBufferStatistics: [String] {
-        jitterBuffers.withLock { $0 }.compactMap { element in (try? element.property("stats")).map { "\($0)" } }
     }
 
     /// Per received track: what arrived, what was missing on arrival, and what the jitter buffer

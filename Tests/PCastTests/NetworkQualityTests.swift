@@ -22,6 +22,21 @@ func longestAudioGap(_ buffers: [(Duration, Duration)]) -> Duration {
     zip(buffers, buffers.dropFirst()).map { previous, next in next.0 - (previous.0 + previous.1) }.max() ?? .zero
 }
 
+/// Publishes video noise (the encoder needs every bit it is given, so the bitrate shows any limit)
+/// at 640×360 30 fps and 1.5 Mbit/s, without audio.
+func publishNoise(_ sdk: PCast, _ platform: LocalPlatform) async throws -> (Publisher, UserMediaStream) {
+    var options = UserMediaOptions()
+    options.video.source = .pipeline("videotestsrc is-live=true pattern=snow")
+    options.video.width = .exact(640)
+    options.video.height = .exact(360)
+    options.video.frameRate = .exact(30)
+    options.audio.enabled = false
+    let media = try await UserMedia.getUserMedia(options)
+    let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media,
+                                          settings: EncodingSettings(videoBitrate: 1500, keyframeInterval: 30))
+    return (publisher, media)
+}
+
 /// A stamped test pattern with audio published through the embedded platform, and one viewer whose
 /// media goes through an impairment proxy.
 struct ImpairedViewing {
@@ -116,16 +131,7 @@ extension NetworkQualityTests {
         let platform = try await LocalPlatform.start()
         let sdk = PCast(PCastOptions(uri: platform.signalingURL))
         try await sdk.start(authToken: try platform.token(.auth))
-        // Noise: the encoder needs every bit it is given, so the bitrate shows the limit.
-        var options = UserMediaOptions()
-        options.video.source = .pipeline("videotestsrc is-live=true pattern=snow")
-        options.video.width = .exact(640)
-        options.video.height = .exact(360)
-        options.video.frameRate = .exact(30)
-        options.audio.enabled = false
-        let media = try await UserMedia.getUserMedia(options)
-        let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media,
-                                              settings: EncodingSettings(videoBitrate: 1500, keyframeInterval: 30))
+        let (publisher, media) = try await publishNoise(sdk, platform)
         try await Task.sleep(for: .seconds(2))
         let configured = try await videoBitrate(publisher, over: 3)
         let first = publisher.limitBandwidth(200_000)
@@ -187,15 +193,7 @@ extension NetworkQualityTests {
         options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
         let sdk = PCast(options)
         try await sdk.start(authToken: try platform.token(.auth))
-        var mediaOptions = UserMediaOptions()
-        mediaOptions.video.source = .pipeline("videotestsrc is-live=true pattern=snow")
-        mediaOptions.video.width = .exact(640)
-        mediaOptions.video.height = .exact(360)
-        mediaOptions.video.frameRate = .exact(30)
-        mediaOptions.audio.enabled = false
-        let media = try await UserMedia.getUserMedia(mediaOptions)
-        let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media,
-                                              settings: EncodingSettings(videoBitrate: 1500, keyframeInterval: 30))
+        let (publisher, media) = try await publishNoise(sdk, platform)
         let reports = Values<String>()
         publisher.setDataQualityChangedCallback { status, reason in reports.append("\(status.rawValue)/\(reason.rawValue)") }
         try await Task.sleep(for: .seconds(2))
