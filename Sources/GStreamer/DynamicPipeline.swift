@@ -139,11 +139,11 @@ extension Pipeline {
     }
 
     private func attachNow(_ element: Element, after upstream: Element?, before downstream: Element?) -> Result<Void, GStreamerError> {
+        // Every Element wrapper owns a full (sunk) reference, so gst_bin_add adds the bin's own:
+        // no extra reference here (one was taken before, and every consumer bin leaked with it).
         guard gst_bin_add(bin, element.pointer) != 0 else {
             return .failure(.linkFailed(from: element.name, to: name))
         }
-        // gst_bin_add took its own reference; our wrapper keeps one too.
-        gst_object_ref(UnsafeMutableRawPointer(element.pointer))
         func undo() {
             gst_element_set_state(element.pointer, GST_STATE_NULL)
             _ = gst_bin_remove(bin, element.pointer)

@@ -16,6 +16,9 @@ public enum PCastError: Error, Sendable, Equatable, CustomStringConvertible {
     case refused(RequestStatus, String)
     /// ``PCast/start(authToken:)`` has not succeeded (or ``PCast/stop()`` was called).
     case notStarted
+    /// The connection to the platform dropped and the SDK is reconnecting: no new streams until
+    /// it is back online (existing streams keep flowing).
+    case offline
     case invalidTransport(String)
     case invalidRequest(String)
     case media(MediaError)
@@ -37,6 +40,7 @@ public enum PCastError: Error, Sendable, Equatable, CustomStringConvertible {
         case .timeout: return "the platform did not answer in time"
         case .refused(let status, let message): return "refused (\(status.rawValue)): \(message)"
         case .notStarted: return "PCast is not started"
+        case .offline: return "offline: reconnecting to the platform"
         case .invalidTransport(let why): return "invalid media transport: \(why)"
         case .invalidRequest(let why): return "invalid request: \(why)"
         case .media(let error): return error.description
@@ -61,7 +65,8 @@ public struct PCastOptions: Sendable, Hashable {
     public var uri: String
     /// Playout delay of subscribed streams (their jitter buffer).
     public var playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay
-    /// Reconnect (and authenticate again) when the connection drops.
+    /// Reconnect (and resume the session) when the connection drops. Streams keep flowing while
+    /// the SDK reconnects: the platform keeps a dropped session's streams for its resume window.
     public var reconnects = true
     /// For tests and benchmarks: loss and delay imposed on received video (GStreamer's netsim).
     public var receiveImpairment: NetworkImpairment?
@@ -101,12 +106,17 @@ public final class PCast: Sendable {
         var keepAlive: Task<Void, Never>?
         var reconnect: Task<Void, Never>?
         var publishers: [String: Publisher] = [:]
+        /// By subscriber id (a session may subscribe to one stream more than once).
         var subscriptions: [String: Subscription] = [:]
         var authenticationCallback: (@Sendable (RequestStatus, String?) -> Void)?
         var onlineCallback: (@Sendable () -> Void)?
         var offlineCallback: (@Sendable () -> Void)?
         /// The session to resume after a reconnection, and its key.
         var resume: (sessionId: String, key: String)?
+        /// When the connection dropped, while reconnecting.
+        var offlineSince: ContinuousClock.Instant?
+        /// Unpublish / unsubscribe requests made while offline, sent once the session resumes.
+        var afterResume: [ClientMessage] = []
         var nextListener = 0
         var eventListeners: [Int: @Sendable (ServerMessage) -> Void] = [:]
         var authenticationListeners: [Int: @Sendable (_ sessionId: String, _ resumed: Bool) -> Void] = [:]
@@ -184,63 +194,108 @@ public final class PCast: Sendable {
             throw .invalidRequest("unexpected reply to authenticate: \(reply.type)")
         }
         let interval = max(1, authenticated.keepAliveInterval)
+        let logger = self.logger
         let keepAlive = Task { [weak self] in
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(interval))
                 guard self != nil, !Task.isCancelled else { return }
-                _ = try? await client.request(.keepAlive)
+                // An unanswered keep-alive means a dead path (TCP may take minutes to notice).
+                do throws(PCastError) {
+                    _ = try await client.request(.keepAlive, timeout: .seconds(max(2, interval)))
+                } catch {
+                    if case .timeout = error {
+                        logger.warning("keep-alive unanswered; dropping the connection")
+                        client.abort()
+                    }
+                    return
+                }
             }
         }
-        let (online, listeners) = state.withLock { state -> ((@Sendable () -> Void)?, [@Sendable (String, Bool) -> Void]) in
+        let resumed = authenticated.resumed ?? false
+        let (online, listeners, orphans) = state.withLock { state in
             state.signaling = client
             state.sessionId = authenticated.sessionId
             state.keepAlive?.cancel()
             state.keepAlive = keepAlive
+            state.offlineSince = nil
             if let key = authenticated.resumeKey { state.resume = (authenticated.sessionId, key) }
-            return (state.onlineCallback, state.authenticationListeners.sorted { $0.key < $1.key }.map(\.value))
+            // A new session (the old one could not be resumed) no longer has the old streams.
+            let orphans = resumed ? ([], []) : (Array(state.publishers.values), Array(state.subscriptions.values))
+            if !resumed { state.publishers = [:]; state.subscriptions = [:] }
+            return (state.onlineCallback, state.authenticationListeners.sorted { $0.key < $1.key }.map(\.value), orphans)
         }
-        let resumed = authenticated.resumed ?? false
+        let deferred = state.withLock { state in defer { state.afterResume = [] }; return state.afterResume }
+        if resumed, !deferred.isEmpty {
+            Task {
+                for message in deferred { _ = try? await client.request(message, timeout: .seconds(3)) }
+            }
+        }
         logger.info(resumed ? "session resumed" : "authenticated", metadata: ["session": "\(authenticated.sessionId)"])
+        for publisher in orphans.0 { publisher.finish(.failed, "the session could not be resumed") }
+        for subscription in orphans.1 { subscription.finish(.failed, "the session could not be resumed") }
         online?()
         for listener in listeners { listener(authenticated.sessionId, resumed) }
         return authenticated.sessionId
     }
 
     private func connectionClosed(_ code: UInt16?) {
-        let (offline, publishers, subscriptions, reconnect) = state.withLock { state in
+        let (offline, orphans, reconnect) = state.withLock { state in
             state.keepAlive?.cancel()
             state.keepAlive = nil
             state.signaling = nil
             state.sessionId = nil
-            let ended = (state.offlineCallback, Array(state.publishers.values), Array(state.subscriptions.values), !state.stopped && options.reconnects)
-            state.publishers = [:]
-            state.subscriptions = [:]
-            return ended
+            let reconnect = !state.stopped && options.reconnects
+            if reconnect { state.offlineSince = ContinuousClock.now }
+            // Reconnecting resumes the session with its streams; otherwise they end here.
+            let orphans = reconnect ? ([], []) : (Array(state.publishers.values), Array(state.subscriptions.values))
+            if !reconnect { state.publishers = [:]; state.subscriptions = [:] }
+            return (state.offlineCallback, orphans, reconnect)
         }
         logger.warning("signaling connection closed", metadata: ["code": "\(code.map(String.init) ?? "none")"])
         offline?()
-        // The platform ends a session's streams with its connection.
-        for publisher in publishers { publisher.finish(.failed, "the connection to the platform was lost") }
-        for subscription in subscriptions { subscription.finish(.failed, "the connection to the platform was lost") }
+        for publisher in orphans.0 { publisher.finish(.failed, "the connection to the platform was lost") }
+        for subscription in orphans.1 { subscription.finish(.failed, "the connection to the platform was lost") }
         if reconnect { scheduleReconnect() }
+    }
+
+    /// Delay before reconnection attempt `attempt` (0-based) after `offline` of being offline:
+    /// 50 ms doubling to 400 ms while the outage is young (so the SDK is back well within a second
+    /// of the network returning), then to 5 s; each with ±25 % jitter so clients cut off together
+    /// do not return in lockstep.
+    static func reconnectDelay(attempt: Int, offline: Duration, jitter: Double) -> Duration {
+        let cap: Duration = offline < .seconds(60) ? .milliseconds(400) : .seconds(5)
+        let base = Duration.milliseconds(50) * (1 << min(attempt, 10))
+        return min(base, cap) * (0.75 + 0.5 * min(max(jitter, 0), 1))
     }
 
     private func scheduleReconnect() {
         let task = Task { [weak self] in
-            var delay = Duration.milliseconds(250)
+            var attempt = 0
             while !Task.isCancelled {
-                try? await Task.sleep(for: delay)
+                let offline = self?.state.withLock { $0.offlineSince.map { ContinuousClock.now - $0 } } ?? .zero
+                try? await Task.sleep(for: Self.reconnectDelay(attempt: attempt, offline: offline, jitter: Double.random(in: 0...1)))
+                attempt += 1
                 guard let self, !self.state.withLock({ $0.stopped }) else { return }
                 do throws(PCastError) {
                     let sessionId = try await self.connect()
                     self.state.withLock { $0.authenticationCallback }?(.ok, sessionId)
                     return
                 } catch {
-                    if case .refused(.unauthorized, _) = error {
-                        self.state.withLock { $0.authenticationCallback }?(.unauthorized, nil)
+                    if case .refused(.unauthorized, let why) = error {
+                        // The token expired (or was revoked) meanwhile: the session is over.
+                        self.logger.warning("re-authentication refused", metadata: ["reason": "\(why)"])
+                        let (callback, publishers, subscriptions) = self.state.withLock { state in
+                            state.stopped = true
+                            state.resume = nil
+                            state.offlineSince = nil
+                            defer { state.publishers = [:]; state.subscriptions = [:] }
+                            return (state.authenticationCallback, Array(state.publishers.values), Array(state.subscriptions.values))
+                        }
+                        for publisher in publishers { publisher.finish(.failed, "re-authentication refused: \(why)") }
+                        for subscription in subscriptions { subscription.finish(.failed, "re-authentication refused: \(why)") }
+                        callback?(.unauthorized, nil)
                         return
                     }
-                    delay = min(delay * 2, .seconds(5))
                 }
             }
         }
@@ -252,6 +307,8 @@ public final class PCast: Sendable {
         let (client, publishers, subscriptions) = state.withLock { state in
             state.stopped = true
             state.resume = nil
+            state.offlineSince = nil
+            state.afterResume = []
             state.reconnect?.cancel()
             state.keepAlive?.cancel()
             defer { state.publishers = [:]; state.subscriptions = [:]; state.signaling = nil; state.sessionId = nil }
@@ -276,12 +333,13 @@ public final class PCast: Sendable {
         let listeners = state.withLock { $0.eventListeners.sorted { $0.key < $1.key }.map(\.value) }
         for listener in listeners { listener(event) }
         guard case .streamEnded(let ended) = event else { return }
-        let (publisher, subscription) = state.withLock { state in
-            (state.publishers.removeValue(forKey: ended.streamId), state.subscriptions.removeValue(forKey: ended.streamId))
+        let (publisher, subscriptions) = state.withLock { state in
+            let keys = state.subscriptions.filter { $0.value.streamId == ended.streamId }.map(\.key)
+            return (state.publishers.removeValue(forKey: ended.streamId), keys.compactMap { state.subscriptions.removeValue(forKey: $0) })
         }
         logger.info("stream ended", metadata: ["stream": "\(ended.streamId)", "reason": "\(ended.reason.rawValue)"])
         publisher?.finish(ended.reason, ended.description)
-        subscription?.finish(ended.reason, ended.description)
+        for subscription in subscriptions { subscription.finish(ended.reason, ended.description) }
     }
 
     /// Sees every event from the platform, in order, on the connection's reader (keep it short).
@@ -312,13 +370,45 @@ public final class PCast: Sendable {
     /// Closes the signaling connection without `bye`, as a lost connection would (tests of
     /// failure handling); the SDK then reconnects if ``PCastOptions/reconnects`` is set.
     package func dropConnectionForTesting() async {
-        await state.withLock { $0.signaling }?.close()
+        state.withLock { $0.signaling }?.abort()
+    }
+
+    /// Behaves as a crashed process would: media stops and the connection drops, with no `bye`,
+    /// no unpublish and no reconnection (tests of how the platform and other clients cope).
+    package func crashForTesting() {
+        let (client, publishers, subscriptions) = state.withLock { state in
+            state.stopped = true
+            state.reconnect?.cancel()
+            state.keepAlive?.cancel()
+            defer { state.publishers = [:]; state.subscriptions = [:] }
+            return (state.signaling, Array(state.publishers.values), Array(state.subscriptions.values))
+        }
+        for publisher in publishers { publisher.finish(.failed, "crashed (test)") }
+        for subscription in subscriptions { subscription.finish(.failed, "crashed (test)") }
+        client?.abort()
     }
 
     func signaling() throws(PCastError) -> SignalingClient {
-        guard let client = state.withLock({ $0.signaling }) else { throw .notStarted }
+        let (client, stopped) = state.withLock { ($0.signaling, $0.stopped) }
+        guard let client else { throw stopped ? .notStarted : .offline }
         return client
     }
+
+    /// Sends an unpublish or unsubscribe now, or after the session resumes if the SDK is
+    /// reconnecting (so the platform ends the stream with the right reason, not as a timeout).
+    func requestWhenOnline(_ message: ClientMessage) async {
+        let client: SignalingClient? = state.withLock { state in
+            if state.signaling == nil, !state.stopped, state.offlineSince != nil {
+                if state.afterResume.count < 1024 { state.afterResume.append(message) }
+                return nil
+            }
+            return state.signaling
+        }
+        _ = try? await client?.request(message, timeout: .seconds(3))
+    }
+
+    /// Whether the SDK is reconnecting after its connection dropped.
+    public var isReconnecting: Bool { state.withLock { $0.offlineSince != nil && !$0.stopped } }
 
     var host: String {
         URL(string: options.uri)?.host ?? "127.0.0.1"

@@ -128,9 +128,7 @@ public final class Publisher: Sendable {
     /// Stops publishing; subscribers are told the stream ended with `reason` (and `description`).
     public func stop(reason: StreamEndedReason = .ended, description: String? = nil) async {
         guard !hasEnded else { return }
-        if let client = try? pcast?.signaling() {
-            _ = try? await client.request(.unpublish(.init(streamId: streamId, reason: reason, description: description)), timeout: .seconds(3))
-        }
+        await pcast?.requestWhenOnline(.unpublish(.init(streamId: streamId, reason: reason, description: description)))
         pcast?.state.withLock { _ = $0.publishers.removeValue(forKey: streamId) }
         finish(reason, description)
     }
@@ -306,7 +304,7 @@ extension PCast {
             throw .invalidRequest("unexpected reply to subscribe: \(reply.type)")
         }
         guard let rtcpSSRC = subscribed.transport.rtcpSSRC else {
-            _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId)))
+            _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId, subscriberId: subscribed.subscriberId)))
             throw .invalidTransport("the platform assigned no RTCP SSRC")
         }
         let socketBox = SocketSlot()
@@ -316,7 +314,7 @@ extension PCast {
                 socketBox.value.withLock { $0 }?.send(OutgoingPacket(kind: .rtcp, buffer: rtcp))
             }
         } catch {
-            _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId)))
+            _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId, subscriberId: subscribed.subscriberId)))
             throw .media(error)
         }
         let socket: MediaSocket
@@ -327,7 +325,7 @@ extension PCast {
                                      onRTCP: { rtcp in receiver.receiveRTCP(rtcp) })
         } catch {
             await stream.stop()
-            _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId)))
+            _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId, subscriberId: subscribed.subscriberId)))
             throw error
         }
         socketBox.value.withLock { $0 = socket }
@@ -342,13 +340,18 @@ extension PCast {
             }
         }
         let subscription = Subscription(streamId: subscribed.streamId, stream: stream, receiver: receiver, socket: socket, keepAlive: keepAlive)
-        state.withLock { $0.subscriptions[subscribed.streamId] = subscription }
-        let streamId = subscribed.streamId
+        // A session may subscribe to one stream several times: each subscription is its own.
+        let key = subscribed.subscriberId ?? UUID().uuidString
+        state.withLock { $0.subscriptions[key] = subscription }
+        let streamId = subscribed.streamId, subscriberId = subscribed.subscriberId
         receiver.onStop { [weak self] in
             keepAlive.cancel()
             socket.shutdown()
-            guard let self, self.state.withLock({ $0.subscriptions.removeValue(forKey: streamId) }) != nil else { return }
-            _ = try? await self.signaling().request(.unsubscribe(.init(streamId: streamId)), timeout: .seconds(3))
+            // The socket's packet handler holds the receiver, whose RTCP sender holds the slot:
+            // emptying the slot breaks that cycle so all of it is freed.
+            socketBox.value.withLock { $0 = nil }
+            guard let self, self.state.withLock({ $0.subscriptions.removeValue(forKey: key) }) != nil else { return }
+            await self.requestWhenOnline(.unsubscribe(.init(streamId: streamId, subscriberId: subscriberId)))
         }
         logger.info("subscribed", metadata: ["stream": "\(streamId)", "tracks": "\(subscribed.tracks.map(\.kind.rawValue))"])
         return (streamId, stream)

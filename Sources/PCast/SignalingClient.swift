@@ -204,6 +204,12 @@ final class SignalingClient: Sendable {
         return try result.get()
     }
 
+    /// Drops the connection at once, without a close handshake (it is dead: a keep-alive went
+    /// unanswered). `onClose` follows as for any other end.
+    func abort() {
+        task.withLock { $0 }?.cancel()
+    }
+
     /// Closes the connection (a close frame, then the socket).
     func close() async {
         var payload = ByteBuffer()

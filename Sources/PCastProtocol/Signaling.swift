@@ -139,7 +139,13 @@ public enum ClientMessage: Sendable, Hashable {
     }
     public struct StreamReference: Codable, Sendable, Hashable {
         public var streamId: String
-        public init(streamId: String) { self.streamId = streamId }
+        /// For `unsubscribe`: which of the session's subscriptions to the stream (the
+        /// `subscriberId` of its `subscribed` reply); without it, the oldest.
+        public var subscriberId: String?
+        public init(streamId: String, subscriberId: String? = nil) {
+            self.streamId = streamId
+            self.subscriberId = subscriberId
+        }
     }
 
     case authenticate(Authenticate)
@@ -217,10 +223,13 @@ public enum ServerMessage: Sendable, Hashable {
         public var streamId: String
         public var tracks: [MediaTrackDescription]
         public var transport: MediaTransport
-        public init(streamId: String, tracks: [MediaTrackDescription], transport: MediaTransport) {
+        /// This subscription, among the session's subscriptions to the same stream.
+        public var subscriberId: String?
+        public init(streamId: String, tracks: [MediaTrackDescription], transport: MediaTransport, subscriberId: String? = nil) {
             self.streamId = streamId
             self.tracks = tracks
             self.transport = transport
+            self.subscriberId = subscriberId
         }
     }
     public struct StreamEnded: Codable, Sendable, Hashable {
@@ -547,6 +556,7 @@ public enum SignalingCodec {
             try check(p.streamToken, "streamToken")
         case .unsubscribe(let p):
             try check(p.streamId, "streamId")
+            try check(p.subscriberId, "subscriberId")
         case .keepAlive, .bye:
             break
         case .createRoom(let p):

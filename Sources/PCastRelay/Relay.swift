@@ -36,6 +36,7 @@ public final class Relay: RelayControl {
     private struct Registry {
         struct Stream {
             var trackSSRCs: [UInt32]
+            let publisher: FlowCrypto
             var subscribers: [String: UInt32] = [:]
         }
 
@@ -128,7 +129,7 @@ public final class Relay: RelayControl {
             guard !registry.stopped else { throw .stopped }
             guard registry.streams[streamId] == nil else { throw .streamExists(streamId) }
             for track in tracks where registry.ssrcs.contains(track.ssrc) { throw .ssrcInUse(track.ssrc) }
-            registry.streams[streamId] = Registry.Stream(trackSSRCs: tracks.map(\.ssrc))
+            registry.streams[streamId] = Registry.Stream(trackSSRCs: tracks.map(\.ssrc), publisher: crypto)
             registry.ssrcs.formUnion(tracks.map(\.ssrc))
             // Enqueued under the registry lock so the I/O thread sees commands in registry order.
             engine.enqueue(.addStream(id: streamId, tracks: tracks, crypto: crypto))
@@ -182,6 +183,13 @@ public final class Relay: RelayControl {
             registry.subscriberCount -= stream.subscribers.count
             engine.enqueue(.removeStream(id: streamId))
         }
+    }
+
+    public func publisherIdleTime(streamId: String) -> Duration? {
+        guard let publisher = registry.withLock({ $0.streams[streamId]?.publisher }) else { return nil }
+        let last = publisher.lastMedia.load(ordering: .relaxed)
+        let now = monotonicNanoseconds()
+        return .nanoseconds(Int64(clamping: now > last ? now - last : 0))
     }
 
     public func statistics() -> RelayStatistics {

@@ -24,6 +24,11 @@ public protocol RelayControl: Sendable {
     /// Closes a stream: its publisher flow and every subscriber flow on it; unknown ids are ignored.
     func removeStream(streamId: String)
 
+    /// How long since the stream's publisher last sent media the relay could authenticate (since
+    /// the flow opened, if it never did); nil for an unknown stream. The platform ends the streams
+    /// of a session whose signaling dropped once their media stops too.
+    func publisherIdleTime(streamId: String) -> Duration?
+
     /// Counters since the relay started.
     func statistics() -> RelayStatistics
 }

@@ -8,10 +8,14 @@ import Synchronization
 final class FlowCrypto: Sendable {
     let inbound: SRTPSession
     let outbound: SRTPSession
+    /// Monotonic nanoseconds of the flow's latest authenticated RTP packet (its creation until
+    /// one arrives); written by the I/O thread, read by control calls.
+    let lastMedia: Atomic<UInt64>
 
     init(inbound: SRTPSession, outbound: SRTPSession) {
         self.inbound = inbound
         self.outbound = outbound
+        lastMedia = Atomic(monotonicNanoseconds())
     }
 }
 
@@ -274,6 +278,7 @@ final class RelayEngine: @unchecked Sendable {
             return
         }
         router.authenticated(route, from: source)
+        crypto.lastMedia.store(now, ordering: .relaxed)
         let layout: RTPPacketLayout
         do { layout = try RTPPacketLayout(parsing: packet) } catch {
             unknownPackets &+= 1

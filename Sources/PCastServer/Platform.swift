@@ -38,6 +38,9 @@ actor Platform {
     private let persistence: RoomPersistence
     /// Sessions that can be resumed: SHA-256 of their resume key, and whether a connection holds them.
     private var resumable: [String: (keyHash: String, attached: Bool, deadline: Date?)] = [:]
+    /// Stream events for detached sessions, delivered when they resume (at most ``heldLimit`` each).
+    private var held: [String: [Envelope<ServerMessage>]] = [:]
+    static let heldLimit = 256
     private(set) var isAccepting = true
     let ingest: IngestService
     let recordings: RecordingService
@@ -126,7 +129,20 @@ actor Platform {
         }
         for id in expired.sorted() {
             resumable[id] = nil
+            held[id] = nil
             persistence.submit([.deleteSession(sessionId: id)])
+            // Not resumed in time: its streams end and its subscriptions go.
+            perform(registry: .sessionClosed(sessionId: id, .connectionLost))
+            let ingest = self.ingest
+            Task { await ingest.ownerEnded(id) }
+        }
+        // A detached publisher whose media stopped as well is gone, not merely cut off.
+        let timeout = Duration.milliseconds(Int64(configuration.detachedMediaTimeout * 1000))
+        for streamId in registry.detachedStreamIds {
+            if let idle = relay.publisherIdleTime(streamId: streamId), idle >= timeout {
+                perform(registry: .endStream(streamId: streamId, reason: .failed,
+                                             description: "the publisher's connection was lost and its media stopped"))
+            }
         }
         Task { await self.sendIngestProgress() }
     }
@@ -190,6 +206,11 @@ actor Platform {
         guard var connection = connections[sessionId] else { return }
         let actions = connection.machine.handle(event)
         connections[sessionId] = connection
+        // Events held for a resumed session go out after the reply that says it resumed.
+        var resumedHeld: [Envelope<ServerMessage>] = []
+        defer {
+            for envelope in resumedHeld { deliver(envelope, to: connection) }
+        }
         for action in actions {
             switch action {
             case .send(let envelope):
@@ -204,6 +225,7 @@ actor Platform {
                 persistence.submit([.saveSession(sessionId: id, resumeKeyHash: keyHash, roles: connection.machine.roles.map { $0.sorted { $0.rawValue < $1.rawValue } })])
                 perform(registry: .sessionOpened(sessionId: id, remoteAddress: connection.machine.remoteAddress))
                 perform(rooms: .sessionOpened(sessionId: id, roles: connection.machine.roles, now: clock()))
+                resumedHeld = held.removeValue(forKey: id) ?? []
             case .request(let id, let requestId, let request):
                 let newId: String
                 switch request {
@@ -240,22 +262,23 @@ actor Platform {
                 connection.outbox.yield(.close(code, reason: reason))
                 connection.outbox.finish()
             case .ended(let id, let how):
-                perform(registry: .sessionClosed(sessionId: id, how))
-                if how != .serverShutdown {
-                    let ingest = self.ingest
-                    Task { await ingest.ownerEnded(id) }
-                }
                 switch how {
                 case .bye:
-                    // An orderly end: leave every room, and the session cannot be resumed.
+                    // An orderly end: streams end, every room is left, and the session cannot be resumed.
+                    perform(registry: .sessionClosed(sessionId: id, how))
+                    let ingest = self.ingest
+                    Task { await ingest.ownerEnded(id) }
                     perform(rooms: .sessionEnded(sessionId: id))
                     resumable[id] = nil
                     persistence.submit([.deleteSession(sessionId: id)])
                 case .serverShutdown:
                     // Kept as it is in the store: the restarted platform offers it for resumption.
-                    break
+                    perform(registry: .sessionClosed(sessionId: id, how))
                 case .connectionLost, .keepAliveTimeout, .messageTooLarge:
+                    // Media does not go through signaling: the session's streams, subscriptions,
+                    // ingests and memberships wait for it to resume (see `tick`).
                     let now = clock()
+                    perform(registry: .sessionDetached(sessionId: id))
                     perform(rooms: .sessionDetached(sessionId: id, now: now))
                     if let entry = resumable[id] { resumable[id] = (entry.keyHash, false, now.addingTimeInterval(configuration.resumeWindow)) }
                 }
@@ -319,9 +342,14 @@ actor Platform {
             for action in actions {
                 switch action {
                 case .send(let sessionId, let envelope):
-                    // A session that closed gets nothing more (its writer has finished).
+                    // A session that closed gets nothing more (its writer has finished); a
+                    // detached one gets it when it resumes.
                     if let connection = connection(of: sessionId), !connection.machine.isClosed {
                         deliver(envelope, to: connection)
+                    } else if registry.isDetached(sessionId), envelope.id == nil {
+                        var queue = held[sessionId] ?? []
+                        if queue.count < Self.heldLimit { queue.append(envelope) }
+                        held[sessionId] = queue
                     }
                 case .addPublisher(let streamId, let tracks):
                     let result: Result<MediaTransport, RelayError>
@@ -363,7 +391,7 @@ actor Platform {
     }
 
     private func updateGauges() {
-        metrics.update(sessions: registry.sessionCount, streams: registry.streamCount, subscribers: registry.subscriberCount)
+        metrics.update(sessions: registry.attachedSessionCount, streams: registry.streamCount, subscribers: registry.subscriberCount)
     }
 
     /// Resume keys are kept only as their SHA-256 (hex).

@@ -37,6 +37,10 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// Seconds a session whose connection was lost (or interrupted by a platform restart) keeps its
     /// room memberships, waiting to be resumed.
     public var resumeWindow: TimeInterval = Self.defaultResumeWindow
+    /// Seconds a detached session's stream lives without media: its signaling dropped *and* its
+    /// publisher stopped sending, so it is gone (a crash) rather than cut off from signaling.
+    /// Such a stream ends as `failed` long before ``resumeWindow`` does.
+    public var detachedMediaTimeout: TimeInterval = Self.defaultDetachedMediaTimeout
     /// What ingest may pull: schemes, internal addresses allowed, `file://` directory.
     public var ingestPolicy = IngestURIPolicy()
     /// The RTMP push endpoint's port (`rtmp://host:port/live/<publish token>`); nil: no endpoint,
@@ -52,7 +56,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
     public static let defaultMediaPort = 10_000
     public static let defaultDataDirectory = "pcast-data"
     public static let defaultKeepAliveInterval = 10
-    public static let defaultResumeWindow: TimeInterval = 30
+    public static let defaultResumeWindow: TimeInterval = 60
+    public static let defaultDetachedMediaTimeout: TimeInterval = 3
 
     public init(
         applicationId: String = Self.defaultApplicationId,

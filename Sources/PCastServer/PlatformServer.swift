@@ -211,6 +211,11 @@ public final class PlatformServer: Sendable {
         _ = try? await runTask.value
     }
 
+    /// Streams published now (including those of sessions waiting to resume).
+    public var streamCount: Int {
+        get async { await platform.streamCount }
+    }
+
     /// Ends a stream as the operator would (what the admin route does).
     /// False when there is no such stream.
     public func endStream(_ streamId: String, reason: StreamEndedReason = .censored, description: String? = nil) async -> Bool {

@@ -52,6 +52,10 @@ public struct StreamRecord: Sendable, Hashable {
 /// - A publisher's session ending ends its streams with ``SessionEnd/streamEndedReason``
 ///   (`ended` after `bye`, `maintenance` on shutdown, `failed` otherwise); a subscriber's
 ///   session ending removes its subscriptions.
+/// - A session whose connection dropped is *detached*, not ended: its streams and subscriptions
+///   stay (media does not go through signaling) until it resumes (`sessionOpened` again: nothing
+///   changes) or the platform gives up on it (`sessionClosed`). ``detachedStreamIds`` lists the
+///   streams whose publisher is detached, so the platform can end those whose media stopped too.
 /// - Nothing is opened on the relay for a refused request; a relay refusal becomes a typed failure.
 ///
 /// ```swift
@@ -63,7 +67,10 @@ public struct StreamRecord: Sendable, Hashable {
 /// ```
 public struct StreamRegistry: Sendable {
     public enum Event: Sendable {
+        /// A session authenticated, or a detached one resumed (its streams and subscriptions stay).
         case sessionOpened(sessionId: String, remoteAddress: String?)
+        /// The session's connection dropped; it may resume (see the type's rules).
+        case sessionDetached(sessionId: String)
         /// An authenticated request; `newId` is the stream id (publish) or subscriber id
         /// (subscribe) to use if the request goes ahead.
         case request(sessionId: String, requestId: UInt64?, SessionStateMachine.Request, now: Date, newId: String)
@@ -89,6 +96,7 @@ public struct StreamRegistry: Sendable {
 
     private struct Session {
         var remoteAddress: String?
+        var attached = true
         var published: [String] = []
         /// Subscriber id → stream id.
         var subscriptions: [String: String] = [:]
@@ -122,14 +130,33 @@ public struct StreamRegistry: Sendable {
     public func stream(_ streamId: String) -> StreamRecord? { streams[streamId] }
     public var streamCount: Int { streams.count }
     public var sessionCount: Int { sessions.count }
+    /// Sessions with a connection (not waiting to resume).
+    public var attachedSessionCount: Int { sessions.values.reduce(0) { $0 + ($1.attached ? 1 : 0) } }
     public var subscriberCount: Int { streams.values.reduce(0) { $0 + $1.subscribers.count } }
     public var streamIds: [String] { streams.values.sorted { $0.sequence < $1.sequence }.map(\.streamId) }
+    /// Streams whose publishing session is detached, oldest first.
+    public var detachedStreamIds: [String] {
+        streams.values.filter { sessions[$0.publisherSessionId]?.attached == false }.sorted { $0.sequence < $1.sequence }.map(\.streamId)
+    }
+    /// Whether the session is known and detached.
+    public func isDetached(_ sessionId: String) -> Bool { sessions[sessionId]?.attached == false }
 
     public mutating func handle(_ event: Event) -> [Action] {
         switch event {
         case .sessionOpened(let sessionId, let remoteAddress):
+            if var session = sessions[sessionId] {
+                session.attached = true
+                session.remoteAddress = remoteAddress
+                sessions[sessionId] = session
+                return [.log(.info, "session resumed with \(session.published.count) streams and \(session.subscriptions.count) subscriptions",
+                             sessionId: sessionId, streamId: nil)]
+            }
             sessions[sessionId] = Session(remoteAddress: remoteAddress)
             return [.log(.info, "session opened", sessionId: sessionId, streamId: nil)]
+        case .sessionDetached(let sessionId):
+            guard sessions[sessionId]?.attached == true else { return [] }
+            sessions[sessionId]?.attached = false
+            return [.log(.info, "session detached; its streams and subscriptions are kept while it may resume", sessionId: sessionId, streamId: nil)]
         case .request(let sessionId, let requestId, let request, let now, let newId):
             guard let session = sessions[sessionId] else {
                 return [send(sessionId, requestId, .failure(.init(status: .unauthorized, message: "no such session")))]
@@ -142,7 +169,7 @@ public struct StreamRegistry: Sendable {
             case .unpublish(let unpublish):
                 return self.unpublish(unpublish, sessionId: sessionId, requestId: requestId)
             case .unsubscribe(let reference):
-                return self.unsubscribe(reference.streamId, sessionId: sessionId, requestId: requestId)
+                return self.unsubscribe(reference.streamId, subscriberId: reference.subscriberId, sessionId: sessionId, requestId: requestId)
             case .room, .publishRemote, .stopIngest:
                 // Rooms are the RoomRegistry's; the platform never hands them here.
                 return [send(sessionId, requestId, .failure(.init(status: .badRequest, message: "not a stream request")))]
@@ -298,7 +325,7 @@ public struct StreamRegistry: Sendable {
             streams[pending.streamId]?.subscribers.append((subscriberId, pending.sessionId))
             sessions[pending.sessionId]?.subscriptions[subscriberId] = pending.streamId
             return [
-                send(pending.sessionId, pending.requestId, .subscribed(.init(streamId: pending.streamId, tracks: pending.tracks, transport: transport))),
+                send(pending.sessionId, pending.requestId, .subscribed(.init(streamId: pending.streamId, tracks: pending.tracks, transport: transport, subscriberId: subscriberId))),
                 .log(.info, "subscribed (\(subscriberId))", sessionId: pending.sessionId, streamId: pending.streamId),
             ]
         }
@@ -319,9 +346,11 @@ public struct StreamRegistry: Sendable {
         return [send(sessionId, requestId, .ok)] + end(request.streamId, reason: request.reason, description: request.description, skipping: nil)
     }
 
-    private mutating func unsubscribe(_ streamId: String, sessionId: String, requestId: UInt64?) -> [Action] {
-        // One subscribe, one unsubscribe: this session's oldest subscription to the stream goes.
-        guard let subscriberId = streams[streamId]?.subscribers.first(where: { $0.sessionId == sessionId })?.subscriberId else {
+    private mutating func unsubscribe(_ streamId: String, subscriberId named: String?, sessionId: String, requestId: UInt64?) -> [Action] {
+        // The named subscription of this session, or (one subscribe, one unsubscribe) its oldest.
+        guard let subscriberId = streams[streamId]?.subscribers.first(where: {
+            $0.sessionId == sessionId && (named == nil || $0.subscriberId == named)
+        })?.subscriberId else {
             return [send(sessionId, requestId, .failure(.init(status: .notFound, message: "this session does not subscribe to '\(streamId)'")))]
         }
         sessions[sessionId]?.subscriptions[subscriberId] = nil

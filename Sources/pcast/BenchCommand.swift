@@ -43,11 +43,41 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Run only the ingest benchmark (writes ingest.json and ingest.md).")
     var ingestOnly = false
 
+    @Flag(help: "Run only the reconnection benchmark (writes reconnect.json and reconnect.md).")
+    var reconnectOnly = false
+
+    @Flag(help: "Run only the publish / unpublish cycle benchmark (writes cycles.json and cycles.md); run it with MALLOC_ARENA_MAX=2 (make bench does) so RSS shows what is kept.")
+    var cyclesOnly = false
+
+    @Option(help: "Publish / unpublish cycles for the cycle benchmark.")
+    var cycles = 1_000
+
     @Option(help: "The mp4 the ingest benchmark loops (H.264 + AAC).")
     var ingestFile = "../shared/media/bigbuckbunny-720p.mp4"
 
+    /// Writes `value` as `name`.json and `markdown` as `name`.md in the output directory, and prints the table.
+    private func write<Value: Encodable>(_ value: Value, markdown: String, as name: String) throws {
+        let directory = URL(fileURLWithPath: output)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try encoder.encode(value).write(to: directory.appendingPathComponent("\(name).json"))
+        try Data(markdown.utf8).write(to: directory.appendingPathComponent("\(name).md"))
+        print(markdown)
+    }
+
     func run() async throws {
         PCastCommand.bootstrapLogging()
+        if reconnectOnly {
+            let result = try await ReconnectBenchmark().run()
+            try write(result, markdown: ReconnectBenchmark.markdown(result), as: "reconnect")
+            return
+        }
+        if cyclesOnly {
+            let result = try await Self.publishCycles(cycles)
+            try write(result, markdown: Self.cyclesMarkdown(result), as: "cycles")
+            return
+        }
         if ingestOnly {
             let result = IngestResults(pipeline: try await IngestBenchmark(file: ingestFile, seconds: 10).run(),
                                        startToFirstFrame: try await IngestStartBenchmark(file: ingestFile).run())
@@ -96,6 +126,7 @@ struct BenchCommand: AsyncParsableCommand {
         await platform.shutdown()
         let rooms = try await roomBenchmark()
         let loss = try await LossRecoveryBenchmark().run()
+        let reconnect = try await ReconnectBenchmark().run()
         let ingest = IngestResults(pipeline: try await IngestBenchmark(file: ingestFile, seconds: 10).run(),
                                    startToFirstFrame: try await IngestStartBenchmark(file: ingestFile).run())
         var fanouts: [RelayFanoutBenchmark.Result] = []
@@ -114,7 +145,8 @@ struct BenchCommand: AsyncParsableCommand {
             fanout: fanouts,
             rooms: rooms,
             ingest: ingest,
-            lossRecovery: loss)
+            lossRecovery: loss,
+            reconnect: reconnect)
         let directory = URL(fileURLWithPath: output)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let encoder = JSONEncoder()
@@ -145,6 +177,40 @@ extension BenchCommand {
             "|---:|---:|---|---:|",
             String(format: "| %.0f | %.0f | %@ | ≤ %.0f ms |", start.p50, start.maximum,
                    start.milliseconds.map { String(format: "%.0f", $0) }.joined(separator: ", "), IngestStartBenchmark.Result.goalMilliseconds),
+            "",
+        ].joined(separator: "\n")
+    }
+
+    /// Publish / unpublish cycles with the embedded platform in this process.
+    static func publishCycles(_ cycles: Int) async throws -> PublishCycleBenchmark.Result {
+        let platform = try await LocalPlatform.start()
+        let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+        try await sdk.start(authToken: try platform.token(.auth))
+        var options = UserMediaOptions()
+        options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
+        options.video.width = .exact(640)
+        options.video.height = .exact(360)
+        options.audio.deviceId = .exact(SourceDevices.syntheticAudioId)
+        let media = try await sdk.getUserMedia(options)
+        let result = try await PublishCycleBenchmark(cycles: cycles, warmUpCycles: 200).run(sdk: sdk, media: media) {
+            try platform.token(.publish)
+        }
+        await sdk.stop()
+        await media.stop()
+        await platform.shutdown()
+        return result
+    }
+
+    static func cyclesMarkdown(_ result: PublishCycleBenchmark.Result) -> String {
+        let arenas = ProcessInfo.processInfo.environment["MALLOC_ARENA_MAX"].map { "MALLOC_ARENA_MAX=\($0)" } ?? "default malloc arenas"
+        return [
+            "## Publish / unpublish cycles (SDK + embedded platform in one process, 640×360 video + audio, \(arenas); after \(result.warmUpCycles) warm-up cycles)",
+            "",
+            "| cycles | cycle p50 | RSS growth | threads | descriptors | goal |",
+            "|---:|---:|---:|---|---|---:|",
+            String(format: "| %d | %.1f ms | %.2f MB | %d → %d | %d → %d | ≤ 5 MB |", result.cycles, result.cycleMedianMilliseconds,
+                   Double(result.residentGrowthKiB) / 1024, result.before.threads, result.after.threads,
+                   result.before.openDescriptors, result.after.openDescriptors),
             "",
         ].joined(separator: "\n")
     }
@@ -187,6 +253,7 @@ struct BenchReport: Codable {
     let rooms: RoomBenchmark.Result
     let ingest: IngestResults
     let lossRecovery: [LossRecoveryBenchmark.Row]
+    let reconnect: ReconnectBenchmark.Result
 
     func markdown() -> String {
         var lines = [
@@ -257,6 +324,7 @@ struct BenchReport: Codable {
         lines += Self.roomsMarkdown(rooms)
         lines += ["", BenchCommand.ingestMarkdown(ingest)]
         lines += ["", LossRecoveryBenchmark.markdown(lossRecovery, seconds: LossRecoveryBenchmark().seconds)]
+        lines += ["", ReconnectBenchmark.markdown(reconnect)]
         return lines.joined(separator: "\n") + "\n"
     }
 

@@ -24,7 +24,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Data directory.") var dataDir: String?
     @Option(help: "Largest signaling message, bytes.") var messageSizeLimit: Int?
     @Option(help: "Seconds between client keep-alives.") var keepaliveInterval: Int?
-    @Option(help: "Seconds a disconnected session keeps its room memberships, waiting to resume.") var resumeWindow: Double?
+    @Option(help: "Seconds a disconnected session keeps its streams, subscriptions and room memberships, waiting to resume.") var resumeWindow: Double?
     @Option(help: "RTMP push endpoint port (rtmp://HOST:PORT/live/<publish token>[?name=<stream name>]); 0: any free port.")
     var rtmpPort: Int = 1935
     @Flag(help: "No RTMP push endpoint.") var noRTMP = false

@@ -14,6 +14,7 @@ import Testing
     /// Runs `body` against a fresh server and shuts it down afterwards, whatever happens.
     func withServer(
         clock: ManualClock? = nil,
+        configuration: PlatformConfiguration = Self.configuration,
         _ body: (PlatformServer, RecordingRelay) async throws -> Void
     ) async throws {
         let relay = RecordingRelay()
@@ -22,7 +23,7 @@ import Testing
         let now: @Sendable () -> Date
         if let clock { now = clock.function } else { now = { Date() } }
         let server = try await PlatformServer.start(
-            configuration: Self.configuration, relay: relay, logger: logger, clock: now, tickInterval: .milliseconds(50))
+            configuration: configuration, relay: relay, logger: logger, clock: now, tickInterval: .milliseconds(50))
         do {
             try await body(server, relay)
         } catch {
@@ -34,12 +35,20 @@ import Testing
 
     /// A connected, authenticated socket and its session id.
     func authenticated(_ server: PlatformServer, deflate: Bool = false) async throws -> (TestSocket, String) {
+        let (socket, authenticated) = try await authenticate(server, deflate: deflate)
+        return (socket, authenticated.sessionId)
+    }
+
+    /// A connected socket and the platform's answer to `authenticate` (resuming a session if given).
+    func authenticate(_ server: PlatformServer, deflate: Bool = false, resuming: ServerMessage.Authenticated? = nil) async throws
+        -> (TestSocket, ServerMessage.Authenticated) {
         let socket = try await TestSocket.connect(port: server.httpPort, deflate: deflate)
-        let reply = try await socket.request(1, .authenticate(.init(token: Fixture.token(.auth))))
+        let reply = try await socket.request(1, .authenticate(.init(
+            token: Fixture.token(.auth), sessionId: resuming?.sessionId, resumeKey: resuming?.resumeKey)))
         guard case .authenticated(let authenticated) = reply.message else {
             throw TestSocket.Unexpected(received: .message(reply))
         }
-        return (socket, authenticated.sessionId)
+        return (socket, authenticated)
     }
 
     func failureStatus(_ envelope: Envelope<ServerMessage>) -> RequestStatus? {
@@ -228,15 +237,80 @@ import Testing
         }
     }
 
-    @Test func publisherDisconnectEndsItsStreamAsFailed() async throws {
-        try await withServer { server, _ in
+    @Test func aDroppedPublisherKeepsItsStreamWhileMediaFlowsAndLosesItWhenMediaStops() async throws {
+        try await withServer { server, relay in
             let (publisher, _) = try await authenticated(server)
             let published = try await publish(publisher)
             let (subscriber, _) = try await authenticated(server)
             _ = try await subscribe(subscriber) { $0.originStreamId(published.streamId) }
             await publisher.close()
+            // Signaling is gone but media still reaches the relay: the stream waits for a resume.
+            try await Task.sleep(for: .milliseconds(400))
+            #expect(subscriber.all.isEmpty)
+            #expect(await server.streamCount == 1)
+            // Its media stops too (a crash): the stream ends as failed.
+            relay.setIdleTime(.seconds(PlatformConfiguration.defaultDetachedMediaTimeout + 1), streamId: published.streamId)
+            let ended = try await subscriber.nextMessage()
+            #expect(ended == .event(.streamEnded(.init(streamId: published.streamId, reason: .failed,
+                                                       description: "the publisher's connection was lost and its media stopped"))))
+            #expect(relay.calls.last == .removeStream(streamId: published.streamId))
+            await subscriber.close()
+        }
+    }
+
+    @Test func aResumedSessionKeepsItsStreamsAndGetsTheEventsItMissed() async throws {
+        try await withServer { server, relay in
+            let (publisher, first) = try await authenticate(server)
+            let published = try await publish(publisher)
+            let (other, _) = try await authenticated(server)
+            let otherStream = try await publish(other)
+            let (viewer, viewing) = try await authenticate(server)
+            _ = try await subscribe(viewer, id: 20) { $0.originStreamId(published.streamId) }
+            _ = try await subscribe(viewer, id: 21) { $0.originStreamId(otherStream.streamId) }
+
+            // Both the publisher's and the viewer's connections drop; meanwhile the other stream ends.
+            await publisher.close()
+            await viewer.close()
+            _ = try await other.request(30, .unpublish(.init(streamId: otherStream.streamId, reason: .ended)))
+            _ = try await other.nextMessage()
+
+            // They resume: same session ids, the stream is still there, the viewer hears what it missed.
+            let (publisherAgain, resumedPublisher) = try await authenticate(server, resuming: first)
+            #expect(resumedPublisher.sessionId == first.sessionId)
+            #expect(resumedPublisher.resumed == true)
+            let (viewerAgain, resumedViewer) = try await authenticate(server, resuming: viewing)
+            #expect(resumedViewer.resumed == true)
+            #expect(try await viewerAgain.nextMessage() == .event(.streamEnded(.init(streamId: otherStream.streamId, reason: .ended, description: nil))))
+            #expect(await server.streamCount == 1)
+            #expect(!relay.calls.contains(.removeStream(streamId: published.streamId)))
+            // The resumed sessions still own their stream and subscription.
+            #expect(try await viewerAgain.request(40, .unsubscribe(.init(streamId: published.streamId))) == Envelope(id: 40, .ok))
+            #expect(try await publisherAgain.request(41, .unpublish(.init(streamId: published.streamId, reason: .ended))) == Envelope(id: 41, .ok))
+            for socket in [publisherAgain, viewerAgain, other] { await socket.close() }
+        }
+    }
+
+    @Test func aSessionNotResumedInTimeLosesItsStreams() async throws {
+        let clock = ManualClock()
+        var configuration = Self.configuration
+        configuration.resumeWindow = 5
+        try await withServer(clock: clock, configuration: configuration) { server, relay in
+            let (publisher, first) = try await authenticate(server)
+            let published = try await publish(publisher)
+            let (subscriber, _) = try await authenticated(server)
+            _ = try await subscribe(subscriber) { $0.originStreamId(published.streamId) }
+            await publisher.close()
+            clock.advance(by: 4)
+            _ = try await subscriber.request(50, .keepAlive)
+            #expect(await server.streamCount == 1)
+            clock.advance(by: 2)
             let ended = try await subscriber.nextMessage()
             #expect(ended == .event(.streamEnded(.init(streamId: published.streamId, reason: .failed, description: SessionEnd.connectionLost.streamEndedDescription))))
+            #expect(relay.calls.last == .removeStream(streamId: published.streamId))
+            // Too late to resume: a new session, without the stream.
+            let (_, late) = try await authenticate(server, resuming: first)
+            #expect(late.resumed != true)
+            #expect(late.sessionId != first.sessionId)
             await subscriber.close()
         }
     }
@@ -380,6 +454,9 @@ import Testing
             #expect(metric("pcast_relay_nacks_served_total", in: after.body) == 4)
             #expect(metric("pcast_relay_keyframe_requests_total", in: after.body) == 2)
 
+            // bye ends the sessions and the stream (a dropped connection would wait to resume).
+            _ = try await publisher.request(60, .bye)
+            _ = try await subscriber.request(61, .bye)
             await publisher.close()
             await subscriber.close()
             try await eventually("sessions gauge back to 0") {

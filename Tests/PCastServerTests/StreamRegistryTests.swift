@@ -92,7 +92,7 @@ import Testing
         let byTag = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.channel("demo") }, subscriberId: "b")
         #expect(relayCalls(byTag) == [.addSubscriber(streamId: "new", subscriberId: "b")])
         let done = registry.handle(.subscriberAdded(streamId: "new", subscriberId: "b", .success(transport)))
-        #expect(sends(done).first?.1 == Envelope(id: 2, .subscribed(.init(streamId: "new", tracks: [Fixture.video, Fixture.audio], transport: transport))))
+        #expect(sends(done).first?.1 == Envelope(id: 2, .subscribed(.init(streamId: "new", tracks: [Fixture.video, Fixture.audio], transport: transport, subscriberId: "b"))))
         #expect(registry.subscriberCount == 2)
     }
 
@@ -187,6 +187,39 @@ import Testing
         }
     }
 
+    @Test func aDetachedSessionKeepsItsStreamsUntilItResumesOrCloses() {
+        var registry = registry()
+        publish(&registry, "s1")
+        _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: "a")
+        _ = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "a", .success(transport)))
+
+        let detached = registry.handle(.sessionDetached(sessionId: "pub"))
+        #expect(relayCalls(detached).isEmpty)
+        #expect(sends(detached).isEmpty)
+        #expect(registry.detachedStreamIds == ["s1"])
+        #expect(registry.isDetached("pub"))
+        #expect(registry.attachedSessionCount == 2)
+        #expect(registry.sessionCount == 3)
+
+        let resumed = registry.handle(.sessionOpened(sessionId: "pub", remoteAddress: "127.0.0.2"))
+        #expect(relayCalls(resumed).isEmpty)
+        #expect(registry.detachedStreamIds.isEmpty)
+        #expect(registry.stream("s1")?.subscribers.map(\.subscriberId) == ["a"])
+        // Still the owner: it may unpublish.
+        let unpublish = registry.handle(.request(sessionId: "pub", requestId: 5, .unpublish(.init(streamId: "s1", reason: .ended)), now: now, newId: ""))
+        #expect(sends(unpublish).contains { $0.0 == "pub" && $0.1 == Envelope(id: 5, .ok) })
+
+        // A detached subscriber keeps its subscription; closing it for good removes it.
+        publish(&registry, "s2")
+        _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s2") }, subscriberId: "b")
+        _ = registry.handle(.subscriberAdded(streamId: "s2", subscriberId: "b", .success(transport)))
+        _ = registry.handle(.sessionDetached(sessionId: "sub"))
+        #expect(registry.stream("s2")?.subscribers.count == 1)
+        #expect(registry.detachedStreamIds.isEmpty, "only publishers' streams are listed")
+        let closed = registry.handle(.sessionClosed(sessionId: "sub", .connectionLost))
+        #expect(relayCalls(closed) == [.removeSubscriber(streamId: "s2", subscriberId: "b")])
+    }
+
     @Test func subscriberSessionEndingRemovesItsSubscriptions() {
         var registry = registry()
         publish(&registry, "s1")
@@ -201,6 +234,20 @@ import Testing
         _ = registry.handle(.sessionClosed(sessionId: "sub2", .connectionLost))
         let late = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "late", .success(transport)))
         #expect(relayCalls(late) == [.removeSubscriber(streamId: "s1", subscriberId: "late")])
+    }
+
+    @Test func unsubscribeNamingASubscriptionRemovesThatOne() {
+        var registry = registry()
+        publish(&registry, "s1")
+        for id in ["a", "b"] {
+            _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: id)
+            _ = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: id, .success(transport)))
+        }
+        let actions = registry.handle(.request(sessionId: "sub", requestId: 3, .unsubscribe(.init(streamId: "s1", subscriberId: "b")), now: now, newId: ""))
+        #expect(relayCalls(actions) == [.removeSubscriber(streamId: "s1", subscriberId: "b")])
+        #expect(registry.stream("s1")?.subscribers.map(\.subscriberId) == ["a"])
+        let unknown = registry.handle(.request(sessionId: "sub", requestId: 4, .unsubscribe(.init(streamId: "s1", subscriberId: "b")), now: now, newId: ""))
+        #expect(failure(unknown)?.status == .notFound)
     }
 
     @Test func unsubscribeRemovesOneSubscription() {

@@ -24,6 +24,7 @@ final class RecordingRelay: RelayControl {
         var statistics = RelayStatistics()
         var publishers: Set<String> = []
         var refusePublishersWith: RelayError?
+        var idle: [String: Duration] = [:]
     }
 
     private let state = Mutex(State())
@@ -72,6 +73,13 @@ final class RecordingRelay: RelayControl {
     }
 
     func statistics() -> RelayStatistics { state.withLock { $0.statistics } }
+
+    /// Idle times by stream; a published stream not listed counts as sending (zero).
+    func setIdleTime(_ idle: Duration, streamId: String) { state.withLock { $0.idle[streamId] = idle } }
+
+    func publisherIdleTime(streamId: String) -> Duration? {
+        state.withLock { state in state.publishers.contains(streamId) ? (state.idle[streamId] ?? .zero) : nil }
+    }
 }
 
 // MARK: Tokens

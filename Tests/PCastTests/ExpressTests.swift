@@ -212,9 +212,10 @@ struct RoomChannelExpressTests {
         try await Task.sleep(for: .seconds(2))
         #expect(viewed.all == [one.streamId], "high availability must not follow a newer stream")
 
-        // Kill the first publisher's session (its connection drops without bye): its stream fails.
+        // The first publisher crashes (media and connection gone, no bye): once its media has
+        // stopped too, the platform ends its stream as failed and the viewer moves on.
         let killed = try await first.pcastExpress.pcast()
-        await killed.dropConnectionForTesting()
+        killed.crashForTesting()
         #expect(await eventually { viewed.all.last == two.streamId })
         _ = (rooms, firstRooms, secondRooms)
         await two.stop()
