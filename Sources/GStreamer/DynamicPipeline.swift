@@ -148,21 +148,25 @@ extension Pipeline {
             gst_element_set_state(element.pointer, GST_STATE_NULL)
             _ = gst_bin_remove(bin, element.pointer)
         }
-        if let upstream, gst_element_link(upstream.pointer, element.pointer) == 0 {
-            undo()
-            return .failure(.linkFailed(from: upstream.name, to: element.name))
-        }
+        // Order matters while the pipeline plays. Downstream first, so a source inside `element`
+        // never pushes into an unlinked pad; then the state, so its sink pads are active; only
+        // then upstream. Linked to a running `tee` while still stopped, the element's inactive
+        // sink pad answers `flushing`, and a tee passes that upstream: the live source pauses for
+        // good and the whole track stops (about one attach in a hundred did).
         if let downstream, gst_element_link(element.pointer, downstream.pointer) == 0 {
-            if let upstream { gst_element_unlink(upstream.pointer, element.pointer) }
             undo()
             return .failure(.linkFailed(from: element.name, to: downstream.name))
         }
         let errorsBefore = router.errorCount
         if gst_element_sync_state_with_parent(element.pointer) == 0 {
-            if let upstream { gst_element_unlink(upstream.pointer, element.pointer) }
             if let downstream { gst_element_unlink(element.pointer, downstream.pointer) }
             undo()
             return .failure(.stateChangeFailed(to: currentState, error: router.firstError(after: errorsBefore)))
+        }
+        if let upstream, gst_element_link(upstream.pointer, element.pointer) == 0 {
+            if let downstream { gst_element_unlink(element.pointer, downstream.pointer) }
+            undo()
+            return .failure(.linkFailed(from: upstream.name, to: element.name))
         }
         // Elements added to a live pipeline get its latency only when it is distributed again.
         if currentState == .playing { _ = gst_bin_recalculate_latency(bin) }
@@ -204,6 +208,12 @@ extension Pipeline {
                 gst_object_unref(UnsafeMutableRawPointer(template))
             }
             gst_object_unref(UnsafeMutableRawPointer(peer))
+        }
+        // A push that began before the unlink may still be inside the element: stopping it now
+        // would answer `flushing` to a tee with one branch left, which passes that upstream and
+        // pauses the source. Unlinked, the pads get nothing new; wait for what is in flight.
+        for pad in element.pads where !pad.isSource {
+            _ = pad.waitUntilIdle(timeout: .milliseconds(500))
         }
         gst_element_set_state(element.pointer, GST_STATE_NULL)
         _ = gst_bin_remove(bin, element.pointer)

@@ -1,4 +1,5 @@
 import CGStreamer
+import Dispatch
 import Synchronization
 
 /// What a buffer probe does with the buffer it was shown.
@@ -71,6 +72,18 @@ public final class Pad: @unchecked Sendable, CustomStringConvertible {
         return PadProbe(pad: self, id: id)
     }
 
+    /// Waits (blocking the calling thread, never a cooperative-pool one) until nothing is being
+    /// pushed through the pad: at once if it is idle, else when the push in progress returns.
+    /// False after `timeout`.
+    func waitUntilIdle(timeout: DispatchTimeInterval) -> Bool {
+        let waiter = IdleWaiter()
+        let context = Unmanaged.passRetained(waiter).toOpaque()
+        let id = gst_pad_add_probe(pointer, GST_PAD_PROBE_TYPE_IDLE, idleProbeTrampoline, context, releaseRetainedContext)
+        let idle = waiter.semaphore.wait(timeout: .now() + timeout) == .success
+        if !idle, id != 0 { gst_pad_remove_probe(pointer, id) }
+        return idle
+    }
+
     /// Counts the buffers (including those inside buffer lists) that pass the pad.
     public func countBuffers() -> BufferCounter {
         let counter = BufferCounter()
@@ -122,6 +135,10 @@ public final class BufferCounter: @unchecked Sendable {
     public func stop() { probe?.remove() }
 }
 
+private final class IdleWaiter: Sendable {
+    let semaphore = DispatchSemaphore(value: 0)
+}
+
 private final class BufferProbeContext {
     let handler: @Sendable (inout Buffer) -> PadProbeAction
     init(_ handler: @escaping @Sendable (inout Buffer) -> PadProbeAction) { self.handler = handler }
@@ -148,6 +165,12 @@ private let bufferProbeTrampoline: GstPadProbeCallback = { _, info, userData in
     case .drop: return GST_PAD_PROBE_DROP
     case .remove: return GST_PAD_PROBE_REMOVE
     }
+}
+
+private let idleProbeTrampoline: GstPadProbeCallback = { _, _, userData in
+    guard let userData else { return GST_PAD_PROBE_REMOVE }
+    Unmanaged<IdleWaiter>.fromOpaque(userData).takeUnretainedValue().semaphore.signal()
+    return GST_PAD_PROBE_REMOVE
 }
 
 private let countingProbeTrampoline: GstPadProbeCallback = { _, info, userData in

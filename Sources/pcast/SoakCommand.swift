@@ -69,44 +69,35 @@ struct SoakCommand: AsyncParsableCommand {
             if case .video? = try? notification.read() { decoded.add(1, ordering: .relaxed) }
         }
 
-        let churned = Atomic<Int>(0)
-        let churn = Task {
-            while !Task.isCancelled {
-                do {
-                    let extra = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
-                    let watching = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
-                    try await Task.sleep(for: .seconds(1))
-                    await watching.stop()
-                    await extra.stop()
-                    churned.add(1, ordering: .relaxed)
-                    try await Task.sleep(for: .seconds(1))
-                } catch {
-                    if Task.isCancelled { return }
-                    print("soak: churn failed: \(error)")
-                    try? await Task.sleep(for: .seconds(1))
-                }
-            }
-        }
-
+        // Churn, and sample at the same point of every cycle (both extra pipelines stopped a second
+        // ago), so thread and descriptor counts compare like with like.
         let start = ContinuousClock.now
         let total = Duration.seconds(minutes * 60)
         let warmUp = max(60, minutes * 60 / 10)
         var samples: [Sample] = []
+        var churned = 0
+        var lastSample = start
         while ContinuousClock.now - start < total {
-            try await Task.sleep(for: .seconds(sampleSeconds))
-            let elapsed = Double((ContinuousClock.now - start) / .milliseconds(1)) / 1000
-            let sample = Sample(seconds: elapsed, footprint: .current(), framesDecoded: decoded.load(ordering: .relaxed),
-                                churnCycles: churned.load(ordering: .relaxed))
-            samples.append(sample)
-            if ProcessInfo.processInfo.environment["PCAST_SOAK_DEBUG"] != nil {
-                print("soak debug: sent \(publisher.packetsSent) received \(stream.networkStatistics().map { "\($0.kind): \($0.packetsReceived)" })")
+            do {
+                let extra = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
+                let watching = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+                try await Task.sleep(for: .seconds(1))
+                await watching.stop()
+                await extra.stop()
+                churned += 1
+            } catch {
+                print("soak: churn failed: \(error)")
             }
+            try await Task.sleep(for: .seconds(1))
+            guard ContinuousClock.now - lastSample >= .seconds(sampleSeconds) else { continue }
+            lastSample = ContinuousClock.now
+            let elapsed = Double((ContinuousClock.now - start) / .milliseconds(1)) / 1000
+            let sample = Sample(seconds: elapsed, footprint: .current(), framesDecoded: decoded.load(ordering: .relaxed), churnCycles: churned)
+            samples.append(sample)
             print(String(format: "soak: %5.0f s  RSS %6.1f MB  threads %3d  fds %3d  frames %7d  churn %5d", elapsed,
                          Double(sample.footprint.residentKiB) / 1024, sample.footprint.threads, sample.footprint.openDescriptors,
                          sample.framesDecoded, sample.churnCycles))
         }
-        churn.cancel()
-        _ = await churn.value
 
         var failures: [String] = []
         let baseline = samples.first { $0.seconds >= warmUp } ?? samples.first
@@ -114,7 +105,7 @@ struct SoakCommand: AsyncParsableCommand {
         var growth = (rss: 0.0, threads: 0, descriptors: 0)
         if let baseline, let last {
             growth = (Double(last.footprint.residentKiB - baseline.footprint.residentKiB) / 1024,
-                      samples.filter { $0.seconds >= baseline.seconds }.map(\.footprint.threads).max()! - baseline.footprint.threads,
+                      last.footprint.threads - baseline.footprint.threads,
                       last.footprint.openDescriptors - baseline.footprint.openDescriptors)
             if growth.rss > rssGrowthLimit { failures.append(String(format: "RSS grew by %.1f MB after the warm-up", growth.rss)) }
             if growth.threads > 4 { failures.append("threads grew by \(growth.threads)") }
@@ -159,7 +150,7 @@ struct SoakCommand: AsyncParsableCommand {
             "|---|---:|---:|---:|---:|",
             String(format: "| RSS | %.1f MB | %.1f MB | %.1f MB | 10 MB |", Double(first?.footprint.residentKiB ?? 0) / 1024,
                    Double(last?.footprint.residentKiB ?? 0) / 1024, report.rssGrowthMB),
-            "| threads | \(first?.footprint.threads ?? 0) | \(last?.footprint.threads ?? 0) | \(report.threadGrowth) (peak) | 4 |",
+            "| threads | \(first?.footprint.threads ?? 0) | \(last?.footprint.threads ?? 0) | \(report.threadGrowth) | 4 |",
             "| descriptors | \(first?.footprint.openDescriptors ?? 0) | \(last?.footprint.openDescriptors ?? 0) | \(report.descriptorGrowth) | 8 |",
             "| frames decoded | \(first?.framesDecoded ?? 0) | \(last?.framesDecoded ?? 0) | | |",
             "| churn cycles | \(first?.churnCycles ?? 0) | \(last?.churnCycles ?? 0) | | |",
