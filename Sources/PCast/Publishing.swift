@@ -122,6 +122,13 @@ public final class Publisher: Sendable {
         }
     }
 
+    /// The publisher's statistics as WebRTC names them: `outbound-rtp` per track (packets, bytes,
+    /// NACKs / PLIs / FIRs received, target bitrate) and `remote-inbound-rtp` from the relay's
+    /// receiver reports (fraction lost, packets lost, jitter, round-trip time).
+    public func rtcStatsReport() -> RTCStatsReport {
+        RTCStatsReport(stats: (rtp as? RTPPublisher)?.rtcStats() ?? [])
+    }
+
     /// Packets sent to the relay so far.
     public var packetsSent: Int { socket.value.withLock { $0?.statistics.packetsSent.load(ordering: .relaxed) ?? 0 } }
 

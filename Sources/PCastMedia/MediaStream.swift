@@ -147,6 +147,13 @@ public final class MediaStream: Sendable, Identifiable {
         (engine as? RTPReceiver)?.networkStatistics() ?? []
     }
 
+    /// A subscribed stream's statistics as WebRTC names them: `inbound-rtp` per track (packets,
+    /// bytes, lost, jitter, frames decoded, jitter-buffer target delay, NACKs / PLIs / FIRs sent).
+    /// Empty for local media.
+    public func rtcStatsReport() -> RTCStatsReport {
+        RTCStatsReport(stats: (engine as? RTPReceiver)?.rtcStats() ?? [])
+    }
+
     /// A renderer (decode-to-sink) for this stream. Call ``Renderer/start()`` to show it.
     public func createRenderer(_ options: RendererOptions = RendererOptions()) -> Renderer {
         Renderer(stream: self, options: options)

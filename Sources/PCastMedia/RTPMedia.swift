@@ -132,9 +132,12 @@ public final class RTPPublisher: RTPSource, Sendable {
         }
     }
 
+    private let feedback: RTCPFeedbackRecorder
+
     private init(tracks: [MediaTrackDescription], consumers: [MediaConsumer], rtcpInputs: [AppSource], videoEncoder: Element?,
-                 videoBitrate: Int, counters: SentCounters) {
+                 videoBitrate: Int, counters: SentCounters, feedback: RTCPFeedbackRecorder) {
         self.tracks = tracks
+        self.feedback = feedback
         self.consumers = consumers
         self.rtcpInputs = rtcpInputs
         self.videoEncoder = videoEncoder
@@ -197,6 +200,7 @@ public final class RTPPublisher: RTPSource, Sendable {
         var inputs: [AppSource] = []
         var videoEncoder: Element?
         let counters = SentCounters()
+        let feedback = RTCPFeedbackRecorder()
         do {
             for track in stream.getTracks() {
                 let prefix = "pub-\(track.kind)-\(UUID().uuidString.prefix(6).lowercased())"
@@ -224,7 +228,10 @@ public final class RTPPublisher: RTPSource, Sendable {
                     send(OutgoingPacket(kind: .rtp, buffer: sample.buffer))
                 }
                 if kind == .video { videoEncoder = try pipeline.element(named: "\(prefix)-encoder") }
-                rtcp.onSample { sample in send(OutgoingPacket(kind: .rtcp, buffer: sample.buffer)) }
+                rtcp.onSample { sample in
+                    feedback.sent(sample.buffer)
+                    send(OutgoingPacket(kind: .rtcp, buffer: sample.buffer))
+                }
                 inputs.append(try pipeline.appSource(named: "\(prefix)-rtcp-in"))
                 consumers.append(consumer)
                 tracks.append(announced)
@@ -240,14 +247,43 @@ public final class RTPPublisher: RTPSource, Sendable {
             throw .gstreamer(.flow("\(error)"))
         }
         return RTPPublisher(tracks: tracks, consumers: consumers, rtcpInputs: inputs, videoEncoder: videoEncoder,
-                            videoBitrate: settings.videoBitrate, counters: counters)
+                            videoBitrate: settings.videoBitrate, counters: counters, feedback: feedback)
     }
 
     /// RTCP from the network (the relay's PLI, FIR, receiver reports: their loss drives the
     /// bitrate, see ``BitrateController``).
     public func receiveRTCP(_ packet: Buffer) {
         observe(packet)
+        feedback.received(packet)
         for input in rtcpInputs { input.pushNow(RTPReceiver.arrived(packet)) }
+    }
+
+    /// `outbound-rtp` and `remote-inbound-rtp` entries for each track (see ``RTCStatsReport``).
+    public func rtcStats() -> [RTCStats] {
+        var entries: [RTCStats] = []
+        for track in tracks {
+            let remote = feedback.remote(track.ssrc)
+            var outbound = RTCStats(type: "outbound-rtp", id: "outbound-\(track.kind.rawValue)-\(track.ssrc)", kind: track.kind.rawValue, ssrc: track.ssrc)
+            let kind: MediaType = track.kind == .video ? .video : .audio
+            outbound.packetsSent = packetsSent(kind)
+            outbound.bytesSent = bytesSent(kind)
+            outbound.nackCount = remote.nacks
+            outbound.pliCount = remote.plis
+            outbound.firCount = remote.firs
+            if track.kind == .video, videoEncoder != nil {
+                outbound.targetBitrate = rate.withLock { min($0.limit ?? .max, $0.controller.target, videoBitrate * 1000) }
+            }
+            entries.append(outbound)
+            if remote.fractionLost != nil {
+                var inbound = RTCStats(type: "remote-inbound-rtp", id: "remote-inbound-\(track.kind.rawValue)-\(track.ssrc)", kind: track.kind.rawValue, ssrc: track.ssrc)
+                inbound.fractionLost = remote.fractionLost
+                inbound.packetsLost = remote.packetsLost
+                inbound.jitter = remote.jitter.map { Double($0) / Double(track.clockRate) }
+                inbound.roundTripTime = remote.roundTripTime.map { Double($0 / .microseconds(1)) / 1_000_000 }
+                entries.append(inbound)
+            }
+        }
+        return entries
     }
 
     /// Stops encoding; the stream keeps running for its other consumers.
@@ -280,6 +316,9 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     }
     private let decodeProbes = Mutex<[PadProbe]>([])
     private let kinds: [UInt8: MediaType]
+    private let ssrcs: [MediaType: UInt32]
+    /// NACKs, PLIs and FIRs this receiver sent.
+    private let feedbackSent: RTCPFeedbackCounter
 
     /// What arrived for one payload type: packets, bytes, and gaps in the sequence numbers as the
     /// packets arrived (loss before any repair; reordering would count as loss too).
@@ -392,6 +431,8 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
         if let video, video.codec.uppercased() != "H264" { throw .unsupportedFormat("video codec \(video.codec)") }
         if let audio, audio.codec.uppercased() != "OPUS" { throw .unsupportedFormat("audio codec \(audio.codec)") }
         let milliseconds = Int(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
+        let feedbackSent = RTCPFeedbackCounter()
+        self.feedbackSent = feedbackSent
         do {
             var parts = [try StockPipelines.template("subscribe").render(["latency": String(milliseconds)])]
             let then = purpose == .play ? "decode" : "record"
@@ -412,12 +453,12 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
             if let video {
                 inputs[video.payloadType] = try pipeline.appSource(named: "video-rtp-in")
                 rtcpInputs.append(try pipeline.appSource(named: "video-rtcp-in"))
-                try pipeline.appSink(named: "video-rtcp-out").onSample { sendRTCP($0.buffer) }
+                try pipeline.appSink(named: "video-rtcp-out").onSample { feedbackSent.sent($0.buffer); sendRTCP($0.buffer) }
             }
             if let audio {
                 inputs[audio.payloadType] = try pipeline.appSource(named: "audio-rtp-in")
                 rtcpInputs.append(try pipeline.appSource(named: "audio-rtcp-in"))
-                try pipeline.appSink(named: "audio-rtcp-out").onSample { sendRTCP($0.buffer) }
+                try pipeline.appSink(named: "audio-rtcp-out").onSample { feedbackSent.sent($0.buffer); sendRTCP($0.buffer) }
             }
             self.inputs = inputs
             self.rtcpInputs = rtcpInputs
@@ -426,6 +467,10 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
             if let video { kinds[video.payloadType] = .video }
             if let audio { kinds[audio.payloadType] = .audio }
             self.kinds = kinds
+            var ssrcs: [MediaType: UInt32] = [:]
+            if let video { ssrcs[.video] = video.ssrc }
+            if let audio { ssrcs[.audio] = audio.ssrc }
+            self.ssrcs = ssrcs
             let rtpbin = try pipeline.element(named: "rtpbin")
             // Feedback must not wait: with the defaults (a regular RTCP interval of at least 5 s, 5 % of
             // an unknown bandwidth) AVPF allows one early packet per interval, and NACKs queued
@@ -547,6 +592,26 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
                 kind: kind, packetsReceived: arrived.packets, bytesReceived: arrived.bytes, packetsExpected: arrived.expected,
                 packetsMissingOnArrival: arrived.missing, packetsLost: number(stats?["num-lost"]), packetsLate: number(stats?["num-late"]),
                 nacksSent: number(stats?["rtx-count"]), jitter: .nanoseconds(number(stats?["avg-jitter"])))
+        }
+    }
+
+    /// `inbound-rtp` entries for each received track (see ``RTCStatsReport``).
+    public func rtcStats() -> [RTCStats] {
+        let delay = playoutDelay.map { Double($0.current / .microseconds(1)) / 1_000_000 }
+        return networkStatistics().map { track in
+            let ssrc = ssrcs[track.kind] ?? 0
+            var entry = RTCStats(type: "inbound-rtp", id: "inbound-\(track.kind.rawValue)-\(ssrc)", kind: track.kind.rawValue, ssrc: ssrc)
+            entry.packetsReceived = track.packetsReceived
+            entry.bytesReceived = track.bytesReceived
+            entry.packetsLost = track.packetsLost
+            entry.jitter = Double(track.jitter / .microseconds(1)) / 1_000_000
+            entry.jitterBufferTargetDelay = delay
+            let sent = feedbackSent.counts(ssrc)
+            entry.nackCount = sent.nacks
+            entry.pliCount = sent.plis
+            entry.firCount = sent.firs
+            if track.kind == .video { entry.framesDecoded = decoded.video.load(ordering: .relaxed) }
+            return entry
         }
     }
 

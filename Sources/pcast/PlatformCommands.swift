@@ -151,6 +151,7 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "Publish type: live (no recording), record (a new recording named --stream-name, replacing one), append (continue that recording).")
     var publishType: String = "live"
     @Option(help: "Stream name: the recording's name for --publish-type record/append (A-Z a-z 0-9 . _ -).") var streamName: String?
+    @Flag(help: "Print an RTC stats report (outbound-rtp, remote-inbound-rtp with round-trip time) as a JSON line every second.") var stats = false
 
     func run() async throws {
         PCastCommand.bootstrapLogging()
@@ -195,7 +196,15 @@ struct PublishCommand: AsyncParsableCommand {
         }
         print(publisher.streamId)
         fflush(nil)
+        let printer = stats ? Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(1))
+                print(publisher.rtcStatsReport().json)
+                fflush(nil)
+            }
+        } : nil
         await runUntilStopped(seconds: seconds) { _ = await publisher.ended() }
+        printer?.cancel()
         if let (reason, description) = publisher.hasEnded ? await Optional(publisher.ended()) : nil {
             FileHandle.standardError.write(Data("stream ended: \(reason.rawValue)\(description.map { " (\($0))" } ?? "")\n".utf8))
         }
@@ -219,6 +228,7 @@ struct SubscribeCommand: AsyncParsableCommand {
     @Option(help: "Seconds to watch (0: until Ctrl-C or the stream ends).") var seconds: Double = 0
     @Option(help: "Playout delay, milliseconds.") var playoutDelay: Int?
     @Flag(help: "Print the received tracks' network statistics as a JSON line every second.") var stats = false
+    @Flag(help: "Print an RTC stats report (inbound-rtp) as a JSON line every second.") var rtcStats = false
 
     func run() async throws {
         PCastCommand.bootstrapLogging()
@@ -240,10 +250,11 @@ struct SubscribeCommand: AsyncParsableCommand {
             await pcast.stop()
             throw fail("renderer: \(status)")
         }
-        let printer = stats ? Task {
+        let printer = stats || rtcStats ? Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(1))
-                print(Self.statisticsLine(stream.networkStatistics()))
+                if stats { print(Self.statisticsLine(stream.networkStatistics())) }
+                if rtcStats { print(stream.rtcStatsReport().json) }
             }
         } : nil
         await runUntilStopped(seconds: seconds) { _ = await stream.ended() }

@@ -39,11 +39,11 @@ struct PlatformCommandTests {
         let published = directory.appendingPathComponent("publish.out").path
         let publisher = try ChildProcess.spawn(try pcastBinary(), [
             "publish", "--server", signaling, "--token", publish, "--auth-token", auth,
-            "--width", "320", "--height", "180", "--tag", "channelAlias:cli", "--seconds", "30"], environment: environment, output: published)
+            "--width", "320", "--height", "180", "--tag", "channelAlias:cli", "--seconds", "30", "--stats"], environment: environment, output: published)
         defer { publisher.stop() }
         var streamId = ""
         for _ in 0..<200 where streamId.isEmpty {
-            streamId = ((try? String(contentsOfFile: published, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+            streamId = ((try? String(contentsOfFile: published, encoding: .utf8)) ?? "").split(separator: "\n").first.map(String.init) ?? ""
             if streamId.isEmpty { try await Task.sleep(for: .milliseconds(50)) }
         }
         #expect(!streamId.isEmpty, "pcast publish printed no stream id")
@@ -51,7 +51,7 @@ struct PlatformCommandTests {
         let shot = directory.appendingPathComponent("shot.png").path
         let watched = try runCommand(try pcastBinary(), [
             "subscribe", "--server", signaling, "--token", stream, "--auth-token", auth,
-            "--sink", "null", "--seconds", "3", "--screenshot", shot, "--stats"], timeout: 60)
+            "--sink", "null", "--seconds", "3", "--screenshot", shot, "--stats", "--rtc-stats"], timeout: 60)
         #expect(watched.status == 0, "\(watched.stderr)")
         // --stats: a JSON line a second with each track's counters.
         let statistics = watched.lines.compactMap { line -> [String: [String: Double]]? in
@@ -60,6 +60,17 @@ struct PlatformCommandTests {
         }
         #expect(statistics.count >= 2, "\(watched.stdout)")
         #expect((statistics.last?["video"]?["packetsReceived"] ?? 0) > 0 && (statistics.last?["audio"]?["packetsReceived"] ?? 0) > 0, "\(watched.stdout)")
+        // --rtc-stats: inbound-rtp entries with frames decoded.
+        let inbound: [StatsReport] = watched.lines.compactMap { try? JSONDecoder().decode(StatsReport.self, from: Data($0.utf8)) }
+        let decodedVideo = inbound.last?.stats.first { $0.type == "inbound-rtp" && $0.kind == "video" }?.framesDecoded ?? 0
+        #expect(decodedVideo > 0, "\(watched.stdout)")
+        // pcast publish --stats: outbound-rtp, and the relay's view with a round-trip time.
+        let publishedLines = ((try? String(contentsOfFile: published, encoding: .utf8)) ?? "").split(separator: "\n")
+        let outbound: [StatsReport] = publishedLines.compactMap { try? JSONDecoder().decode(StatsReport.self, from: Data($0.utf8)) }
+        let sentVideo = outbound.last?.stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }?.packetsSent ?? 0
+        #expect(sentVideo > 0, "\(outbound)")
+        let roundTrip = outbound.last?.stats.first { $0.type == "remote-inbound-rtp" }?.roundTripTime
+        #expect(roundTrip != nil, "\(outbound)")
         let png = try Data(contentsOf: URL(fileURLWithPath: shot))
         let width = png[16..<20].reduce(0) { $0 << 8 | Int($1) }
         let height = png[20..<24].reduce(0) { $0 << 8 | Int($1) }
@@ -70,4 +81,17 @@ struct PlatformCommandTests {
         #expect(refused.status == 1)
         #expect(refused.stderr.contains("unauthorized") || refused.stderr.contains("bad-request"), "\(refused.stderr)")
     }
+}
+
+/// The fields of `pcast publish --stats` / `pcast subscribe --rtc-stats` lines these tests read.
+private struct StatsReport: Decodable {
+    struct Entry: Decodable {
+        let type: String
+        let kind: String
+        let framesDecoded: Int?
+        let packetsSent: Int?
+        let roundTripTime: Double?
+    }
+    let timestamp: Double
+    let stats: [Entry]
 }
