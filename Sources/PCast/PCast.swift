@@ -332,6 +332,12 @@ public final class PCast: Sendable {
     private func handle(_ event: ServerMessage) {
         let listeners = state.withLock { $0.eventListeners.sorted { $0.key < $1.key }.map(\.value) }
         for listener in listeners { listener(event) }
+        if case .bandwidthLimit(let limit) = event {
+            let publisher = state.withLock { $0.publishers[limit.streamId] }
+            (publisher?.rtp as? RTPPublisher)?.limitVideoBitrateForViewers(limit.bitsPerSecond)
+            logger.info("viewers' bandwidth limit", metadata: ["stream": "\(limit.streamId)", "bps": "\(limit.bitsPerSecond.map(String.init) ?? "none")"])
+            return
+        }
         guard case .streamEnded(let ended) = event else { return }
         let (publisher, subscriptions) = state.withLock { state in
             let keys = state.subscriptions.filter { $0.value.streamId == ended.streamId }.map(\.key)

@@ -351,6 +351,17 @@ extension PCast {
         let key = subscribed.subscriberId ?? UUID().uuidString
         state.withLock { $0.subscriptions[key] = subscription }
         let streamId = subscribed.streamId, subscriberId = subscribed.subscriberId
+        // A viewer's limitBandwidth on the video track asks the publisher through the platform,
+        // one request after another so the last one said is the one that holds.
+        let requests = SerialRequests()
+        for track in stream.getVideoTracks() {
+            track.setBandwidthRequester { [weak self] bitsPerSecond in
+                guard let pcast = self else { return }
+                requests.enqueue { [weak pcast] in
+                    await pcast?.requestWhenOnline(.limitBandwidth(.init(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond)))
+                }
+            }
+        }
         receiver.onStop { [weak self] in
             keepAlive.cancel()
             socket.shutdown()
@@ -362,6 +373,21 @@ extension PCast {
         }
         logger.info("subscribed", metadata: ["stream": "\(streamId)", "tracks": "\(subscribed.tracks.map(\.kind.rawValue))"])
         return (streamId, stream)
+    }
+}
+
+/// Runs async operations one after another, in the order they were enqueued.
+final class SerialRequests: Sendable {
+    private let last = Mutex<Task<Void, Never>?>(nil)
+
+    func enqueue(_ operation: @escaping @Sendable () async -> Void) {
+        last.withLock { last in
+            let previous = last
+            last = Task {
+                await previous?.value
+                await operation()
+            }
+        }
     }
 }
 

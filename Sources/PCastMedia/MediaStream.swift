@@ -42,6 +42,29 @@ public final class MediaStreamTrack: Sendable, Identifiable, CustomStringConvert
     func markEnded() { stateBox.withLock { $0 = .ended } }
     func setSource(_ source: SourceDeviceInfo) { sourceBox.withLock { $0 = source } }
 
+    /// Set on a subscribed video track: passes this track's limit on to the publisher.
+    private let bandwidth = Mutex<BandwidthLimiter?>(nil)
+
+    /// For a subscribed video track: asks the publisher, through the platform, to send at most
+    /// `bitsPerSecond` of video until the returned disposable is released or dropped. The most
+    /// recent limit on this track is the one in effect, releasing it lifts it, releasing one that
+    /// a later call superseded does nothing. With several viewers the publisher follows the lowest
+    /// request. On other tracks (local media) it does nothing.
+    ///
+    /// ```swift
+    /// var limit: Disposable? = stream.getVideoTracks()[0].limitBandwidth(300_000)
+    /// limit = nil   // the publisher may send its full bitrate again
+    /// ```
+    public func limitBandwidth(_ bitsPerSecond: Int) -> Disposable {
+        guard let limiter = bandwidth.withLock({ $0 }) else { return Disposable {} }
+        return limiter.limit(bitsPerSecond)
+    }
+
+    /// Makes ``limitBandwidth(_:)`` call `request` with the limit in effect (nil: none).
+    package func setBandwidthRequester(_ request: @escaping @Sendable (Int?) -> Void) {
+        bandwidth.withLock { $0 = BandwidthLimiter(apply: request) }
+    }
+
     public var description: String { "\(kind) track \(id) (\(state.rawValue), \(isEnabled ? "enabled" : "disabled"))" }
 }
 

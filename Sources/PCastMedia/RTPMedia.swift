@@ -113,7 +113,17 @@ public final class RTPPublisher: RTPSource, Sendable {
     private let videoSSRC: UInt32?
     /// The user's limit and the loss-based estimate: the encoder gets the lowest of them and the
     /// configured bitrate.
-    private let rate: Mutex<(limit: Int?, controller: BitrateController)>
+    private let rate: Mutex<RateInputs>
+
+    /// What the encoder's bitrate is the lowest of (with the configured bitrate).
+    private struct RateInputs {
+        /// The publishing user's limit.
+        var limit: Int?
+        /// The lowest limit the stream's viewers ask for, through the platform.
+        var viewers: Int?
+        var controller: BitrateController
+        func target(configured: Int) -> Int { min(limit ?? .max, viewers ?? .max, controller.target, configured) }
+    }
 
     /// RTP packets and bytes handed to `send`, per kind.
     final class SentCounters: Sendable {
@@ -144,7 +154,7 @@ public final class RTPPublisher: RTPSource, Sendable {
         self.videoBitrate = videoBitrate
         self.counters = counters
         videoSSRC = tracks.first { $0.kind == .video }?.ssrc
-        rate = Mutex((nil, BitrateController(maximum: videoBitrate * 1000)))
+        rate = Mutex(RateInputs(controller: BitrateController(maximum: videoBitrate * 1000)))
     }
 
     /// The loss-based estimate of what the network carries, bits per second.
@@ -171,8 +181,17 @@ public final class RTPPublisher: RTPSource, Sendable {
         }
     }
 
-    private func applyRate(_ rate: (limit: Int?, controller: BitrateController)) {
-        let bits = min(rate.limit ?? .max, rate.controller.target, videoBitrate * 1000)
+    /// Caps the video bitrate at what the stream's viewers ask for (nil: no viewer asks), on top
+    /// of the publisher's own limit and the estimate.
+    public func limitVideoBitrateForViewers(_ bitsPerSecond: Int?) {
+        rate.withLock { rate in
+            rate.viewers = bitsPerSecond
+            applyRate(rate)
+        }
+    }
+
+    private func applyRate(_ rate: RateInputs) {
+        let bits = rate.target(configured: videoBitrate * 1000)
         try? videoEncoder?.set("bitrate", UInt32(max(16, bits / 1000)))
     }
 
@@ -271,7 +290,7 @@ public final class RTPPublisher: RTPSource, Sendable {
             outbound.pliCount = remote.plis
             outbound.firCount = remote.firs
             if track.kind == .video, videoEncoder != nil {
-                outbound.targetBitrate = rate.withLock { min($0.limit ?? .max, $0.controller.target, videoBitrate * 1000) }
+                outbound.targetBitrate = rate.withLock { $0.target(configured: videoBitrate * 1000) }
             }
             entries.append(outbound)
             if remote.fractionLost != nil {

@@ -148,6 +148,20 @@ public enum ClientMessage: Sendable, Hashable {
         }
     }
 
+    /// A viewer asks the publisher of a stream it subscribes to for at most `bitsPerSecond` of
+    /// video (nil lifts its request). The publisher is asked for the lowest of its viewers' requests.
+    public struct LimitBandwidth: Codable, Sendable, Hashable {
+        public var streamId: String
+        /// Which of the session's subscriptions to the stream; without it, the oldest.
+        public var subscriberId: String?
+        public var bitsPerSecond: Int?
+        public init(streamId: String, subscriberId: String? = nil, bitsPerSecond: Int?) {
+            self.streamId = streamId
+            self.subscriberId = subscriberId
+            self.bitsPerSecond = bitsPerSecond
+        }
+    }
+
     case authenticate(Authenticate)
     case keepAlive
     case publish(Publish)
@@ -168,6 +182,7 @@ public enum ClientMessage: Sendable, Hashable {
     case publishRemote(PublishRemote)
     /// Stops an ingest this session started.
     case stopIngest(StreamReference)
+    case limitBandwidth(LimitBandwidth)
 
     public var type: String {
         switch self {
@@ -189,6 +204,7 @@ public enum ClientMessage: Sendable, Hashable {
         case .getChatMessages: return "get-chat-messages"
         case .publishRemote: return "publish-remote"
         case .stopIngest: return "stop-ingest"
+        case .limitBandwidth: return "limit-bandwidth"
         }
     }
 }
@@ -271,6 +287,17 @@ public enum ServerMessage: Sendable, Hashable {
     case ingestStarted(IngestStarted)
     /// Periodic position of an ingest, to the session that started it.
     case ingestProgress(IngestProgress)
+    /// To a publisher: the lowest video bitrate its stream's viewers ask for (nil: none asks).
+    case bandwidthLimit(BandwidthLimit)
+
+    public struct BandwidthLimit: Codable, Sendable, Hashable {
+        public var streamId: String
+        public var bitsPerSecond: Int?
+        public init(streamId: String, bitsPerSecond: Int?) {
+            self.streamId = streamId
+            self.bitsPerSecond = bitsPerSecond
+        }
+    }
 
     public var type: String {
         switch self {
@@ -289,6 +316,7 @@ public enum ServerMessage: Sendable, Hashable {
         case .chatMessage: return "chat-message"
         case .ingestStarted: return "ingest-started"
         case .ingestProgress: return "ingest-progress"
+        case .bandwidthLimit: return "bandwidth-limit"
         }
     }
 }
@@ -403,6 +431,7 @@ public enum SignalingCodec {
         case .getChatMessages(let p): return try wire(envelope, p)
         case .publishRemote(let p): return try wire(envelope, p)
         case .stopIngest(let p): return try wire(envelope, p)
+        case .limitBandwidth(let p): return try wire(envelope, p)
         }
     }
 
@@ -423,6 +452,7 @@ public enum SignalingCodec {
         case .chatMessage(let p): return try wire(envelope, p)
         case .ingestStarted(let p): return try wire(envelope, p)
         case .ingestProgress(let p): return try wire(envelope, p)
+        case .bandwidthLimit(let p): return try wire(envelope, p)
         }
     }
 
@@ -458,6 +488,7 @@ public enum SignalingCodec {
         case "get-chat-messages": message = .getChatMessages(try payload(data, type, id))
         case "publish-remote": message = .publishRemote(try payload(data, type, id))
         case "stop-ingest": message = .stopIngest(try payload(data, type, id))
+        case "limit-bandwidth": message = .limitBandwidth(try payload(data, type, id))
         default: throw SignalingError(kind: .unknownType(type), requestId: id)
         }
         try validate(message, id: id)
@@ -485,6 +516,7 @@ public enum SignalingCodec {
         case "chat-message": message = .chatMessage(try payload(data, type, id))
         case "ingest-started": message = .ingestStarted(try payload(data, type, id))
         case "ingest-progress": message = .ingestProgress(try payload(data, type, id))
+        case "bandwidth-limit": message = .bandwidthLimit(try payload(data, type, id))
         default: throw SignalingError(kind: .unknownType(type), requestId: id)
         }
         return Envelope(id: id, message)
@@ -612,6 +644,10 @@ public enum SignalingCodec {
             try recording(p.publishType, p.streamName)
         case .stopIngest(let p):
             try check(p.streamId, "streamId")
+        case .limitBandwidth(let p):
+            try check(p.streamId, "streamId")
+            try check(p.subscriberId, "subscriberId")
+            if let bits = p.bitsPerSecond, !(1_000...1_000_000_000).contains(bits) { throw fail("bitsPerSecond must be 1000…1000000000") }
         }
 
         /// Publish types that record need a stream name that is safe as a file name.

@@ -102,6 +102,8 @@ public struct SessionStateMachine: Sendable {
         /// Ingest of a remote source (for the platform's ingest service).
         case publishRemote(ClientMessage.PublishRemote)
         case stopIngest(ClientMessage.StreamReference)
+        /// A viewer's bandwidth request for the publisher (for the ``StreamRegistry``).
+        case limitBandwidth(ClientMessage.LimitBandwidth)
     }
 
     public enum Action: Sendable, Hashable {
@@ -247,6 +249,8 @@ public struct SessionStateMachine: Sendable {
             return [.request(sessionId: sessionId, requestId: id, .publishRemote(request))]
         case (.authenticated, .stopIngest(let request)):
             return [.request(sessionId: sessionId, requestId: id, .stopIngest(request))]
+        case (.authenticated, .limitBandwidth(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .limitBandwidth(request))]
         case (.closed, _):
             return []
         }

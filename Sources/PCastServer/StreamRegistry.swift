@@ -20,6 +20,10 @@ public struct StreamRecord: Sendable, Hashable {
     public let sequence: UInt64
     /// Subscriber id → subscribing session, in order of subscription.
     public fileprivate(set) var subscribers: [(subscriberId: String, sessionId: String)] = []
+    /// Video bitrates viewers ask the publisher for, by subscriber id.
+    public fileprivate(set) var viewerLimits: [String: Int] = [:]
+    /// What the publisher was last told: the lowest of `viewerLimits`.
+    public var viewerLimit: Int? { viewerLimits.values.min() }
 
     public static func == (a: Self, b: Self) -> Bool {
         a.streamId == b.streamId && a.publisherSessionId == b.publisherSessionId && a.tags == b.tags
@@ -170,6 +174,8 @@ public struct StreamRegistry: Sendable {
                 return self.unpublish(unpublish, sessionId: sessionId, requestId: requestId)
             case .unsubscribe(let reference):
                 return self.unsubscribe(reference.streamId, subscriberId: reference.subscriberId, sessionId: sessionId, requestId: requestId)
+            case .limitBandwidth(let request):
+                return limitBandwidth(request, sessionId: sessionId, requestId: requestId)
             case .room, .publishRemote, .stopIngest:
                 // Rooms are the RoomRegistry's; the platform never hands them here.
                 return [send(sessionId, requestId, .failure(.init(status: .badRequest, message: "not a stream request")))]
@@ -359,6 +365,29 @@ public struct StreamRegistry: Sendable {
             .removeSubscriber(streamId: streamId, subscriberId: subscriberId),
             send(sessionId, requestId, .ok),
             .log(.info, "unsubscribed (\(subscriberId))", sessionId: sessionId, streamId: streamId),
+        ] + setViewerLimit(nil, streamId: streamId, subscriberId: subscriberId)
+    }
+
+    /// A viewer's request for at most `bitsPerSecond` of video from the stream's publisher.
+    private mutating func limitBandwidth(_ request: ClientMessage.LimitBandwidth, sessionId: String, requestId: UInt64?) -> [Action] {
+        guard let subscriberId = streams[request.streamId]?.subscribers.first(where: {
+            $0.sessionId == sessionId && (request.subscriberId == nil || $0.subscriberId == request.subscriberId)
+        })?.subscriberId else {
+            return [send(sessionId, requestId, .failure(.init(status: .notFound, message: "this session does not subscribe to '\(request.streamId)'")))]
+        }
+        return [send(sessionId, requestId, .ok)] + setViewerLimit(request.bitsPerSecond, streamId: request.streamId, subscriberId: subscriberId)
+    }
+
+    /// Records one viewer's limit; tells the publisher when the lowest limit changes.
+    private mutating func setViewerLimit(_ bitsPerSecond: Int?, streamId: String, subscriberId: String) -> [Action] {
+        guard var record = streams[streamId] else { return [] }
+        let before = record.viewerLimit
+        record.viewerLimits[subscriberId] = bitsPerSecond
+        streams[streamId] = record
+        guard record.viewerLimit != before else { return [] }
+        return [
+            .send(sessionId: record.publisherSessionId, .event(.bandwidthLimit(.init(streamId: streamId, bitsPerSecond: record.viewerLimit)))),
+            .log(.info, "viewers ask for at most \(record.viewerLimit.map { "\($0) bit/s" } ?? "any bitrate")", sessionId: record.publisherSessionId, streamId: streamId),
         ]
     }
 
@@ -388,6 +417,7 @@ public struct StreamRegistry: Sendable {
         for (subscriberId, streamId) in (sessions[sessionId]?.subscriptions ?? [:]).sorted(by: { $0.key < $1.key }) {
             streams[streamId]?.subscribers.removeAll { $0.subscriberId == subscriberId }
             actions.append(.removeSubscriber(streamId: streamId, subscriberId: subscriberId))
+            actions += setViewerLimit(nil, streamId: streamId, subscriberId: subscriberId)
         }
         sessions[sessionId] = nil
         for (id, pending) in pendingPublishes where pending.sessionId == sessionId { pendingPublishes[id] = nil }

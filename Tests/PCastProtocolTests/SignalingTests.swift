@@ -16,6 +16,9 @@ struct SignalingTests {
         .request(id: 5, .unpublish(.init(streamId: "st-1", reason: .custom, description: "I-am-done-publishing"))),
         .request(id: 6, .subscribe(.init(streamToken: "DIGEST:y"))),
         .request(id: 7, .unsubscribe(.init(streamId: "st-1"))),
+        .request(id: 8, .unsubscribe(.init(streamId: "st-1", subscriberId: "subscriber-2"))),
+        .request(id: 9, .limitBandwidth(.init(streamId: "st-1", subscriberId: "subscriber-2", bitsPerSecond: 300_000))),
+        .request(id: 10, .limitBandwidth(.init(streamId: "st-1", bitsPerSecond: nil))),
         .event(.bye),
     ]
 
@@ -23,6 +26,9 @@ struct SignalingTests {
         .request(id: 1, .authenticated(.init(sessionId: "s-1", keepAliveInterval: 10))),
         .request(id: 4, .published(.init(streamId: "st-1", transport: transport))),
         .request(id: 6, .subscribed(.init(streamId: "st-1", tracks: [video, audio], transport: transport))),
+        .request(id: 8, .subscribed(.init(streamId: "st-1", tracks: [video], transport: transport, subscriberId: "subscriber-2"))),
+        .event(.bandwidthLimit(.init(streamId: "st-1", bitsPerSecond: 300_000))),
+        .event(.bandwidthLimit(.init(streamId: "st-1", bitsPerSecond: nil))),
         .request(id: 7, .ok),
         .event(.streamEnded(.init(streamId: "st-1", reason: .censored, description: "by operator"))),
         .request(id: 9, .failure(.init(status: .unauthorized, message: "token expired"))),
@@ -91,6 +97,13 @@ struct SignalingTests {
         #expect(try publish(.init(streamToken: "t", publishType: .record, tracks: [Self.video])) != nil)  // no stream name
         #expect(try publish(.init(streamToken: String(repeating: "x", count: 9000), tracks: [Self.video])) != nil)
         #expect(try publish(.init(streamToken: "t", publishType: .record, streamName: "show", tracks: [Self.video])) == nil)
+        func limit(_ bits: Int?) throws -> SignalingError? {
+            decodeError(String(decoding: try SignalingCodec.encode(.request(id: 1, .limitBandwidth(.init(streamId: "s", bitsPerSecond: bits)))), as: UTF8.self))
+        }
+        #expect(try limit(0) != nil)
+        #expect(try limit(-5) != nil)
+        #expect(try limit(2_000_000_000) != nil)
+        #expect(try limit(300_000) == nil && limit(nil) == nil)
     }
 
     @Test("an error's reply is a bad-request failure echoing the request id")

@@ -250,6 +250,31 @@ import Testing
         #expect(failure(unknown)?.status == .notFound)
     }
 
+    @Test func viewersBandwidthRequestsReachThePublisherAsTheirLowest() {
+        var registry = registry()
+        publish(&registry, "s1")
+        for (session, id) in [("sub", "a"), ("sub2", "b")] {
+            _ = subscribe(&registry, session, token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: id)
+            _ = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: id, .success(transport)))
+        }
+        func limit(_ session: String, _ bits: Int?) -> [StreamRegistry.Action] {
+            registry.handle(.request(sessionId: session, requestId: 9, .limitBandwidth(.init(streamId: "s1", bitsPerSecond: bits)), now: now, newId: ""))
+        }
+        func toPublisher(_ actions: [StreamRegistry.Action]) -> [Envelope<ServerMessage>] { sends(actions).filter { $0.0 == "pub" }.map(\.1) }
+        let first = limit("sub", 500_000)
+        #expect(sends(first).contains { $0.0 == "sub" && $0.1 == Envelope(id: 9, .ok) })
+        #expect(toPublisher(first) == [.event(.bandwidthLimit(.init(streamId: "s1", bitsPerSecond: 500_000)))])
+        #expect(toPublisher(limit("sub2", 300_000)) == [.event(.bandwidthLimit(.init(streamId: "s1", bitsPerSecond: 300_000)))])
+        #expect(toPublisher(limit("sub", 400_000)).isEmpty, "the lowest is still 300 kbit/s")
+        // The lowest viewer leaves: the publisher may send up to the next one's request.
+        let left = registry.handle(.request(sessionId: "sub2", requestId: 10, .unsubscribe(.init(streamId: "s1")), now: now, newId: ""))
+        #expect(toPublisher(left) == [.event(.bandwidthLimit(.init(streamId: "s1", bitsPerSecond: 400_000)))])
+        #expect(toPublisher(limit("sub", nil)) == [.event(.bandwidthLimit(.init(streamId: "s1", bitsPerSecond: nil)))])
+        // Only a subscriber of the stream may ask.
+        let stranger = registry.handle(.request(sessionId: "sub2", requestId: 11, .limitBandwidth(.init(streamId: "s1", bitsPerSecond: 100_000)), now: now, newId: ""))
+        #expect(failure(stranger)?.status == .notFound)
+    }
+
     @Test func unsubscribeRemovesOneSubscription() {
         var registry = registry()
         publish(&registry, "s1")

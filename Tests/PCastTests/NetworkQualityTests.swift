@@ -126,6 +126,41 @@ struct NetworkQualityTests {
     }
 }
 
+@Suite("A viewer limits the publisher's bandwidth through the platform", .serialized)
+struct ViewerBandwidthLimitTests {
+    @Test("limitBandwidth(300_000) on a subscribed video track holds the publisher under 300 kbit/s ± 15 %; releasing it restores the bitrate")
+    func viewerLimit() async throws {
+        let platform = try await LocalPlatform.start()
+        let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
+        try await publisherSDK.start(authToken: try platform.token(.auth))
+        let (publisher, media) = try await publishNoise(publisherSDK, platform)
+        let viewer = PCast(PCastOptions(uri: platform.signalingURL))
+        try await viewer.start(authToken: try platform.token(.auth))
+        let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+        let quality = NetworkQualityTests()
+        let before = try await quality.videoBitrate(publisher, over: 3)
+        var limit: Disposable? = stream.getVideoTracks()[0].limitBandwidth(300_000)
+        try await Task.sleep(for: .seconds(3))
+        let limited = try await quality.videoBitrate(publisher, over: 5)
+        print("viewer limit: \(Int(before)) → \(Int(limited)) bit/s")
+        #expect(before > 1_000_000)
+        #expect(limited <= 300_000 * 1.15, "\(limited) bit/s under a 300 kbit/s viewer limit")
+        #expect(publisher.rtcStatsReport().stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }?.targetBitrate == 300_000)
+        limit?.dispose()
+        limit = nil
+        try await Task.sleep(for: .seconds(3))
+        let released = try await quality.videoBitrate(publisher, over: 3)
+        print("viewer limit released: \(Int(released)) bit/s")
+        #expect(released > 1_000_000)
+        await stream.stop()
+        await viewer.stop()
+        await publisher.stop()
+        await publisherSDK.stop()
+        await media.stop()
+        await platform.shutdown()
+    }
+}
+
 extension NetworkQualityTests {
     /// The publisher's video bitrate over `seconds`, bits per second.
     func videoBitrate(_ publisher: Publisher, over seconds: Double) async throws -> Double {
