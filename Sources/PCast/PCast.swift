@@ -338,6 +338,16 @@ public final class PCast: Sendable {
             logger.info("viewers' bandwidth limit", metadata: ["stream": "\(limit.streamId)", "bps": "\(limit.bitsPerSecond.map(String.init) ?? "none")"])
             return
         }
+        if case .publisherQuality(let quality) = event {
+            let streams = state.withLock { $0.subscriptions.values.filter { $0.streamId == quality.streamId }.map(\.stream) }
+            let reason: DataQualityReason = switch quality.reason {
+            case .none: .none
+            case .uploadLimited: .uploadLimited
+            case .networkLimited: .networkLimited
+            }
+            for stream in streams { stream.setPublisherQuality(reason) }
+            return
+        }
         guard case .streamEnded(let ended) = event else { return }
         let (publisher, subscriptions) = state.withLock { state in
             let keys = state.subscriptions.filter { $0.value.streamId == ended.streamId }.map(\.key)

@@ -68,7 +68,7 @@ public final class Publisher: Sendable {
                     guard let self, !Task.isCancelled, !self.hasEnded else { return }
                     let now = (rtp.packetsSent(.video), rtp.packetsSent(.audio))
                     let assessed = DataQualityEvaluator.assessPublisher(videoPackets: now.0 - previous.0, audioPackets: now.1 - previous.1,
-                                                                        uploadLimited: rtp.isUploadLimited)
+                                                                        uploadLimited: rtp.isUploadLimited, networkLimited: rtp.isNetworkLimited)
                     previous = now
                     if let (status, reason) = evaluator.evaluate(assessed: assessed) {
                         self.quality.withLock { $0.callback }?(status, reason)
@@ -271,8 +271,28 @@ extension PCast {
         }
         let publisher = Publisher(streamId: published.streamId, rtp: rtp, socket: socketBox, pcast: self)
         state.withLock { $0.publishers[published.streamId] = publisher }
+        if let encoder = rtp as? RTPPublisher { reportQuality(of: publisher, encoder) }
         logger.info("publishing", metadata: ["stream": "\(published.streamId)", "tracks": "\(rtp.tracks.map(\.kind.rawValue))"])
         return publisher
+    }
+
+    /// Tells the platform, for the stream's viewers, why the publisher's quality is reduced
+    /// (`uploadLimited` / `networkLimited` / `none`) once a new reason has held for two seconds.
+    private func reportQuality(of publisher: Publisher, _ rtp: RTPPublisher) {
+        let streamId = publisher.streamId
+        Task { [weak self, weak publisher] in
+            var sent = PublisherQualityReason.none, pending: PublisherQualityReason?
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(1))
+                guard let self, let publisher, !publisher.hasEnded else { return }
+                let reason: PublisherQualityReason = rtp.isUploadLimited ? .uploadLimited : (rtp.isNetworkLimited ? .networkLimited : .none)
+                guard reason != sent else { pending = nil; continue }
+                guard pending == reason else { pending = reason; continue }
+                sent = reason
+                pending = nil
+                await self.requestWhenOnline(.publisherQuality(.init(streamId: streamId, reason: reason)))
+            }
+        }
     }
 
     /// Subscribes with a stream token; returns the remote stream (create a renderer to show it).

@@ -35,11 +35,11 @@ public struct DataQualitySample: Sendable, Hashable {
 
 /// A viewer's data quality from what it receives: `all` while video frames are decoded, `audioOnly`
 /// when only audio is (or the stream has no video), `noData` when nothing is; the reason is
-/// `downloadLimited` when this viewer's own leg loses ``lossThreshold`` or more of the packets,
-/// else `none`. The first sample is reported at once; after that a change is reported when two
-/// samples in a row agree, so one bad second does not flap the status. (`publisherLimited` and
-/// `networkLimited` need the relay's view of the publisher and the other viewers, which viewers
-/// are not told yet.)
+/// `downloadLimited` when this viewer's own leg loses ``lossThreshold`` or more of the packets;
+/// otherwise what the publisher reports through the platform: `publisherLimited` while its upload
+/// holds the stream down, `networkLimited` while viewers' bandwidth requests do; else `none`.
+/// The first sample is reported at once; after that a change is reported when two samples in a
+/// row agree, so one bad second does not flap the status.
 ///
 /// ```swift
 /// var evaluator = DataQualityEvaluator()
@@ -52,7 +52,8 @@ public struct DataQualityEvaluator: Sendable {
 
     public init() {}
 
-    public static func assess(_ sample: DataQualitySample) -> (status: DataQualityStatus, reason: DataQualityReason) {
+    /// `publisher`: the publisher's own reason (`uploadLimited`, `networkLimited` or `none`).
+    public static func assess(_ sample: DataQualitySample, publisher: DataQualityReason = .none) -> (status: DataQualityStatus, reason: DataQualityReason) {
         let status: DataQualityStatus
         if sample.hasVideo && sample.videoFramesDecoded > 0 {
             status = .all
@@ -62,21 +63,27 @@ public struct DataQualityEvaluator: Sendable {
             status = .noData
         }
         let loss = sample.packetsExpected > 0 ? Double(sample.packetsMissingOnArrival) / Double(sample.packetsExpected) : 0
-        return (status, loss >= lossThreshold ? .downloadLimited : .none)
+        if loss >= lossThreshold { return (status, .downloadLimited) }
+        switch publisher {
+        case .uploadLimited, .publisherLimited: return (status, .publisherLimited)
+        case .networkLimited: return (status, .networkLimited)
+        case .none, .downloadLimited: return (status, .none)
+        }
     }
 
     /// The new status and reason when they change; nil otherwise.
-    public mutating func evaluate(_ sample: DataQualitySample) -> (status: DataQualityStatus, reason: DataQualityReason)? {
-        evaluate(assessed: Self.assess(sample))
+    public mutating func evaluate(_ sample: DataQualitySample, publisher: DataQualityReason = .none) -> (status: DataQualityStatus, reason: DataQualityReason)? {
+        evaluate(assessed: Self.assess(sample, publisher: publisher))
     }
 
     /// A publisher's data quality over an interval: `all` while video packets leave, `audioOnly`
     /// when only audio does, `noData` when nothing does; `uploadLimited` while the bitrate estimate
-    /// holds the video below its configured bitrate.
-    public static func assessPublisher(videoPackets: Int, audioPackets: Int, uploadLimited: Bool)
+    /// holds the video below its configured bitrate, else `networkLimited` while its viewers'
+    /// bandwidth requests do.
+    public static func assessPublisher(videoPackets: Int, audioPackets: Int, uploadLimited: Bool, networkLimited: Bool = false)
         -> (status: DataQualityStatus, reason: DataQualityReason) {
         let status: DataQualityStatus = videoPackets > 0 ? .all : (audioPackets > 0 ? .audioOnly : .noData)
-        return (status, uploadLimited ? .uploadLimited : .none)
+        return (status, uploadLimited ? .uploadLimited : (networkLimited ? .networkLimited : .none))
     }
 
     /// Applies the reporting rule (first at once, then two in a row) to an assessment.

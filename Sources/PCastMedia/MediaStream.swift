@@ -161,6 +161,11 @@ public final class MediaStream: Sendable, Identifiable {
         trackList = tracks
     }
 
+    /// Why the publisher says its stream is reduced (remote streams; from the platform).
+    private let publisherReason = Mutex<DataQualityReason>(.none)
+    package var publisherQuality: DataQualityReason { publisherReason.withLock { $0 } }
+    package func setPublisherQuality(_ reason: DataQualityReason) { publisherReason.withLock { $0 = reason } }
+
     public func getTracks() -> [MediaStreamTrack] { trackList }
     public func getVideoTracks() -> [MediaStreamTrack] { trackList.filter { $0.kind == .video } }
     public func getAudioTracks() -> [MediaStreamTrack] { trackList.filter { $0.kind == .audio } }

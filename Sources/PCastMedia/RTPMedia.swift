@@ -161,6 +161,13 @@ public final class RTPPublisher: RTPSource, Sendable {
     public var estimatedBitrate: Int { rate.withLock { $0.controller.target } }
     /// Whether the estimate holds the video below its configured bitrate (upload limited).
     public var isUploadLimited: Bool { rate.withLock { $0.controller.isLimited } }
+    /// Whether the viewers' bandwidth requests hold the video below what it would otherwise send.
+    public var isNetworkLimited: Bool {
+        rate.withLock { rate in
+            guard let viewers = rate.viewers else { return false }
+            return viewers < min(rate.limit ?? .max, rate.controller.target, videoBitrate * 1000)
+        }
+    }
 
     /// RTP bytes sent so far for `kind` (headers included).
     public func bytesSent(_ kind: MediaType) -> Int {

@@ -152,7 +152,7 @@ public final class Renderer: Sendable {
                                                audioBuffersDecoded: now.audio - previous.audio, packetsExpected: now.expected - previous.expected,
                                                packetsMissingOnArrival: now.missing - previous.missing)
                 previous = now
-                if let (status, reason) = evaluator.evaluate(sample) {
+                if let (status, reason) = evaluator.evaluate(sample, publisher: self.stream.publisherQuality) {
                     self.state.withLock { $0.dataQualityChanged }?(status, reason)
                 }
             }

@@ -162,6 +162,16 @@ public enum ClientMessage: Sendable, Hashable {
         }
     }
 
+    /// A publisher tells the platform why its stream's quality is reduced (passed on to viewers).
+    public struct PublisherQuality: Codable, Sendable, Hashable {
+        public var streamId: String
+        public var reason: PublisherQualityReason
+        public init(streamId: String, reason: PublisherQualityReason) {
+            self.streamId = streamId
+            self.reason = reason
+        }
+    }
+
     case authenticate(Authenticate)
     case keepAlive
     case publish(Publish)
@@ -183,6 +193,7 @@ public enum ClientMessage: Sendable, Hashable {
     /// Stops an ingest this session started.
     case stopIngest(StreamReference)
     case limitBandwidth(LimitBandwidth)
+    case publisherQuality(PublisherQuality)
 
     public var type: String {
         switch self {
@@ -205,6 +216,7 @@ public enum ClientMessage: Sendable, Hashable {
         case .publishRemote: return "publish-remote"
         case .stopIngest: return "stop-ingest"
         case .limitBandwidth: return "limit-bandwidth"
+        case .publisherQuality: return "publisher-quality"
         }
     }
 }
@@ -289,6 +301,9 @@ public enum ServerMessage: Sendable, Hashable {
     case ingestProgress(IngestProgress)
     /// To a publisher: the lowest video bitrate its stream's viewers ask for (nil: none asks).
     case bandwidthLimit(BandwidthLimit)
+    /// To a stream's viewers: why its publisher's quality is reduced (also right after subscribing,
+    /// when it is).
+    case publisherQuality(ClientMessage.PublisherQuality)
 
     public struct BandwidthLimit: Codable, Sendable, Hashable {
         public var streamId: String
@@ -317,8 +332,17 @@ public enum ServerMessage: Sendable, Hashable {
         case .ingestStarted: return "ingest-started"
         case .ingestProgress: return "ingest-progress"
         case .bandwidthLimit: return "bandwidth-limit"
+        case .publisherQuality: return "publisher-quality"
         }
     }
+}
+
+/// Why a publisher's stream is reduced: its own upload (`uploadLimited`), its viewers' bandwidth
+/// requests (`networkLimited`), or not at all.
+public enum PublisherQualityReason: String, Codable, Sendable, Hashable {
+    case none
+    case uploadLimited
+    case networkLimited
 }
 
 /// A message with its request id: requests and their replies carry one, events do not.
@@ -432,6 +456,7 @@ public enum SignalingCodec {
         case .publishRemote(let p): return try wire(envelope, p)
         case .stopIngest(let p): return try wire(envelope, p)
         case .limitBandwidth(let p): return try wire(envelope, p)
+        case .publisherQuality(let p): return try wire(envelope, p)
         }
     }
 
@@ -453,6 +478,7 @@ public enum SignalingCodec {
         case .ingestStarted(let p): return try wire(envelope, p)
         case .ingestProgress(let p): return try wire(envelope, p)
         case .bandwidthLimit(let p): return try wire(envelope, p)
+        case .publisherQuality(let p): return try wire(envelope, p)
         }
     }
 
@@ -489,6 +515,7 @@ public enum SignalingCodec {
         case "publish-remote": message = .publishRemote(try payload(data, type, id))
         case "stop-ingest": message = .stopIngest(try payload(data, type, id))
         case "limit-bandwidth": message = .limitBandwidth(try payload(data, type, id))
+        case "publisher-quality": message = .publisherQuality(try payload(data, type, id))
         default: throw SignalingError(kind: .unknownType(type), requestId: id)
         }
         try validate(message, id: id)
@@ -517,6 +544,7 @@ public enum SignalingCodec {
         case "ingest-started": message = .ingestStarted(try payload(data, type, id))
         case "ingest-progress": message = .ingestProgress(try payload(data, type, id))
         case "bandwidth-limit": message = .bandwidthLimit(try payload(data, type, id))
+        case "publisher-quality": message = .publisherQuality(try payload(data, type, id))
         default: throw SignalingError(kind: .unknownType(type), requestId: id)
         }
         return Envelope(id: id, message)
@@ -648,6 +676,8 @@ public enum SignalingCodec {
             try check(p.streamId, "streamId")
             try check(p.subscriberId, "subscriberId")
             if let bits = p.bitsPerSecond, !(1_000...1_000_000_000).contains(bits) { throw fail("bitsPerSecond must be 1000…1000000000") }
+        case .publisherQuality(let p):
+            try check(p.streamId, "streamId")
         }
 
         /// Publish types that record need a stream name that is safe as a file name.

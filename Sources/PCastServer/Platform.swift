@@ -231,7 +231,7 @@ actor Platform {
                 switch request {
                 case .publish: newId = Self.makeId("stream")
                 case .subscribe: newId = Self.makeId("subscriber")
-                case .unpublish, .unsubscribe, .limitBandwidth: newId = ""
+                case .unpublish, .unsubscribe, .limitBandwidth, .publisherQuality: newId = ""
                 case .room(let roomRequest):
                     if case .createRoom = roomRequest { newId = Self.makeId("room") } else { newId = "" }
                     perform(rooms: .request(sessionId: id, requestId: requestId, roomRequest, now: clock(), newId: newId))

@@ -104,6 +104,8 @@ public struct SessionStateMachine: Sendable {
         case stopIngest(ClientMessage.StreamReference)
         /// A viewer's bandwidth request for the publisher (for the ``StreamRegistry``).
         case limitBandwidth(ClientMessage.LimitBandwidth)
+        /// A publisher's quality, for its stream's viewers.
+        case publisherQuality(ClientMessage.PublisherQuality)
     }
 
     public enum Action: Sendable, Hashable {
@@ -251,6 +253,8 @@ public struct SessionStateMachine: Sendable {
             return [.request(sessionId: sessionId, requestId: id, .stopIngest(request))]
         case (.authenticated, .limitBandwidth(let request)):
             return [.request(sessionId: sessionId, requestId: id, .limitBandwidth(request))]
+        case (.authenticated, .publisherQuality(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .publisherQuality(request))]
         case (.closed, _):
             return []
         }

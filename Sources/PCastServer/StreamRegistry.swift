@@ -24,6 +24,8 @@ public struct StreamRecord: Sendable, Hashable {
     public fileprivate(set) var viewerLimits: [String: Int] = [:]
     /// What the publisher was last told: the lowest of `viewerLimits`.
     public var viewerLimit: Int? { viewerLimits.values.min() }
+    /// Why the publisher says its stream is reduced (told to every viewer).
+    public fileprivate(set) var publisherQuality: PublisherQualityReason = .none
 
     public static func == (a: Self, b: Self) -> Bool {
         a.streamId == b.streamId && a.publisherSessionId == b.publisherSessionId && a.tags == b.tags
@@ -176,6 +178,8 @@ public struct StreamRegistry: Sendable {
                 return self.unsubscribe(reference.streamId, subscriberId: reference.subscriberId, sessionId: sessionId, requestId: requestId)
             case .limitBandwidth(let request):
                 return limitBandwidth(request, sessionId: sessionId, requestId: requestId)
+            case .publisherQuality(let quality):
+                return publisherQuality(quality, sessionId: sessionId, requestId: requestId)
             case .room, .publishRemote, .stopIngest:
                 // Rooms are the RoomRegistry's; the platform never hands them here.
                 return [send(sessionId, requestId, .failure(.init(status: .badRequest, message: "not a stream request")))]
@@ -330,10 +334,14 @@ public struct StreamRegistry: Sendable {
             }
             streams[pending.streamId]?.subscribers.append((subscriberId, pending.sessionId))
             sessions[pending.sessionId]?.subscriptions[subscriberId] = pending.streamId
-            return [
+            var actions: [Action] = [
                 send(pending.sessionId, pending.requestId, .subscribed(.init(streamId: pending.streamId, tracks: pending.tracks, transport: transport, subscriberId: subscriberId))),
                 .log(.info, "subscribed (\(subscriberId))", sessionId: pending.sessionId, streamId: pending.streamId),
             ]
+            if let quality = streams[pending.streamId]?.publisherQuality, quality != .none {
+                actions.append(.send(sessionId: pending.sessionId, .event(.publisherQuality(.init(streamId: pending.streamId, reason: quality)))))
+            }
+            return actions
         }
     }
 
@@ -366,6 +374,23 @@ public struct StreamRegistry: Sendable {
             send(sessionId, requestId, .ok),
             .log(.info, "unsubscribed (\(subscriberId))", sessionId: sessionId, streamId: streamId),
         ] + setViewerLimit(nil, streamId: streamId, subscriberId: subscriberId)
+    }
+
+    /// The publisher's quality reason, passed on to the stream's viewers when it changes.
+    private mutating func publisherQuality(_ quality: ClientMessage.PublisherQuality, sessionId: String, requestId: UInt64?) -> [Action] {
+        guard var record = streams[quality.streamId] else {
+            return [send(sessionId, requestId, .failure(.init(status: .notFound, message: "no stream '\(quality.streamId)'")))]
+        }
+        guard record.publisherSessionId == sessionId else {
+            return [send(sessionId, requestId, .failure(.init(status: .unauthorized, message: "stream '\(quality.streamId)' is not published by this session")))]
+        }
+        var actions = [send(sessionId, requestId, .ok)]
+        guard record.publisherQuality != quality.reason else { return actions }
+        record.publisherQuality = quality.reason
+        streams[quality.streamId] = record
+        let event = Envelope<ServerMessage>.event(.publisherQuality(quality))
+        for subscriber in record.subscribers { actions.append(.send(sessionId: subscriber.sessionId, event)) }
+        return actions
     }
 
     /// A viewer's request for at most `bitsPerSecond` of video from the stream's publisher.

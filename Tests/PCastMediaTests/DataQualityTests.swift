@@ -18,6 +18,15 @@ struct DataQualityTests {
         #expect(DataQualityEvaluator.assess(sample(video: 5, hasVideo: false)) == (.audioOnly, .none))
     }
 
+    @Test("the publisher's reason reaches viewers: upload → publisherLimited, viewers' requests → networkLimited; this viewer's own loss comes first")
+    func publisherReasons() {
+        #expect(DataQualityEvaluator.assess(sample(), publisher: .uploadLimited) == (.all, .publisherLimited))
+        #expect(DataQualityEvaluator.assess(sample(video: 0), publisher: .networkLimited) == (.audioOnly, .networkLimited))
+        #expect(DataQualityEvaluator.assess(sample(missing: 30), publisher: .uploadLimited) == (.all, .downloadLimited))
+        #expect(DataQualityEvaluator.assessPublisher(videoPackets: 10, audioPackets: 5, uploadLimited: false, networkLimited: true) == (.all, .networkLimited))
+        #expect(DataQualityEvaluator.assessPublisher(videoPackets: 10, audioPackets: 5, uploadLimited: true, networkLimited: true) == (.all, .uploadLimited))
+    }
+
     @Test("the first second is reported at once; a change needs two seconds in a row; one bad second does not flap")
     func hysteresis() {
         var evaluator = DataQualityEvaluator()

@@ -19,6 +19,7 @@ struct SignalingTests {
         .request(id: 8, .unsubscribe(.init(streamId: "st-1", subscriberId: "subscriber-2"))),
         .request(id: 9, .limitBandwidth(.init(streamId: "st-1", subscriberId: "subscriber-2", bitsPerSecond: 300_000))),
         .request(id: 10, .limitBandwidth(.init(streamId: "st-1", bitsPerSecond: nil))),
+        .request(id: 11, .publisherQuality(.init(streamId: "st-1", reason: .uploadLimited))),
         .event(.bye),
     ]
 
@@ -29,6 +30,7 @@ struct SignalingTests {
         .request(id: 8, .subscribed(.init(streamId: "st-1", tracks: [video], transport: transport, subscriberId: "subscriber-2"))),
         .event(.bandwidthLimit(.init(streamId: "st-1", bitsPerSecond: 300_000))),
         .event(.bandwidthLimit(.init(streamId: "st-1", bitsPerSecond: nil))),
+        .event(.publisherQuality(.init(streamId: "st-1", reason: .networkLimited))),
         .request(id: 7, .ok),
         .event(.streamEnded(.init(streamId: "st-1", reason: .censored, description: "by operator"))),
         .request(id: 9, .failure(.init(status: .unauthorized, message: "token expired"))),

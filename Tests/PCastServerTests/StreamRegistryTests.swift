@@ -275,6 +275,27 @@ import Testing
         #expect(failure(stranger)?.status == .notFound)
     }
 
+    @Test func thePublishersQualityReachesItsViewersAndLaterOnes() {
+        var registry = registry()
+        publish(&registry, "s1")
+        _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: "a")
+        _ = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "a", .success(transport)))
+        let event = Envelope<ServerMessage>.event(.publisherQuality(.init(streamId: "s1", reason: .uploadLimited)))
+        let told = registry.handle(.request(sessionId: "pub", requestId: 3, .publisherQuality(.init(streamId: "s1", reason: .uploadLimited)), now: now, newId: ""))
+        #expect(sends(told).map(\.0) == ["pub", "sub"])
+        #expect(sends(told).last?.1 == event)
+        let again = registry.handle(.request(sessionId: "pub", requestId: 4, .publisherQuality(.init(streamId: "s1", reason: .uploadLimited)), now: now, newId: ""))
+        #expect(sends(again).map(\.0) == ["pub"], "unchanged: nothing new for viewers")
+        // A later viewer hears it right after its subscribed reply.
+        _ = subscribe(&registry, "sub2", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: "b")
+        let joined = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "b", .success(transport)))
+        #expect(sends(joined).map(\.0) == ["sub2", "sub2"])
+        #expect(sends(joined).last?.1 == event)
+        // Only the publisher may say it.
+        let forged = registry.handle(.request(sessionId: "sub", requestId: 5, .publisherQuality(.init(streamId: "s1", reason: .none)), now: now, newId: ""))
+        #expect(failure(forged)?.status == .unauthorized)
+    }
+
     @Test func unsubscribeRemovesOneSubscription() {
         var registry = registry()
         publish(&registry, "s1")

@@ -128,7 +128,7 @@ struct NetworkQualityTests {
 
 @Suite("A viewer limits the publisher's bandwidth through the platform", .serialized)
 struct ViewerBandwidthLimitTests {
-    @Test("limitBandwidth(300_000) on a subscribed video track holds the publisher under 300 kbit/s ± 15 %; releasing it restores the bitrate")
+    @Test("limitBandwidth(300_000) on a subscribed video track holds the publisher under 300 kbit/s ± 15 % (networkLimited for it and the other viewers); releasing it restores the bitrate")
     func viewerLimit() async throws {
         let platform = try await LocalPlatform.start()
         let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
@@ -138,6 +138,15 @@ struct ViewerBandwidthLimitTests {
         try await viewer.start(authToken: try platform.token(.auth))
         let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
         let quality = NetworkQualityTests()
+        // A second viewer watches the data quality its renderer and the publisher report.
+        let watcher = PCast(PCastOptions(uri: platform.signalingURL))
+        try await watcher.start(authToken: try platform.token(.auth))
+        let watched = try await watcher.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+        let renderer = watched.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+        #expect(await renderer.start() == .ok)
+        let viewerQuality = Values<DataQualityReason>(), publisherQuality = Values<DataQualityReason>()
+        renderer.setDataQualityChangedCallback { _, reason in viewerQuality.append(reason) }
+        publisher.setDataQualityChangedCallback { _, reason in publisherQuality.append(reason) }
         let before = try await quality.videoBitrate(publisher, over: 3)
         var limit: Disposable? = stream.getVideoTracks()[0].limitBandwidth(300_000)
         try await Task.sleep(for: .seconds(3))
@@ -146,12 +155,20 @@ struct ViewerBandwidthLimitTests {
         #expect(before > 1_000_000)
         #expect(limited <= 300_000 * 1.15, "\(limited) bit/s under a 300 kbit/s viewer limit")
         #expect(publisher.rtcStatsReport().stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }?.targetBitrate == 300_000)
+        // The viewers' request holds the publisher down: networkLimited for it and for the other viewer.
+        #expect(await eventually(.seconds(10)) { publisherQuality.all.last == .networkLimited && viewerQuality.all.last == .networkLimited },
+                "publisher \(publisherQuality.all), other viewer \(viewerQuality.all)")
         limit?.dispose()
         limit = nil
         try await Task.sleep(for: .seconds(3))
         let released = try await quality.videoBitrate(publisher, over: 3)
         print("viewer limit released: \(Int(released)) bit/s")
         #expect(released > 1_000_000)
+        #expect(await eventually(.seconds(10)) { publisherQuality.all.last == DataQualityReason.none && viewerQuality.all.last == DataQualityReason.none },
+                "publisher \(publisherQuality.all), other viewer \(viewerQuality.all)")
+        await renderer.stop()
+        await watched.stop()
+        await watcher.stop()
         await stream.stop()
         await viewer.stop()
         await publisher.stop()
