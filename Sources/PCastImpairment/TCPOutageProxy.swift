@@ -50,13 +50,7 @@ public final class TCPOutageProxy: Sendable {
     /// Listens on 127.0.0.1 (an ephemeral port unless `listenPort` is given) and forwards to
     /// `server`:`serverPort` (an IPv4 address or `localhost`).
     public init(server host: String, serverPort: Int, listenPort: Int = 0) throws {
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(serverPort).bigEndian
-        guard inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host, &address.sin_addr) == 1 else {
-            throw ImpairmentProxyError(description: "server \(host) is not an IPv4 address")
-        }
-        server = address
+        server = try ipv4Address(host, port: serverPort)
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard socket >= 0 else { throw ImpairmentProxyError(description: "socket: errno \(errno)") }
         var yes: Int32 = 1

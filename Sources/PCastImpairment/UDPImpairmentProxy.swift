@@ -24,6 +24,17 @@ public struct SeededGenerator: RandomNumberGenerator, Sendable {
     }
 }
 
+/// `host` (an IPv4 address or `localhost`) and `port` as a socket address.
+func ipv4Address(_ host: String, port: Int) throws -> sockaddr_in {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = UInt16(port).bigEndian
+    guard inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host, &address.sin_addr) == 1 else {
+        throw ImpairmentProxyError(description: "server \(host) is not an IPv4 address")
+    }
+    return address
+}
+
 /// Why a proxy could not start.
 public struct ImpairmentProxyError: Error, Sendable, CustomStringConvertible {
     public let description: String
@@ -78,13 +89,7 @@ public final class UDPImpairmentProxy: Sendable {
     /// Listens on 127.0.0.1 (an ephemeral port unless `listenPort` is given) and forwards to
     /// `server`:`serverPort` (an IPv4 address).
     public init(server host: String, serverPort: Int, listenPort: Int = 0, seed: UInt64 = 1) throws {
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(serverPort).bigEndian
-        guard inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host, &address.sin_addr) == 1 else {
-            throw ImpairmentProxyError(description: "server \(host) is not an IPv4 address")
-        }
-        server = address
+        server = try ipv4Address(host, port: serverPort)
         let (socket, bound) = try Self.bindLoopback(port: listenPort)
         listener = socket
         port = bound

@@ -186,12 +186,7 @@ extension BenchCommand {
         let platform = try await LocalPlatform.start()
         let sdk = PCast(PCastOptions(uri: platform.signalingURL))
         try await sdk.start(authToken: try platform.token(.auth))
-        var options = UserMediaOptions()
-        options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
-        options.video.width = .exact(640)
-        options.video.height = .exact(360)
-        options.audio.deviceId = .exact(SourceDevices.syntheticAudioId)
-        let media = try await sdk.getUserMedia(options)
+        let media = try await sdk.getUserMedia(.synthetic())
         let result = try await PublishCycleBenchmark(cycles: cycles, warmUpCycles: 200).run(sdk: sdk, media: media) {
             try platform.token(.publish)
         }

@@ -38,13 +38,7 @@ struct ReconnectBenchmark {
         let publisherOnline = try await Self.start(publisherSDK, token: try platform.token(.auth))
         let viewer = PCast(PCastOptions(uri: uri))
         let viewerOnline = try await Self.start(viewer, token: try platform.token(.auth))
-        var options = UserMediaOptions()
-        options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
-        options.video.width = .exact(640)
-        options.video.height = .exact(360)
-        options.video.frameRate = .exact(30)
-        options.audio.enabled = false
-        let media = try await publisherSDK.getUserMedia(options)
+        let media = try await publisherSDK.getUserMedia(.synthetic(audio: false))
         let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
         let ended = Atomic<Bool>(false)
         publisher.setPublisherEndedCallback { _, _ in ended.store(true, ordering: .relaxed) }
