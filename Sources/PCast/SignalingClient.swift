@@ -38,6 +38,9 @@ final class SignalingClient: Sendable {
         case notUpgraded
     }
 
+    /// How long the WebSocket upgrade may take once TCP is connected.
+    static let upgradeDeadline = TimeAmount.seconds(5)
+
     /// Connects to `ws://host:port/path`.
     static func connect(to url: URL, logger: Logger,
                         onEvent: @escaping @Sendable (ServerMessage) -> Void,
@@ -51,9 +54,13 @@ final class SignalingClient: Sendable {
             let upgrade: EventLoopFuture<Upgrade> = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
                 .connectTimeout(.seconds(5))
                 .connect(host: host, port: port) { channel in
-                    channel.eventLoop.makeCompletedFuture {
+                    // A path that accepts the connection and then goes silent must not hold the
+                    // upgrade forever: past the deadline the channel closes and connect fails.
+                    let deadline = channel.eventLoop.scheduleTask(in: Self.upgradeDeadline) { channel.close(promise: nil) }
+                    return channel.eventLoop.makeCompletedFuture {
                         let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(maxFrameSize: SignalingCodec.serverMessageSizeLimit) { channel, _ in
-                            channel.eventLoop.makeCompletedFuture {
+                            deadline.cancel()
+                            return channel.eventLoop.makeCompletedFuture {
                                 .websocket(try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(wrappingChannelSynchronously: channel))
                             }
                         }
@@ -62,7 +69,10 @@ final class SignalingClient: Sendable {
                         let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: headers)
                         let configuration = NIOTypedHTTPClientUpgradeConfiguration<Upgrade>(
                             upgradeRequestHead: head, upgraders: [upgrader],
-                            notUpgradingCompletionHandler: { channel in channel.eventLoop.makeCompletedFuture { .notUpgraded } })
+                            notUpgradingCompletionHandler: { channel in
+                                deadline.cancel()
+                                return channel.eventLoop.makeCompletedFuture { .notUpgraded }
+                            })
                         return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(
                             configuration: .init(upgradeConfiguration: configuration))
                     }

@@ -7,10 +7,14 @@ import Glibc
 /// A TCP proxy on 127.0.0.1 with an outage switch, for signaling: clients connect to ``port`` as if
 /// it were the server, and each connection is forwarded byte for byte to the server.
 ///
-/// ``setOutage(_:)`` with `true` takes the path down the way a lost network does when the hosts
-/// notice it: every open connection is reset (RST, so both ends see it at once) and new connections
-/// are reset as soon as they arrive, until the outage ends. Media (UDP) is not touched: pair it with
-/// ``UDPImpairmentProxy/setOutage(_:)`` to cut both.
+/// ``setOutage(_:mode:)`` takes the path down in one of two ways:
+/// - ``Mode/reset``, as a lost network looks when the hosts notice it: every open connection is
+///   reset (RST, so both ends see it at once) and new ones are reset as soon as they arrive;
+/// - ``Mode/silent``, as it looks when they do not: nothing moves on open connections, and new ones
+///   are accepted but held, reaching the server only when the outage ends (as a retransmitted SYN
+///   would). Only keep-alives can tell the ends that the path is gone.
+///
+/// Media (UDP) is not touched: pair it with ``UDPImpairmentProxy/setOutage(_:)`` to cut both.
 ///
 /// Runs on a thread of its own (poll), never on Swift's cooperative pool, until ``stop()``.
 ///
@@ -26,7 +30,13 @@ public final class TCPOutageProxy: Sendable {
     public let port: Int
     private let listener: Int32
     private let server: sockaddr_in
-    private let outage = Atomic<Bool>(false)
+    /// 0: none, else a ``Mode`` raw value.
+    private let outage = Atomic<UInt8>(0)
+
+    public enum Mode: UInt8, Sendable {
+        case reset = 1
+        case silent = 2
+    }
     private let stopped = Atomic<Bool>(false)
     private let finished = Mutex<Bool>(false)
     private let counts = Mutex<Counters>(Counters())
@@ -79,12 +89,13 @@ public final class TCPOutageProxy: Sendable {
         thread.start()
     }
 
-    /// Takes the path down (`true`: open connections are reset, new ones refused) or back up.
-    public func setOutage(_ down: Bool) {
-        outage.store(down, ordering: .releasing)
+    /// Takes the path down (see ``Mode``) or back up (`false`).
+    public func setOutage(_ down: Bool, mode: Mode = .reset) {
+        outage.store(down ? mode.rawValue : 0, ordering: .releasing)
     }
 
-    public var isOutage: Bool { outage.load(ordering: .acquiring) }
+    public var isOutage: Bool { outage.load(ordering: .acquiring) != 0 }
+    private var mode: Mode? { Mode(rawValue: outage.load(ordering: .acquiring)) }
 
     public var counters: Counters { counts.withLock { $0 } }
 
@@ -99,20 +110,30 @@ public final class TCPOutageProxy: Sendable {
 
     private func run() {
         var pairs: [Pair] = []
+        /// Clients accepted during a silent outage, to connect when it ends.
+        var held: [Int32] = []
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while !stopped.load(ordering: .acquiring) {
-            if outage.load(ordering: .acquiring), !pairs.isEmpty {
+            let mode = self.mode
+            if mode == .reset, !pairs.isEmpty || !held.isEmpty {
                 for pair in pairs { Self.reset(pair.client); Self.reset(pair.upstream) }
-                counts.withLock { $0.reset += pairs.count; $0.open = 0 }
+                for client in held { Self.reset(client) }
+                counts.withLock { $0.reset += pairs.count + held.count; $0.open = 0 }
                 pairs = []
+                held = []
+            }
+            if mode == nil, !held.isEmpty {
+                for client in held { connect(client, into: &pairs) }
+                held = []
             }
             var descriptors = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0)]
-            for pair in pairs {
+            // Silent: nothing on open connections moves.
+            for pair in mode == .silent ? [] : pairs {
                 descriptors.append(pollfd(fd: pair.client, events: Int16(POLLIN), revents: 0))
                 descriptors.append(pollfd(fd: pair.upstream, events: Int16(POLLIN), revents: 0))
             }
             guard poll(&descriptors, nfds_t(descriptors.count), 20) > 0 else { continue }
-            if descriptors[0].revents & Int16(POLLIN) != 0 { accept(into: &pairs) }
+            if descriptors[0].revents & Int16(POLLIN) != 0 { accept(into: &pairs, holding: &held) }
             var closed: Set<Int> = []
             for (index, pair) in pairs.enumerated() {
                 let slot = 1 + index * 2
@@ -130,23 +151,32 @@ public final class TCPOutageProxy: Sendable {
             if !closed.isEmpty { counts.withLock { $0.open = pairs.count } }
         }
         for pair in pairs { close(pair.client); close(pair.upstream) }
+        for client in held { close(client) }
         close(listener)
         counts.withLock { $0.open = 0 }
         finished.withLock { $0 = true }
     }
 
-    private func accept(into pairs: inout [Pair]) {
+    private func accept(into pairs: inout [Pair], holding held: inout [Int32]) {
         let client = Glibc.accept(listener, nil, nil)
         guard client >= 0 else { return }
-        guard !outage.load(ordering: .acquiring) else {
+        switch mode {
+        case .reset?:
             Self.reset(client)
             counts.withLock { $0.reset += 1 }
-            return
+        case .silent?:
+            held.append(client)
+        case nil:
+            connect(client, into: &pairs)
         }
+    }
+
+    /// Connects an accepted client to the server and starts forwarding.
+    private func connect(_ client: Int32, into pairs: inout [Pair]) {
         let upstream = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = server
         let connected = upstream >= 0 && withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         } == 0
         guard connected else {
             if upstream >= 0 { close(upstream) }

@@ -32,6 +32,7 @@ public final class LocalPlatform: Sendable {
                              dataDirectory: String? = nil,
                              httpPort: Int = 0,
                              resumeWindow: TimeInterval = PlatformConfiguration.defaultResumeWindow,
+                             keepAliveInterval: Int = PlatformConfiguration.defaultKeepAliveInterval,
                              backendPolicy: (any BackendPolicy)? = SampleBackendPolicy(),
                              ingestPolicy: IngestURIPolicy = IngestURIPolicy(),
                              rtmpPort: Int? = nil,
@@ -39,7 +40,8 @@ public final class LocalPlatform: Sendable {
         let relay = try Relay(configuration: relayConfiguration)
         let directory = dataDirectory ?? FileManager.default.temporaryDirectory.appendingPathComponent("pcast-local-\(UUID().uuidString)").path
         var configuration = PlatformConfiguration(applicationId: applicationId, secret: secret, host: "127.0.0.1",
-                                                  httpPort: httpPort, mediaPort: Int(relay.mediaPort), dataDirectory: directory)
+                                                  httpPort: httpPort, mediaPort: Int(relay.mediaPort), dataDirectory: directory,
+                                                  keepAliveInterval: keepAliveInterval)
         configuration.resumeWindow = resumeWindow
         configuration.ingestPolicy = ingestPolicy
         configuration.rtmpPort = rtmpPort

@@ -100,8 +100,19 @@ actor Platform {
         switch decoded {
         case .success(let envelope):
             if case .authenticate(let request) = envelope.message, let old = request.sessionId, let key = request.resumeKey,
-               let entry = resumable[old], !entry.attached, entry.keyHash == Self.hash(key) {
-                connections[sessionId]?.machine.offerResume(sessionId: old, resumeKey: key)
+               let entry = resumable[old], entry.keyHash == Self.hash(key) {
+                // The client reconnected before its old connection was seen to die (a silent path
+                // keeps it open until the keep-alive timeout): that connection is dead to the
+                // client, so it is dropped now and the session moves to the new one.
+                if entry.attached, let previous = connectionOfSession[old], previous != sessionId, let connection = connections[previous] {
+                    connection.logger.info("the client resumed on a new connection; dropping this one")
+                    handleSession(previous, .disconnected)
+                    connection.outbox.yield(.close(.policyViolation, reason: "the session resumed on another connection"))
+                    connection.outbox.finish()
+                }
+                if resumable[old]?.attached == false {
+                    connections[sessionId]?.machine.offerResume(sessionId: old, resumeKey: key)
+                }
             }
             handleSession(sessionId, .message(envelope, now: clock()))
         case .failure(let error): handleSession(sessionId, .invalid(error, now: clock()))

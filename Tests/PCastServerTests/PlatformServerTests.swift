@@ -290,6 +290,26 @@ import Testing
         }
     }
 
+    @Test func resumingOnANewConnectionTakesTheSessionOverFromTheOldOne() async throws {
+        try await withServer { server, relay in
+            let (old, first) = try await authenticate(server)
+            let published = try await publish(old)
+            // The client's path went silent; it reconnects before the platform noticed.
+            let (new, resumed) = try await authenticate(server, resuming: first)
+            #expect(resumed.resumed == true && resumed.sessionId == first.sessionId)
+            #expect(try await old.closeCode() == 1008)
+            #expect(await server.streamCount == 1)
+            #expect(!relay.calls.contains(.removeStream(streamId: published.streamId)))
+            #expect(try await new.request(20, .unpublish(.init(streamId: published.streamId, reason: .ended))) == Envelope(id: 20, .ok))
+            // A wrong key takes nothing over.
+            var forged = first
+            forged.resumeKey = "resume-0000"
+            let (_, stranger) = try await authenticate(server, resuming: forged)
+            #expect(stranger.resumed != true && stranger.sessionId != first.sessionId)
+            await new.close()
+        }
+    }
+
     @Test func aSessionNotResumedInTimeLosesItsStreams() async throws {
         let clock = ManualClock()
         var configuration = Self.configuration

@@ -45,8 +45,8 @@ struct SignalingOutage {
     let stream: MediaStream
 
     /// `authLifetime`: how long the SDKs' auth tokens are valid.
-    static func start(authLifetime: TimeInterval = 3600) async throws -> SignalingOutage {
-        let platform = try await LocalPlatform.start()
+    static func start(authLifetime: TimeInterval = 3600, keepAliveInterval: Int = 10) async throws -> SignalingOutage {
+        let platform = try await LocalPlatform.start(keepAliveInterval: keepAliveInterval)
         let proxy = try TCPOutageProxy(server: "127.0.0.1", serverPort: platform.server.httpPort)
         let uri = "ws://127.0.0.1:\(proxy.port)/ws"
         let publisherSDK = PCast(PCastOptions(uri: uri))
@@ -117,6 +117,33 @@ struct ReconnectionTests {
         _ = renderer
         await session.stream.stop()
         #expect(await eventually(.seconds(5)) { session.platform.relay.statistics().subscribers == 0 })
+        await session.stop()
+    }
+
+    @Test("a silent outage of about 6 s (nothing moves, nothing is reset): keep-alives find it, frames keep flowing, and both SDKs resume their sessions once the path returns")
+    func silentOutage() async throws {
+        let session = try await SignalingOutage.start(keepAliveInterval: 1)
+        let (renderer, frames) = try await watch(session.stream)
+        #expect(await eventually(.seconds(20)) { frames.all.count >= 30 })
+        let sessions = (session.publisherSDK.sessionId, session.viewer.sessionId)
+        let ended = Values<StreamEndedReason>()
+        session.publisher.setPublisherEndedCallback { reason, _ in ended.append(reason) }
+
+        session.proxy.setOutage(true, mode: .silent)
+        // A keep-alive every second, unanswered after two: offline within about three seconds.
+        #expect(await eventually(.seconds(5)) { session.publisherLog.all.contains(.offline) && session.viewerLog.all.contains(.offline) })
+        let before = frames.all.count
+        try await Task.sleep(for: .seconds(3))
+        #expect(frames.all.count - before >= 60, "media keeps flowing while signaling is silent")
+        session.proxy.setOutage(false)
+        let restored = ContinuousClock.now
+        #expect(await eventually(.seconds(10)) { session.publisherSDK.isOnline && session.viewer.isOnline })
+        if let online = session.publisherLog.last(.online) { print("silent outage: publisher back \(online - restored) after the path returned") }
+        #expect(session.publisherSDK.sessionId == sessions.0 && session.viewer.sessionId == sessions.1, "both sessions resumed")
+        #expect(ended.all.isEmpty, "the stream survived")
+        let after = frames.all.count
+        #expect(await eventually(.seconds(10)) { frames.all.count >= after + 30 })
+        _ = renderer
         await session.stop()
     }
 
