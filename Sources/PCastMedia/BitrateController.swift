@@ -1,7 +1,10 @@
-/// Follows the bandwidth a publisher has from the loss it is told about (RTCP receiver reports: the
-/// relay's own leg and its worst viewer), with the loss-based rules of Google Congestion Control:
-/// above 10 % loss the bitrate drops by half the loss, below 2 % it grows by 8 % a report, in
-/// between it holds. Bounded by `minimum` and `maximum` (bits per second).
+/// Follows the bandwidth a publisher has from what RTCP receiver reports tell it (the relay's own
+/// leg and its worst viewer): loss with the loss-based rules of Google Congestion Control (above
+/// 10 % loss the bitrate drops by half the loss, below 2 % it grows by 8 % a report, in between it
+/// holds), and delay: when the round trip stays ``queueingThreshold`` above the lowest of the recent
+/// ones for two reports in a row, a queue is building on the path (a bottleneck fills before it
+/// drops), so the bitrate drops by 15 % before any loss; while the round trip is rising it does not
+/// grow. Bounded by `minimum` and `maximum` (bits per second).
 ///
 /// ```swift
 /// var controller = BitrateController(maximum: 2_500_000)
@@ -11,6 +14,11 @@ public struct BitrateController: Sendable, Hashable {
     public let minimum: Int
     public let maximum: Int
     public private(set) var target: Int
+    /// Queueing this far above the path's base round trip means a queue is building.
+    public static let queueingThreshold: Duration = .milliseconds(100)
+    /// Round trips of the recent reports; their minimum is the path's base delay.
+    private var roundTrips: [Duration] = []
+    private var overuseReports = 0
 
     public init(maximum: Int, minimum: Int = 100_000) {
         self.maximum = max(maximum, minimum)
@@ -18,12 +26,23 @@ public struct BitrateController: Sendable, Hashable {
         target = self.maximum
     }
 
-    /// Takes one report's fraction lost (0…1) and returns the new target.
+    /// Takes one report's fraction lost (0…1) and, when known, the round trip it gives; returns
+    /// the new target.
     @discardableResult
-    public mutating func report(fractionLost loss: Double) -> Int {
+    public mutating func report(fractionLost loss: Double, roundTripTime: Duration? = nil) -> Int {
+        var queueing = Duration.zero
+        if let roundTripTime {
+            roundTrips.append(roundTripTime)
+            if roundTrips.count > 30 { roundTrips.removeFirst(roundTrips.count - 30) }
+            queueing = roundTripTime - (roundTrips.min() ?? roundTripTime)
+            overuseReports = queueing > Self.queueingThreshold ? overuseReports + 1 : 0
+        }
         if loss > 0.10 {
             target = Int(Double(target) * (1 - 0.5 * loss))
-        } else if loss < 0.02 {
+        } else if overuseReports >= 2 {
+            target = Int(Double(target) * 0.85)
+            overuseReports = 0
+        } else if loss < 0.02 && queueing <= Self.queueingThreshold / 2 {
             target = Int(Double(target) * 1.08) + 1_000
         }
         target = min(max(target, minimum), maximum)

@@ -208,9 +208,10 @@ public final class RTPPublisher: RTPSource, Sendable {
               let compound = try? packet.withUnsafeBytes({ bytes in try? RTCPCompoundPacket(parsing: bytes) }) else { return }
         for case .receiverReport(let report) in compound.packets {
             for block in report.reportBlocks where block.ssrc == videoSSRC {
+                let roundTrip = block.lastSenderReport != 0 ? feedback.remote(videoSSRC).roundTripTime : nil
                 rate.withLock { rate in
                     let before = rate.controller.target
-                    rate.controller.report(fractionLost: Double(block.fractionLost) / 256)
+                    rate.controller.report(fractionLost: Double(block.fractionLost) / 256, roundTripTime: roundTrip)
                     if rate.controller.target != before { applyRate(rate) }
                 }
             }
@@ -279,8 +280,9 @@ public final class RTPPublisher: RTPSource, Sendable {
     /// RTCP from the network (the relay's PLI, FIR, receiver reports: their loss drives the
     /// bitrate, see ``BitrateController``).
     public func receiveRTCP(_ packet: Buffer) {
-        observe(packet)
+        // The round trip first: the controller takes it with the same report's loss.
         feedback.received(packet)
+        observe(packet)
         for input in rtcpInputs { input.pushNow(RTPReceiver.arrived(packet)) }
     }
 
