@@ -16,6 +16,7 @@ public struct RTCStats: Sendable, Hashable, Codable {
     public var packetsLost: Int?
     public var jitter: Double?
     public var framesDecoded: Int?
+    public var keyFramesDecoded: Int?
     public var jitterBufferTargetDelay: Double?
     public var nackCount: Int?
     public var pliCount: Int?
@@ -24,6 +25,7 @@ public struct RTCStats: Sendable, Hashable, Codable {
     public var packetsSent: Int?
     public var bytesSent: Int?
     public var targetBitrate: Int?
+    public var keyFramesEncoded: Int?
     // remote-inbound-rtp (what the relay reports about what it received from us)
     public var fractionLost: Double?
     public var roundTripTime: Double?

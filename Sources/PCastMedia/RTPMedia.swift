@@ -128,6 +128,7 @@ public final class RTPPublisher: RTPSource, Sendable {
     /// RTP packets and bytes handed to `send`, per kind.
     final class SentCounters: Sendable {
         let videoPackets = Atomic<Int>(0), videoBytes = Atomic<Int>(0)
+        let keyframesEncoded = Atomic<Int>(0)
         let audioPackets = Atomic<Int>(0), audioBytes = Atomic<Int>(0)
 
         func count(_ kind: MediaType, bytes: Int) {
@@ -254,7 +255,14 @@ public final class RTPPublisher: RTPSource, Sendable {
                     counters.count(kind, bytes: sample.buffer.size)
                     send(OutgoingPacket(kind: .rtp, buffer: sample.buffer))
                 }
-                if kind == .video { videoEncoder = try pipeline.element(named: "\(prefix)-encoder") }
+                if kind == .video {
+                    let encoder = try pipeline.element(named: "\(prefix)-encoder")
+                    videoEncoder = encoder
+                    encoder.pads.first { $0.isSource }?.addBufferProbe { buffer in
+                        if buffer.isKeyframe { counters.keyframesEncoded.add(1, ordering: .relaxed) }
+                        return .pass
+                    }
+                }
                 rtcp.onSample { sample in
                     feedback.sent(sample.buffer)
                     send(OutgoingPacket(kind: .rtcp, buffer: sample.buffer))
@@ -296,6 +304,7 @@ public final class RTPPublisher: RTPSource, Sendable {
             outbound.packetsSent = packetsSent(kind)
             outbound.bytesSent = bytesSent(kind)
             outbound.nackCount = remote.nacks
+            if kind == .video { outbound.keyFramesEncoded = counters.keyframesEncoded.load(ordering: .relaxed) }
             outbound.pliCount = remote.plis
             outbound.firCount = remote.firs
             if track.kind == .video, videoEncoder != nil {
@@ -341,6 +350,8 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     final class DecodeCounters: Sendable {
         let video = Atomic<Int>(0)
         let audio = Atomic<Int>(0)
+        /// Keyframes out of the depayloader (complete access units without the delta flag).
+        let keyframes = Atomic<Int>(0)
     }
     private let decodeProbes = Mutex<[PadProbe]>([])
     private let kinds: [UInt8: MediaType]
@@ -526,6 +537,13 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
                 let counters = decoded
                 probes.append(pad.addBufferProbe { _ in counters.video.add(1, ordering: .relaxed); return .pass })
             }
+            if video != nil, let pad = try? pipeline.element(named: "video-depay").staticPad("src") {
+                let counters = decoded
+                probes.append(pad.addBufferProbe { buffer in
+                    if buffer.isKeyframe { counters.keyframes.add(1, ordering: .relaxed) }
+                    return .pass
+                })
+            }
             if audio != nil, let pad = try? pipeline.element(named: "audio-hook").staticPad("src") {
                 let counters = decoded
                 probes.append(pad.addBufferProbe { _ in counters.audio.add(1, ordering: .relaxed); return .pass })
@@ -638,7 +656,10 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
             entry.nackCount = sent.nacks
             entry.pliCount = sent.plis
             entry.firCount = sent.firs
-            if track.kind == .video { entry.framesDecoded = decoded.video.load(ordering: .relaxed) }
+            if track.kind == .video {
+                entry.framesDecoded = decoded.video.load(ordering: .relaxed)
+                entry.keyFramesDecoded = decoded.keyframes.load(ordering: .relaxed)
+            }
             return entry
         }
     }

@@ -115,10 +115,10 @@ struct NetworkQualityTests {
         // retransmission requests only for its own leg (clear here), and measured a round trip.
         let inbound = stream.rtcStatsReport().stats.first { $0.type == "inbound-rtp" && $0.kind == "video" }
         print("10 % loss: \(stream.rtcStatsReport().json)")
-        #expect((inbound?.nackCount ?? 0) > 0 && (inbound?.framesDecoded ?? 0) > 200)
+        #expect((inbound?.nackCount ?? 0) > 0 && (inbound?.framesDecoded ?? 0) > 200 && (inbound?.keyFramesDecoded ?? 0) > 0)
         let outbound = session.publisher.rtcStatsReport()
         print("10 % loss: \(outbound.json)")
-        #expect(outbound.stats.contains { $0.type == "outbound-rtp" && $0.kind == "video" && ($0.packetsSent ?? 0) > 1000 })
+        #expect(outbound.stats.contains { $0.type == "outbound-rtp" && $0.kind == "video" && ($0.packetsSent ?? 0) > 1000 && ($0.keyFramesEncoded ?? 0) > 0 })
         #expect(outbound.stats.contains { $0.type == "remote-inbound-rtp" && $0.kind == "video" && $0.roundTripTime != nil })
 
         _ = renderer
