@@ -219,9 +219,15 @@ public final class PCast: Sendable {
             state.keepAlive = keepAlive
             state.offlineSince = nil
             if let key = authenticated.resumeKey { state.resume = (authenticated.sessionId, key) }
-            // A new session (the old one could not be resumed) no longer has the old streams.
-            let orphans = resumed ? ([], []) : (Array(state.publishers.values), Array(state.subscriptions.values))
-            if !resumed { state.publishers = [:]; state.subscriptions = [:] }
+            // A new session (the old one could not be resumed) no longer has the old streams; a
+            // resumed one keeps those the platform still has (after a crash it has none).
+            let kept: Set<String>? = resumed ? authenticated.streams.map(Set.init) : []
+            func orphaned(_ streamId: String) -> Bool { kept.map { !$0.contains(streamId) } ?? false }
+            let publishers = state.publishers.filter { orphaned($0.key) }
+            let subscriptions = state.subscriptions.filter { orphaned($0.value.streamId) }
+            for key in publishers.keys { state.publishers[key] = nil }
+            for key in subscriptions.keys { state.subscriptions[key] = nil }
+            let orphans = (Array(publishers.values), Array(subscriptions.values))
             return (state.onlineCallback, state.authenticationListeners.sorted { $0.key < $1.key }.map(\.value), orphans)
         }
         let deferred = state.withLock { state in defer { state.afterResume = [] }; return state.afterResume }

@@ -232,11 +232,15 @@ public enum ServerMessage: Sendable, Hashable {
         public var resumeKey: String?
         /// True when an earlier session was resumed (its room memberships are intact).
         public var resumed: Bool?
-        public init(sessionId: String, keepAliveInterval: Int, resumeKey: String? = nil, resumed: Bool? = nil) {
+        /// On a resume: the streams the platform still has for the session (published or
+        /// subscribed). A platform that restarted after a crash has none; the client ends the rest.
+        public var streams: [String]?
+        public init(sessionId: String, keepAliveInterval: Int, resumeKey: String? = nil, resumed: Bool? = nil, streams: [String]? = nil) {
             self.sessionId = sessionId
             self.keepAliveInterval = keepAliveInterval
             self.resumeKey = resumeKey
             self.resumed = resumed
+            self.streams = streams
         }
     }
     public struct Published: Codable, Sendable, Hashable {

@@ -224,7 +224,12 @@ actor Platform {
         }
         for action in actions {
             switch action {
-            case .send(let envelope):
+            case .send(var envelope):
+                // A resumed session learns which of its streams the platform still has.
+                if case .authenticated(var authenticated) = envelope.message, authenticated.resumed == true {
+                    authenticated.streams = registry.streamIds(ofSession: authenticated.sessionId)
+                    envelope.message = .authenticated(authenticated)
+                }
                 deliver(envelope, to: connection)
             case .opened(let id):
                 connection.logger.info(connection.machine.resumed ? "session resumed" : "session authenticated",

@@ -144,6 +144,12 @@ public struct StreamRegistry: Sendable {
     public var detachedStreamIds: [String] {
         streams.values.filter { sessions[$0.publisherSessionId]?.attached == false }.sorted { $0.sequence < $1.sequence }.map(\.streamId)
     }
+    /// The streams a session publishes or subscribes to, sorted.
+    public func streamIds(ofSession sessionId: String) -> [String] {
+        guard let session = sessions[sessionId] else { return [] }
+        return Array(Set(session.published + session.subscriptions.values)).sorted()
+    }
+
     /// Whether the session is known and detached.
     public func isDetached(_ sessionId: String) -> Bool { sessions[sessionId]?.attached == false }
 
