@@ -201,7 +201,9 @@ public final class PCast: Sendable {
                 guard self != nil, !Task.isCancelled else { return }
                 // An unanswered keep-alive means a dead path (TCP may take minutes to notice).
                 do throws(PCastError) {
-                    _ = try await client.request(.keepAlive, timeout: .seconds(max(2, interval)))
+                    // Generous: a busy machine can stall a few seconds, and a live path must not
+                    // be dropped for it (the platform itself waits three intervals).
+                    _ = try await client.request(.keepAlive, timeout: .seconds(max(5, 2 * interval)))
                 } catch {
                     if case .timeout = error {
                         logger.warning("keep-alive unanswered; dropping the connection")

@@ -102,22 +102,23 @@ final class RTCPFeedbackRecorder: Sendable {
 
     /// RTCP we receive.
     func received(_ packet: Buffer) {
-        guard let compound = Self.parse(packet) else { return }
+        if let compound = Self.parse(packet) { received(compound) }
+    }
+
+    /// RTCP we receive, already parsed.
+    func received(_ compound: RTCPCompoundPacket) {
         let now = ContinuousClock.now
         state.withLock { state in
             for item in compound.packets {
                 switch item {
                 case .receiverReport(let report): record(report.reportBlocks, now: now, in: &state)
                 case .senderReport(let report): record(report.reportBlocks, now: now, in: &state)
-                case .genericNACK(let nack):
-                    let count = nack.items.reduce(0) { $0 + 1 + $1.lostBitmask.nonzeroBitCount }
-                    state.remotes[nack.mediaSSRC, default: Remote()].nacks += count
-                case .pictureLossIndication(let pli):
-                    state.remotes[pli.mediaSSRC, default: Remote()].plis += 1
-                case .fullIntraRequest(let fir):
-                    for entry in fir.entries { state.remotes[entry.ssrc, default: Remote()].firs += 1 }
                 default:
-                    break
+                    RTCPFeedbackCounter.count(item) { ssrc, counts in
+                        state.remotes[ssrc, default: Remote()].nacks += counts.nacks
+                        state.remotes[ssrc, default: Remote()].plis += counts.plis
+                        state.remotes[ssrc, default: Remote()].firs += counts.firs
+                    }
                 }
             }
         }
@@ -140,7 +141,7 @@ final class RTCPFeedbackRecorder: Sendable {
         }
     }
 
-    private static func parse(_ packet: Buffer) -> RTCPCompoundPacket? {
+    static func parse(_ packet: Buffer) -> RTCPCompoundPacket? {
         try? packet.withUnsafeBytes { bytes in try? RTCPCompoundPacket(parsing: bytes) }
     }
 }
@@ -158,16 +159,26 @@ final class RTCPFeedbackCounter: Sendable {
     func counts(_ ssrc: UInt32) -> Counts { counts.withLock { $0[ssrc] ?? Counts() } }
 
     func sent(_ packet: Buffer) {
-        guard let compound = try? packet.withUnsafeBytes({ bytes in try? RTCPCompoundPacket(parsing: bytes) }) else { return }
+        guard let compound = RTCPFeedbackRecorder.parse(packet) else { return }
         counts.withLock { counts in
             for item in compound.packets {
-                switch item {
-                case .genericNACK(let nack): counts[nack.mediaSSRC, default: Counts()].nacks += nack.items.reduce(0) { $0 + 1 + $1.lostBitmask.nonzeroBitCount }
-                case .pictureLossIndication(let pli): counts[pli.mediaSSRC, default: Counts()].plis += 1
-                case .fullIntraRequest(let fir): for entry in fir.entries { counts[entry.ssrc, default: Counts()].firs += 1 }
-                default: break
+                Self.count(item) { ssrc, added in
+                    counts[ssrc, default: Counts()].nacks += added.nacks
+                    counts[ssrc, default: Counts()].plis += added.plis
+                    counts[ssrc, default: Counts()].firs += added.firs
                 }
             }
+        }
+    }
+
+    /// The feedback one RTCP packet carries, per media SSRC: NACKed packets (each PID and every
+    /// bit of its BLP), PLIs, FIR entries. Other packets carry none.
+    static func count(_ packet: RTCPPacket, _ add: (UInt32, Counts) -> Void) {
+        switch packet {
+        case .genericNACK(let nack): add(nack.mediaSSRC, Counts(nacks: nack.items.reduce(0) { $0 + 1 + $1.lostBitmask.nonzeroBitCount }))
+        case .pictureLossIndication(let pli): add(pli.mediaSSRC, Counts(plis: 1))
+        case .fullIntraRequest(let fir): for entry in fir.entries { add(entry.ssrc, Counts(firs: 1)) }
+        default: break
         }
     }
 }

@@ -204,9 +204,8 @@ public final class RTPPublisher: RTPSource, Sendable {
     }
 
     /// Feeds the controller from receiver reports about the video SSRC.
-    private func observe(_ packet: Buffer) {
-        guard let videoSSRC, videoEncoder != nil,
-              let compound = try? packet.withUnsafeBytes({ bytes in try? RTCPCompoundPacket(parsing: bytes) }) else { return }
+    private func observe(_ compound: RTCPCompoundPacket) {
+        guard let videoSSRC, videoEncoder != nil else { return }
         for case .receiverReport(let report) in compound.packets {
             for block in report.reportBlocks where block.ssrc == videoSSRC {
                 let roundTrip = block.lastSenderReport != 0 ? feedback.remote(videoSSRC).roundTripTime : nil
@@ -288,9 +287,11 @@ public final class RTPPublisher: RTPSource, Sendable {
     /// RTCP from the network (the relay's PLI, FIR, receiver reports: their loss drives the
     /// bitrate, see ``BitrateController``).
     public func receiveRTCP(_ packet: Buffer) {
-        // The round trip first: the controller takes it with the same report's loss.
-        feedback.received(packet)
-        observe(packet)
+        // Parsed once; the round trip first: the controller takes it with the same report's loss.
+        if let compound = RTCPFeedbackRecorder.parse(packet) {
+            feedback.received(compound)
+            observe(compound)
+        }
         for input in rtcpInputs { input.pushNow(RTPReceiver.arrived(packet)) }
     }
 

@@ -35,7 +35,7 @@ struct RTCPFeedbackTests {
         #expect(recorder.remote(8).plis == 1)
         let rtt = try #require(remote.roundTripTime)
         // 200 ms (or more, on a busy machine) since the report went out, minus the 100 ms held.
-        #expect(rtt >= .milliseconds(95) && rtt < .seconds(5), "\(rtt)")
+        #expect(rtt >= .milliseconds(95) && rtt < .seconds(60), "\(rtt)")
 
         // A report naming a sender report we never sent gives no round trip.
         let stranger = RTCPFeedbackRecorder()

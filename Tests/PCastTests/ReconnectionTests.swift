@@ -120,7 +120,7 @@ struct ReconnectionTests {
         await session.stop()
     }
 
-    @Test("a silent outage of about 6 s (nothing moves, nothing is reset): keep-alives find it, frames keep flowing, and both SDKs resume their sessions once the path returns")
+    @Test("a silent outage of about 9 s (nothing moves, nothing is reset): keep-alives find it, frames keep flowing, and both SDKs resume their sessions once the path returns")
     func silentOutage() async throws {
         let session = try await SignalingOutage.start(keepAliveInterval: 1)
         let (renderer, frames) = try await watch(session.stream)
@@ -130,8 +130,8 @@ struct ReconnectionTests {
         session.publisher.setPublisherEndedCallback { reason, _ in ended.append(reason) }
 
         session.proxy.setOutage(true, mode: .silent)
-        // A keep-alive every second, unanswered after two: offline within about three seconds.
-        #expect(await eventually(.seconds(5)) { session.publisherLog.all.contains(.offline) && session.viewerLog.all.contains(.offline) })
+        // A keep-alive every second, unanswered after five: offline within about six seconds.
+        #expect(await eventually(.seconds(10)) { session.publisherLog.all.contains(.offline) && session.viewerLog.all.contains(.offline) })
         let before = frames.all.count
         try await Task.sleep(for: .seconds(3))
         #expect(frames.all.count - before >= 60, "media keeps flowing while signaling is silent")
