@@ -356,6 +356,13 @@ public final class PCast: Sendable {
             for stream in streams { stream.setPublisherQuality(reason) }
             return
         }
+        if case .subscriberVideo(let video) = event {
+            let stream = state.withLock { $0.subscriptions[video.subscriberId]?.stream }
+            stream?.setVideoSuspended(video.suspended)
+            logger.info(video.suspended ? "the relay holds this viewer's video back: its leg cannot carry it (audio only)" : "the relay sends this viewer's video again",
+                        metadata: ["stream": "\(video.streamId)", "subscriber": "\(video.subscriberId)"])
+            return
+        }
         guard case .streamEnded(let ended) = event else { return }
         let (publisher, subscriptions) = state.withLock { state in
             let keys = state.subscriptions.filter { $0.value.streamId == ended.streamId }.map(\.key)

@@ -38,6 +38,8 @@ public struct DataQualitySample: Sendable, Hashable {
 /// `downloadLimited` when this viewer's own leg loses ``lossThreshold`` or more of the packets;
 /// otherwise what the publisher reports through the platform: `publisherLimited` while its upload
 /// holds the stream down, `networkLimited` while viewers' bandwidth requests do; else `none`.
+/// While the relay holds the video back from this viewer (its leg cannot carry it: the audio-only
+/// fallback), it is `audioOnly` (or `noData`) and `downloadLimited` whatever else it measures.
 /// The first sample is reported at once; after that a change is reported when two samples in a
 /// row agree, so one bad second does not flap the status.
 ///
@@ -53,9 +55,14 @@ public struct DataQualityEvaluator: Sendable {
     public init() {}
 
     /// `publisher`: the publisher's own reason (`uploadLimited`, `networkLimited` or `none`).
-    public static func assess(_ sample: DataQualitySample, publisher: DataQualityReason = .none) -> (status: DataQualityStatus, reason: DataQualityReason) {
+    /// `videoSuspended`: the relay holds this viewer's video back.
+    public static func assess(_ sample: DataQualitySample, publisher: DataQualityReason = .none, videoSuspended: Bool = false)
+        -> (status: DataQualityStatus, reason: DataQualityReason) {
         let status: DataQualityStatus
-        if sample.hasVideo && sample.videoFramesDecoded > 0 {
+        if videoSuspended {
+            // Frames still in the pipeline when it stopped do not make it `all`.
+            return (sample.audioBuffersDecoded > 0 ? .audioOnly : .noData, .downloadLimited)
+        } else if sample.hasVideo && sample.videoFramesDecoded > 0 {
             status = .all
         } else if sample.audioBuffersDecoded > 0 {
             status = .audioOnly
@@ -72,8 +79,9 @@ public struct DataQualityEvaluator: Sendable {
     }
 
     /// The new status and reason when they change; nil otherwise.
-    public mutating func evaluate(_ sample: DataQualitySample, publisher: DataQualityReason = .none) -> (status: DataQualityStatus, reason: DataQualityReason)? {
-        evaluate(assessed: Self.assess(sample, publisher: publisher))
+    public mutating func evaluate(_ sample: DataQualitySample, publisher: DataQualityReason = .none, videoSuspended: Bool = false)
+        -> (status: DataQualityStatus, reason: DataQualityReason)? {
+        evaluate(assessed: Self.assess(sample, publisher: publisher, videoSuspended: videoSuspended))
     }
 
     /// A publisher's data quality over an interval: `all` while video packets leave, `audioOnly`

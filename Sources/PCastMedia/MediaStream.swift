@@ -166,6 +166,13 @@ public final class MediaStream: Sendable, Identifiable {
     package var publisherQuality: DataQualityReason { publisherReason.withLock { $0 } }
     package func setPublisherQuality(_ reason: DataQualityReason) { publisherReason.withLock { $0 = reason } }
 
+    /// True while the relay holds this remote stream's video back because the viewer's own leg
+    /// cannot carry it (the audio-only fallback); it resumes by itself once a probe shows the
+    /// video gets through. Data quality then reads `audioOnly` / `downloadLimited`.
+    public var isVideoSuspended: Bool { videoSuspended.withLock { $0 } }
+    private let videoSuspended = Mutex(false)
+    package func setVideoSuspended(_ suspended: Bool) { videoSuspended.withLock { $0 = suspended } }
+
     public func getTracks() -> [MediaStreamTrack] { trackList }
     public func getVideoTracks() -> [MediaStreamTrack] { trackList.filter { $0.kind == .video } }
     public func getAudioTracks() -> [MediaStreamTrack] { trackList.filter { $0.kind == .audio } }

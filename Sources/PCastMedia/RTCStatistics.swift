@@ -17,6 +17,10 @@ public struct RTCStats: Sendable, Hashable, Codable {
     public var jitter: Double?
     public var framesDecoded: Int?
     public var keyFramesDecoded: Int?
+    /// Video frames whose packets arrived (distinct RTP timestamps), and those of them never
+    /// decoded: incomplete, or discarded while waiting for a keyframe after a loss.
+    public var framesReceived: Int?
+    public var framesDropped: Int?
     public var jitterBufferTargetDelay: Double?
     public var nackCount: Int?
     public var pliCount: Int?

@@ -353,6 +353,26 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
         let audio = Atomic<Int>(0)
         /// Keyframes out of the depayloader (complete access units without the delta flag).
         let keyframes = Atomic<Int>(0)
+        /// Video frames whose packets reached the depayloader (distinct RTP timestamps, in the
+        /// jitter buffer's order), and the latest timestamp (`UInt64.max` before the first).
+        let framesReceived = Atomic<Int>(0)
+        let lastTimestamp = Atomic<UInt64>(.max)
+
+        /// Counts a video RTP packet on its way into the depayloader.
+        func received(_ packet: Buffer) {
+            guard let timestamp = try? packet.withUnsafeBytes({ bytes -> UInt64? in
+                guard bytes.count >= 8 else { return nil }
+                return UInt64(bytes[4]) << 24 | UInt64(bytes[5]) << 16 | UInt64(bytes[6]) << 8 | UInt64(bytes[7])
+            }) ?? nil else { return }
+            if lastTimestamp.exchange(timestamp, ordering: .relaxed) != timestamp { framesReceived.add(1, ordering: .relaxed) }
+        }
+
+        /// Frames received that never came out of the decoder: dropped before or by decoding
+        /// (incomplete, or waiting for a keyframe after a loss). The decoder runs without frame
+        /// threads, so only the frame being assembled may be in flight; it is not counted.
+        var framesDropped: Int {
+            max(0, framesReceived.load(ordering: .relaxed) - video.load(ordering: .relaxed) - 1)
+        }
     }
     private let decodeProbes = Mutex<[PadProbe]>([])
     private let kinds: [UInt8: MediaType]
@@ -545,6 +565,13 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
                     return .pass
                 })
             }
+            if video != nil, let pad = try? pipeline.element(named: "video-depay").staticPad("sink") {
+                let counters = decoded
+                probes.append(pad.addBufferProbe { buffer in
+                    counters.received(buffer)
+                    return .pass
+                })
+            }
             if audio != nil, let pad = try? pipeline.element(named: "audio-hook").staticPad("src") {
                 let counters = decoded
                 probes.append(pad.addBufferProbe { _ in counters.audio.add(1, ordering: .relaxed); return .pass })
@@ -660,6 +687,8 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
             if track.kind == .video {
                 entry.framesDecoded = decoded.video.load(ordering: .relaxed)
                 entry.keyFramesDecoded = decoded.keyframes.load(ordering: .relaxed)
+                entry.framesReceived = decoded.framesReceived.load(ordering: .relaxed)
+                entry.framesDropped = decoded.framesDropped
             }
             return entry
         }

@@ -152,7 +152,8 @@ public final class Renderer: Sendable {
                                                audioBuffersDecoded: now.audio - previous.audio, packetsExpected: now.expected - previous.expected,
                                                packetsMissingOnArrival: now.missing - previous.missing)
                 previous = now
-                if let (status, reason) = evaluator.evaluate(sample, publisher: self.stream.publisherQuality) {
+                if let (status, reason) = evaluator.evaluate(sample, publisher: self.stream.publisherQuality,
+                                                             videoSuspended: self.stream.isVideoSuspended) {
                     self.state.withLock { $0.dataQualityChanged }?(status, reason)
                 }
             }

@@ -308,6 +308,9 @@ public enum ServerMessage: Sendable, Hashable {
     /// To a stream's viewers: why its publisher's quality is reduced (also right after subscribing,
     /// when it is).
     case publisherQuality(ClientMessage.PublisherQuality)
+    /// To a viewer: the relay stopped sending it the stream's video (its leg cannot carry it; the
+    /// audio still flows), or sends it again.
+    case subscriberVideo(SubscriberVideoEvent)
 
     public struct BandwidthLimit: Codable, Sendable, Hashable {
         public var streamId: String
@@ -337,7 +340,23 @@ public enum ServerMessage: Sendable, Hashable {
         case .ingestProgress: return "ingest-progress"
         case .bandwidthLimit: return "bandwidth-limit"
         case .publisherQuality: return "publisher-quality"
+        case .subscriberVideo: return "subscriber-video"
         }
+    }
+}
+
+/// The relay stopped sending a subscriber a stream's video because it could not get through
+/// (`suspended`; the audio still flows), or sends it again: the relay's event, and the
+/// platform's `subscriber-video` message to the subscribing session.
+public struct SubscriberVideoEvent: Codable, Sendable, Hashable {
+    public var streamId: String
+    public var subscriberId: String
+    public var suspended: Bool
+
+    public init(streamId: String, subscriberId: String, suspended: Bool) {
+        self.streamId = streamId
+        self.subscriberId = subscriberId
+        self.suspended = suspended
     }
 }
 
@@ -483,6 +502,7 @@ public enum SignalingCodec {
         case .ingestProgress(let p): return try wire(envelope, p)
         case .bandwidthLimit(let p): return try wire(envelope, p)
         case .publisherQuality(let p): return try wire(envelope, p)
+        case .subscriberVideo(let p): return try wire(envelope, p)
         }
     }
 
@@ -549,6 +569,7 @@ public enum SignalingCodec {
         case "ingest-progress": message = .ingestProgress(try payload(data, type, id))
         case "bandwidth-limit": message = .bandwidthLimit(try payload(data, type, id))
         case "publisher-quality": message = .publisherQuality(try payload(data, type, id))
+        case "subscriber-video": message = .subscriberVideo(try payload(data, type, id))
         default: throw SignalingError(kind: .unknownType(type), requestId: id)
         }
         return Envelope(id: id, message)

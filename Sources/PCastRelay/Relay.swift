@@ -17,7 +17,9 @@ import Synchronization
 /// (symmetric RTP), so a subscriber receives nothing until its first authenticated RTCP. The
 /// relay sends each publisher its own receiver report every `receiverReportInterval`: see
 /// `RelayRouter.receiverReport` (its own leg's figures, loss and jitter raised to the worst
-/// subscriber's).
+/// subscriber's). A subscriber whose leg cannot carry the video gets the audio alone until a
+/// probe shows the video gets through again (see `VideoGate`); ``takeSubscriberVideoEvents()``
+/// says which.
 ///
 /// ```swift
 /// let relay = try Relay(configuration: RelayConfiguration())
@@ -209,7 +211,14 @@ public final class Relay: RelayControl {
         result.nacksMissed = c.nacksMissed.load(ordering: .relaxed)
         result.keyframeRequests = c.keyframeRequests.load(ordering: .relaxed)
         result.sendFailures = c.sendFailures.load(ordering: .relaxed)
+        result.videoSuspensions = c.videoSuspensions.load(ordering: .relaxed)
+        result.videoProbes = c.videoProbes.load(ordering: .relaxed)
+        result.videoResumptions = c.videoResumptions.load(ordering: .relaxed)
         return result
+    }
+
+    public func takeSubscriberVideoEvents() -> [SubscriberVideoEvent] {
+        engine.takeVideoEvents()
     }
 
     // MARK: Helpers

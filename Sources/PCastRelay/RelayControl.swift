@@ -31,6 +31,10 @@ public protocol RelayControl: Sendable {
 
     /// Counters since the relay started.
     func statistics() -> RelayStatistics
+
+    /// Subscribers whose video the relay stopped or started sending again since the last call
+    /// (the audio-only fallback), oldest first. The platform tells their sessions.
+    func takeSubscriberVideoEvents() -> [SubscriberVideoEvent]
 }
 
 /// Why the relay refused a request.
@@ -74,6 +78,10 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     public var keyframeRequests: UInt64 = 0
     /// Datagrams the relay could not send (kernel refused them, or its send buffer was full).
     public var sendFailures: UInt64 = 0
+    /// Audio-only fallback: subscribers' video suspended, probes of it begun, and resumed.
+    public var videoSuspensions: UInt64 = 0
+    public var videoProbes: UInt64 = 0
+    public var videoResumptions: UInt64 = 0
 
     public init() {}
 }

@@ -39,6 +39,9 @@ final class SharedCounters: Sendable {
     let nacksMissed = Atomic<UInt64>(0)
     let keyframeRequests = Atomic<UInt64>(0)
     let sendFailures = Atomic<UInt64>(0)
+    let videoSuspensions = Atomic<UInt64>(0)
+    let videoProbes = Atomic<UInt64>(0)
+    let videoResumptions = Atomic<UInt64>(0)
 }
 
 /// The I/O side of the relay: the socket, the thread's loop, and the router it feeds.
@@ -54,6 +57,8 @@ final class RelayEngine: @unchecked Sendable {
     private let commands = Mutex<[RelayCommand]>([])
     private let hasCommands = Atomic<Bool>(false)
     let counters = SharedCounters()
+    /// Audio-only fallback events, moved here from the router after each batch.
+    private let videoEvents = Mutex<[SubscriberVideoEvent]>([])
     /// CPU nanoseconds the thread had used when it ended.
     let finalCPUTime = Atomic<UInt64>(0)
     /// The I/O thread's kernel id once it runs (0 before).
@@ -73,7 +78,9 @@ final class RelayEngine: @unchecked Sendable {
     private var sendFailures: UInt64 = 0
     /// Authenticated plain publisher packets of the current receive batch, fanned out together
     /// once the batch is read (see `fanOutPending`).
-    private var pending: [(stream: Int, packet: [UInt8])] = []
+    private var pending: [(stream: Int, track: Int, packet: [UInt8])] = []
+    /// Subscriber slots of the stream being fanned out whose video is not forwarded as it is.
+    private var gatedSlots: [Int] = []
 
     init(configuration: RelayConfiguration, relaySSRC: UInt32) throws(RelayError) {
         socket = try UDPSocket(host: configuration.host, port: configuration.port, bufferSize: configuration.socketBufferSize)
@@ -126,6 +133,14 @@ final class RelayEngine: @unchecked Sendable {
             hasCommands.store(true, ordering: .releasing)
         }
         wake()
+    }
+
+    /// The audio-only fallback events since the last call.
+    func takeVideoEvents() -> [SubscriberVideoEvent] {
+        videoEvents.withLock { events in
+            defer { events.removeAll() }
+            return events
+        }
     }
 
     /// Asks the loop to end; `run()` returns soon after.
@@ -230,6 +245,17 @@ final class RelayEngine: @unchecked Sendable {
         c.nacksServed.store(router.counters.nacksServed, ordering: .relaxed)
         c.nacksMissed.store(router.counters.nacksMissed, ordering: .relaxed)
         c.keyframeRequests.store(router.counters.keyframeRequests, ordering: .relaxed)
+        c.videoSuspensions.store(router.counters.videoSuspensions, ordering: .relaxed)
+        c.videoProbes.store(router.counters.videoProbes, ordering: .relaxed)
+        c.videoResumptions.store(router.counters.videoResumptions, ordering: .relaxed)
+        if !router.videoEvents.isEmpty {
+            let events = router.takeVideoEvents()
+            videoEvents.withLock { queue in
+                // Bounded: nobody may be collecting them (a relay without a platform).
+                queue.append(contentsOf: events)
+                if queue.count > 4_096 { queue.removeFirst(queue.count - 4_096) }
+            }
+        }
     }
 
     // MARK: Packets (I/O thread)
@@ -287,7 +313,7 @@ final class RelayEngine: @unchecked Sendable {
         router.publisherRTP(
             stream: stream, track: track, packet: packet, sequenceNumber: layout.sequenceNumber,
             timestamp: layout.timestamp, now: now)
-        pending.append((stream, packet))
+        pending.append((stream, track, packet))
     }
 
     /// Re-protects the batch's publisher packets for every reachable subscriber, straight into
@@ -303,23 +329,51 @@ final class RelayEngine: @unchecked Sendable {
             // Packets of one stream are adjacent in the common case; others wait for their turn.
             var end = first + 1
             while end < pending.count && pending[end].stream == stream { end += 1 }
-            router.forEachReachableSubscriber(of: stream) { crypto, address in
+            gatedSlots.removeAll(keepingCapacity: true)
+            router.forEachReachableSlot(of: stream) { subscriber, crypto, address, transparent in
+                guard transparent else {
+                    gatedSlots.append(subscriber)
+                    return
+                }
+                for index in first..<end { sendRTP(pending[index].packet, renumbered: nil, crypto: crypto, to: address, descriptor: fd) }
+            }
+            // Subscribers on audio-only fallback, or renumbered since: each video packet is asked about.
+            for subscriber in gatedSlots {
+                guard let (crypto, address) = router.reachableSubscriber(stream: stream, slot: subscriber) else { continue }
                 for index in first..<end {
-                    pending[index].packet.withUnsafeBytes { plain in
-                        let slot = send.nextSlot(descriptor: fd)
-                        slot.copyMemory(from: plain)
-                        do {
-                            let length = try crypto.outbound.protect(slot, length: plain.count)
-                            send.commit(length: length, to: address)
-                        } catch {
-                            sendFailures &+= 1
+                    var renumbered: UInt16?
+                    if router.isVideo(stream: stream, track: pending[index].track) {
+                        switch router.forwardVideo(stream: stream, slot: subscriber, packet: pending[index].packet) {
+                        case .unchanged: break
+                        case .renumbered(let sequence): renumbered = sequence
+                        case .dropped: continue
                         }
                     }
+                    sendRTP(pending[index].packet, renumbered: renumbered, crypto: crypto, to: address, descriptor: fd)
                 }
             }
             first = end
         }
         pending.removeAll(keepingCapacity: true)
+    }
+
+    /// Protects a plain RTP packet into the next send slot, with another sequence number if asked.
+    @inline(__always)
+    private func sendRTP(_ packet: [UInt8], renumbered: UInt16?, crypto: FlowCrypto, to address: RelayAddress, descriptor fd: Int32) {
+        packet.withUnsafeBytes { plain in
+            let slot = send.nextSlot(descriptor: fd)
+            slot.copyMemory(from: plain)
+            if let renumbered {
+                slot[2] = UInt8(renumbered >> 8)
+                slot[3] = UInt8(renumbered & 0xFF)
+            }
+            do {
+                let length = try crypto.outbound.protect(slot, length: plain.count)
+                send.commit(length: length, to: address)
+            } catch {
+                sendFailures &+= 1
+            }
+        }
     }
 
     private func publisherRTCP(_ data: UnsafeRawBufferPointer, route: RelayRoute, stream: Int, from source: RelayAddress, now: UInt64) {

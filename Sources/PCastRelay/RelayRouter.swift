@@ -10,6 +10,8 @@ struct RouterSettings: Sendable, Equatable {
     var reportInterval: UInt64 = 1_000_000_000
     /// A subscriber's receiver report counts in the aggregate for this long after it arrived.
     var subscriberReportLifetime: UInt64 = 5_000_000_000
+    /// The audio-only fallback of subscribers to streams with audio and video; nil turns it off.
+    var videoGate: VideoGate.Settings? = VideoGate.Settings()
 }
 
 /// How the relay finds a flow from the SSRC in a packet's clear header.
@@ -29,6 +31,16 @@ enum RelayAction<Context> {
     case retransmit(Context, RelayAddress, rtp: [UInt8])
 }
 
+/// What happens to one video packet on its way to one subscriber.
+enum VideoForwarding: Equatable {
+    /// Sent as it is.
+    case unchanged
+    /// Sent with this sequence number (the subscriber's numbering).
+    case renumbered(UInt16)
+    /// Not sent.
+    case dropped
+}
+
 extension RelayAction: Equatable where Context: Equatable {}
 
 /// Counters the router keeps; the I/O side publishes them.
@@ -36,6 +48,10 @@ struct RouterCounters: Sendable, Equatable {
     var nacksServed: UInt64 = 0
     var nacksMissed: UInt64 = 0
     var keyframeRequests: UInt64 = 0
+    /// Subscribers whose video was suspended, probes begun, and resumptions (audio-only fallback).
+    var videoSuspensions: UInt64 = 0
+    var videoProbes: UInt64 = 0
+    var videoResumptions: UInt64 = 0
 }
 
 /// The relay's routing, caching, keyframe throttling and report aggregation, without sockets or
@@ -62,6 +78,8 @@ struct RelayRouter<Context> {
         /// Video tracks only.
         var throttle: KeyframeThrottle?
         var firSequence: UInt8 = 0
+        /// What the relay itself lost of this track over its latest report interval (0...1).
+        var publisherLegLoss: Double = 0
     }
 
     struct SubscriberReport: Equatable {
@@ -75,6 +93,16 @@ struct RelayRouter<Context> {
         var flow: Flow
         /// Latest report block per publisher SSRC.
         var reports: [UInt32: SubscriberReport] = [:]
+        /// Its audio-only fallback, on streams with audio and video.
+        var gate: VideoGate?
+
+        /// Whether its report on `track` counts towards what the publisher is told: not for video
+        /// it is not being sent (held back or probed), nor a loss at which it falls back to audio
+        /// only (that viewer's leg is the problem, not the encoding).
+        func counts(_ report: SubscriberReport, on track: Track) -> Bool {
+            guard track.throttle != nil, let gate else { return true }
+            return gate.isForwarding && Double(report.block.fractionLost) / 256 < gate.settings.suspendLoss
+        }
     }
 
     struct Stream {
@@ -97,6 +125,8 @@ struct RelayRouter<Context> {
     private var nextHandle = 0
     private var routes: [UInt32: RelayRoute] = [:]
     private(set) var counters = RouterCounters()
+    /// Video suspended or resumed for subscribers, oldest first, until taken.
+    private(set) var videoEvents: [SubscriberVideoEvent] = []
     private var nextReport: UInt64
     /// The earliest window end of a pending keyframe request (may be early, never late), so the
     /// timer need not scan every track after each request.
@@ -152,7 +182,9 @@ struct RelayRouter<Context> {
         guard routes[rtcpSSRC] == nil else { return nil }
         routes[rtcpSSRC] = .subscriber(stream: handle, rtcpSSRC: rtcpSSRC)
         streams[handle]!.subscriberSlots[rtcpSSRC] = streams[handle]!.subscribers.count
-        streams[handle]!.subscribers.append(Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: Flow(context: context)))
+        let kinds = Set(streams[handle]!.tracks.map(\.description.kind))
+        let gate = settings.videoGate.flatMap { kinds == [.audio, .video] ? VideoGate(settings: $0) : nil }
+        streams[handle]!.subscribers.append(Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: Flow(context: context), gate: gate))
         streams[handle]!.subscriberIDs[subscriberId] = rtcpSSRC
         // The keyframe is asked for when the subscriber is first heard from (see `authenticated`).
         return []
@@ -229,6 +261,46 @@ struct RelayRouter<Context> {
         }
     }
 
+    /// Calls `body` for every subscriber of `stream` whose address is known, with its slot and
+    /// whether every packet goes to it unchanged (else ask ``forwardVideo(stream:slot:packet:)``).
+    @inline(__always)
+    func forEachReachableSlot(of stream: Int, _ body: (_ slot: Int, Context, RelayAddress, _ transparent: Bool) -> Void) {
+        guard let s = streams[stream] else { return }
+        for (slot, subscriber) in s.subscribers.enumerated() {
+            if let address = subscriber.flow.address { body(slot, subscriber.flow.context, address, subscriber.gate?.isTransparent ?? true) }
+        }
+    }
+
+    /// The context and address of the subscriber in `slot`, if it is reachable.
+    func reachableSubscriber(stream: Int, slot: Int) -> (Context, RelayAddress)? {
+        guard let s = streams[stream], slot < s.subscribers.count, let address = s.subscribers[slot].flow.address else { return nil }
+        return (s.subscribers[slot].flow.context, address)
+    }
+
+    /// Whether a track carries video (its packets may be held back from a subscriber).
+    func isVideo(stream: Int, track: Int) -> Bool { streams[stream]?.tracks[track].throttle != nil }
+
+    /// The fate of a plain video packet towards the subscriber in `slot` (whose fallback is not
+    /// transparent): dropped while its video is held back or a keyframe is awaited, else
+    /// renumbered into its continuous sequence.
+    mutating func forwardVideo(stream: Int, slot: Int, packet: [UInt8]) -> VideoForwarding {
+        guard streams[stream] != nil, slot < streams[stream]!.subscribers.count,
+              streams[stream]!.subscribers[slot].gate != nil, packet.count >= RTPPacketLayout.fixedHeaderLength
+        else { return .unchanged }
+        let sequence = UInt16(packet[2]) << 8 | UInt16(packet[3])
+        let outgoing = streams[stream]!.subscribers[slot].gate!.forward(sequenceNumber: sequence) {
+            packet.withUnsafeBytes { H264Payload.packetStartsKeyframe($0) }
+        }
+        guard let outgoing else { return .dropped }
+        return outgoing == sequence ? .unchanged : .renumbered(outgoing)
+    }
+
+    /// Takes the pending video events.
+    mutating func takeVideoEvents() -> [SubscriberVideoEvent] {
+        defer { videoEvents.removeAll() }
+        return videoEvents
+    }
+
     /// Authenticated RTCP from a publisher. Notes its sender reports (for the relay's own
     /// reports' LSR/DLSR) and returns whether the packet should go on to the subscribers: it does
     /// when it carries a sender report, which subscribers need for lip sync.
@@ -256,15 +328,22 @@ struct RelayRouter<Context> {
         for packet in packets {
             switch packet {
             case .receiverReport(let report):
-                record(report.reportBlocks, stream: handle, slot: slot, now: now)
+                actions += record(report.reportBlocks, stream: handle, slot: slot, now: now)
             case .senderReport(let report):
-                record(report.reportBlocks, stream: handle, slot: slot, now: now)
+                actions += record(report.reportBlocks, stream: handle, slot: slot, now: now)
             case .genericNACK(let nack):
                 guard let index = streams[handle]!.trackIndex(ssrc: nack.mediaSSRC), let address else { continue }
                 let cache = streams[handle]!.tracks[index].cache
+                let gate = streams[handle]!.tracks[index].throttle == nil ? nil : streams[handle]!.subscribers[slot].gate
                 var seen = Set<UInt16>()
                 for sequence in nack.lostSequenceNumbers where seen.insert(sequence).inserted {
-                    if let bytes = cache.packet(sequenceNumber: sequence, now: now) {
+                    // In the subscriber's numbering when its video was ever held back.
+                    let original = gate.map { $0.original(ofNacked: sequence) } ?? sequence
+                    if let original, var bytes = cache.packet(sequenceNumber: original, now: now) {
+                        if original != sequence {
+                            bytes[2] = UInt8(sequence >> 8)
+                            bytes[3] = UInt8(sequence & 0xFF)
+                        }
                         actions.append(.retransmit(context, address, rtp: bytes))
                         counters.nacksServed += 1
                     } else {
@@ -272,12 +351,14 @@ struct RelayRouter<Context> {
                     }
                 }
             case .pictureLossIndication(let pli):
-                if let index = videoTrack(stream: handle, ssrc: pli.mediaSSRC),
+                // A subscriber whose video is held back is sent a keyframe when a probe begins.
+                if streams[handle]!.subscribers[slot].gate?.isSuspended != true,
+                   let index = videoTrack(stream: handle, ssrc: pli.mediaSSRC),
                    let action = requestKeyframe(stream: handle, track: index, kind: .pli, now: now) {
                     actions.append(action)
                 }
             case .fullIntraRequest(let fir):
-                for entry in fir.entries {
+                for entry in fir.entries where streams[handle]!.subscribers[slot].gate?.isSuspended != true {
                     if let index = videoTrack(stream: handle, ssrc: entry.ssrc),
                        let action = requestKeyframe(stream: handle, track: index, kind: .fir, now: now) {
                         actions.append(action)
@@ -295,10 +376,40 @@ struct RelayRouter<Context> {
         return index
     }
 
-    private mutating func record(_ blocks: [RTCPReportBlock], stream: Int, slot: Int, now: UInt64) {
-        for block in blocks where streams[stream]!.trackIndex(ssrc: block.ssrc) != nil {
+    /// Keeps a subscriber's report blocks for aggregation and feeds its audio-only fallback;
+    /// returns the keyframe request a probe needs.
+    private mutating func record(_ blocks: [RTCPReportBlock], stream: Int, slot: Int, now: UInt64) -> [RelayAction<Context>] {
+        var actions: [RelayAction<Context>] = []
+        for block in blocks {
+            guard let index = streams[stream]!.trackIndex(ssrc: block.ssrc) else { continue }
             streams[stream]!.subscribers[slot].reports[block.ssrc] = SubscriberReport(block: block, arrival: now)
+            guard streams[stream]!.subscribers[slot].gate != nil else { continue }
+            let change: VideoGate.Change?
+            if streams[stream]!.tracks[index].throttle != nil {
+                let legLoss = streams[stream]!.tracks[index].publisherLegLoss
+                change = streams[stream]!.subscribers[slot].gate!.videoReport(block, publisherLegLoss: legLoss, now: now)
+            } else {
+                change = streams[stream]!.subscribers[slot].gate!.audioReport(block, now: now)
+            }
+            guard let change else { continue }
+            let subscriber = streams[stream]!.subscribers[slot]
+            switch change {
+            case .suspended:
+                counters.videoSuspensions += 1
+                videoEvents.append(SubscriberVideoEvent(streamId: streams[stream]!.id, subscriberId: subscriber.id, suspended: true))
+            case .probing:
+                counters.videoProbes += 1
+                for video in streams[stream]!.tracks.indices where streams[stream]!.tracks[video].throttle != nil {
+                    if let action = requestKeyframe(stream: stream, track: video, kind: .pli, now: now) { actions.append(action) }
+                }
+            case .probeFailed:
+                break
+            case .resumed:
+                counters.videoResumptions += 1
+                videoEvents.append(SubscriberVideoEvent(streamId: streams[stream]!.id, subscriberId: subscriber.id, suspended: false))
+            }
         }
+        return actions
     }
 
     // MARK: Keyframes
@@ -376,15 +487,21 @@ struct RelayRouter<Context> {
     /// Fraction lost, cumulative lost and jitter are the worst of that leg and of every
     /// subscriber's latest report for the SSRC from the last `subscriberReportLifetime`: sequence
     /// numbers pass through unchanged, so a subscriber's figures are end to end, and a publisher
-    /// sending one encoding to everyone must fit its worst receiver.
+    /// sending one encoding to everyone must fit its worst receiver. A subscriber whose video is
+    /// held back (or being probed) by its audio-only fallback does not count for the video, nor
+    /// does a video loss at which a subscriber falls back: one viewer that cannot take the video
+    /// must not drag the encoding down for all the others.
     mutating func receiverReport(stream handle: Int, now: UInt64) -> RelayAction<Context>? {
         guard let stream = streams[handle], let address = stream.publisher.address else { return nil }
         var blocks: [RTCPReportBlock] = []
         for index in stream.tracks.indices where stream.tracks[index].reception.started {
             let ssrc = stream.tracks[index].description.ssrc
             var block = streams[handle]!.tracks[index].reception.reportBlock(ssrc: ssrc, now: now)
+            streams[handle]!.tracks[index].publisherLegLoss = Double(block.fractionLost) / 256
             for subscriber in stream.subscribers {
-                guard let report = subscriber.reports[ssrc], now &- report.arrival <= settings.subscriberReportLifetime else { continue }
+                guard let report = subscriber.reports[ssrc], now &- report.arrival <= settings.subscriberReportLifetime,
+                      subscriber.counts(report, on: stream.tracks[index])
+                else { continue }
                 block.fractionLost = max(block.fractionLost, report.block.fractionLost)
                 block.cumulativeLost = max(block.cumulativeLost, report.block.cumulativeLost)
                 block.jitter = max(block.jitter, report.block.jitter)

@@ -147,6 +147,8 @@ actor Platform {
             let ingest = self.ingest
             Task { await ingest.ownerEnded(id) }
         }
+        // The relay's audio-only fallback, told to the viewers concerned.
+        for event in relay.takeSubscriberVideoEvents() { perform(registry: .subscriberVideo(event)) }
         // A detached publisher whose media stopped as well is gone, not merely cut off.
         let timeout = Duration.milliseconds(Int64(configuration.detachedMediaTimeout * 1000))
         for streamId in registry.detachedStreamIds {

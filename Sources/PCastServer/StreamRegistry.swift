@@ -87,6 +87,8 @@ public struct StreamRegistry: Sendable {
         /// The operator ends a stream (admin).
         case endStream(streamId: String, reason: StreamEndedReason, description: String?)
         case sessionClosed(sessionId: String, SessionEnd)
+        /// The relay stopped or resumed sending a subscriber the stream's video.
+        case subscriberVideo(SubscriberVideoEvent)
     }
 
     public enum Action: Sendable, Hashable {
@@ -199,6 +201,13 @@ public struct StreamRegistry: Sendable {
             return end(streamId, reason: reason, description: description, skipping: nil)
         case .sessionClosed(let sessionId, let how):
             return sessionClosed(sessionId, how)
+        case .subscriberVideo(let event):
+            // Only to the session that still holds that subscription.
+            guard let sessionId = streams[event.streamId]?.subscribers.first(where: { $0.subscriberId == event.subscriberId })?.sessionId
+            else { return [] }
+            let what = event.suspended ? "video suspended: the subscriber's leg cannot carry it (audio only)" : "video resumed"
+            return [.send(sessionId: sessionId, .event(.subscriberVideo(event))),
+                    .log(.info, "\(what) for subscriber \(event.subscriberId)", sessionId: sessionId, streamId: event.streamId)]
         }
     }
 

@@ -27,6 +27,13 @@ struct DataQualityTests {
         #expect(DataQualityEvaluator.assessPublisher(videoPackets: 10, audioPackets: 5, uploadLimited: true, networkLimited: true) == (.all, .uploadLimited))
     }
 
+    @Test("while the relay holds the video back (audio-only fallback): audioOnly/downloadLimited, even with frames still draining and a publisher reason")
+    func videoSuspended() {
+        #expect(DataQualityEvaluator.assess(sample(), publisher: .uploadLimited, videoSuspended: true) == (.audioOnly, .downloadLimited))
+        #expect(DataQualityEvaluator.assess(sample(video: 0, audio: 0, expected: 0), videoSuspended: true) == (.noData, .downloadLimited))
+        #expect(DataQualityEvaluator.assess(sample(video: 0), videoSuspended: false) == (.audioOnly, .none))
+    }
+
     @Test("the first second is reported at once; a change needs two seconds in a row; one bad second does not flap")
     func hysteresis() {
         var evaluator = DataQualityEvaluator()

@@ -82,6 +82,9 @@ struct RTPMediaTests {
             #expect(values == expected, "decoded \(values.prefix(80)) of encoded \(expected.prefix(80)); encoder saw \(encoderBuffers.value) buffers, layout \(String(describing: layout.withLock { $0 }))")
         }
         #expect(rtcpToReceiver.value > 0 && rtcpToPublisher.value > 0)
+        // Nothing lost, nothing dropped: every frame received was decoded (bar the one in flight).
+        let inbound = try #require(receiver.rtcStats().first { $0.kind == "video" })
+        #expect((inbound.framesReceived ?? 0) >= 60 && inbound.framesDropped == 0, "\(inbound)")
         // Overriding the playout delay changes the jitter buffer; releasing restores the default.
         #expect(renderer.playoutDelay == RTPReceiver.defaultPlayoutDelay)
         let first = renderer.overridePlayoutDelay(0.2)
@@ -92,6 +95,33 @@ struct RTPMediaTests {
         #expect(try receiver.pipeline.element(named: "rtpbin").property("latency", as: UInt32.self) == 200)
         first.dispose()
         #expect(renderer.playoutDelay == RTPReceiver.defaultPlayoutDelay)
+        await publisher.stop()
+        await remote.stop()
+        await media.stop()
+    }
+
+    @Test("framesDropped: with 5 % of the packets lost before the jitter buffer and nothing to repair them, frames wait for a keyframe and are counted dropped; received = decoded + dropped (± the frame in flight)")
+    func framesDropped() async throws {
+        let media = try await UserMedia.getUserMedia(syntheticOptions(width: 640, height: 360))
+        let publisherBox = Mutex<RTPPublisher?>(nil)
+        let expected = [MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: 0)]
+        let (receiver, remote) = try await RTPReceiver.start(tracks: expected, impairment: NetworkImpairment(dropProbability: 0.05)) { rtcp in
+            publisherBox.withLock { $0 }?.receiveRTCP(rtcp)
+        }
+        let publisher = try await RTPPublisher.start(stream: media.mediaStream) { packet in
+            switch packet.kind {
+            case .rtp: receiver.receiveRTP(packet.buffer, payloadType: 96)
+            case .rtcp: receiver.receiveRTCP(packet.buffer)
+            }
+        }
+        publisherBox.withLock { $0 = publisher }
+        @Sendable func video() -> RTCStats? { receiver.rtcStats().first { $0.kind == "video" } }
+        #expect(await eventually(.seconds(30)) { (video()?.framesReceived ?? 0) >= 150 }, "\(String(describing: video()))")
+        let stats = try #require(video())
+        print("framesDropped at 5 % loss: \(stats)")
+        let (received, decoded, dropped) = (stats.framesReceived ?? 0, stats.framesDecoded ?? 0, stats.framesDropped ?? -1)
+        #expect(dropped > 0 && dropped < received, "\(stats)")
+        #expect(decoded > 0 && (0...2).contains(received - decoded - dropped), "\(stats)")
         await publisher.stop()
         await remote.stop()
         await media.stop()

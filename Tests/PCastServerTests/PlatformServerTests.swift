@@ -258,6 +258,28 @@ import Testing
         }
     }
 
+    @Test func theRelaysAudioOnlyFallbackIsToldToTheViewer() async throws {
+        try await withServer { server, relay in
+            let (publisher, _) = try await authenticated(server)
+            let published = try await publish(publisher)
+            let (viewer, _) = try await authenticated(server)
+            guard case .subscribed(let subscribed) = try await subscribe(viewer, { $0.originStreamId(published.streamId) }).message,
+                  let subscriberId = subscribed.subscriberId
+            else {
+                Issue.record("not subscribed")
+                return
+            }
+            let event = SubscriberVideoEvent(streamId: published.streamId, subscriberId: subscriberId, suspended: true)
+            relay.pushVideoEvent(event)
+            #expect(try await viewer.nextMessage() == .event(.subscriberVideo(event)))
+            relay.pushVideoEvent(SubscriberVideoEvent(streamId: published.streamId, subscriberId: subscriberId, suspended: false))
+            #expect(try await viewer.nextMessage() == .event(.subscriberVideo(.init(streamId: published.streamId, subscriberId: subscriberId, suspended: false))))
+            #expect(publisher.all.isEmpty, "only the viewer concerned")
+            await publisher.close()
+            await viewer.close()
+        }
+    }
+
     @Test func aResumedSessionKeepsItsStreamsAndGetsTheEventsItMissed() async throws {
         try await withServer { server, relay in
             let (publisher, first) = try await authenticate(server)

@@ -296,6 +296,22 @@ import Testing
         #expect(failure(forged)?.status == .unauthorized)
     }
 
+    @Test func theRelaysAudioOnlyFallbackReachesTheSubscribingSessionOnly() {
+        var registry = registry()
+        publish(&registry, "s1")
+        for (session, id) in [("sub", "a"), ("sub2", "b")] {
+            _ = subscribe(&registry, session, token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: id)
+            _ = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: id, .success(transport)))
+        }
+        let suspended = SubscriberVideoEvent(streamId: "s1", subscriberId: "b", suspended: true)
+        #expect(sends(registry.handle(.subscriberVideo(suspended))).map { $0.0 } == ["sub2"])
+        #expect(sends(registry.handle(.subscriberVideo(suspended))).map { $0.1 } == [.event(.subscriberVideo(suspended))])
+        // A subscription that is gone, or a stream that is, hears nothing.
+        _ = registry.handle(.request(sessionId: "sub2", requestId: 3, .unsubscribe(.init(streamId: "s1", subscriberId: "b")), now: now, newId: ""))
+        #expect(sends(registry.handle(.subscriberVideo(.init(streamId: "s1", subscriberId: "b", suspended: false)))).isEmpty)
+        #expect(sends(registry.handle(.subscriberVideo(.init(streamId: "nope", subscriberId: "a", suspended: true)))).isEmpty)
+    }
+
     @Test func unsubscribeRemovesOneSubscription() {
         var registry = registry()
         publish(&registry, "s1")

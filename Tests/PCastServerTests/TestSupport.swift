@@ -25,6 +25,7 @@ final class RecordingRelay: RelayControl {
         var publishers: Set<String> = []
         var refusePublishersWith: RelayError?
         var idle: [String: Duration] = [:]
+        var videoEvents: [SubscriberVideoEvent] = []
     }
 
     private let state = Mutex(State())
@@ -73,6 +74,16 @@ final class RecordingRelay: RelayControl {
     }
 
     func statistics() -> RelayStatistics { state.withLock { $0.statistics } }
+
+    /// Queues an audio-only fallback event for the platform's next tick.
+    func pushVideoEvent(_ event: SubscriberVideoEvent) { state.withLock { $0.videoEvents.append(event) } }
+
+    func takeSubscriberVideoEvents() -> [SubscriberVideoEvent] {
+        state.withLock { state in
+            defer { state.videoEvents.removeAll() }
+            return state.videoEvents
+        }
+    }
 
     /// Idle times by stream; a published stream not listed counts as sending (zero).
     func setIdleTime(_ idle: Duration, streamId: String) { state.withLock { $0.idle[streamId] = idle } }

@@ -116,6 +116,12 @@ struct NetworkQualityTests {
         let inbound = stream.rtcStatsReport().stats.first { $0.type == "inbound-rtp" && $0.kind == "video" }
         print("10 % loss: \(stream.rtcStatsReport().json)")
         #expect((inbound?.nackCount ?? 0) > 0 && (inbound?.framesDecoded ?? 0) > 200 && (inbound?.keyFramesDecoded ?? 0) > 0)
+        // Frames received but never decoded stay few once retransmissions repair the losses.
+        if let received = inbound?.framesReceived, let dropped = inbound?.framesDropped {
+            #expect(received >= (inbound?.framesDecoded ?? 0) && dropped * 20 <= received, "\(received) frames received, \(dropped) dropped")
+        } else {
+            Issue.record("no framesReceived / framesDropped in \(String(describing: inbound))")
+        }
         let outbound = session.publisher.rtcStatsReport()
         print("10 % loss: \(outbound.json)")
         #expect(outbound.stats.contains { $0.type == "outbound-rtp" && $0.kind == "video" && ($0.packetsSent ?? 0) > 1000 && ($0.keyFramesEncoded ?? 0) > 0 })
@@ -284,5 +290,64 @@ extension NetworkQualityTests {
         await sdk.stop()
         await media.stop()
         await platform.shutdown()
+    }
+}
+
+extension NetworkQualityTests {
+    @Test("audio-only fallback: a viewer whose leg cannot carry the video (a 200 kbit/s cap) gets the audio alone (audioOnly/downloadLimited) while another viewer keeps the video; once the cap is lifted a probe brings the video back (all/none)")
+    func audioOnlyFallback() async throws {
+        let session = try await ImpairedViewing.start(seed: 40)
+        let (platform, proxy, stream) = (session.platform, session.proxy, session.stream)
+        let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+        let reports = Values<String>()
+        renderer.setDataQualityChangedCallback { status, reason in reports.append("\(status.rawValue)/\(reason.rawValue)") }
+        let frames = Atomic<Int>(0)
+        #expect(await renderer.start() == .ok)
+        try renderer.setFrameReadyCallback(stream.getVideoTracks()[0]) { _ in frames.add(1, ordering: .relaxed) }
+        // A second viewer on a clear leg, straight to the relay.
+        let clear = try await session.publisherSDK.subscribe(streamToken: try platform.token(.stream, originStreamId: session.publisher.streamId))
+        let (clearRenderer, clearFrames) = try await watch(clear)
+        #expect(await eventually(.seconds(10)) { reports.all.last == "all/none" }, "\(reports.all)")
+
+        var capped = ImpairmentProfile(bandwidth: 200_000)
+        capped.queueLimit = .milliseconds(100)
+        proxy.setProfile(capped, for: .toClient)
+        let cappedAt = ContinuousClock.now
+        #expect(await eventually(.seconds(15)) { stream.isVideoSuspended }, "the relay never held the video back: \(platform.relay.statistics())")
+        let suspendedAfter = ContinuousClock.now - cappedAt
+        #expect(await eventually(.seconds(10)) { reports.all.last == "audioOnly/downloadLimited" }, "\(reports.all)")
+        // While held back, the audio alone fits the leg: it keeps arriving, with little loss.
+        let audioBefore = try #require(stream.networkStatistics().first { $0.kind == .audio })
+        let framesBefore = frames.load(ordering: .relaxed)
+        let clearBefore = clearFrames.all.count
+        try await Task.sleep(for: .seconds(2))
+        let audioAfter = try #require(stream.networkStatistics().first { $0.kind == .audio })
+        let audioPackets = audioAfter.packetsReceived - audioBefore.packetsReceived
+        print("fallback: video suspended \(suspendedAfter) after the cap; in 2 s audio-only: \(audioPackets) audio packets, "
+              + "\(frames.load(ordering: .relaxed) - framesBefore) video frames; the clear viewer \(clearFrames.all.count - clearBefore) frames; relay \(platform.relay.statistics())")
+        #expect(audioPackets >= 100, "\(audioPackets) audio packets in 2 s while the video was held back")
+        #expect(clearFrames.all.count - clearBefore >= 40, "the clear viewer kept its video")
+        #expect(session.viewer.isOnline && stream.endReason == nil)
+        // A probe under the cap floods the leg again: it fails, and the video stays held back.
+        #expect(await eventually(.seconds(15)) { platform.relay.statistics().videoProbes >= 1 }, "no probe: \(platform.relay.statistics())")
+        try await Task.sleep(for: .seconds(4))
+        #expect(stream.isVideoSuspended && platform.relay.statistics().videoResumptions == 0, "a probe under the cap resumed the video")
+
+        proxy.setProfile(.clear, for: .toClient)
+        let liftedAt = ContinuousClock.now
+        #expect(await eventually(.seconds(40)) { !stream.isVideoSuspended }, "the video never came back: \(platform.relay.statistics())")
+        let resumedAfter = ContinuousClock.now - liftedAt
+        #expect(await eventually(.seconds(10)) { reports.all.last == "all/none" }, "\(reports.all)")
+        let resumedFrames = frames.load(ordering: .relaxed)
+        try await Task.sleep(for: .seconds(1))
+        #expect(frames.load(ordering: .relaxed) - resumedFrames >= 15, "video frames are decoded again")
+        let statistics = platform.relay.statistics()
+        print("fallback: video back \(resumedAfter) after the cap was lifted; reports \(reports.all); relay \(statistics)")
+        #expect(statistics.videoSuspensions >= 1 && statistics.videoResumptions >= 1 && statistics.videoProbes >= 1)
+
+        await clearRenderer.stop()
+        await clear.stop()
+        await renderer.stop()
+        await session.stop()
     }
 }
