@@ -203,7 +203,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PCastRelayTests",
-            dependencies: ["PCastRelay", "PCastProtocol", "SRTP"]
+            dependencies: ["PCastRelay", "PCastProtocol", "SRTP", "PCastTestSupport"]
         ),
         .testTarget(
             name: "PCastMediaTests",

@@ -67,9 +67,10 @@ public final class Pad: @unchecked Sendable, CustomStringConvertible {
     /// The handler runs on GStreamer's streaming thread: keep it short and never block in it.
     @discardableResult
     public func addBufferProbe(_ handler: @escaping @Sendable (inout Buffer) -> PadProbeAction) -> PadProbe {
-        let context = Unmanaged.passRetained(BufferProbeContext(handler)).toOpaque()
+        let probeContext = BufferProbeContext(handler)
+        let context = Unmanaged.passRetained(probeContext).toOpaque()
         let id = gst_pad_add_probe(pointer, GST_PAD_PROBE_TYPE_BUFFER, bufferProbeTrampoline, context, releaseRetainedContext)
-        return PadProbe(pad: self, id: id)
+        return PadProbe(pad: self, id: id, removed: probeContext.removed)
     }
 
     /// Waits (blocking the calling thread, never a cooperative-pool one) until nothing is being
@@ -100,9 +101,12 @@ public final class Pad: @unchecked Sendable, CustomStringConvertible {
 public final class PadProbe: @unchecked Sendable {
     private let weakPad: UnsafeMutablePointer<GWeakRef>
     private let id: UInt
-    private let removed = Atomic<Bool>(false)
+    private let removed: ProbeRemoved
 
-    init(pad: Pad, id: UInt) {
+    /// `removed`: shared with a handler that can remove its own probe (``PadProbeAction/remove``),
+    /// so that removing it again later does not ask GStreamer for a probe it no longer has.
+    init(pad: Pad, id: UInt, removed: ProbeRemoved = ProbeRemoved()) {
+        self.removed = removed
         weakPad = .allocate(capacity: 1)
         weakPad.initialize(to: GWeakRef())
         g_weak_ref_init(weakPad, UnsafeMutableRawPointer(pad.pointer))
@@ -116,7 +120,7 @@ public final class PadProbe: @unchecked Sendable {
 
     /// Removes the probe; later calls, or calls after the pad is gone, do nothing.
     public func remove() {
-        guard !removed.exchange(true, ordering: .relaxed), id != 0,
+        guard !removed.flag.exchange(true, ordering: .acquiringAndReleasing), id != 0,
               let pad = g_weak_ref_get(weakPad) else { return }
         gst_pad_remove_probe(pad.assumingMemoryBound(to: GstPad.self), id)
         gst_object_unref(pad)
@@ -139,8 +143,14 @@ private final class IdleWaiter: Sendable {
     let semaphore = DispatchSemaphore(value: 0)
 }
 
+/// Whether a probe is gone, set by whichever removes it first: its handle or its own handler.
+final class ProbeRemoved: Sendable {
+    let flag = Atomic<Bool>(false)
+}
+
 private final class BufferProbeContext {
     let handler: @Sendable (inout Buffer) -> PadProbeAction
+    let removed = ProbeRemoved()
     init(_ handler: @escaping @Sendable (inout Buffer) -> PadProbeAction) { self.handler = handler }
 }
 
@@ -163,7 +173,11 @@ private let bufferProbeTrampoline: GstPadProbeCallback = { _, info, userData in
     switch action {
     case .pass: return GST_PAD_PROBE_OK
     case .drop: return GST_PAD_PROBE_DROP
-    case .remove: return GST_PAD_PROBE_REMOVE
+    case .remove:
+        // Once marked, the handle's remove() leaves it alone; if the handle got there first it
+        // has already removed the probe, and GStreamer ignores this REMOVE.
+        context.removed.flag.store(true, ordering: .releasing)
+        return GST_PAD_PROBE_REMOVE
     }
 }
 

@@ -79,8 +79,13 @@ public final class Publisher: Sendable {
     }
 
     /// What the publisher estimates the network carries for its video, bits per second, from the
-    /// loss the relay reports (nil for an ingest); see ``BitrateController``.
+    /// loss and round trips the relay reports, capped by the relay's REMB (nil for an ingest); see
+    /// ``BitrateController``.
     public var estimatedVideoBitrate: Int? { (rtp as? RTPPublisher)?.estimatedBitrate }
+
+    /// The relay's delay-based estimate of this publisher's uplink (REMB, bits per second): it
+    /// appears once the relay sees a queue build on the way in, and caps the video while it holds.
+    public var remoteEstimate: Int? { (rtp as? RTPPublisher)?.remoteEstimate }
 
     /// Whether that estimate holds the video below its configured bitrate: the seed's
     /// `uploadLimited` for a publisher.

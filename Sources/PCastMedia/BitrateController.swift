@@ -4,7 +4,10 @@
 /// holds), and delay: when the round trip stays ``queueingThreshold`` above the lowest of the recent
 /// ones for two reports in a row, a queue is building on the path (a bottleneck fills before it
 /// drops), so the bitrate drops by 15 % before any loss; while the round trip is rising it does not
-/// grow. Bounded by `minimum` and `maximum` (bits per second).
+/// grow. A receiver's own estimate of the path (REMB: the relay's delay-based estimate of this
+/// uplink, from when each frame arrives) caps the target while it keeps coming; one not repeated
+/// for ``remoteEstimateLifetime`` reports lapses. Bounded by `minimum` and `maximum` (bits per
+/// second).
 ///
 /// ```swift
 /// var controller = BitrateController(maximum: 2_500_000)
@@ -13,7 +16,12 @@
 public struct BitrateController: Sendable, Hashable {
     public let minimum: Int
     public let maximum: Int
-    public private(set) var target: Int
+    /// The loss- and round-trip-based target, before the remote estimate caps it.
+    private var ownTarget: Int
+    /// The latest REMB (bits per second), and the receiver reports seen since it came.
+    public private(set) var remoteEstimate: Int?
+    private var reportsSinceEstimate = 0
+    public static let remoteEstimateLifetime = 5
     /// Queueing this far above the path's base round trip means a queue is building.
     public static let queueingThreshold: Duration = .milliseconds(100)
     /// Round trips of the recent reports; their minimum is the path's base delay.
@@ -23,13 +31,27 @@ public struct BitrateController: Sendable, Hashable {
     public init(maximum: Int, minimum: Int = 100_000) {
         self.maximum = max(maximum, minimum)
         self.minimum = minimum
-        target = self.maximum
+        ownTarget = self.maximum
+    }
+
+    /// What the video should be encoded at now (bits per second).
+    public var target: Int { min(max(min(ownTarget, remoteEstimate ?? .max), minimum), maximum) }
+
+    /// A receiver's estimate of the path (REMB); returns the new target.
+    @discardableResult
+    public mutating func remoteEstimate(_ bitsPerSecond: Int) -> Int {
+        remoteEstimate = max(0, bitsPerSecond)
+        reportsSinceEstimate = 0
+        return target
     }
 
     /// Takes one report's fraction lost (0…1) and, when known, the round trip it gives; returns
     /// the new target.
     @discardableResult
     public mutating func report(fractionLost loss: Double, roundTripTime: Duration? = nil) -> Int {
+        reportsSinceEstimate += 1
+        if reportsSinceEstimate > Self.remoteEstimateLifetime { remoteEstimate = nil }
+        var target = ownTarget
         var queueing = Duration.zero
         if let roundTripTime {
             roundTrips.append(roundTripTime)
@@ -45,8 +67,8 @@ public struct BitrateController: Sendable, Hashable {
         } else if loss < 0.02 && queueing <= Self.queueingThreshold / 2 {
             target = Int(Double(target) * 1.08) + 1_000
         }
-        target = min(max(target, minimum), maximum)
-        return target
+        ownTarget = min(max(target, minimum), maximum)
+        return self.target
     }
 
     /// Whether the target is held below the maximum (the upload is the limit).

@@ -158,8 +158,11 @@ public final class RTPPublisher: RTPSource, Sendable {
         rate = Mutex(RateInputs(controller: BitrateController(maximum: videoBitrate * 1000)))
     }
 
-    /// The loss-based estimate of what the network carries, bits per second.
+    /// The estimate of what the network carries, bits per second: loss- and round-trip-based,
+    /// capped by the relay's delay-based estimate (REMB) while it sends one.
     public var estimatedBitrate: Int { rate.withLock { $0.controller.target } }
+    /// The relay's latest delay-based estimate of this uplink (REMB), while it holds.
+    public var remoteEstimate: Int? { rate.withLock { $0.controller.remoteEstimate } }
     /// Whether the estimate holds the video below its configured bitrate (upload limited).
     public var isUploadLimited: Bool { rate.withLock { $0.controller.isLimited } }
     /// Whether the viewers' bandwidth requests hold the video below what it would otherwise send.
@@ -206,6 +209,13 @@ public final class RTPPublisher: RTPSource, Sendable {
     /// Feeds the controller from receiver reports about the video SSRC.
     private func observe(_ compound: RTCPCompoundPacket) {
         guard let videoSSRC, videoEncoder != nil else { return }
+        for case .receiverEstimatedMaxBitrate(let remb) in compound.packets where remb.ssrcs.contains(videoSSRC) {
+            rate.withLock { rate in
+                let before = rate.controller.target
+                rate.controller.remoteEstimate(Int(clamping: remb.bitrate))
+                if rate.controller.target != before { applyRate(rate) }
+            }
+        }
         for case .receiverReport(let report) in compound.packets {
             for block in report.reportBlocks where block.ssrc == videoSSRC {
                 let roundTrip = block.lastSenderReport != 0 ? feedback.remote(videoSSRC).roundTripTime : nil

@@ -214,6 +214,7 @@ public final class Relay: RelayControl {
         result.videoSuspensions = c.videoSuspensions.load(ordering: .relaxed)
         result.videoProbes = c.videoProbes.load(ordering: .relaxed)
         result.videoResumptions = c.videoResumptions.load(ordering: .relaxed)
+        result.rembsSent = c.rembsSent.load(ordering: .relaxed)
         return result
     }
 

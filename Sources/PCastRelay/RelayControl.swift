@@ -82,6 +82,8 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     public var videoSuspensions: UInt64 = 0
     public var videoProbes: UInt64 = 0
     public var videoResumptions: UInt64 = 0
+    /// REMB packets sent to publishers: the relay's delay-based estimate of their video uplink.
+    public var rembsSent: UInt64 = 0
 
     public init() {}
 }

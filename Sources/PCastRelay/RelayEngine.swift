@@ -42,6 +42,7 @@ final class SharedCounters: Sendable {
     let videoSuspensions = Atomic<UInt64>(0)
     let videoProbes = Atomic<UInt64>(0)
     let videoResumptions = Atomic<UInt64>(0)
+    let rembsSent = Atomic<UInt64>(0)
 }
 
 /// The I/O side of the relay: the socket, the thread's loop, and the router it feeds.
@@ -248,6 +249,7 @@ final class RelayEngine: @unchecked Sendable {
         c.videoSuspensions.store(router.counters.videoSuspensions, ordering: .relaxed)
         c.videoProbes.store(router.counters.videoProbes, ordering: .relaxed)
         c.videoResumptions.store(router.counters.videoResumptions, ordering: .relaxed)
+        c.rembsSent.store(router.counters.rembsSent, ordering: .relaxed)
         if !router.videoEvents.isEmpty {
             let events = router.takeVideoEvents()
             videoEvents.withLock { queue in
@@ -310,9 +312,11 @@ final class RelayEngine: @unchecked Sendable {
             unknownPackets &+= 1
             return
         }
-        router.publisherRTP(
+        if let remb = router.publisherRTP(
             stream: stream, track: track, packet: packet, sequenceNumber: layout.sequenceNumber,
-            timestamp: layout.timestamp, now: now)
+            timestamp: layout.timestamp, now: now) {
+            perform([remb])
+        }
         pending.append((stream, track, packet))
     }
 

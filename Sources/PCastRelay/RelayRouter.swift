@@ -12,6 +12,8 @@ struct RouterSettings: Sendable, Equatable {
     var subscriberReportLifetime: UInt64 = 5_000_000_000
     /// The audio-only fallback of subscribers to streams with audio and video; nil turns it off.
     var videoGate: VideoGate.Settings? = VideoGate.Settings()
+    /// The delay-based estimate of each publisher's video uplink, sent to it in REMB; nil turns it off.
+    var arrivalEstimator: ArrivalEstimator.Settings? = ArrivalEstimator.Settings()
 }
 
 /// How the relay finds a flow from the SSRC in a packet's clear header.
@@ -52,6 +54,8 @@ struct RouterCounters: Sendable, Equatable {
     var videoSuspensions: UInt64 = 0
     var videoProbes: UInt64 = 0
     var videoResumptions: UInt64 = 0
+    /// REMB packets sent to publishers (periodic and on a drop).
+    var rembsSent: UInt64 = 0
 }
 
 /// The relay's routing, caching, keyframe throttling and report aggregation, without sockets or
@@ -80,6 +84,8 @@ struct RelayRouter<Context> {
         var firSequence: UInt8 = 0
         /// What the relay itself lost of this track over its latest report interval (0...1).
         var publisherLegLoss: Double = 0
+        /// Video tracks only: the uplink estimate told to the publisher in REMB.
+        var estimator: ArrivalEstimator?
     }
 
     struct SubscriberReport: Equatable {
@@ -157,7 +163,12 @@ struct RelayRouter<Context> {
                 description: track,
                 cache: PacketCache(capacity: settings.packetCacheCapacity, maximumAge: settings.packetCacheDuration),
                 reception: ReceptionStatistics(clockRate: track.clockRate),
-                throttle: track.kind == .video ? KeyframeThrottle(interval: settings.keyframeInterval) : nil)
+                throttle: track.kind == .video ? KeyframeThrottle(interval: settings.keyframeInterval) : nil,
+                estimator: track.kind == .video ? settings.arrivalEstimator.map { settings in
+                    var settings = settings
+                    settings.clockRate = Double(max(track.clockRate, 1))
+                    return ArrivalEstimator(settings: settings)
+                } : nil)
         }
         streams[handle] = Stream(id: id, publisher: Flow(context: publisher), tracks: built)
         handles[id] = handle
@@ -243,13 +254,38 @@ struct RelayRouter<Context> {
         }
     }
 
-    /// An authenticated plain RTP packet from a publisher: cached and counted for the upstream report.
+    /// An authenticated plain RTP packet from a publisher: cached, counted for the upstream report
+    /// and, for video, fed to the uplink estimate. Returns the REMB to send at once when the
+    /// estimate dropped.
+    @discardableResult
     mutating func publisherRTP(
         stream: Int, track: Int, packet: [UInt8], sequenceNumber: UInt16, timestamp: UInt32, now: UInt64
-    ) {
-        guard streams[stream] != nil else { return }
+    ) -> RelayAction<Context>? {
+        guard streams[stream] != nil else { return nil }
         streams[stream]!.tracks[track].cache.store(sequenceNumber: sequenceNumber, packet: packet, now: now)
         streams[stream]!.tracks[track].reception.update(sequenceNumber: sequenceNumber, rtpTimestamp: timestamp, arrival: now)
+        guard streams[stream]!.tracks[track].estimator?.packet(timestamp: timestamp, size: packet.count, arrival: now) == true,
+              let address = streams[stream]!.publisher.address,
+              let bytes = try? RTCPCompoundPacket(packets: [.receiverReport(RTCPReceiverReport(ssrc: settings.relaySSRC))] + remb(stream: stream)).serialized()
+        else { return nil }
+        counters.rembsSent += 1
+        return .toPublisher(streams[stream]!.publisher.context, address, rtcp: bytes)
+    }
+
+    /// REMB for the stream's video tracks that have an estimate (one packet naming them all, at
+    /// the lowest: they share the uplink).
+    private func remb(stream: Int) -> [RTCPPacket] {
+        guard let tracks = streams[stream]?.tracks else { return [] }
+        let estimated = tracks.compactMap { track in track.estimator?.estimate.map { (track.description.ssrc, $0) } }
+        guard let lowest = estimated.map(\.1).min() else { return [] }
+        return [.receiverEstimatedMaxBitrate(RTCPReceiverEstimatedMaxBitrate(
+            senderSSRC: settings.relaySSRC, bitrate: UInt64(lowest), ssrcs: estimated.map(\.0)))]
+    }
+
+    /// The uplink estimate of a stream's video (bits per second), once there is one.
+    func uplinkEstimate(streamId: String) -> Int? {
+        guard let handle = handles[streamId] else { return nil }
+        return streams[handle]?.tracks.compactMap { $0.estimator?.estimate }.min()
     }
 
     /// Calls `body` for every subscriber of `stream` whose address is known.
@@ -508,9 +544,11 @@ struct RelayRouter<Context> {
             }
             blocks.append(block)
         }
+        let remb = remb(stream: handle)
         guard !blocks.isEmpty,
-              let bytes = try? RTCPPacket.receiverReport(RTCPReceiverReport(ssrc: settings.relaySSRC, reportBlocks: Array(blocks.prefix(31)))).serialized()
+              let bytes = try? RTCPCompoundPacket(packets: [.receiverReport(RTCPReceiverReport(ssrc: settings.relaySSRC, reportBlocks: Array(blocks.prefix(31))))] + remb).serialized()
         else { return nil }
+        if !remb.isEmpty { counters.rembsSent += 1 }
         return .toPublisher(stream.publisher.context, address, rtcp: bytes)
     }
 }

@@ -46,10 +46,10 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Run only the reconnection benchmark (writes reconnect.json and reconnect.md).")
     var reconnectOnly = false
 
-    @Flag(help: "Run only the publish / unpublish cycle benchmark (writes cycles.json and cycles.md); run it with MALLOC_ARENA_MAX=2 (make bench does) so RSS shows what is kept.")
+    @Flag(help: "Run only the publish / unpublish and subscribe / unsubscribe cycle benchmarks (writes cycles.json and cycles.md); run it with MALLOC_ARENA_MAX=2 (make bench does) so RSS shows what is kept.")
     var cyclesOnly = false
 
-    @Option(help: "Publish / unpublish cycles for the cycle benchmark.")
+    @Option(help: "Publish / unpublish and subscribe / unsubscribe cycles for the cycle benchmark.")
     var cycles = 1_000
 
     @Option(help: "The mp4 the ingest benchmark loops (H.264 + AAC).")
@@ -74,7 +74,7 @@ struct BenchCommand: AsyncParsableCommand {
             return
         }
         if cyclesOnly {
-            let result = try await Self.publishCycles(cycles)
+            let result = CycleResults(publish: try await Self.publishCycles(cycles), subscribe: try await Self.subscribeCycles(cycles))
             try write(result, markdown: Self.cyclesMarkdown(result), as: "cycles")
             return
         }
@@ -196,16 +196,44 @@ extension BenchCommand {
         return result
     }
 
-    static func cyclesMarkdown(_ result: PublishCycleBenchmark.Result) -> String {
+    /// Subscribe / unsubscribe cycles (each rendered to its first frame) on one stream that keeps
+    /// flowing, with the embedded platform in this process.
+    static func subscribeCycles(_ cycles: Int) async throws -> PublishCycleBenchmark.Result {
+        let platform = try await LocalPlatform.start()
+        let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+        try await sdk.start(authToken: try platform.token(.auth))
+        let media = try await sdk.getUserMedia(.synthetic())
+        let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media)
+        let streamId = publisher.streamId
+        let result = try await PublishCycleBenchmark(cycles: cycles, warmUpCycles: 100).runSubscriptions(viewer: sdk) {
+            try platform.token(.stream, originStreamId: streamId)
+        }
+        await publisher.stop()
+        await sdk.stop()
+        await media.stop()
+        await platform.shutdown()
+        return result
+    }
+
+    struct CycleResults: Codable {
+        var publish: PublishCycleBenchmark.Result
+        var subscribe: PublishCycleBenchmark.Result
+    }
+
+    static func cyclesMarkdown(_ results: CycleResults) -> String {
         let arenas = ProcessInfo.processInfo.environment["MALLOC_ARENA_MAX"].map { "MALLOC_ARENA_MAX=\($0)" } ?? "default malloc arenas"
+        func row(_ name: String, _ result: PublishCycleBenchmark.Result) -> String {
+            String(format: "| %@ | %d | %d | %.1f ms | %.2f MB | %d → %d | %d → %d | ≤ 5 MB |", name, result.cycles, result.warmUpCycles,
+                   result.cycleMedianMilliseconds, Double(result.residentGrowthKiB) / 1024, result.before.threads, result.after.threads,
+                   result.before.openDescriptors, result.after.openDescriptors)
+        }
         return [
-            "## Publish / unpublish cycles (SDK + embedded platform in one process, 640×360 video + audio, \(arenas); after \(result.warmUpCycles) warm-up cycles)",
+            "## Cycles (SDK + embedded platform in one process, 640×360 video + audio, \(arenas))",
             "",
-            "| cycles | cycle p50 | RSS growth | threads | descriptors | goal |",
-            "|---:|---:|---:|---|---|---:|",
-            String(format: "| %d | %.1f ms | %.2f MB | %d → %d | %d → %d | ≤ 5 MB |", result.cycles, result.cycleMedianMilliseconds,
-                   Double(result.residentGrowthKiB) / 1024, result.before.threads, result.after.threads,
-                   result.before.openDescriptors, result.after.openDescriptors),
+            "| cycle | cycles | warm-up | p50 | RSS growth | threads | descriptors | goal |",
+            "|---|---:|---:|---:|---:|---|---|---:|",
+            row("publish / unpublish", results.publish),
+            row("subscribe / render first frame / unsubscribe", results.subscribe),
             "",
         ].joined(separator: "\n")
     }

@@ -93,9 +93,9 @@ struct SoakCommand: AsyncParsableCommand {
             let elapsed = Double((ContinuousClock.now - start) / .milliseconds(1)) / 1000
             let sample = Sample(seconds: elapsed, footprint: .current(), framesDecoded: decoded.load(ordering: .relaxed), churnCycles: churned)
             samples.append(sample)
-            print(String(format: "soak: %5.0f s  RSS %6.1f MB  threads %3d  fds %3d  frames %7d  churn %5d", elapsed,
-                         Double(sample.footprint.residentKiB) / 1024, sample.footprint.threads, sample.footprint.openDescriptors,
-                         sample.framesDecoded, sample.churnCycles))
+            print(String(format: "soak: %5.0f s  RSS %6.1f MB  heap in use %6.1f MB  threads %3d  fds %3d  frames %7d  churn %5d", elapsed,
+                         Double(sample.footprint.residentKiB) / 1024, Double(sample.footprint.heapInUseKiB ?? 0) / 1024,
+                         sample.footprint.threads, sample.footprint.openDescriptors, sample.framesDecoded, sample.churnCycles))
         }
 
         var failures: [String] = []
@@ -140,6 +140,16 @@ struct SoakCommand: AsyncParsableCommand {
         }
     }
 
+    /// Heap in use (malloc_info) at the start, the end, and grown since the warm-up: not a limit, it
+    /// tells a leak (it grows with RSS) from allocator fragmentation (RSS grows alone).
+    static func heapRow(_ report: Report) -> String {
+        let first = report.samples.first?.footprint.heapInUseKiB, last = report.samples.last?.footprint.heapInUseKiB
+        let baseline = report.samples.first { $0.seconds >= report.warmUpSeconds }?.footprint.heapInUseKiB
+        guard let first, let last else { return "| heap in use (malloc) | n/a | n/a | n/a | |" }
+        return String(format: "| heap in use (malloc) | %.1f MB | %.1f MB | %.1f MB | |", Double(first) / 1024, Double(last) / 1024,
+                      Double(last - (baseline ?? first)) / 1024)
+    }
+
     static func markdown(_ report: Report) -> String {
         let first = report.samples.first, last = report.samples.last
         return [
@@ -149,6 +159,7 @@ struct SoakCommand: AsyncParsableCommand {
             "|---|---:|---:|---:|---:|",
             String(format: "| RSS | %.1f MB | %.1f MB | %.1f MB | 10 MB |", Double(first?.footprint.residentKiB ?? 0) / 1024,
                    Double(last?.footprint.residentKiB ?? 0) / 1024, report.rssGrowthMB),
+            heapRow(report),
             "| threads | \(first?.footprint.threads ?? 0) | \(last?.footprint.threads ?? 0) | \(report.threadGrowth) | 4 |",
             "| descriptors | \(first?.footprint.openDescriptors ?? 0) | \(last?.footprint.openDescriptors ?? 0) | \(report.descriptorGrowth) | 8 |",
             "| frames decoded | \(first?.framesDecoded ?? 0) | \(last?.framesDecoded ?? 0) | | |",

@@ -63,4 +63,18 @@ struct BitrateControllerTests {
         #expect(longest < 1, "the queue reached \(longest) s")
         #expect(controller.target < 2_000_000)
     }
+
+    @Test("a remote estimate (REMB) caps the target while it keeps coming, lifts with it, and lapses after five reports without one")
+    func remoteEstimate() {
+        var controller = BitrateController(maximum: 2_000_000)
+        #expect(controller.remoteEstimate(450_000) == 450_000)
+        #expect(controller.report(fractionLost: 0) == 450_000, "loss says grow; the estimate still caps")
+        #expect(controller.remoteEstimate(600_000) == 600_000)
+        #expect(controller.remoteEstimate(50_000) == 100_000, "never under the minimum")
+        #expect(controller.isLimited)
+        for _ in 0..<BitrateController.remoteEstimateLifetime { controller.report(fractionLost: 0) }
+        #expect(controller.remoteEstimate == 50_000)
+        controller.report(fractionLost: 0)
+        #expect(controller.remoteEstimate == nil && controller.target == 2_000_000, "lapsed: the loss-based target rules again")
+    }
 }

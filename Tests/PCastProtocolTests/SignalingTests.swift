@@ -31,6 +31,7 @@ struct SignalingTests {
         .event(.bandwidthLimit(.init(streamId: "st-1", bitsPerSecond: 300_000))),
         .event(.bandwidthLimit(.init(streamId: "st-1", bitsPerSecond: nil))),
         .event(.publisherQuality(.init(streamId: "st-1", reason: .networkLimited))),
+        .event(.subscriberVideo(.init(streamId: "st-1", subscriberId: "subscriber-2", suspended: true))),
         .request(id: 7, .ok),
         .event(.streamEnded(.init(streamId: "st-1", reason: .censored, description: "by operator"))),
         .request(id: 9, .failure(.init(status: .unauthorized, message: "token expired"))),

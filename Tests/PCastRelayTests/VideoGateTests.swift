@@ -204,3 +204,41 @@ struct RouterFallbackTests {
         }
     }
 }
+
+/// The router's REMB: sent at once when the uplink estimate drops, then with each receiver report.
+@Suite("Relay router: REMB")
+struct RouterREMBTests {
+    @Test("frames arriving later and later (a queue building on the uplink) bring a REMB at once; the periodic report carries it too")
+    func remb() throws {
+        var router = RelayRouterTests.router()
+        let stream = try #require(router.handle(streamId: "s"))
+        router.authenticated(.track(stream: stream, track: 0), from: RelayRouterTests.publisherAddress)
+        let ms: UInt64 = 1_000_000
+        var immediate: [RTCPReceiverEstimatedMaxBitrate] = []
+        // 30 fps of 4 × 1 200 bytes (1.15 Mbit/s) through a 600 kbit/s link: each frame leaves later.
+        var linkFree = 0.0
+        for frame in 0..<150 {
+            let capture = Double(frame) / 30
+            for part in 0..<4 {
+                linkFree = max(linkFree, capture) + 1_200 * 8 / 600_000
+                let sequence = UInt16(frame * 4 + part)
+                let packet = try rtpPacket(ssrc: VideoGateTests.video, sequence: sequence, size: 1_188)
+                if case .toPublisher(1, RelayRouterTests.publisherAddress, let bytes)? = router.publisherRTP(
+                    stream: stream, track: 0, packet: packet, sequenceNumber: sequence, timestamp: UInt32(frame * 3_000), now: UInt64(linkFree * 1e9)) {
+                    let compound = try RTCPCompoundPacket(parsing: bytes)
+                    for case .receiverEstimatedMaxBitrate(let remb) in compound.packets { immediate.append(remb) }
+                }
+            }
+        }
+        let first = try #require(immediate.first, "no REMB while the queue grew")
+        #expect(first.ssrcs == [VideoGateTests.video] && first.senderSSRC == 9)
+        #expect(first.bitrate < 700_000 && first.bitrate > 300_000, "\(first.bitrate) bit/s: 85 % of what arrives")
+        #expect(router.uplinkEstimate(streamId: "s") != nil)
+        let periodic = router.tick(now: UInt64(linkFree * 1e9) + 1_000 * ms).compactMap { action -> RTCPReceiverEstimatedMaxBitrate? in
+            guard case .toPublisher(_, _, let bytes) = action, let compound = try? RTCPCompoundPacket(parsing: bytes) else { return nil }
+            for case .receiverEstimatedMaxBitrate(let remb) in compound.packets { return remb }
+            return nil
+        }
+        #expect(periodic.count == 1 && router.counters.rembsSent >= 2)
+    }
+}
