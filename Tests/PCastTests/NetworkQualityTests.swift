@@ -75,6 +75,44 @@ struct ImpairedViewing {
     }
 }
 
+/// A noise publisher (see ``publishNoise``) whose media goes through an impairment proxy.
+struct ImpairedPublishing {
+    let platform: LocalPlatform
+    let proxy: UDPImpairmentProxy
+    let sdk: PCast
+    let publisher: Publisher
+    let media: UserMediaStream
+
+    static func start(seed: UInt64) async throws -> ImpairedPublishing {
+        let platform = try await LocalPlatform.start()
+        let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: seed)
+        var options = PCastOptions(uri: platform.signalingURL)
+        options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
+        let sdk = PCast(options)
+        try await sdk.start(authToken: try platform.token(.auth))
+        let (publisher, media) = try await publishNoise(sdk, platform)
+        return ImpairedPublishing(platform: platform, proxy: proxy, sdk: sdk, publisher: publisher, media: media)
+    }
+
+    /// The video bitrate once it is back over 1.2 Mbit/s, or the last one measured after 30 s.
+    func recoveredBitrate() async throws -> Double {
+        var recovered = 0.0
+        let deadline = ContinuousClock.now + .seconds(30)
+        while recovered < 1_200_000 && ContinuousClock.now < deadline {
+            recovered = try await videoBitrate(publisher, over: 2)
+        }
+        return recovered
+    }
+
+    func stop() async {
+        await publisher.stop()
+        await sdk.stop()
+        await media.stop()
+        proxy.stop()
+        await platform.shutdown()
+    }
+}
+
 @Suite("Quality under impaired networks", .serialized)
 struct NetworkQualityTests {
     @Test("10 % uniform loss on the subscriber's leg (both ways): NACKed retransmissions from the relay get ≥ 98 % of video frames decoded; no audio gap over 60 ms")
@@ -140,7 +178,6 @@ struct ViewerBandwidthLimitTests {
         let viewer = PCast(PCastOptions(uri: platform.signalingURL))
         try await viewer.start(authToken: try platform.token(.auth))
         let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
-        let quality = NetworkQualityTests()
         // A second viewer watches the data quality its renderer and the publisher report.
         let watcher = PCast(PCastOptions(uri: platform.signalingURL))
         try await watcher.start(authToken: try platform.token(.auth))
@@ -150,10 +187,10 @@ struct ViewerBandwidthLimitTests {
         let viewerQuality = Values<DataQualityReason>(), publisherQuality = Values<DataQualityReason>()
         renderer.setDataQualityChangedCallback { _, reason in viewerQuality.append(reason) }
         publisher.setDataQualityChangedCallback { _, reason in publisherQuality.append(reason) }
-        let before = try await quality.videoBitrate(publisher, over: 3)
+        let before = try await videoBitrate(publisher, over: 3)
         var limit: Disposable? = stream.getVideoTracks()[0].limitBandwidth(300_000)
         try await Task.sleep(for: .seconds(3))
-        let limited = try await quality.videoBitrate(publisher, over: 5)
+        let limited = try await videoBitrate(publisher, over: 5)
         print("viewer limit: \(Int(before)) → \(Int(limited)) bit/s")
         #expect(before > 1_000_000)
         #expect(limited <= 300_000 * 1.15, "\(limited) bit/s under a 300 kbit/s viewer limit")
@@ -164,7 +201,7 @@ struct ViewerBandwidthLimitTests {
         limit?.dispose()
         limit = nil
         try await Task.sleep(for: .seconds(3))
-        let released = try await quality.videoBitrate(publisher, over: 3)
+        let released = try await videoBitrate(publisher, over: 3)
         print("viewer limit released: \(Int(released)) bit/s")
         #expect(released > 1_000_000)
         #expect(await eventually(.seconds(10)) { publisherQuality.all.last == DataQualityReason.none && viewerQuality.all.last == DataQualityReason.none },
@@ -181,16 +218,25 @@ struct ViewerBandwidthLimitTests {
     }
 }
 
-extension NetworkQualityTests {
-    /// The publisher's video bitrate over `seconds`, bits per second.
-    func videoBitrate(_ publisher: Publisher, over seconds: Double) async throws -> Double {
-        let before = publisher.bytesSent(.video) ?? 0
-        let start = ContinuousClock.now
-        try await Task.sleep(for: .seconds(seconds))
-        let elapsed = Double((ContinuousClock.now - start) / .milliseconds(1)) / 1000
-        return Double((publisher.bytesSent(.video) ?? 0) - before) * 8 / elapsed
-    }
+/// A started renderer (null sinks) of `stream` and the data quality it reports, as "status/reason".
+func watchDataQuality(_ stream: MediaStream) async -> (Renderer, Values<String>) {
+    let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+    let reports = Values<String>()
+    renderer.setDataQualityChangedCallback { status, reason in reports.append("\(status.rawValue)/\(reason.rawValue)") }
+    #expect(await renderer.start() == .ok)
+    return (renderer, reports)
+}
 
+/// The publisher's video bitrate over `seconds`, bits per second.
+func videoBitrate(_ publisher: Publisher, over seconds: Double) async throws -> Double {
+    let before = publisher.bytesSent(.video) ?? 0
+    let start = ContinuousClock.now
+    try await Task.sleep(for: .seconds(seconds))
+    let elapsed = Double((ContinuousClock.now - start) / .milliseconds(1)) / 1000
+    return Double((publisher.bytesSent(.video) ?? 0) - before) * 8 / elapsed
+}
+
+extension NetworkQualityTests {
     @Test("limitBandwidth(200 kbps) holds the published video under it (+15 %); the latest limit wins; releasing restores the configured bitrate")
     func limitBandwidth() async throws {
         let platform = try await LocalPlatform.start()
@@ -227,10 +273,7 @@ extension NetworkQualityTests {
     func dataQuality() async throws {
         let session = try await ImpairedViewing.start(seed: 20)
         let (proxy, viewer, stream) = (session.proxy, session.viewer, session.stream)
-        let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
-        let reports = Values<String>()
-        renderer.setDataQualityChangedCallback { status, reason in reports.append("\(status.rawValue)/\(reason.rawValue)") }
-        #expect(await renderer.start() == .ok)
+        let (renderer, reports) = await watchDataQuality(stream)
         #expect(await eventually(.seconds(10)) { reports.all.last == "all/none" }, "\(reports.all)")
 
         proxy.setProfile(.init(loss: .uniform(0.20)))
@@ -251,14 +294,8 @@ extension NetworkQualityTests {
 extension NetworkQualityTests {
     @Test("a 500 kbit/s cap on the publisher's leg: the bitrate settles under it within 10 s (data quality all/uploadLimited) and recovers within 30 s after it is lifted")
     func adaptsToACap() async throws {
-        let platform = try await LocalPlatform.start()
-        let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 30)
-        defer { proxy.stop() }
-        var options = PCastOptions(uri: platform.signalingURL)
-        options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
-        let sdk = PCast(options)
-        try await sdk.start(authToken: try platform.token(.auth))
-        let (publisher, media) = try await publishNoise(sdk, platform)
+        let session = try await ImpairedPublishing.start(seed: 30)
+        let (proxy, publisher) = (session.proxy, session.publisher)
         let reports = Values<String>()
         publisher.setDataQualityChangedCallback { status, reason in reports.append("\(status.rawValue)/\(reason.rawValue)") }
         try await Task.sleep(for: .seconds(2))
@@ -276,17 +313,10 @@ extension NetworkQualityTests {
         #expect(reports.all.last == "all/uploadLimited", "\(reports.all)")
 
         proxy.setProfile(.clear, for: .toServer)
-        var recovered = 0.0
-        let deadline = ContinuousClock.now + .seconds(30)
-        while recovered < 1_200_000 && ContinuousClock.now < deadline {
-            recovered = try await videoBitrate(publisher, over: 2)
-        }
+        let recovered = try await session.recoveredBitrate()
         print("adaptation: before \(Int(before / 1000)) kbps, capped \(Int(settled / 1000)) kbps, recovered \(Int(recovered / 1000)) kbps; estimate \(publisher.estimatedVideoBitrate ?? 0)")
         #expect(recovered >= 1_200_000, "\(recovered) bit/s 30 s after the cap was lifted")
-        await publisher.stop()
-        await sdk.stop()
-        await media.stop()
-        await platform.shutdown()
+        await session.stop()
     }
 }
 
@@ -295,11 +325,8 @@ extension NetworkQualityTests {
     func audioOnlyFallback() async throws {
         let session = try await ImpairedViewing.start(seed: 40)
         let (platform, proxy, stream) = (session.platform, session.proxy, session.stream)
-        let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
-        let reports = Values<String>()
-        renderer.setDataQualityChangedCallback { status, reason in reports.append("\(status.rawValue)/\(reason.rawValue)") }
+        let (renderer, reports) = await watchDataQuality(stream)
         let frames = Atomic<Int>(0)
-        #expect(await renderer.start() == .ok)
         try renderer.setFrameReadyCallback(stream.getVideoTracks()[0]) { _ in frames.add(1, ordering: .relaxed) }
         // A second viewer on a clear leg, straight to the relay.
         let clear = try await session.publisherSDK.subscribe(streamToken: try platform.token(.stream, originStreamId: session.publisher.streamId))
@@ -352,14 +379,8 @@ extension NetworkQualityTests {
 extension NetworkQualityTests {
     @Test("a 500 kbit/s cap with a deep (1 s) queue on the publisher's leg: the relay's delay-based estimate (REMB) finds it before the queue overflows; the bitrate settles under it with a short queue, and recovers within 30 s once it is lifted")
     func rembFindsABloatedCap() async throws {
-        let platform = try await LocalPlatform.start()
-        let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 50)
-        defer { proxy.stop() }
-        var options = PCastOptions(uri: platform.signalingURL)
-        options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
-        let sdk = PCast(options)
-        try await sdk.start(authToken: try platform.token(.auth))
-        let (publisher, media) = try await publishNoise(sdk, platform)
+        let session = try await ImpairedPublishing.start(seed: 50)
+        let (platform, proxy, publisher) = (session.platform, session.proxy, session.publisher)
         try await Task.sleep(for: .seconds(2))
         #expect(publisher.remoteEstimate == nil, "no limit shown yet: \(String(describing: publisher.remoteEstimate))")
 
@@ -384,16 +405,9 @@ extension NetworkQualityTests {
         #expect(platform.relay.statistics().rembsSent > 0)
 
         proxy.setProfile(.clear, for: .toServer)
-        var recovered = 0.0
-        let deadline = ContinuousClock.now + .seconds(30)
-        while recovered < 1_200_000 && ContinuousClock.now < deadline {
-            recovered = try await videoBitrate(publisher, over: 2)
-        }
+        let recovered = try await session.recoveredBitrate()
         print("REMB: recovered to \(Int(recovered / 1000)) kbps; REMB \(String(describing: publisher.remoteEstimate))")
         #expect(recovered >= 1_200_000, "\(recovered) bit/s 30 s after the cap was lifted")
-        await publisher.stop()
-        await sdk.stop()
-        await media.stop()
-        await platform.shutdown()
+        await session.stop()
     }
 }
