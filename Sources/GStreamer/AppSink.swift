@@ -66,7 +66,7 @@ public final class AppSink: Element, @unchecked Sendable {
     /// Called (on the streaming thread) when end-of-stream reaches this sink: the branch feeding
     /// it has played out, whatever the other sinks of the pipeline do.
     public func onEndOfStream(_ handler: @escaping @Sendable () -> Void) {
-        context.endOfStream.withLock { $0 = handler }
+        context.endOfStream.withLock { $0.handler = handler }
         install()
     }
 
@@ -99,7 +99,10 @@ final class AppSinkContext: @unchecked Sendable {
     }
 
     let consumer = Mutex<Consumer>(.none)
-    let endOfStream = Mutex<(@Sendable () -> Void)?>(nil)
+    /// In a struct: a closure that is itself a `Mutex`'s value gains a reabstraction thunk on every
+    /// `withLock`, so one read at each end-of-stream would nest them.
+    struct EndOfStream: Sendable { var handler: (@Sendable () -> Void)? }
+    let endOfStream = Mutex(EndOfStream())
     let installed = Atomic<Bool>(false)
     let dropped = Atomic<Int>(0)
 
@@ -154,7 +157,7 @@ private let appSinkEOS: @convention(c) (UnsafeMutablePointer<GstAppSink>?, gpoin
     guard let userData else { return }
     let context = Unmanaged<AppSinkContext>.fromOpaque(userData).takeUnretainedValue()
     context.finish()
-    context.endOfStream.withLock { $0 }?()
+    context.endOfStream.withLock { $0.handler }?()
 }
 
 private let releaseAppSinkContext: GDestroyNotify = { userData in

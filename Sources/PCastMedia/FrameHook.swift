@@ -134,7 +134,7 @@ public final class FrameHook: Sendable {
     /// Sets (or, with `nil`, clears) the callback called with every frame. Without a callback the
     /// hook lets frames through untouched.
     public func setFrameReadyCallback(_ callback: FrameReadyCallback?) {
-        core.callback.withLock { $0 = callback }
+        core.callback.withLock { $0.callback = callback }
     }
 
     /// Frames dropped because the callback could not keep up with the frame rate.
@@ -155,7 +155,7 @@ public final class FrameHook: Sendable {
     public func remove() {
         bufferProbe.remove()
         capsProbe.remove()
-        core.callback.withLock { $0 = nil }
+        core.callback.withLock { $0.callback = nil }
     }
 }
 
@@ -248,7 +248,13 @@ private let logger = Logger(label: "pcast.media.frame-hook")
 final class FrameHookCore: @unchecked Sendable {
     let pad: Pad
     let options: FrameHook.Options
-    let callback = Mutex<FrameReadyCallback?>(nil)
+    /// The callback lives in a struct, never as the `Mutex`'s value itself: a closure that is a
+    /// generic container's value is converted in and out of its generic representation on every
+    /// `withLock` (an inout access), each time wrapped in one more reabstraction thunk. Read once a
+    /// frame, that nested two thunks a frame: calls went through all of them, memory grew, and
+    /// releasing the chain after a long run overflowed the stack (`pcast soak` crashed at exit).
+    let callback = Mutex(CallbackSlot())
+    struct CallbackSlot: Sendable { var callback: FrameReadyCallback? }
 
     let seen = Atomic<Int>(0)
     let delivered = Atomic<Int>(0)
@@ -414,7 +420,7 @@ final class FrameHookCore: @unchecked Sendable {
     func process(_ buffer: inout Buffer) -> PadProbeAction {
         seen.add(1, ordering: .relaxed)
         let input = inputFormat()
-        guard let callback = callback.withLock({ $0 }) else {
+        guard let callback = callback.withLock({ $0.callback }) else {
             return sendCaps(input.caps) ? .pass : .drop
         }
         guard !running.exchange(true, ordering: .acquiring) else {

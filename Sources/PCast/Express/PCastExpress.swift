@@ -41,23 +41,26 @@ public struct PCastExpressOptions: Sendable {
 /// if retry.isPresent { retry.perform() } else { retry.dismiss() }
 /// ```
 public final class OptionalAction: Sendable {
-    private let action: Mutex<(@Sendable (Bool) -> Void)?>
+    /// In a struct: a closure that is itself a `Mutex`'s value gains a reabstraction thunk on every
+    /// `withLock` (see `FrameHookCore.callback`).
+    private struct Slot: Sendable { var decided: (@Sendable (Bool) -> Void)? }
+    private let action: Mutex<Slot>
 
     /// An action that runs `decided(true)` on perform and `decided(false)` on dismiss (or release).
     init(_ decided: (@Sendable (Bool) -> Void)?) {
-        action = Mutex(decided)
+        action = Mutex(Slot(decided: decided))
     }
 
     /// No action possible (a stream that ended normally).
     static var absent: OptionalAction { OptionalAction(nil) }
 
-    public var isPresent: Bool { action.withLock { $0 != nil } }
+    public var isPresent: Bool { action.withLock { $0.decided != nil } }
 
     /// Performs the action.
     ///
     /// - Throws: ``PCastError/invalidRequest(_:)`` when there is none (``isPresent`` is false).
     public func perform() throws(PCastError) {
-        guard let action = action.withLock({ action in defer { action = nil }; return action }) else {
+        guard let action = action.withLock({ slot in defer { slot.decided = nil }; return slot.decided }) else {
             throw .invalidRequest("there is no action to perform")
         }
         action(true)
@@ -65,7 +68,7 @@ public final class OptionalAction: Sendable {
 
     /// Gives the action up; can be called any number of times.
     public func dismiss() {
-        action.withLock { action in defer { action = nil }; return action }?(false)
+        action.withLock { slot in defer { slot.decided = nil }; return slot.decided }?(false)
     }
 
     deinit { dismiss() }
