@@ -22,6 +22,10 @@ public struct RTCStats: Sendable, Hashable, Codable {
     public var framesReceived: Int?
     public var framesDropped: Int?
     public var jitterBufferTargetDelay: Double?
+    /// Seconds spent in the jitter buffer, summed over `jitterBufferEmittedCount` units: video
+    /// frames (from their first packet's arrival to its leaving the jitter buffer), audio packets.
+    public var jitterBufferDelay: Double?
+    public var jitterBufferEmittedCount: Int?
     public var nackCount: Int?
     public var pliCount: Int?
     public var firCount: Int?
@@ -184,5 +188,51 @@ final class RTCPFeedbackCounter: Sendable {
         case .fullIntraRequest(let fir): for entry in fir.entries { add(entry.ssrc, Counts(firs: 1)) }
         default: break
         }
+    }
+}
+
+/// WebRTC's `jitterBufferDelay`: how long packets wait between arriving from the network and
+/// leaving the jitter buffer. Arrival times are kept by sequence number in a ring of 1,024; a
+/// packet is measured when it leaves, once (a late duplicate or a packet older than the ring is not).
+final class JitterBufferDelayMeter: Sendable {
+    private struct Ring {
+        var sequences = [UInt16](repeating: 0, count: 1_024)
+        var arrivals = [UInt64](repeating: 0, count: 1_024)
+    }
+    private let ring = Mutex(Ring())
+    private let totalNanoseconds = Atomic<UInt64>(0)
+    private let emittedCount = Atomic<Int>(0)
+
+    private static func now() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
+
+    func arrived(sequence: UInt16) {
+        let now = Self.now()
+        ring.withLock { ring in
+            let slot = Int(sequence & 1_023)
+            ring.sequences[slot] = sequence
+            ring.arrivals[slot] = now
+        }
+    }
+
+    func emitted(sequence: UInt16) {
+        let now = Self.now()
+        let arrival = ring.withLock { ring -> UInt64 in
+            let slot = Int(sequence & 1_023)
+            guard ring.sequences[slot] == sequence else { return 0 }
+            defer { ring.arrivals[slot] = 0 }
+            return ring.arrivals[slot]
+        }
+        guard arrival != 0, now >= arrival else { return }
+        totalNanoseconds.add(now - arrival, ordering: .relaxed)
+        emittedCount.add(1, ordering: .relaxed)
+    }
+
+    /// Seconds in total, and how many were measured.
+    var totals: (seconds: Double, count: Int) {
+        (Double(totalNanoseconds.load(ordering: .relaxed)) / 1e9, emittedCount.load(ordering: .relaxed))
     }
 }

@@ -355,6 +355,9 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     /// their retransmission timing once they exist (see ``retransmissionTiming(latency:)``).
     private let jitterBuffers = JitterBuffers()
     private let arrivals: [UInt8: ArrivalCounter]
+    /// Per payload type: the time packets spend between arriving and leaving the jitter buffer.
+    private let delayMeters: [UInt8: JitterBufferDelayMeter]
+    private var payloadTypes: [MediaType: UInt8] { Dictionary(kinds.map { ($1, $0) }, uniquingKeysWith: { a, _ in a }) }
     /// Video frames and audio buffers out of the decoders (counted by probes on the hooks).
     let decoded = DecodeCounters()
 
@@ -368,13 +371,18 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
         let framesReceived = Atomic<Int>(0)
         let lastTimestamp = Atomic<UInt64>(.max)
 
-        /// Counts a video RTP packet on its way into the depayloader.
-        func received(_ packet: Buffer) {
-            guard let timestamp = try? packet.withUnsafeBytes({ bytes -> UInt64? in
+        /// Counts a video RTP packet on its way into the depayloader; the first packet of each frame
+        /// also measures the frame's time in the jitter buffer.
+        func received(_ packet: Buffer, delays: JitterBufferDelayMeter) {
+            guard let (sequence, timestamp) = try? packet.withUnsafeBytes({ bytes -> (UInt16, UInt64)? in
                 guard bytes.count >= 8 else { return nil }
-                return UInt64(bytes[4]) << 24 | UInt64(bytes[5]) << 16 | UInt64(bytes[6]) << 8 | UInt64(bytes[7])
+                return (UInt16(bytes[2]) << 8 | UInt16(bytes[3]),
+                        UInt64(bytes[4]) << 24 | UInt64(bytes[5]) << 16 | UInt64(bytes[6]) << 8 | UInt64(bytes[7]))
             }) ?? nil else { return }
-            if lastTimestamp.exchange(timestamp, ordering: .relaxed) != timestamp { framesReceived.add(1, ordering: .relaxed) }
+            if lastTimestamp.exchange(timestamp, ordering: .relaxed) != timestamp {
+                framesReceived.add(1, ordering: .relaxed)
+                delays.emitted(sequence: sequence)
+            }
         }
 
         /// Frames received that never came out of the decoder: dropped before or by decoding
@@ -533,6 +541,7 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
             self.inputs = inputs
             self.rtcpInputs = rtcpInputs
             arrivals = inputs.mapValues { _ in ArrivalCounter() }
+            delayMeters = inputs.mapValues { _ in JitterBufferDelayMeter() }
             var kinds: [UInt8: MediaType] = [:]
             if let video { kinds[video.payloadType] = .video }
             if let audio { kinds[audio.payloadType] = .audio }
@@ -575,10 +584,18 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
                     return .pass
                 })
             }
-            if video != nil, let pad = try? pipeline.element(named: "video-depay").staticPad("sink") {
+            if let video, let pad = try? pipeline.element(named: "video-depay").staticPad("sink"), let delays = delayMeters[video.payloadType] {
                 let counters = decoded
                 probes.append(pad.addBufferProbe { buffer in
-                    counters.received(buffer)
+                    counters.received(buffer, delays: delays)
+                    return .pass
+                })
+            }
+            if let audio, let pad = try? pipeline.element(named: "audio-depay").staticPad("sink"), let delays = delayMeters[audio.payloadType] {
+                probes.append(pad.addBufferProbe { buffer in
+                    if let sequence = try? buffer.withUnsafeBytes({ $0.count >= 4 ? UInt16($0[2]) << 8 | UInt16($0[3]) : nil }) {
+                        delays.emitted(sequence: sequence)
+                    }
                     return .pass
                 })
             }
@@ -609,6 +626,7 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
         guard let input = inputs[payloadType] else { return false }
         if let counter = arrivals[payloadType], let sequence = try? packet.withUnsafeBytes({ $0.count >= 4 ? UInt16($0[2]) << 8 | UInt16($0[3]) : nil }) {
             counter.count(sequence: sequence, bytes: packet.size)
+            delayMeters[payloadType]?.arrived(sequence: sequence)
         }
         let pushed = input.pushNow(Self.arrived(packet))
         // Until the jitter buffer of every stream that has sent packets exists and is set up, look for
@@ -694,6 +712,11 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
             entry.nackCount = sent.nacks
             entry.pliCount = sent.plis
             entry.firCount = sent.firs
+            if let meter = payloadTypes[track.kind].flatMap({ delayMeters[$0] }) {
+                let (total, count) = meter.totals
+                entry.jitterBufferDelay = total
+                entry.jitterBufferEmittedCount = count
+            }
             if track.kind == .video {
                 entry.framesDecoded = decoded.video.load(ordering: .relaxed)
                 entry.keyFramesDecoded = decoded.keyframes.load(ordering: .relaxed)

@@ -85,6 +85,11 @@ struct RTPMediaTests {
         // Nothing lost, nothing dropped: every frame received was decoded (bar the one in flight).
         let inbound = try #require(receiver.rtcStats().first { $0.kind == "video" })
         #expect((inbound.framesReceived ?? 0) >= 60 && inbound.framesDropped == 0, "\(inbound)")
+        // Frames in order leave the jitter buffer as they arrive: a few ms on average, never the
+        // whole playout delay.
+        let emitted = inbound.jitterBufferEmittedCount ?? 0
+        #expect(emitted >= 60, "\(inbound)")
+        #expect((inbound.jitterBufferDelay ?? 1) / Double(max(emitted, 1)) < 0.03, "\(inbound)")
         // Overriding the playout delay changes the jitter buffer; releasing restores the default.
         #expect(renderer.playoutDelay == RTPReceiver.defaultPlayoutDelay)
         let first = renderer.overridePlayoutDelay(0.2)
@@ -122,6 +127,10 @@ struct RTPMediaTests {
         let (received, decoded, dropped) = (stats.framesReceived ?? 0, stats.framesDecoded ?? 0, stats.framesDropped ?? -1)
         #expect(dropped > 0 && dropped < received, "\(stats)")
         #expect(decoded > 0 && (0...2).contains(received - decoded - dropped), "\(stats)")
+        // Behind a gap the jitter buffer holds what follows until it gives the missing packet up
+        // (the 40 ms playout delay): some frames wait, none much longer.
+        let average = (stats.jitterBufferDelay ?? -1) / Double(max(stats.jitterBufferEmittedCount ?? 0, 1))
+        #expect((stats.jitterBufferEmittedCount ?? 0) >= 140 && average > 0 && average < 0.1, "average \(average) s: \(stats)")
         await publisher.stop()
         await remote.stop()
         await media.stop()
