@@ -341,6 +341,10 @@ final class RelayEngine: @unchecked Sendable {
                 }
                 for index in first..<end { sendRTP(pending[index].packet, renumbered: nil, crypto: crypto, to: address, descriptor: fd) }
             }
+            // Where a subscriber's numbering continues if its video is held back later.
+            if let last = pending[first..<end].last(where: { router.isVideo(stream: stream, track: $0.track) }), last.packet.count >= 4 {
+                router.noteForwarded(stream: stream, track: last.track, sequence: UInt16(last.packet[2]) << 8 | UInt16(last.packet[3]))
+            }
             // Subscribers on audio-only fallback, or renumbered since: each video packet is asked about.
             for subscriber in gatedSlots {
                 guard let (crypto, address) = router.reachableSubscriber(stream: stream, slot: subscriber) else { continue }

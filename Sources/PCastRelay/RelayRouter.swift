@@ -86,6 +86,8 @@ struct RelayRouter<Context> {
         var publisherLegLoss: Double = 0
         /// Video tracks only: the uplink estimate told to the publisher in REMB.
         var estimator: ArrivalEstimator?
+        /// The latest sequence number fanned out (to every subscriber forwarded as it is).
+        var lastForwarded: UInt16?
     }
 
     struct SubscriberReport: Equatable {
@@ -331,6 +333,12 @@ struct RelayRouter<Context> {
         return outgoing == sequence ? .unchanged : .renumbered(outgoing)
     }
 
+    /// The fan-out sent the stream's packets up to `sequence` of `track` (once per batch).
+    mutating func noteForwarded(stream: Int, track: Int, sequence: UInt16) {
+        guard streams[stream] != nil, track < streams[stream]!.tracks.count else { return }
+        streams[stream]!.tracks[track].lastForwarded = sequence
+    }
+
     /// Takes the pending video events.
     mutating func takeVideoEvents() -> [SubscriberVideoEvent] {
         defer { videoEvents.removeAll() }
@@ -431,6 +439,9 @@ struct RelayRouter<Context> {
             let subscriber = streams[stream]!.subscribers[slot]
             switch change {
             case .suspended:
+                // Until now it was sent everything as it was: its numbering continues from there.
+                let lastForwarded = streams[stream]!.tracks[index].lastForwarded
+                streams[stream]!.subscribers[slot].gate!.adoptLastSent(lastForwarded)
                 counters.videoSuspensions += 1
                 videoEvents.append(SubscriberVideoEvent(streamId: streams[stream]!.id, subscriberId: subscriber.id, suspended: true))
             case .probing:

@@ -177,6 +177,12 @@ struct VideoGate: Sendable, Equatable {
 
     // MARK: Packets
 
+    /// The last sequence number the subscriber was sent while the fan-out sent it everything as it
+    /// was (without asking the gate): where its numbering continues after a resume.
+    mutating func adoptLastSent(_ sequenceNumber: UInt16?) {
+        if lastSent == nil { lastSent = sequenceNumber }
+    }
+
     /// The sequence number to send a video packet with, or nil to drop it. `startsKeyframe` is
     /// asked only while a keyframe is awaited.
     mutating func forward(sequenceNumber: UInt16, startsKeyframe: () -> Bool) -> UInt16? {
