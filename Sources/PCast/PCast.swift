@@ -177,9 +177,14 @@ public final class PCast: Sendable {
 
     private func connect() async throws(PCastError) -> String {
         guard let url = URL(string: options.uri) else { throw .invalidURI(options.uri) }
+        // Only the session's current connection closing means offline: a connection whose
+        // authentication failed (a bad token at start) or one already replaced must not start a
+        // reconnection, which could later resume the session behind the current connection's back.
+        let closing = ClosingConnection()
         let client = try await SignalingClient.connect(to: url, logger: logger,
             onEvent: { [weak self] event in self?.handle(event) },
-            onClose: { [weak self] code in self?.connectionClosed(code) })
+            onClose: { [weak self] code in self?.connectionClosed(code, client: closing.client) })
+        closing.client = client
         guard let token = state.withLock({ $0.authToken }) else { throw .notStarted }
         let reply: ServerMessage
         let resume = state.withLock { $0.resume }
@@ -246,7 +251,12 @@ public final class PCast: Sendable {
         return authenticated.sessionId
     }
 
-    private func connectionClosed(_ code: UInt16?) {
+    private func connectionClosed(_ code: UInt16?, client: SignalingClient?) {
+        let current = state.withLock { state in client.map { state.signaling === $0 } ?? false }
+        guard current else {
+            logger.debug("a connection that was not the session's closed", metadata: ["code": "\(code.map(String.init) ?? "none")"])
+            return
+        }
         let (offline, orphans, reconnect) = state.withLock { state in
             state.keepAlive?.cancel()
             state.keepAlive = nil
@@ -498,5 +508,16 @@ final class LogRing: Sendable {
             let fields = all.isEmpty ? "" : " " + all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
             ring.append("\(ISO8601DateFormatter().string(from: Date())) \(event.level) \(label): \(event.message)\(fields)")
         }
+    }
+}
+
+/// Which client a close callback belongs to: set right after the client exists (its callbacks are
+/// given before), read when it closes.
+private final class ClosingConnection: @unchecked Sendable {
+    private let lock = NSLock()
+    private weak var stored: SignalingClient?
+    var client: SignalingClient? {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
     }
 }
