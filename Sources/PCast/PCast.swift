@@ -252,12 +252,8 @@ public final class PCast: Sendable {
     }
 
     private func connectionClosed(_ code: UInt16?, client: SignalingClient?) {
-        let current = state.withLock { state in client.map { state.signaling === $0 } ?? false }
-        guard current else {
-            logger.debug("a connection that was not the session's closed", metadata: ["code": "\(code.map(String.init) ?? "none")"])
-            return
-        }
-        let (offline, orphans, reconnect) = state.withLock { state in
+        let closed = state.withLock { state -> (offline: (@Sendable () -> Void)?, orphans: ([Publisher], [Subscription]), reconnect: Bool)? in
+            guard let client, state.signaling === client else { return nil }
             state.keepAlive?.cancel()
             state.keepAlive = nil
             state.signaling = nil
@@ -268,6 +264,10 @@ public final class PCast: Sendable {
             let orphans = reconnect ? ([], []) : (Array(state.publishers.values), Array(state.subscriptions.values))
             if !reconnect { state.publishers = [:]; state.subscriptions = [:] }
             return (state.offlineCallback, orphans, reconnect)
+        }
+        guard let (offline, orphans, reconnect) = closed else {
+            logger.debug("a connection that was not the session's closed", metadata: ["code": "\(code.map(String.init) ?? "none")"])
+            return
         }
         logger.warning("signaling connection closed", metadata: ["code": "\(code.map(String.init) ?? "none")"])
         offline?()

@@ -39,7 +39,7 @@ public struct BitrateController: Sendable, Hashable {
 
     /// A receiver's estimate of the path (REMB); returns the new target.
     @discardableResult
-    public mutating func remoteEstimate(_ bitsPerSecond: Int) -> Int {
+    public mutating func applyRemoteEstimate(_ bitsPerSecond: Int) -> Int {
         remoteEstimate = max(0, bitsPerSecond)
         reportsSinceEstimate = 0
         return target

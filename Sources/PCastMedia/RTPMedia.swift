@@ -212,7 +212,7 @@ public final class RTPPublisher: RTPSource, Sendable {
         for case .receiverEstimatedMaxBitrate(let remb) in compound.packets where remb.ssrcs.contains(videoSSRC) {
             rate.withLock { rate in
                 let before = rate.controller.target
-                rate.controller.remoteEstimate(Int(clamping: remb.bitrate))
+                rate.controller.applyRemoteEstimate(Int(clamping: remb.bitrate))
                 if rate.controller.target != before { applyRate(rate) }
             }
         }

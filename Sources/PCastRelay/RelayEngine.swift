@@ -79,7 +79,7 @@ final class RelayEngine: @unchecked Sendable {
     private var sendFailures: UInt64 = 0
     /// Authenticated plain publisher packets of the current receive batch, fanned out together
     /// once the batch is read (see `fanOutPending`).
-    private var pending: [(stream: Int, track: Int, packet: [UInt8])] = []
+    private var pending: [(stream: Int, track: Int, video: Bool, packet: [UInt8])] = []
     /// Subscriber slots of the stream being fanned out whose video is not forwarded as it is.
     private var gatedSlots: [Int] = []
 
@@ -317,7 +317,7 @@ final class RelayEngine: @unchecked Sendable {
             timestamp: layout.timestamp, now: now) {
             perform([remb])
         }
-        pending.append((stream, track, packet))
+        pending.append((stream, track, router.isVideo(stream: stream, track: track), packet))
     }
 
     /// Re-protects the batch's publisher packets for every reachable subscriber, straight into
@@ -342,7 +342,7 @@ final class RelayEngine: @unchecked Sendable {
                 for index in first..<end { sendRTP(pending[index].packet, renumbered: nil, crypto: crypto, to: address, descriptor: fd) }
             }
             // Where a subscriber's numbering continues if its video is held back later.
-            if let last = pending[first..<end].last(where: { router.isVideo(stream: stream, track: $0.track) }), last.packet.count >= 4 {
+            if let last = pending[first..<end].last(where: \.video), last.packet.count >= 4 {
                 router.noteForwarded(stream: stream, track: last.track, sequence: UInt16(last.packet[2]) << 8 | UInt16(last.packet[3]))
             }
             // Subscribers on audio-only fallback, or renumbered since: each video packet is asked about.
@@ -350,7 +350,7 @@ final class RelayEngine: @unchecked Sendable {
                 guard let (crypto, address) = router.reachableSubscriber(stream: stream, slot: subscriber) else { continue }
                 for index in first..<end {
                     var renumbered: UInt16?
-                    if router.isVideo(stream: stream, track: pending[index].track) {
+                    if pending[index].video {
                         switch router.forwardVideo(stream: stream, slot: subscriber, packet: pending[index].packet) {
                         case .unchanged: break
                         case .renumbered(let sequence): renumbered = sequence

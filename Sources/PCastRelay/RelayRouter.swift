@@ -268,7 +268,7 @@ struct RelayRouter<Context> {
         streams[stream]!.tracks[track].reception.update(sequenceNumber: sequenceNumber, rtpTimestamp: timestamp, arrival: now)
         guard streams[stream]!.tracks[track].estimator?.packet(timestamp: timestamp, size: packet.count, arrival: now) == true,
               let address = streams[stream]!.publisher.address,
-              let bytes = try? RTCPCompoundPacket(packets: [.receiverReport(RTCPReceiverReport(ssrc: settings.relaySSRC))] + remb(stream: stream)).serialized()
+              let bytes = feedback(remb(stream: stream))
         else { return nil }
         counters.rembsSent += 1
         return .toPublisher(streams[stream]!.publisher.context, address, rtcp: bytes)
@@ -485,12 +485,16 @@ struct RelayRouter<Context> {
             packet = .fullIntraRequest(RTCPFullIntraRequest(
                 senderSSRC: settings.relaySSRC, mediaSSRC: 0, entries: [.init(ssrc: ssrc, sequenceNumber: sequence)]))
         }
-        // A compound packet led by an empty receiver report (RFC 4585 §3.1): feedback-only
-        // RTCP is dropped by receivers that do not do reduced-size RTCP, GStreamer's among them.
-        let compound = RTCPCompoundPacket(packets: [.receiverReport(RTCPReceiverReport(ssrc: settings.relaySSRC)), packet])
-        guard let bytes = try? compound.serialized() else { return nil }
+        guard let bytes = feedback([packet]) else { return nil }
         counters.keyframeRequests += 1
         return .toPublisher(context, address, rtcp: bytes)
+    }
+
+    /// Feedback the relay sends on its own, as a compound packet led by an empty receiver report
+    /// (RFC 4585 §3.1): feedback-only RTCP is dropped by receivers that do not do reduced-size
+    /// RTCP, GStreamer's among them.
+    private func feedback(_ packets: [RTCPPacket]) -> [UInt8]? {
+        try? RTCPCompoundPacket(packets: [.receiverReport(RTCPReceiverReport(ssrc: settings.relaySSRC))] + packets).serialized()
     }
 
     // MARK: Timers

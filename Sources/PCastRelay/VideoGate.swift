@@ -2,12 +2,8 @@ import PCastProtocol
 
 /// Loss over windows of at least `minimum` nanoseconds, from successive receiver report blocks of
 /// one SSRC (their extended highest sequence number and cumulative loss).
-struct LossWindow: Sendable, Equatable {
+struct LossWindow: Sendable {
     private var start: (sequence: UInt32, lost: Int32, at: UInt64)?
-
-    static func == (a: Self, b: Self) -> Bool {
-        a.start?.sequence == b.start?.sequence && a.start?.lost == b.start?.lost && a.start?.at == b.start?.at
-    }
 
     /// The share of packets lost since the window began (0...1), once `minimum` has passed and
     /// packets were expected; then a new window begins. Nil while the window is open, or when it
@@ -51,7 +47,7 @@ struct LossWindow: Sendable, Equatable {
 /// if gate.videoReport(block, publisherLegLoss: 0, now: now) == .suspended { tellTheViewer() }
 /// let outgoing = gate.forward(sequenceNumber: 812) { startsKeyframe }   // nil: drop it
 /// ```
-struct VideoGate: Sendable, Equatable {
+struct VideoGate: Sendable {
     struct Settings: Sendable, Equatable {
         var window: UInt64 = 1_000_000_000
         var suspendLoss = 0.30

@@ -67,10 +67,10 @@ struct BitrateControllerTests {
     @Test("a remote estimate (REMB) caps the target while it keeps coming, lifts with it, and lapses after five reports without one")
     func remoteEstimate() {
         var controller = BitrateController(maximum: 2_000_000)
-        #expect(controller.remoteEstimate(450_000) == 450_000)
+        #expect(controller.applyRemoteEstimate(450_000) == 450_000)
         #expect(controller.report(fractionLost: 0) == 450_000, "loss says grow; the estimate still caps")
-        #expect(controller.remoteEstimate(600_000) == 600_000)
-        #expect(controller.remoteEstimate(50_000) == 100_000, "never under the minimum")
+        #expect(controller.applyRemoteEstimate(600_000) == 600_000)
+        #expect(controller.applyRemoteEstimate(50_000) == 100_000, "never under the minimum")
         #expect(controller.isLimited)
         for _ in 0..<BitrateController.remoteEstimateLifetime { controller.report(fractionLost: 0) }
         #expect(controller.remoteEstimate == 50_000)
