@@ -99,6 +99,7 @@ let package = Package(
                 // Ingest runs the SDK's publisher in the platform (media engine → SDK → server).
                 "PCast",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "HummingbirdWSCompression", package: "hummingbird-websocket"),
                 .product(name: "Logging", package: "swift-log"),

@@ -24,6 +24,8 @@ public enum GStreamerError: Error, Sendable, Equatable, CustomStringConvertible 
     case padNotFound(element: String, pad: String)
     /// The element has no property of that name.
     case unknownProperty(element: String, property: String)
+    /// The element has no signal of that name.
+    case unknownSignal(element: String, signal: String)
     /// The property exists but the value does not fit it (type or range).
     case badPropertyValue(element: String, property: String, expected: String, given: String)
     /// The property is read-only (or write-only, when reading).
@@ -64,6 +66,7 @@ public enum GStreamerError: Error, Sendable, Equatable, CustomStringConvertible 
         case .wrongElementType(let e, let expected): return "element '\(e)' is not \(expected)"
         case .padNotFound(let e, let p): return "element '\(e)' has no pad '\(p)'"
         case .unknownProperty(let e, let p): return "element '\(e)' has no property '\(p)'"
+        case .unknownSignal(let e, let s): return "element '\(e)' has no signal '\(s)'"
         case .badPropertyValue(let e, let p, let expected, let given):
             return "bad value for '\(e).\(p)': expected \(expected), given \(given)"
         case .propertyNotAccessible(let e, let p, let r): return "property '\(e).\(p)' is \(r)"

@@ -35,6 +35,12 @@ public struct IngestOptions: Sendable, Hashable {
     public var firstViewerWait: Duration = .seconds(10)
     /// Encoder settings when video must be re-encoded.
     public var settings = EncodingSettings()
+    /// The `Host` header for an `http` URI whose host was replaced by its checked address (the
+    /// platform pins the address it checked; the server still sees the name it serves).
+    public var hostHeader: String?
+    /// Follow HTTP redirects. Off by default: a redirect is a new target that no policy checked,
+    /// so the ingest ends with an error naming it instead.
+    public var followRedirects = false
 
     public init(maximumFrameRate: Double? = nil, exactFrameRate: Double? = nil, prerollSkip: Duration = .milliseconds(500), loop: Bool = false) {
         self.maximumFrameRate = maximumFrameRate
@@ -149,7 +155,7 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
                 // One pad per stream (RTP): urisourcebin depayloads and parses each itself.
                 sourceDescription = "urisourcebin uri=\"\(uri)\" parse-streams=true"
             } else {
-                sourceDescription = "urisourcebin uri=\"\(uri)\" ! parsebin"
+                sourceDescription = "urisourcebin name=\(prefix)-uri uri=\"\(uri)\" ! parsebin"
             }
         case .pushedFLV:
             sourceDescription = "appsrc name=\(prefix)-flv-in is-live=true format=bytes block=false max-bytes=8388608 caps=video/x-flv ! parsebin"
@@ -181,6 +187,9 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
         do {
             let rtcpInputs = [try pipeline.appSource(named: "\(prefix)-video-rtcp-in"), try pipeline.appSource(named: "\(prefix)-audio-rtcp-in")]
             let flvInput = source == .pushedFLV ? try pipeline.appSource(named: "\(prefix)-flv-in") : nil
+            if case .uri(let uri) = source {
+                try Self.configureSource(try pipeline.element(named: Self.isRTSP(uri) ? "\(prefix)-parse" : "\(prefix)-uri"), options: options)
+            }
             ingest = IngestPublisher(tracks: tracks, options: options, source: source, pipeline: pipeline, rtcpInputs: rtcpInputs, flvInput: flvInput)
             // Set here rather than in the description: an integer property in this description was
             // intermittently misparsed under load (GStreamer reported a garbage value for it).
@@ -218,6 +227,18 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
             throw error
         }
         return ingest
+    }
+
+    /// Redirects and the pinned host's name, set on the source urisourcebin makes (souphttpsrc
+    /// for http and https) before it sends its first request.
+    static func configureSource(_ bin: Element, options: IngestOptions) throws(GStreamerError) {
+        let follow = options.followRedirects, hostHeader = options.hostHeader
+        try bin.onSourceSetup { source in
+            if source.hasProperty("automatic-redirect") { try? source.set("automatic-redirect", follow) }
+            if let hostHeader, source.hasProperty("extra-headers") {
+                try? source.setParsed("extra-headers", "headers, Host=(string)\"\(hostHeader)\"")
+            }
+        }
     }
 
     private func run() async throws(MediaError) {

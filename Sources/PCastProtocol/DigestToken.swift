@@ -245,7 +245,7 @@ public struct TokenClaims: Sendable, Equatable {
         guard let expires = fields.first(where: { $0.name == "expires" })?.value.int64Value,
               check("type", isString), check("uri", isString), check("requiredTag", isString),
               check("sessionId", isString), check("remoteAddress", isString),
-              check("originStreamId", isString), check("capabilities", isStringArray),
+              check("originStreamId", isString), check("streamName", isString), check("capabilities", isStringArray),
               check("applyTags", isStringArray)
         else { return nil }
         self.expires = expires
@@ -271,6 +271,9 @@ public struct TokenClaims: Sendable, Equatable {
     public var sessionId: String? { self["sessionId"]?.stringValue }
     public var remoteAddress: String? { self["remoteAddress"]?.stringValue }
     public var originStreamId: String? { self["originStreamId"]?.stringValue }
+    /// The recording a publish token may write (`record` / `append`): a PCastKit claim, not an
+    /// EdgeAuth one (EdgeAuth libraries carry it like any other member).
+    public var streamName: String? { self["streamName"]?.stringValue }
 }
 
 /// A decoded but **unverified** token, e.g. to look up the secret for its application.
@@ -380,6 +383,8 @@ public struct DigestTokenBuilder: Sendable, Equatable {
     public func remoteAddress(_ address: String) -> Self { setting("remoteAddress", .string(address)) }
     /// `for_origin_stream`.
     public func originStreamId(_ streamId: String) -> Self { setting("originStreamId", .string(streamId)) }
+    /// Sets `streamName`: the recording a publish token may record or append to.
+    public func streamName(_ name: String) -> Self { setting("streamName", .string(name)) }
 
     /// Sets `requiredTag`.
     public func requiredTag(_ tag: RequiredTag) -> Self { setting("requiredTag", .string(tag.rawValue)) }

@@ -31,7 +31,13 @@ struct HTTPRoutes: Sendable {
             }
             return Self.text("ready\n")
         }
-        router.get("/metrics") { _, _ in
+        router.get("/metrics") { request, _ in
+            if configuration.protectMetrics, !access(MetricsAccess.capability).authorises(request) {
+                var response = Self.json(["error": "unauthorized: HTTP Basic applicationId:secret, or a token with the 'metrics' capability (Authorization: Bearer, or ?token=)"],
+                                         status: .unauthorized)
+                response.headers[.wwwAuthenticate] = "Basic realm=\"pcast\""
+                return response
+            }
             var response = Self.text(metrics.render(relay: relay.statistics()))
             response.headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
             return response
@@ -88,9 +94,12 @@ struct HTTPRoutes: Sendable {
         return Self.json(["streamId": streamId, "reason": StreamEndedReason.censored.rawValue])
     }
 
-    private var recordingAccess: RecordingAccess {
-        RecordingAccess(tokens: TokenAuthority(applicationId: configuration.applicationId, secret: configuration.secret),
-                        admin: AdminCredentials(applicationId: configuration.applicationId, secret: configuration.secret))
+    private var recordingAccess: RecordingAccess { access(RecordingAccess.capability) }
+
+    private func access(_ capability: String) -> RecordingAccess {
+        RecordingAccess(tokens: configuration.tokenAuthority,
+                        admin: AdminCredentials(applicationId: configuration.applicationId, secret: configuration.secret),
+                        capability: capability)
     }
 
     private static func recordingsUnauthorized() -> Response {
@@ -178,6 +187,8 @@ struct RecordingAccess: Sendable {
     static let capability = "recordings"
     let tokens: TokenAuthority
     let admin: AdminCredentials
+    /// The capability a token needs (`recordings`, or `metrics` for a protected `/metrics`).
+    var capability: String = Self.capability
 
     func authorises(_ request: Request) -> Bool {
         let header = request.headers[.authorization]
@@ -195,12 +206,17 @@ struct RecordingAccess: Sendable {
     func authorises(token: String, now: Date) -> Bool {
         for type in [TokenType.auth, .stream] {
             if case .success(let claims) = tokens.check(token, as: type, sessionId: "", remoteAddress: nil, now: now),
-               claims.sessionId == nil, claims.capabilities.contains(Self.capability) {
+               claims.sessionId == nil, claims.capabilities.contains(capability) {
                 return true
             }
         }
         return false
     }
+}
+
+/// The capability that opens a protected `GET /metrics`.
+enum MetricsAccess {
+    static let capability = "metrics"
 }
 
 /// The body of `GET /recordings`.

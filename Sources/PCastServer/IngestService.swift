@@ -21,10 +21,18 @@ actor IngestService {
     /// Called when an ingest ends, with its owner (the platform sends `stream-ended`).
     private var onEnded: (@Sendable (_ owner: String?, _ streamId: String, StreamEndedReason, String?) async -> Void)?
 
-    init(policy: IngestURIPolicy, session: InternalSession, logger: Logger) {
+    /// Ingests one session may run at once, and the platform in all (starting ones count: an
+    /// unreachable source holds its place until the connect timeout).
+    let maximumPerOwner: Int
+    let maximum: Int
+    private var starting: [String: Int] = [:]
+
+    init(policy: IngestURIPolicy, session: InternalSession, logger: Logger, maximumPerOwner: Int = 4, maximum: Int = 32) {
         self.policy = policy
         self.internalSession = session
         self.logger = logger
+        self.maximumPerOwner = maximumPerOwner
+        self.maximum = maximum
     }
 
     /// Who hears of ended ingests.
@@ -34,20 +42,35 @@ actor IngestService {
 
     var count: Int { running.count }
 
+    /// Starts an ingest for `owner`, whose request the platform has authorised (token, scope,
+    /// recording name) before anything is opened.
     func start(owner: String, _ request: ClientMessage.PublishRemote) async -> Result<ServerMessage.IngestStarted, ServerMessage.Failure> {
-        let url: URL
+        let ownerCount = running.values.filter { $0.owner == owner }.count + (starting[owner] ?? 0)
+        guard ownerCount < maximumPerOwner else {
+            return .failure(.init(status: .capacity, message: "this session runs \(ownerCount) ingests already (at most \(maximumPerOwner))"))
+        }
+        guard running.count + starting.values.reduce(0, +) < maximum else {
+            return .failure(.init(status: .capacity, message: "the platform runs its maximum of \(maximum) ingests"))
+        }
+        let target: IngestTarget
         do throws(IngestURIError) {
-            url = try policy.check(request.streamURI)
+            target = try policy.check(request.streamURI)
         } catch {
             logger.notice("ingest refused", metadata: ["pcast.session": .string(owner), "pcast.reason": .string(error.description)])
             return .failure(.init(status: .unauthorized, message: error.description))
+        }
+        starting[owner, default: 0] += 1
+        defer {
+            starting[owner, default: 1] -= 1
+            if starting[owner] == 0 { starting[owner] = nil }
         }
         var options = IngestOptions(maximumFrameRate: request.maximumFrameRate, exactFrameRate: request.exactFrameRate)
         if let skip = request.prerollSkipMilliseconds { options.prerollSkip = .milliseconds(skip) }
         for option in request.connectOptions {
             switch option {
             case "loop": options.loop = true
-            default: return .failure(.init(status: .notSupported, message: "connect option '\(option)' is not supported (supported: loop)"))
+            default:
+                return .failure(.init(status: .notSupported, message: "connect option '\(TokenAuthority.clipped(option))' is not supported (supported: loop)"))
             }
         }
         let pcast: PCast
@@ -56,20 +79,22 @@ actor IngestService {
         }
         let publisher: Publisher
         do throws(PCastError) {
-            publisher = try await pcast.publish(streamToken: request.streamToken, ingest: .uri(url.absoluteString), options: options,
+            options.hostHeader = target.hostHeader
+            publisher = try await pcast.publish(streamToken: request.streamToken, ingest: .uri(target.uri), options: options,
                                                 tags: request.tags, publishType: request.publishType, streamName: request.streamName)
         } catch {
             logger.notice("ingest failed to start", metadata: ["pcast.session": .string(owner), "pcast.error": .string(error.description)])
             switch error {
             case .refused(let status, let message): return .failure(.init(status: status, message: message))
-            case .media(let media): return .failure(.init(status: .failed, message: "cannot open \(request.streamURI): \(media)"))
+            case .media(let media):
+                return .failure(.init(status: .failed, message: "cannot open \(TokenAuthority.clipped(request.streamURI, limit: 256)): \(media)"))
             default: return .failure(.init(status: error.status, message: error.description))
             }
         }
         let streamId = publisher.streamId
         register(publisher, owner: owner)
         logger.info("ingest started", metadata: ["pcast.session": .string(owner), "pcast.stream": .string(streamId),
-                                                  "pcast.uri": .string(url.absoluteString), "pcast.passthrough": "\(options.passthrough)"])
+                                                  "pcast.uri": .string(target.uri), "pcast.passthrough": "\(options.passthrough)"])
         return .success(.init(streamId: streamId, passthrough: options.passthrough))
     }
 
@@ -166,7 +191,7 @@ actor InternalSession {
         guard let signalingURL else { throw .notStarted }
         let token: String
         do {
-            token = try DigestTokenBuilder().expiresAt(Date().addingTimeInterval(365 * 86_400)).type(.auth)
+            token = try DigestTokenBuilder().expiresAt(Date().addingTimeInterval(30 * 86_400)).type(.auth)
                 .encode(applicationId: tokens.applicationId, secret: tokens.secret)
         } catch {
             throw .invalidRequest("cannot mint the platform's own session token: \(error)")

@@ -57,7 +57,7 @@ actor Platform {
         self.metrics = metrics
         self.clock = clock
         self.logger = logger
-        self.tokens = TokenAuthority(applicationId: configuration.applicationId, secret: configuration.secret)
+        self.tokens = configuration.tokenAuthority
         self.registry = StreamRegistry(tokens: tokens)
         let now = clock()
         self.rooms = RoomRegistry(restoring: snapshot, resumeWindow: configuration.resumeWindow, now: now)
@@ -69,8 +69,9 @@ actor Platform {
         self.persistence = RoomPersistence(store: store) { error in
             storeLogger.error("room store write failed", metadata: ["pcast.error": "\(error)"])
         }
-        self.internalSession = InternalSession(tokens: TokenAuthority(applicationId: configuration.applicationId, secret: configuration.secret))
-        self.ingest = IngestService(policy: configuration.ingestPolicy, session: internalSession, logger: logger)
+        self.internalSession = InternalSession(tokens: configuration.tokenAuthority)
+        self.ingest = IngestService(policy: configuration.ingestPolicy, session: internalSession, logger: logger,
+                                    maximumPerOwner: configuration.maximumIngestsPerSession, maximum: configuration.maximumIngests)
         self.recordings = RecordingService(directory: configuration.recordingsDirectory, session: internalSession, logger: logger)
         if !snapshot.rooms.isEmpty {
             logger.info("rooms restored", metadata: ["pcast.rooms": "\(snapshot.rooms.count)", "pcast.members": "\(snapshot.members.count)",
@@ -99,20 +100,11 @@ actor Platform {
         metrics.messages.increment()
         switch decoded {
         case .success(let envelope):
+            // The right resume key makes an offer; nothing happens to the session it names unless
+            // the token then verifies too (see `.opened` in `handleSession`).
             if case .authenticate(let request) = envelope.message, let old = request.sessionId, let key = request.resumeKey,
-               let entry = resumable[old], entry.keyHash == Self.hash(key) {
-                // The client reconnected before its old connection was seen to die (a silent path
-                // keeps it open until the keep-alive timeout): that connection is dead to the
-                // client, so it is dropped now and the session moves to the new one.
-                if entry.attached, let previous = connectionOfSession[old], previous != sessionId, let connection = connections[previous] {
-                    connection.logger.info("the client resumed on a new connection; dropping this one")
-                    handleSession(previous, .disconnected)
-                    connection.outbox.yield(.close(.policyViolation, reason: "the session resumed on another connection"))
-                    connection.outbox.finish()
-                }
-                if resumable[old]?.attached == false {
-                    connections[sessionId]?.machine.offerResume(sessionId: old, resumeKey: key)
-                }
+               let entry = resumable[old], AdminCredentials.constantTimeEquals(Array(entry.keyHash.utf8), Array(Self.hash(key).utf8)) {
+                connections[sessionId]?.machine.offerResume(sessionId: old, resumeKey: key)
             }
             handleSession(sessionId, .message(envelope, now: clock()))
         case .failure(let error): handleSession(sessionId, .invalid(error, now: clock()))
@@ -234,6 +226,16 @@ actor Platform {
                 }
                 deliver(envelope, to: connection)
             case .opened(let id):
+                // A resume authenticated on a new connection while the old one still holds the
+                // session (a silent path keeps it open until the keep-alive timeout): that
+                // connection is dead to the client, so it is dropped now and the session moves here.
+                if connection.machine.resumed, let previous = connectionOfSession[id], previous != sessionId,
+                   let old = connections[previous], !old.machine.isClosed {
+                    old.logger.info("the client resumed on a new connection; dropping this one")
+                    handleSession(previous, .disconnected)
+                    old.outbox.yield(.close(.policyViolation, reason: "the session resumed on another connection"))
+                    old.outbox.finish()
+                }
                 connection.logger.info(connection.machine.resumed ? "session resumed" : "session authenticated",
                                        metadata: ["pcast.session": .string(id)])
                 sessionOfConnection[sessionId] = id
@@ -255,6 +257,15 @@ actor Platform {
                     perform(rooms: .request(sessionId: id, requestId: requestId, roomRequest, now: clock(), newId: newId))
                     continue
                 case .publishRemote(let remote):
+                    // The token and what it may publish are checked before the platform connects
+                    // anywhere: a session with only an auth token must not make it open sources.
+                    if case .failure(let failure) = tokens.authorizePublish(
+                        remote.streamToken, tags: remote.tags, tracks: nil, publishType: remote.publishType, streamName: remote.streamName,
+                        sessionId: id, remoteAddress: connection.machine.remoteAddress, now: clock()) {
+                        connection.logger.notice("ingest refused", metadata: ["pcast.reason": .string(failure.message)])
+                        deliver(Envelope(id: requestId, .failure(failure)), to: connection)
+                        continue
+                    }
                     let ingest = self.ingest
                     Task {
                         switch await ingest.start(owner: id, remote) {

@@ -47,6 +47,23 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// 0: a free port (see ``PlatformServer/rtmpPort``).
     public var rtmpPort: Int?
 
+    /// Tokens expiring further ahead than this are refused; nil: no limit.
+    public var maximumTokenLifetime: TimeInterval? = TokenAuthority.defaultMaximumLifetime
+    /// `GET /metrics` needs HTTP Basic `applicationId:secret` or a token with the `metrics`
+    /// capability (as recordings do) when true.
+    public var protectMetrics = false
+    /// How many connections the HTTP/WebSocket listener and the RTMP endpoint hold, and how long a
+    /// request head may take (see ``ConnectionLimits``).
+    public var connectionLimits = ConnectionLimits()
+    /// Ingests running at once, per session and in all.
+    public var maximumIngestsPerSession = 4
+    public var maximumIngests = 32
+
+    /// The token checker for this configuration.
+    public var tokenAuthority: TokenAuthority {
+        TokenAuthority(applicationId: applicationId, secret: secret, maximumLifetime: maximumTokenLifetime)
+    }
+
     /// A session is closed after this many keep-alive intervals without a message.
     public static let keepAliveTimeoutMultiplier = 3
 
@@ -105,11 +122,22 @@ public struct PlatformConfiguration: Sendable, Hashable {
         public var dataDirectory: String?
         public var messageSizeLimit: Int?
         public var keepAliveInterval: Int?
+        public var protectMetrics: Bool?
+        /// Seconds; 0 means no limit.
+        public var maximumTokenLifetime: Int?
+        public var maximumConnectionsPerAddress: Int?
+        public var maximumConnections: Int?
+        /// Hosts (names or addresses) ingest may pull from even when internal.
+        public var ingestAllowHosts: [String]?
+        /// The folder `file://` ingest may read from.
+        public var ingestFileDirectory: String?
 
         public init(
             applicationId: String? = nil, secret: String? = nil, host: String? = nil, httpPort: Int? = nil,
             mediaPort: Int? = nil, dataDirectory: String? = nil, messageSizeLimit: Int? = nil,
-            keepAliveInterval: Int? = nil
+            keepAliveInterval: Int? = nil, protectMetrics: Bool? = nil, maximumTokenLifetime: Int? = nil,
+            maximumConnectionsPerAddress: Int? = nil, maximumConnections: Int? = nil,
+            ingestAllowHosts: [String]? = nil, ingestFileDirectory: String? = nil
         ) {
             self.applicationId = applicationId
             self.secret = secret
@@ -119,6 +147,12 @@ public struct PlatformConfiguration: Sendable, Hashable {
             self.dataDirectory = dataDirectory
             self.messageSizeLimit = messageSizeLimit
             self.keepAliveInterval = keepAliveInterval
+            self.protectMetrics = protectMetrics
+            self.maximumTokenLifetime = maximumTokenLifetime
+            self.maximumConnectionsPerAddress = maximumConnectionsPerAddress
+            self.maximumConnections = maximumConnections
+            self.ingestAllowHosts = ingestAllowHosts
+            self.ingestFileDirectory = ingestFileDirectory
         }
 
         /// Self, with `other`'s set values on top.
@@ -128,7 +162,13 @@ public struct PlatformConfiguration: Sendable, Hashable {
                 host: other.host ?? host, httpPort: other.httpPort ?? httpPort,
                 mediaPort: other.mediaPort ?? mediaPort, dataDirectory: other.dataDirectory ?? dataDirectory,
                 messageSizeLimit: other.messageSizeLimit ?? messageSizeLimit,
-                keepAliveInterval: other.keepAliveInterval ?? keepAliveInterval)
+                keepAliveInterval: other.keepAliveInterval ?? keepAliveInterval,
+                protectMetrics: other.protectMetrics ?? protectMetrics,
+                maximumTokenLifetime: other.maximumTokenLifetime ?? maximumTokenLifetime,
+                maximumConnectionsPerAddress: other.maximumConnectionsPerAddress ?? maximumConnectionsPerAddress,
+                maximumConnections: other.maximumConnections ?? maximumConnections,
+                ingestAllowHosts: other.ingestAllowHosts ?? ingestAllowHosts,
+                ingestFileDirectory: other.ingestFileDirectory ?? ingestFileDirectory)
         }
     }
 
@@ -146,6 +186,14 @@ public struct PlatformConfiguration: Sendable, Hashable {
         public static let dataDirectory = "PCAST_DATA_DIR"
         public static let messageSizeLimit = "PCAST_MESSAGE_SIZE_LIMIT"
         public static let keepAliveInterval = "PCAST_KEEPALIVE_INTERVAL"
+        /// `1` / `true`: `/metrics` needs credentials.
+        public static let protectMetrics = "PCAST_PROTECT_METRICS"
+        public static let maximumTokenLifetime = "PCAST_MAX_TOKEN_LIFETIME"
+        public static let maximumConnectionsPerAddress = "PCAST_MAX_CONNECTIONS_PER_ADDRESS"
+        public static let maximumConnections = "PCAST_MAX_CONNECTIONS"
+        /// Comma-separated hosts ingest may pull from even when internal.
+        public static let ingestAllowHosts = "PCAST_INGEST_ALLOW_HOSTS"
+        public static let ingestFileDirectory = "PCAST_INGEST_FILE_DIR"
         /// A JSON configuration file to read when the caller names none.
         public static let configFile = "PCAST_CONFIG"
     }
@@ -191,6 +239,14 @@ public struct PlatformConfiguration: Sendable, Hashable {
             guard let value = environment[key], !value.isEmpty else { return nil }
             return value
         }
+        func boolean(_ key: String) throws(ConfigurationError) -> Bool? {
+            guard let text = string(key)?.lowercased() else { return nil }
+            switch text {
+            case "1", "true", "yes", "on": return true
+            case "0", "false", "no", "off": return false
+            default: throw .invalidValue(name: key, value: text, reason: "not a boolean (true or false)")
+            }
+        }
         func integer(_ key: String) throws(ConfigurationError) -> Int? {
             guard let text = string(key) else { return nil }
             guard let value = Int(text.trimmingCharacters(in: .whitespaces)) else {
@@ -203,19 +259,36 @@ public struct PlatformConfiguration: Sendable, Hashable {
             host: string(EnvironmentKey.host), httpPort: try integer(EnvironmentKey.httpPort),
             mediaPort: try integer(EnvironmentKey.mediaPort), dataDirectory: string(EnvironmentKey.dataDirectory),
             messageSizeLimit: try integer(EnvironmentKey.messageSizeLimit),
-            keepAliveInterval: try integer(EnvironmentKey.keepAliveInterval))
+            keepAliveInterval: try integer(EnvironmentKey.keepAliveInterval),
+            protectMetrics: try boolean(EnvironmentKey.protectMetrics),
+            maximumTokenLifetime: try integer(EnvironmentKey.maximumTokenLifetime),
+            maximumConnectionsPerAddress: try integer(EnvironmentKey.maximumConnectionsPerAddress),
+            maximumConnections: try integer(EnvironmentKey.maximumConnections),
+            ingestAllowHosts: string(EnvironmentKey.ingestAllowHosts).map {
+                $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            },
+            ingestFileDirectory: string(EnvironmentKey.ingestFileDirectory))
     }
 
     /// Fills defaults and checks every value.
     static func resolve(_ layers: Overrides) throws(ConfigurationError) -> PlatformConfiguration {
         guard let secret = layers.secret, !secret.isEmpty else { throw .missingSecret }
-        let configuration = PlatformConfiguration(
+        var configuration = PlatformConfiguration(
             applicationId: layers.applicationId ?? defaultApplicationId, secret: secret,
             host: layers.host ?? defaultHost, httpPort: layers.httpPort ?? defaultHTTPPort,
             mediaPort: layers.mediaPort ?? defaultMediaPort,
             dataDirectory: layers.dataDirectory ?? defaultDataDirectory,
             messageSizeLimit: layers.messageSizeLimit ?? SignalingCodec.defaultSizeLimit,
             keepAliveInterval: layers.keepAliveInterval ?? defaultKeepAliveInterval)
+        if let protect = layers.protectMetrics { configuration.protectMetrics = protect }
+        if let lifetime = layers.maximumTokenLifetime {
+            guard lifetime >= 0 else { throw .invalidValue(name: "maximumTokenLifetime", value: String(lifetime), reason: "negative") }
+            configuration.maximumTokenLifetime = lifetime == 0 ? nil : TimeInterval(lifetime)
+        }
+        if let perAddress = layers.maximumConnectionsPerAddress { configuration.connectionLimits.perAddress = perAddress }
+        if let total = layers.maximumConnections { configuration.connectionLimits.total = total }
+        if let hosts = layers.ingestAllowHosts { configuration.ingestPolicy.allowedHosts = Set(hosts.map { $0.lowercased() }) }
+        if let directory = layers.ingestFileDirectory { configuration.ingestPolicy.fileDirectory = directory }
         try configuration.validate()
         return configuration
     }
@@ -242,6 +315,14 @@ public struct PlatformConfiguration: Sendable, Hashable {
         if !(1...3600).contains(keepAliveInterval) {
             throw .invalidValue(name: "keepAliveInterval", value: String(keepAliveInterval), reason: "outside 1...3600 seconds")
         }
+        if connectionLimits.perAddress < 1 || connectionLimits.total < connectionLimits.perAddress {
+            throw .invalidValue(name: "maximumConnectionsPerAddress", value: "\(connectionLimits.perAddress) of \(connectionLimits.total)",
+                                reason: "must be at least 1 and at most the total")
+        }
+        if maximumIngestsPerSession < 1 || maximumIngests < maximumIngestsPerSession {
+            throw .invalidValue(name: "maximumIngestsPerSession", value: "\(maximumIngestsPerSession) of \(maximumIngests)",
+                                reason: "must be at least 1 and at most the total")
+        }
     }
 
     private static func describe(_ error: any Error) -> String {
@@ -254,6 +335,33 @@ public struct PlatformConfiguration: Sendable, Hashable {
             return "unreadable (\(error))"
         }
     }
+}
+
+/// What the platform's listeners hold at once, and how long a client may take to ask.
+///
+/// A listener that accepts every connection and waits forever for a request can be exhausted by
+/// one client (descriptors, memory): each limit here keeps the platform answering others.
+///
+/// ```swift
+/// var limits = ConnectionLimits()
+/// limits.perAddress = 32
+/// ```
+public struct ConnectionLimits: Sendable, Hashable {
+    /// Connections one remote address may hold on the HTTP/WebSocket listener; further ones get
+    /// `503` and are closed.
+    public var perAddress = 256
+    /// Connections the HTTP/WebSocket listener holds in all.
+    public var total = 10_000
+    /// A connection must send its first complete request head within this time (slow-loris).
+    public var requestHeadTimeout: Duration = .seconds(10)
+    /// Largest request head; a larger one gets `431`.
+    public var maximumHeadBytes = 32 * 1024
+    /// RTMP connections one address may hold (the endpoint holds at most
+    /// ``rtmpTotal``; half-open handshakes count).
+    public var rtmpPerAddress = 8
+    public var rtmpTotal = 64
+
+    public init() {}
 }
 
 /// Why a configuration could not be built.

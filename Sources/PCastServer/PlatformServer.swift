@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 import NIOCore
@@ -197,7 +198,7 @@ public final class PlatformServer: Sendable {
         do {
             return try await RTMPIngestServer.start(
                 host: configuration.host, port: port, ingest: platform.ingest,
-                tokens: TokenAuthority(applicationId: configuration.applicationId, secret: configuration.secret), logger: logger)
+                tokens: configuration.tokenAuthority, limits: configuration.connectionLimits, logger: logger)
         } catch {
             throw .cannotListen(host: configuration.host, port: port, reason: "rtmp: \(error)")
         }
@@ -272,15 +273,29 @@ public final class PlatformServer: Sendable {
             closeTimeout: .seconds(5),
             validateUTF8: true)
         let signaling = SignalingConnection(platform: platform, sizeLimit: limit)
+        let limits = configuration.connectionLimits
+        let connections = ActiveConnections()
+        let head = limits.maximumHeadBytes
+        let http1 = HTTP1Channel.Configuration(
+            idleTimeout: .seconds(60),
+            httpDecoderConfiguration: .init(maxHeaderFieldSize: head, maxHeaderListSize: head, maxHeaderFieldCount: 200))
+        let shouldUpgrade: @Sendable (HTTPRequest, any Channel, Logger) async throws -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> = { request, channel, _ in
+            guard request.path?.split(separator: "?", maxSplits: 1).first == "/ws" else { return .dontUpgrade }
+            let remoteAddress = channel.remoteAddress?.ipAddress
+            return .upgrade([:]) { inbound, outbound, _ in
+                try await signaling.run(inbound: inbound, outbound: outbound, remoteAddress: remoteAddress)
+            }
+        }
+        // Every connection passes the guard first (caps per address and in all, the request-head
+        // deadline and size, masked WebSocket frames): see ConnectionGuardHandler.
+        let server = HTTPServerBuilder { responder in
+            GuardedChildChannel(
+                inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: .init(http1: http1, ws: webSocket), shouldUpgrade: shouldUpgrade),
+                connections: connections, limits: limits, logger: logger)
+        }
         let application = Application(
             router: router,
-            server: .http1WebSocketUpgrade(configuration: .init(http1: .init(idleTimeout: .seconds(60)), ws: webSocket)) { request, channel, _ in
-                guard request.path?.split(separator: "?", maxSplits: 1).first == "/ws" else { return .dontUpgrade }
-                let remoteAddress = channel.remoteAddress?.ipAddress
-                return .upgrade([:]) { inbound, outbound, _ in
-                    try await signaling.run(inbound: inbound, outbound: outbound, remoteAddress: remoteAddress)
-                }
-            },
+            server: server,
             configuration: .init(address: .hostname(configuration.host, port: configuration.httpPort), serverName: "pcast"),
             onServerRunning: { channel in
                 bound.yield(channel.localAddress?.port ?? configuration.httpPort)

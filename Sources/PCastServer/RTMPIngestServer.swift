@@ -20,7 +20,9 @@ import Synchronization
 ///
 /// Protocol limits come from ``RTMPServerSession``: chunk sizes, message sizes and name lengths are
 /// bounded, and a violation closes the connection. A connection that has not started publishing
-/// within ``setupTimeout`` is closed, and at most ``maximumConnections`` are served at once.
+/// within ``setupTimeout`` is closed. At most ``ConnectionLimits/rtmpTotal`` connections are served
+/// at once and ``ConnectionLimits/rtmpPerAddress`` from one address, half-open handshakes
+/// included, so one client cannot hold every slot and lock the encoders out.
 ///
 /// ```swift
 /// let server = try await RTMPIngestServer.start(host: "0.0.0.0", port: 1935, ingest: ingest, tokens: tokens, logger: logger)
@@ -31,7 +33,6 @@ final class RTMPIngestServer: Sendable {
     /// The port it listens on (the bound one when asked for 0).
     let port: Int
     static let setupTimeout: Duration = .seconds(10)
-    static let maximumConnections = 64
     private let channel: any Channel
     private let acceptTask: Task<Void, Never>
 
@@ -42,7 +43,8 @@ final class RTMPIngestServer: Sendable {
     }
 
     /// Binds the listener and starts accepting connections.
-    static func start(host: String, port: Int, ingest: IngestService, tokens: TokenAuthority, logger: Logger) async throws -> RTMPIngestServer {
+    static func start(host: String, port: Int, ingest: IngestService, tokens: TokenAuthority, limits: ConnectionLimits = ConnectionLimits(),
+                      logger: Logger) async throws -> RTMPIngestServer {
         let listener = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 64)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -60,13 +62,14 @@ final class RTMPIngestServer: Sendable {
                 try await listener.executeThenClose { inbound in
                     try await withThrowingDiscardingTaskGroup { group in
                         for try await connection in inbound {
-                            guard active.enter(limit: maximumConnections) else {
-                                logger.warning("rtmp connection refused: too many connections")
+                            let address = connection.channel.remoteAddress?.ipAddress ?? "?"
+                            guard active.enter(address, perAddress: limits.rtmpPerAddress, total: limits.rtmpTotal) else {
+                                logger.warning("rtmp connection refused: too many connections", metadata: ["pcast.remote": .string(address)])
                                 try? await connection.channel.close()
                                 continue
                             }
                             group.addTask {
-                                defer { active.leave() }
+                                defer { active.leave(address) }
                                 await RTMPPushConnection(ingest: ingest, tokens: tokens, logger: logger).serve(connection)
                             }
                         }
@@ -88,19 +91,29 @@ final class RTMPIngestServer: Sendable {
     }
 }
 
-/// Counts connections being served.
-private final class ActiveConnections: Sendable {
-    private let count = Mutex(0)
+/// Counts connections being served, in all and per remote address.
+final class ActiveConnections: Sendable {
+    private let counts = Mutex<(total: Int, byAddress: [String: Int])>((0, [:]))
 
-    func enter(limit: Int) -> Bool {
-        count.withLock { count in
-            guard count < limit else { return false }
-            count += 1
+    /// Takes a place for a connection from `address`; false when either limit is reached.
+    func enter(_ address: String, perAddress: Int, total: Int) -> Bool {
+        counts.withLock { counts in
+            guard counts.total < total, counts.byAddress[address, default: 0] < perAddress else { return false }
+            counts.total += 1
+            counts.byAddress[address, default: 0] += 1
             return true
         }
     }
 
-    func leave() { count.withLock { $0 -= 1 } }
+    func leave(_ address: String) {
+        counts.withLock { counts in
+            counts.total -= 1
+            let left = counts.byAddress[address, default: 1] - 1
+            counts.byAddress[address] = left > 0 ? left : nil
+        }
+    }
+
+    var total: Int { counts.withLock { $0.total } }
 }
 
 /// One push connection: drives an ``RTMPServerSession`` with the bytes read and performs its
@@ -202,9 +215,6 @@ struct RTMPPushConnection {
     /// Checks the key (signature, expiry, type, stream name) before building anything, then
     /// starts the ingest, which the platform checks again as a publish.
     private func admit(_ key: StreamKey, type: RTMPPublishType, remote: String?) async -> Result<Publisher, ServerMessage.Failure> {
-        if case .failure(let failure) = tokens.check(key.token, as: .publish, sessionId: "rtmp-push", remoteAddress: remote, now: Date()) {
-            return .failure(failure)
-        }
         var publishType: PublishType
         switch type {
         case .live: publishType = .live
@@ -213,12 +223,18 @@ struct RTMPPushConnection {
         }
         if let requested = key.publishType {
             guard let parsed = PublishType(rawValue: requested) else {
-                return .failure(.init(status: .badRequest, message: "unknown publish type '\(requested)' in the stream key (live, record or append)"))
+                return .failure(.init(status: .badRequest, message: "unknown publish type '\(TokenAuthority.clipped(requested))' in the stream key (live, record or append)"))
             }
             publishType = parsed
         }
         if publishType != .live, key.streamName == nil {
             return .failure(.init(status: .badRequest, message: "publish type '\(publishType.rawValue)' needs a stream name: <token>?name=<name>&type=\(publishType.rawValue)"))
+        }
+        // Everything the platform will check of the publish (token, scope, recording name), before
+        // any pipeline is built.
+        if case .failure(let failure) = tokens.authorizePublish(key.token, tags: [], tracks: nil, publishType: publishType, streamName: key.streamName,
+                                                                sessionId: "rtmp-push", remoteAddress: remote, now: Date()) {
+            return .failure(failure)
         }
         return await ingest.startPushed(streamToken: key.token, publishType: publishType, streamName: key.streamName, remote: remote)
     }

@@ -61,9 +61,11 @@ public enum SessionEnd: Sendable, Hashable {
 /// Pure: no I/O, the caller passes time in and carries out the returned actions. Requests other
 /// than `authenticate` and `bye` are refused as `unauthorized` until the session is
 /// authenticated; authenticated requests are handed on (``Action/request(sessionId:requestId:_:)``)
-/// for the ``StreamRegistry``. Any message (even a malformed one) moves the keep-alive deadline
-/// to `now + keepAliveTimeout`; a `tick` past it closes the connection with 1008, as does an
-/// unauthenticated connection that does not authenticate in time.
+/// for the ``StreamRegistry``. Once authenticated, any message (even a malformed one) moves the
+/// keep-alive deadline to `now + keepAliveTimeout`; a `tick` past it closes the connection with
+/// 1008. Before that the deadline is fixed when the connection opens: a connection that does not
+/// authenticate in time is closed however much else it sends. A resumed session gets a new
+/// resume key (keys are single-use).
 ///
 /// ```swift
 /// var session = SessionStateMachine(sessionId: "s-1", remoteAddress: "127.0.0.1",
@@ -168,10 +170,14 @@ public struct SessionStateMachine: Sendable {
         if isClosed { return [] }
         switch event {
         case .message(let envelope, let now):
-            deadline = now.addingTimeInterval(keepAliveTimeout)
-            return handle(envelope, now: now)
+            // The deadline to authenticate never moves: a client that keeps sending junk (or
+            // anything but a valid `authenticate`) is closed when it runs out, like a silent one.
+            if state == .authenticated { deadline = now.addingTimeInterval(keepAliveTimeout) }
+            let actions = handle(envelope, now: now)
+            if state == .authenticated { deadline = now.addingTimeInterval(keepAliveTimeout) }
+            return actions
         case .invalid(let error, let now):
-            deadline = now.addingTimeInterval(keepAliveTimeout)
+            if state == .authenticated { deadline = now.addingTimeInterval(keepAliveTimeout) }
             if case .tooLarge = error.kind {
                 return close(.messageTooLarge, code: .messageTooLarge, reason: error.description)
             }
@@ -204,8 +210,9 @@ public struct SessionStateMachine: Sendable {
                 state = .authenticated
                 roles = TokenAuthority.roles(claims)
                 if let offer = resumeOffer, offer.sessionId == request.sessionId, offer.resumeKey == request.resumeKey {
+                    // The session continues under its id with this connection's fresh resume
+                    // key: a key is good for one resume, so a key seen once cannot be replayed.
                     sessionId = offer.sessionId
-                    resumeKey = offer.resumeKey
                     resumed = true
                 }
                 resumeOffer = nil

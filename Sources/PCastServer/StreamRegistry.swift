@@ -44,9 +44,11 @@ public struct StreamRecord: Sendable, Hashable {
 /// in, carries out the returned actions, and reports relay results back as events.
 ///
 /// Rules:
-/// - Publish needs a `publish` token (checks of ``TokenAuthority``); the stream's tags are the
-///   request's tags plus the token's `applyTags`. A publish token's `requiredTag` must be among
-///   those tags. Its `originStreamId` is ignored (the platform assigns stream ids).
+/// - Publish needs a `publish` token (``TokenAuthority/authorizePublish(_:tags:tracks:publishType:streamName:sessionId:remoteAddress:now:)``):
+///   the stream's tags are the token's `requiredTag` (its scope, applied whether the request names
+///   it or not), the request's tags (only the required tag or the token's `applyTags` when the
+///   token is scoped) and the token's `applyTags`. Recording needs the token to name the
+///   recording. Its `originStreamId` is ignored (the platform assigns stream ids).
 /// - Subscribe needs a `stream` token. Which stream: the token's `originStreamId` when present
 ///   (`not-found` if no such stream; with a `requiredTag` too, the stream must carry it, else
 ///   `unauthorized`). Without `originStreamId`, the newest live stream carrying the token's
@@ -220,18 +222,11 @@ public struct StreamRegistry: Sendable {
             [send(sessionId, requestId, .failure(.init(status: status, message: message))),
              .log(.notice, "publish refused: \(message)", sessionId: sessionId, streamId: nil)]
         }
-        let claims: TokenClaims
-        switch tokens.check(request.streamToken, as: .publish, sessionId: sessionId, remoteAddress: session.remoteAddress, now: now) {
+        let tags: [String]
+        switch tokens.authorizePublish(request.streamToken, tags: request.tags, tracks: request.tracks, publishType: request.publishType,
+                                       streamName: request.streamName, sessionId: sessionId, remoteAddress: session.remoteAddress, now: now) {
         case .failure(let failure): return fail(failure.status, failure.message)
-        case .success(let checked): claims = checked
-        }
-        if let kind = TokenAuthority.onlyKind(claims), request.tracks.contains(where: { $0.kind != kind }) {
-            return fail(.unauthorized, "the token allows \(kind.rawValue) tracks only")
-        }
-        var tags: [String] = []
-        for tag in request.tags + claims.applyTags where !tags.contains(tag) { tags.append(tag) }
-        if let required = claims.requiredTag, !tags.contains(required.rawValue) {
-            return fail(.unauthorized, "the token requires the stream to carry tag '\(required.rawValue)'")
+        case .success(let authorized): tags = authorized.tags
         }
         guard streams[streamId] == nil, pendingPublishes[streamId] == nil else {
             return fail(.conflict, "stream id '\(streamId)' is taken")

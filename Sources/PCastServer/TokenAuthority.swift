@@ -25,13 +25,20 @@ import PCastProtocol
 public struct TokenAuthority: Sendable, Hashable {
     public let applicationId: String
     public let secret: String
+    /// Tokens that expire further than this from now are refused (a token valid "forever",
+    /// `expires: Int64.max`, is a credential that can never be retired). Nil: no limit.
+    public let maximumLifetime: TimeInterval?
+
+    /// A year and a day: long-lived service tokens fit, "never expires" does not.
+    public static let defaultMaximumLifetime: TimeInterval = 366 * 86_400
 
     /// Capabilities a token may carry.
-    public static let recognisedCapabilities: Set<String> = ["real-time", "streaming", "audio-only", "video-only", RecordingAccess.capability]
+    public static let recognisedCapabilities: Set<String> = ["real-time", "streaming", "audio-only", "video-only", RecordingAccess.capability, MetricsAccess.capability]
 
-    public init(applicationId: String, secret: String) {
+    public init(applicationId: String, secret: String, maximumLifetime: TimeInterval? = Self.defaultMaximumLifetime) {
         self.applicationId = applicationId
         self.secret = secret
+        self.maximumLifetime = maximumLifetime
     }
 
     /// Verifies `token` and checks it for a request of `type` from `sessionId` at `remoteAddress`.
@@ -49,6 +56,10 @@ public struct TokenAuthority: Sendable, Hashable {
         }
         if claims.isExpired(now: now) {
             return .failure(.init(status: .unauthorized, message: "the token has expired"))
+        }
+        if let maximumLifetime, Double(claims.expires) > (now.timeIntervalSince1970 + maximumLifetime) * 1000 {
+            return .failure(.init(status: .unauthorized, message:
+                "the token expires further ahead than this platform allows (at most \(Int(maximumLifetime / 86_400)) days)"))
         }
         guard let actual = claims.type else {
             return .failure(.init(status: .unauthorized, message: "the token has no type; \(Self.article(type)) \(type.rawValue) token is needed"))
@@ -74,6 +85,63 @@ public struct TokenAuthority: Sendable, Hashable {
             return .failure(.init(status: .badRequest, message: "the token asks for both audio-only and video-only"))
         }
         return .success(claims)
+    }
+
+    /// Checks a publish: the token (as ``check(_:as:sessionId:remoteAddress:now:)`` does, as a
+    /// publish token), then what it may publish into, and returns the stream's tags.
+    ///
+    /// - **Scope.** A token with a `requiredTag` (a channel, a room or a tag) publishes into that
+    ///   scope only: the stream carries the required tag whether the request names it or not, and
+    ///   a requested tag that is neither the required tag nor one of the token's `applyTags` is
+    ///   refused (`unauthorized`). Otherwise a token scoped to `channelAlias:mine` could add
+    ///   `channelAlias:yours` and take over that channel's viewers. A token without a required
+    ///   tag is unscoped: the application that signed it allows any tags.
+    /// - **Recordings.** `record` and `append` write the recording named by the request's stream
+    ///   name; the token must name that recording in its `streamName` claim (`unauthorized`
+    ///   otherwise), so a publisher cannot overwrite or extend another's recording.
+    /// - **Kinds.** `audio-only` / `video-only` tokens allow tracks of that kind only.
+    ///
+    /// ```swift
+    /// authority.authorizePublish(token, tags: ["channelAlias:news"], tracks: tracks, publishType: .live, streamName: nil,
+    ///                            sessionId: "s-1", remoteAddress: nil, now: Date())   // .success(["channelAlias:news"])
+    /// ```
+    public func authorizePublish(
+        _ token: String, tags requested: [String], tracks: [MediaTrackDescription]?, publishType: PublishType, streamName: String?,
+        sessionId: String, remoteAddress: String?, now: Date
+    ) -> Result<(claims: TokenClaims, tags: [String]), ServerMessage.Failure> {
+        let claims: TokenClaims
+        switch check(token, as: .publish, sessionId: sessionId, remoteAddress: remoteAddress, now: now) {
+        case .failure(let failure): return .failure(failure)
+        case .success(let checked): claims = checked
+        }
+        if let kind = Self.onlyKind(claims), let tracks, tracks.contains(where: { $0.kind != kind }) {
+            return .failure(.init(status: .unauthorized, message: "the token allows \(kind.rawValue) tracks only"))
+        }
+        var tags: [String] = []
+        if let required = claims.requiredTag?.rawValue {
+            let allowed = Set([required] + claims.applyTags)
+            if let foreign = requested.first(where: { !allowed.contains($0) }) {
+                return .failure(.init(status: .unauthorized, message:
+                    "tag '\(Self.clipped(foreign))' is outside the token's scope '\(Self.clipped(required))'"))
+            }
+            tags.append(required)
+        }
+        for tag in requested + claims.applyTags where !tags.contains(tag) { tags.append(tag) }
+        if publishType != .live {
+            guard let streamName else {
+                return .failure(.init(status: .badRequest, message: "publish type '\(publishType.rawValue)' needs a stream name"))
+            }
+            guard let allowed = claims.streamName, allowed.utf8.elementsEqual(streamName.utf8) else {
+                return .failure(.init(status: .unauthorized, message:
+                    "the token does not allow recording '\(Self.clipped(streamName))' (its streamName claim must name it)"))
+            }
+        }
+        return .success((claims, tags))
+    }
+
+    /// Attacker-supplied text quoted in a reply, cut to `limit` characters.
+    public static func clipped(_ text: String, limit: Int = 64) -> String {
+        text.count <= limit ? text : String(text.prefix(limit)) + "…"
     }
 
     /// The room roles a token allows (its `role:<role>` capabilities), or nil when it names none.

@@ -1,0 +1,215 @@
+import Hummingbird
+import HummingbirdCore
+import Logging
+import NIOCore
+
+/// The first handler of every HTTP/WebSocket connection, below the HTTP codec (raw bytes), so it
+/// acts before anything is parsed or allocated for a request:
+///
+/// - **Connection caps.** At most ``ConnectionLimits/perAddress`` connections from one remote
+///   address and ``ConnectionLimits/total`` in all; one more gets a plain `503` and is closed, so
+///   one client holding thousands of sockets cannot take the descriptors everyone else needs.
+/// - **Request-head deadline.** The first request head must be complete within
+///   ``ConnectionLimits/requestHeadTimeout`` whatever trickles in meanwhile (slow-loris); later
+///   requests on a kept-alive connection are bounded by the idle timeout, which counts whole
+///   requests, not bytes.
+/// - **Head size.** A first request head over ``ConnectionLimits/maximumHeadBytes`` gets `431`.
+/// - **Masked frames.** Once the connection switched to WebSocket (`101` went out), every client
+///   frame must be masked (RFC 6455 §5.1); an unmasked one closes it with 1002.
+final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundIn = IOData
+    typealias OutboundOut = IOData
+
+    private enum Phase {
+        case awaitingHead(bytes: Int, tail: [UInt8])
+        case http
+        case webSocket(WebSocketMaskCheck)
+        case refused
+    }
+
+    private let connections: ActiveConnections
+    private let limits: ConnectionLimits
+    private let logger: Logger
+    private var phase: Phase = .awaitingHead(bytes: 0, tail: [])
+    private var address: String?
+    private var counted = false
+    private var started = false
+    private var deadline: Scheduled<Void>?
+
+    init(connections: ActiveConnections, limits: ConnectionLimits, logger: Logger) {
+        self.connections = connections
+        self.limits = limits
+        self.logger = logger
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { start(context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        start(context)
+        context.fireChannelActive()
+    }
+
+    private func start(_ context: ChannelHandlerContext) {
+        guard !started else { return }
+        started = true
+        let address = context.channel.remoteAddress?.ipAddress ?? "?"
+        self.address = address
+        guard connections.enter(address, perAddress: limits.perAddress, total: limits.total) else {
+            logger.warning("http connection refused: too many connections", metadata: ["pcast.remote": .string(address)])
+            refuse(context, status: "503 Service Unavailable", body: "too many connections\n", extra: "Retry-After: 5\r\n")
+            return
+        }
+        counted = true
+        let timeout = TimeAmount.nanoseconds(Int64(limits.requestHeadTimeout / .nanoseconds(1)))
+        deadline = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [self] in
+            if case .awaitingHead = self.phase {
+                self.logger.notice("http connection closed: no complete request in time", metadata: ["pcast.remote": .string(address)])
+                self.phase = .refused
+                context.close(promise: nil)
+            }
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        release()
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        release()
+    }
+
+    private func release() {
+        deadline?.cancel()
+        deadline = nil
+        if counted, let address {
+            counted = false
+            connections.leave(address)
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = unwrapInboundIn(data)
+        switch phase {
+        case .refused:
+            return
+        case .awaitingHead(let bytes, let tail):
+            let view = buffer.readableBytesView
+            var window = tail
+            var complete = false
+            var read = bytes
+            for byte in view {
+                read += 1
+                window.append(byte)
+                if window.count > 4 { window.removeFirst() }
+                if window == [13, 10, 13, 10] {
+                    complete = true
+                    break
+                }
+            }
+            if complete {
+                phase = .http
+                deadline?.cancel()
+                deadline = nil
+            } else if read > limits.maximumHeadBytes {
+                refuse(context, status: "431 Request Header Fields Too Large", body: "the request head is larger than \(limits.maximumHeadBytes) bytes\n")
+                return
+            } else {
+                phase = .awaitingHead(bytes: read, tail: window)
+            }
+        case .http:
+            break
+        case .webSocket(var check):
+            let masked = check.consume(buffer.readableBytesView)
+            phase = .webSocket(check)
+            if !masked {
+                logger.notice("websocket closed: an unmasked client frame", metadata: ["pcast.remote": .string(address ?? "?")])
+                phase = .refused
+                // Close frame, status 1002 (protocol error); server frames are not masked.
+                context.writeAndFlush(wrapOutboundOut(.byteBuffer(ByteBuffer(bytes: [0x88, 0x02, 0x03, 0xEA]))), promise: nil)
+                context.close(promise: nil)
+                return
+            }
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if case .http = phase, case .byteBuffer(let buffer) = unwrapOutboundIn(data),
+           buffer.readableBytesView.starts(with: Self.switchingProtocols) {
+            phase = .webSocket(WebSocketMaskCheck())
+        }
+        context.write(data, promise: promise)
+    }
+
+    private static let switchingProtocols = Array("HTTP/1.1 101".utf8)
+
+    private func refuse(_ context: ChannelHandlerContext, status: String, body: String, extra: String = "") {
+        phase = .refused
+        deadline?.cancel()
+        deadline = nil
+        let text = "HTTP/1.1 \(status)\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\n\(extra)Connection: close\r\n\r\n\(body)"
+        context.writeAndFlush(wrapOutboundOut(.byteBuffer(ByteBuffer(string: text))), promise: nil)
+        context.close(promise: nil)
+    }
+}
+
+/// Follows WebSocket frame boundaries in a client's byte stream and says whether every frame is
+/// masked (RFC 6455 §5.2: the MASK bit, then 7-, 16- or 64-bit lengths, then the key).
+struct WebSocketMaskCheck: Sendable, Hashable {
+    private var header: [UInt8] = []
+    private var payloadLeft: UInt64 = 0
+
+    /// False as soon as a frame header without the MASK bit is seen.
+    mutating func consume(_ bytes: some Collection<UInt8>) -> Bool {
+        var index = bytes.startIndex
+        while index != bytes.endIndex {
+            if payloadLeft > 0 {
+                let available = UInt64(bytes.distance(from: index, to: bytes.endIndex))
+                let skip = min(payloadLeft, available)
+                index = bytes.index(index, offsetBy: Int(skip))
+                payloadLeft -= skip
+                continue
+            }
+            header.append(bytes[index])
+            index = bytes.index(after: index)
+            guard header.count >= 2 else { continue }
+            guard header[1] & 0x80 != 0 else { return false }
+            let short = header[1] & 0x7F
+            let extended = short == 126 ? 2 : short == 127 ? 8 : 0
+            guard header.count == 2 + extended + 4 else { continue }
+            var length = UInt64(short)
+            if extended > 0 { length = header[2..<(2 + extended)].reduce(0) { $0 << 8 | UInt64($1) } }
+            payloadLeft = length
+            header.removeAll(keepingCapacity: true)
+        }
+        return true
+    }
+}
+
+/// Puts a ``ConnectionGuardHandler`` in front of another child channel's pipeline.
+struct GuardedChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
+    typealias Value = Inner.Value
+    let inner: Inner
+    let connections: ActiveConnections
+    let limits: ConnectionLimits
+    let logger: Logger
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        do {
+            try channel.pipeline.syncOperations.addHandler(
+                ConnectionGuardHandler(connections: connections, limits: limits, logger: self.logger), position: .first)
+        } catch {
+            return channel.eventLoop.makeFailedFuture(error)
+        }
+        return inner.setup(channel: channel, logger: logger)
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        await inner.handle(value: value, logger: logger)
+    }
+}
