@@ -29,9 +29,12 @@ public enum BackendAPI {
         public var requiredTag: String?
         /// Tags the platform adds to the stream (`publish` tokens).
         public var applyTags: [String]?
+        /// The recording a `publish` token may record or append to.
+        public var streamName: String?
 
         public init(type: String? = nil, sessionId: String? = nil, capabilities: [String]? = nil, roles: [String]? = nil,
-                    originStreamId: String? = nil, requiredTag: String? = nil, applyTags: [String]? = nil) {
+                    originStreamId: String? = nil, requiredTag: String? = nil, applyTags: [String]? = nil, streamName: String? = nil) {
+            self.streamName = streamName
             self.type = type
             self.sessionId = sessionId
             self.capabilities = capabilities

@@ -2,6 +2,7 @@ import Hummingbird
 import HummingbirdCore
 import Logging
 import NIOCore
+import Synchronization
 
 /// The first handler of every HTTP/WebSocket connection, below the HTTP codec (raw bytes), so it
 /// acts before anything is parsed or allocated for a request:
@@ -33,14 +34,19 @@ final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandle
     private let limits: ConnectionLimits
     private let logger: Logger
     private var phase: Phase = .awaitingHead(bytes: 0, tail: [])
-    private var address: String?
-    private var counted = false
+    private let address: String
+    /// Whether this connection holds a place in `connections` (it was admitted and not released).
+    private var counted: Bool
     private var started = false
     private var deadline: Scheduled<Void>?
 
-    init(connections: ActiveConnections, limits: ConnectionLimits, logger: Logger) {
+    /// `admitted`: the caller took a place for `address` in `connections` (released here when the
+    /// connection ends); false: the connection is refused with `503` as soon as it is active.
+    init(connections: ActiveConnections, limits: ConnectionLimits, address: String, admitted: Bool, logger: Logger) {
         self.connections = connections
         self.limits = limits
+        self.address = address
+        self.counted = admitted
         self.logger = logger
     }
 
@@ -56,18 +62,16 @@ final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandle
     private func start(_ context: ChannelHandlerContext) {
         guard !started else { return }
         started = true
-        let address = context.channel.remoteAddress?.ipAddress ?? "?"
-        self.address = address
-        guard connections.enter(address, perAddress: limits.perAddress, total: limits.total) else {
-            logger.warning("http connection refused: too many connections", metadata: ["pcast.remote": .string(address)])
+        let address = self.address
+        guard counted else {
+            logger.debug("http connection refused: too many connections", metadata: ["pcast.remote": .string(address)])
             refuse(context, status: "503 Service Unavailable", body: "too many connections\n", extra: "Retry-After: 5\r\n")
             return
         }
-        counted = true
         let timeout = TimeAmount.nanoseconds(Int64(limits.requestHeadTimeout / .nanoseconds(1)))
         deadline = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [self] in
             if case .awaitingHead = self.phase {
-                self.logger.notice("http connection closed: no complete request in time", metadata: ["pcast.remote": .string(address)])
+                self.logger.debug("http connection closed: no complete request in time", metadata: ["pcast.remote": .string(address)])
                 self.phase = .refused
                 context.close(promise: nil)
             }
@@ -86,7 +90,7 @@ final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandle
     private func release() {
         deadline?.cancel()
         deadline = nil
-        if counted, let address {
+        if counted {
             counted = false
             connections.leave(address)
         }
@@ -127,7 +131,7 @@ final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandle
             let masked = check.consume(buffer.readableBytesView)
             phase = .webSocket(check)
             if !masked {
-                logger.notice("websocket closed: an unmasked client frame", metadata: ["pcast.remote": .string(address ?? "?")])
+                logger.notice("websocket closed: an unmasked client frame", metadata: ["pcast.remote": .string(address)])
                 phase = .refused
                 // Close frame, status 1002 (protocol error); server frames are not masked.
                 context.writeAndFlush(wrapOutboundOut(.byteBuffer(ByteBuffer(bytes: [0x88, 0x02, 0x03, 0xEA]))), promise: nil)
@@ -191,25 +195,42 @@ struct WebSocketMaskCheck: Sendable, Hashable {
     }
 }
 
-/// Puts a ``ConnectionGuardHandler`` in front of another child channel's pipeline.
+/// Puts a ``ConnectionGuardHandler`` in front of another child channel's pipeline, deciding at
+/// accept whether the connection is admitted.
 struct GuardedChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
     typealias Value = Inner.Value
     let inner: Inner
     let connections: ActiveConnections
     let limits: ConnectionLimits
     let logger: Logger
+    let refused: RefusedChannels
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        let address = channel.remoteAddress?.ipAddress ?? "?"
+        let admitted = connections.enter(address, perAddress: limits.perAddress, total: limits.total)
+        if !admitted { refused.insert(channel) }
         do {
             try channel.pipeline.syncOperations.addHandler(
-                ConnectionGuardHandler(connections: connections, limits: limits, logger: self.logger), position: .first)
+                ConnectionGuardHandler(connections: connections, limits: limits, address: address, admitted: admitted, logger: self.logger),
+                position: .first)
         } catch {
+            if admitted { connections.leave(address) }
             return channel.eventLoop.makeFailedFuture(error)
         }
         return inner.setup(channel: channel, logger: logger)
     }
 
     func handle(value: Value, logger: Logger) async {
+        // A refused connection is answered `503` and closed by the guard: nothing to serve, and
+        // nothing to log per refusal (a flood must not become a log flood).
+        if refused.remove(value.channel) { return }
         await inner.handle(value: value, logger: logger)
     }
+}
+
+/// The channels the guard refused, between their setup and their handling.
+final class RefusedChannels: Sendable {
+    private let channels = Mutex<Set<ObjectIdentifier>>([])
+    func insert(_ channel: any Channel) { _ = channels.withLock { $0.insert(ObjectIdentifier(channel)) } }
+    func remove(_ channel: any Channel) -> Bool { channels.withLock { $0.remove(ObjectIdentifier(channel)) != nil } }
 }

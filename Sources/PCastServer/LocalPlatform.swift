@@ -36,7 +36,8 @@ public final class LocalPlatform: Sendable {
                              backendPolicy: (any BackendPolicy)? = SampleBackendPolicy(),
                              ingestPolicy: IngestURIPolicy = IngestURIPolicy(),
                              rtmpPort: Int? = nil,
-                             logger: Logger = Logger(label: "pcast.platform")) async throws -> LocalPlatform {
+                             logger: Logger = Logger(label: "pcast.platform"),
+                             configure: (inout PlatformConfiguration) -> Void = { _ in }) async throws -> LocalPlatform {
         let relay = try Relay(configuration: relayConfiguration)
         let directory = dataDirectory ?? FileManager.default.temporaryDirectory.appendingPathComponent("pcast-local-\(UUID().uuidString)").path
         var configuration = PlatformConfiguration(applicationId: applicationId, secret: secret, host: "127.0.0.1",
@@ -45,6 +46,10 @@ public final class LocalPlatform: Sendable {
         configuration.resumeWindow = resumeWindow
         configuration.ingestPolicy = ingestPolicy
         configuration.rtmpPort = rtmpPort
+        // Everything here connects from loopback, often many clients from one process (the room
+        // benchmark holds 2,000 sessions): the per-address cap is the total.
+        configuration.connectionLimits.perAddress = configuration.connectionLimits.total
+        configure(&configuration)
         do {
             let server = try await PlatformServer.start(configuration: configuration, relay: relay, logger: logger, backendPolicy: backendPolicy)
             return LocalPlatform(server: server, relay: relay, configuration: configuration)
@@ -66,7 +71,8 @@ public final class LocalPlatform: Sendable {
     /// platform.token(.stream, originStreamId: publisher.streamId)
     /// ```
     public func token(_ type: TokenType, lifetime: TimeInterval = 3600, tag: RequiredTag? = nil,
-                      originStreamId: String? = nil, capabilities: [String] = [], applyTags: [String] = []) throws(DigestTokenError) -> String {
+                      originStreamId: String? = nil, capabilities: [String] = [], applyTags: [String] = [],
+                      streamName: String? = nil) throws(DigestTokenError) -> String {
         var builder = DigestTokenBuilder()
             .expiresAt(Date().addingTimeInterval(lifetime))
             .type(type)
@@ -74,6 +80,7 @@ public final class LocalPlatform: Sendable {
         if let tag { builder = builder.requiredTag(tag) }
         if let originStreamId { builder = builder.originStreamId(originStreamId) }
         for applied in applyTags { builder = builder.applyTag(applied) }
+        if let streamName { builder = builder.streamName(streamName) }
         return try builder.encode(applicationId: configuration.applicationId, secret: configuration.secret)
     }
 

@@ -275,6 +275,7 @@ public final class PlatformServer: Sendable {
         let signaling = SignalingConnection(platform: platform, sizeLimit: limit)
         let limits = configuration.connectionLimits
         let connections = ActiveConnections()
+        let refused = RefusedChannels()
         let head = limits.maximumHeadBytes
         let http1 = HTTP1Channel.Configuration(
             idleTimeout: .seconds(60),
@@ -291,7 +292,7 @@ public final class PlatformServer: Sendable {
         let server = HTTPServerBuilder { responder in
             GuardedChildChannel(
                 inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: .init(http1: http1, ws: webSocket), shouldUpgrade: shouldUpgrade),
-                connections: connections, limits: limits, logger: logger)
+                connections: connections, limits: limits, logger: logger, refused: refused)
         }
         let application = Application(
             router: router,

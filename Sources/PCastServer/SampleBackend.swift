@@ -170,8 +170,9 @@ public struct SampleBackend: Sendable {
         if kind == .stream {
             if let origin = fields.originStreamId { builder = builder.originStreamId(origin) }
             if let tag = fields.requiredTag { builder = builder.requiredTag(RequiredTag(rawValue: tag)) }
-        } else if kind == .publish, let tag = fields.requiredTag {
-            builder = builder.requiredTag(RequiredTag(rawValue: tag))
+        } else if kind == .publish {
+            if let tag = fields.requiredTag { builder = builder.requiredTag(RequiredTag(rawValue: tag)) }
+            if let name = fields.streamName { builder = builder.streamName(name) }
         }
         let token: String
         do {

@@ -39,6 +39,7 @@ struct TokenCommand: ParsableCommand {
         @Option var roomAlias: String?
         @Option(help: "A raw required tag.") var tag: String?
         @Option var applyTag: [String] = []
+        @Option(help: "The recording a publish token may record or append to (--publish-type record|append --stream-name NAME).") var streamName: String?
 
         func validate() throws {
             if expiresIn != nil && expiresAtMs != nil {
@@ -102,6 +103,7 @@ struct TokenCommand: ParsableCommand {
                 case "--room-alias": builder = builder.roomAlias(value)
                 case "--tag": builder = builder.tag(value)
                 case "--apply-tag": builder = builder.applyTag(value)
+                case "--stream-name": builder = builder.streamName(value)
                 case "--application-id", "--secret": break
                 default: used = false
                 }

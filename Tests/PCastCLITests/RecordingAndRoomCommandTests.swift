@@ -89,7 +89,7 @@ struct RecordingAndRoomCommandTests {
         let recording = data.appendingPathComponent("recordings/crash.mp4").path
         var platform = try await ServedPlatform.start(dataDirectory: data, log: directory.appendingPathComponent("serve1.out"))
         let auth = try platform.token(["--type", "auth"])
-        let publish = try platform.token(["--type", "publish"])
+        let publish = try platform.token(["--type", "publish", "--stream-name", "crash"])
         let publisher = try ChildProcess.spawn(try pcastBinary(), [
             "publish", "--server", platform.signaling, "--token", publish, "--auth-token", auth, "--width", "320", "--height", "240", "--fps", "25",
             "--publish-type", "record", "--stream-name", "crash", "--seconds", "60"], environment: ServedPlatform.environment)
@@ -115,7 +115,7 @@ struct RecordingAndRoomCommandTests {
         platform = try await ServedPlatform.start(dataDirectory: data, log: directory.appendingPathComponent("serve2.out"))
         defer { platform.process.stop() }
         let again = try platform.pcast([
-            "publish", "--server", platform.signaling, "--token", try platform.token(["--type", "publish"]), "--auth-token", try platform.token(["--type", "auth"]),
+            "publish", "--server", platform.signaling, "--token", try platform.token(["--type", "publish", "--stream-name", "crash"]), "--auth-token", try platform.token(["--type", "auth"]),
             "--width", "320", "--height", "240", "--fps", "25", "--publish-type", "append", "--stream-name", "crash", "--seconds", "3"], timeout: 60)
         #expect(again.status == 0, "\(again.stderr)")
         var total = 0.0

@@ -335,7 +335,7 @@ struct StreamRegistryPublishTypeTests {
         let transport = MediaTransport(srtpProfile: "AEAD_AES_128_GCM", port: 40_000, clientKey: "c", serverKey: "s")
         for (index, type) in [PublishType.record, .append, .live].enumerated() {
             let id = "stream-\(index)"
-            let publish = ClientMessage.Publish(streamToken: Fixture.token(.publish, now: Date()), publishType: type, streamName: "show", tracks: [track])
+            let publish = ClientMessage.Publish(streamToken: Fixture.token(.publish, now: Date()) { $0.streamName("show") }, publishType: type, streamName: "show", tracks: [track])
             let asked = registry.handle(.request(sessionId: "a", requestId: 1, .publish(publish), now: Date(), newId: id))
             #expect(asked.contains { if case .addPublisher = $0 { return true } else { return false } })
             let added = registry.handle(.publisherAdded(streamId: id, .success(transport)))

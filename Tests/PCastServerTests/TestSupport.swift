@@ -177,7 +177,7 @@ func http(_ method: String, _ url: String, body: String? = nil, basic: (String, 
         if let (user, password) = basic {
             headers.add(name: "Authorization", value: "Basic " + Data("\(user):\(password)".utf8).base64EncodedString())
         }
-        let path = target.path.isEmpty ? "/" : target.path
+        let path = (target.path.isEmpty ? "/" : target.path) + (target.query.map { "?" + $0 } ?? "")
         try await outbound.write(.head(HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: method), uri: path, headers: headers)))
         if bytes.readableBytes > 0 { try await outbound.write(.body(.byteBuffer(bytes))) }
         try await outbound.write(.end(nil))

@@ -229,7 +229,7 @@ extension IngestTests {
         #expect(await garbageIsHungUpOn(port: port))
         let viewerToken = try platform.token(.stream, tag: .channelAlias("pushed"))
         // ffmpeg always sends the RTMP publish type `live`: the key asks for the recording.
-        let ffmpeg = try push(try platform.token(.publish, applyTags: ["channelAlias:pushed"]) + "?name=pushed-show&type=record", seconds: 6)
+        let ffmpeg = try push(try platform.token(.publish, applyTags: ["channelAlias:pushed"], streamName: "pushed-show") + "?name=pushed-show&type=record", seconds: 6)
         defer { ffmpeg.stop() }
         let viewer = try await client(platform)
         var subscribed: MediaStream?

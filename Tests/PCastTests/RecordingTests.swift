@@ -83,7 +83,7 @@ func publishPattern(_ pcast: PCast, _ platform: LocalPlatform, type: PublishType
     options.video.frameRate = .exact(25)
     options.audio.deviceId = .exact(SourceDevices.syntheticAudioId)
     let media = try await UserMedia.getUserMedia(options)
-    let publisher = try await pcast.publish(streamToken: try platform.token(.publish, applyTags: ["channelAlias:show"]), mediaStream: media,
+    let publisher = try await pcast.publish(streamToken: try platform.token(.publish, applyTags: ["channelAlias:show"], streamName: name), mediaStream: media,
                                             settings: EncodingSettings(videoBitrate: 800, keyframeInterval: 25), publishType: type, streamName: name)
     return (publisher, media)
 }

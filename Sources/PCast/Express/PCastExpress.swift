@@ -236,11 +236,11 @@ public final class PCastExpress: Sendable {
 
     // MARK: Backend
 
-    /// A publish token from the backend.
-    public func publishToken(capabilities: [String], tags: [String] = []) async throws(PCastError) -> String {
+    /// A publish token from the backend; `streamName` asks for the right to record under that name.
+    public func publishToken(capabilities: [String], tags: [String] = [], streamName: String? = nil) async throws(PCastError) -> String {
         let pcast = try await self.pcast()
         let reply = try await backend(options.streamRoute, .init(type: "publish", sessionId: pcast.sessionId, capabilities: capabilities,
-                                                                 applyTags: tags.isEmpty ? nil : tags))
+                                                                 applyTags: tags.isEmpty ? nil : tags, streamName: streamName))
         guard let token = reply.streamToken else { throw .refused(.failed, "the backend gave no stream token") }
         return token
     }
@@ -387,7 +387,12 @@ public final class ExpressPublisher: Sendable {
     func connect() async throws(PCastError) {
         let pcast = try await express.pcast()
         let token: String
-        if let given = options.streamToken { token = given } else { token = try await express.publishToken(capabilities: options.capabilities, tags: options.tags) }
+        if let given = options.streamToken {
+            token = given
+        } else {
+            token = try await express.publishToken(capabilities: options.capabilities, tags: options.tags,
+                                                   streamName: options.publishType == .live ? nil : options.streamName)
+        }
         let publisher = try await pcast.publish(streamToken: token, mediaStream: media, tags: options.tags, settings: options.settings,
                                                 publishType: options.publishType, streamName: options.streamName)
         let stopped = state.withLock { state -> Bool in
