@@ -5,7 +5,7 @@ DEMO_SECONDS ?= 15
 BENCH_DIR ?= bench-results
 SOAK_MINUTES ?= 30
 # Suites with many concurrent clients (run apart from the media suites; see `test`).
-ROOM_SUITES = RoomTests ChatTests RestartTests ObservableTests RoomStoreTests RoomRegistryTests FastConverterTests
+ROOM_SUITES = RoomTests ChatTests RestartTests ObservableTests RoomStoreTests RoomRegistryTests FastConverterTests PCastServerTests.SecurityTests
 # Suites that publish, ingest and render through the platform with many clients: one test at a time.
 EXPRESS_SUITES = PCastTests.IngestSecurityTests PCastTests.ExpressTests PCastTests.RoomChannelExpressTests PCastTests.IngestTests PCastTests.RecordingTests PCastTests.NetworkQualityTests PCastTests.ReconnectionTests PCastTests.ViewerBandwidthLimitTests
 
@@ -54,6 +54,7 @@ bench: setup
 	$(SWIFT) build -c release --product pcast
 	.build/release/pcast bench --output $(BENCH_DIR)
 	MALLOC_ARENA_MAX=2 .build/release/pcast bench --cycles-only --output $(BENCH_DIR)
+	.build/release/pcast bench --connections-only --output $(BENCH_DIR)
 
 # 30 minutes of publish/subscribe with churn; fails if memory, threads or descriptors grow (not part of test).
 soak: setup

@@ -43,6 +43,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Run only the ingest benchmark (writes ingest.json and ingest.md).")
     var ingestOnly = false
 
+    @Flag(help: "Run only the connection-flood benchmark: 5,000 idle connections from one address against a pcast serve (writes connections.json and connections.md).")
+    var connectionsOnly = false
+
     @Flag(help: "Run only the reconnection benchmark (writes reconnect.json and reconnect.md).")
     var reconnectOnly = false
 
@@ -68,6 +71,11 @@ struct BenchCommand: AsyncParsableCommand {
 
     func run() async throws {
         PCastCommand.bootstrapLogging()
+        if connectionsOnly {
+            let result = try await ConnectionFloodBenchmark().run()
+            try write(result, markdown: ConnectionFloodBenchmark.markdown(result), as: "connections")
+            return
+        }
         if reconnectOnly {
             let result = try await ReconnectBenchmark().run()
             try write(result, markdown: ReconnectBenchmark.markdown(result), as: "reconnect")

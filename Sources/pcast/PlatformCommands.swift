@@ -30,6 +30,18 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(help: "No RTMP push endpoint.") var noRTMP = false
     @Flag(help: "Serve the sample application backend at /backend/auth and /backend/stream (tokens for Express clients).")
     var sampleBackend = false
+    @Flag(help: "GET /metrics needs HTTP Basic applicationId:secret or a token with the 'metrics' capability (PCAST_PROTECT_METRICS).")
+    var protectMetrics = false
+    @Option(help: "Longest token lifetime accepted, seconds (0: no limit; default a year and a day). PCAST_MAX_TOKEN_LIFETIME.")
+    var maxTokenLifetime: Int?
+    @Option(help: "HTTP/WebSocket connections one remote address may hold (default 256). PCAST_MAX_CONNECTIONS_PER_ADDRESS.")
+    var maxConnectionsPerAddress: Int?
+    @Option(help: "HTTP/WebSocket connections held in all (default 10000). PCAST_MAX_CONNECTIONS.")
+    var maxConnections: Int?
+    @Option(help: "A host (name or address) ingest may pull from although it is internal (repeatable). PCAST_INGEST_ALLOW_HOSTS, comma-separated.")
+    var ingestAllowHost: [String] = []
+    @Option(help: "A folder file:// ingest may read from (off by default). PCAST_INGEST_FILE_DIR.")
+    var ingestFileDir: String?
     @Option(help: "With --sample-backend: the password a client's authentication data must carry (moderatorPassword) to get the moderator role; without it no one gets moderator. Defaults to PCAST_MODERATOR_PASSWORD.")
     var moderatorPassword: String?
 
@@ -37,7 +49,10 @@ struct ServeCommand: AsyncParsableCommand {
         PCastCommand.bootstrapLogging()
         let overrides = PlatformConfiguration.Overrides(
             applicationId: applicationId, secret: secret, host: host, httpPort: httpPort, mediaPort: mediaPort,
-            dataDirectory: dataDir, messageSizeLimit: messageSizeLimit, keepAliveInterval: keepaliveInterval)
+            dataDirectory: dataDir, messageSizeLimit: messageSizeLimit, keepAliveInterval: keepaliveInterval,
+            protectMetrics: protectMetrics ? true : nil, maximumTokenLifetime: maxTokenLifetime,
+            maximumConnectionsPerAddress: maxConnectionsPerAddress, maximumConnections: maxConnections,
+            ingestAllowHosts: ingestAllowHost.isEmpty ? nil : ingestAllowHost, ingestFileDirectory: ingestFileDir)
         var configuration: PlatformConfiguration
         do {
             configuration = try PlatformConfiguration.load(file: config.map { URL(fileURLWithPath: $0) },

@@ -292,16 +292,17 @@ private struct GuestListPolicy: BackendPolicy {
         #expect(failure.status == .notSupported)
     }
 
-    @Test func resumingAnOfferedSessionKeepsItsId() {
+    @Test("resuming an offered session keeps its id and hands out a fresh resume key (keys are single-use)")
+    func resumingAnOfferedSessionKeepsItsId() {
         var session = machine()
         session.offerResume(sessionId: "session-old", resumeKey: "old-key")
         let actions = authenticate(&session, token: Fixture.token(.auth, now: now), sessionId: "session-old", resumeKey: "old-key")
         #expect(actions == [
             .opened(sessionId: "session-old"),
-            .send(Envelope(id: 1, .authenticated(.init(sessionId: "session-old", keepAliveInterval: 10, resumeKey: "old-key", resumed: true)))),
+            .send(Envelope(id: 1, .authenticated(.init(sessionId: "session-old", keepAliveInterval: 10, resumeKey: "fresh-key", resumed: true)))),
         ])
         #expect(session.sessionId == "session-old")
-        #expect(session.resumeKey == "old-key")
+        #expect(session.resumeKey == "fresh-key")
         #expect(session.resumed)
         // Later requests carry the resumed id.
         #expect(session.handle(.message(.request(id: 2, .leaveRoom(.init(roomId: "r-1"))), now: now))

@@ -59,12 +59,12 @@ import Testing
             (Fixture.token(.stream, now: now), .unauthorized),
             (Fixture.token(.publish, expiresIn: -1, now: now), .unauthorized),
             (Fixture.token(.publish, now: now) { $0.sessionId("sub") }, .unauthorized),
-            (Fixture.token(.publish, now: now) { $0.channel("required") }, .unauthorized),
+            (Fixture.token(.publish, now: now) { $0.channel("required") }, .unauthorized),   // refused for its foreign tag (below)
             (Fixture.token(.publish, now: now) { $0.capability("audio-only") }, .unauthorized),
             (Fixture.token(.publish, now: now) { $0.capability("hls") }, .notSupported),
         ]
         for (token, status) in cases {
-            let actions = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(token)), now: now, newId: "s"))
+            let actions = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(token, tags: ["channelId:other"])), now: now, newId: "s"))
             #expect(failure(actions)?.status == status)
             #expect(relayCalls(actions).isEmpty)
         }
