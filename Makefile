@@ -7,7 +7,7 @@ SOAK_MINUTES ?= 30
 # Suites with many concurrent clients (run apart from the media suites; see `test`).
 ROOM_SUITES = RoomTests ChatTests RestartTests ObservableTests RoomStoreTests RoomRegistryTests FastConverterTests PCastServerTests.SecurityTests
 # Suites that publish, ingest and render through the platform with many clients: one test at a time.
-EXPRESS_SUITES = PCastTests.IngestSecurityTests PCastTests.ExpressTests PCastTests.RoomChannelExpressTests PCastTests.IngestTests PCastTests.RecordingTests PCastTests.NetworkQualityTests PCastTests.ReconnectionTests PCastTests.ViewerBandwidthLimitTests
+EXPRESS_SUITES = PCastTests.SourcePublishTests PCastTests.IngestSecurityTests PCastTests.ExpressTests PCastTests.RoomChannelExpressTests PCastTests.IngestTests PCastTests.RecordingTests PCastTests.NetworkQualityTests PCastTests.ReconnectionTests PCastTests.ViewerBandwidthLimitTests
 
 # The demo: the embedded platform in-process; a test pattern and tone published through its relay
 # to a subscriber (a window when there is a display, a null sink otherwise), with a status line.

@@ -85,6 +85,17 @@ public final class Pad: @unchecked Sendable, CustomStringConvertible {
         return idle
     }
 
+    /// Calls `handler` once, on the streaming thread, when end-of-stream passes the pad (the
+    /// event goes on). For a branch whose end the pipeline's bus may never report (a tee branch
+    /// among others, an RTP session that keeps its own end).
+    @discardableResult
+    public func onEndOfStream(_ handler: @escaping @Sendable () -> Void) -> PadProbe {
+        let watcher = EndOfStreamWatcher(handler)
+        let context = Unmanaged.passRetained(watcher).toOpaque()
+        let id = gst_pad_add_probe(pointer, GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM, endOfStreamTrampoline, context, releaseRetainedContext)
+        return PadProbe(pad: self, id: id)
+    }
+
     /// Counts the buffers (including those inside buffer lists) that pass the pad.
     public func countBuffers() -> BufferCounter {
         let counter = BufferCounter()
@@ -159,6 +170,23 @@ private final class BufferProbeContext {
 private let releaseRetainedContext: GDestroyNotify = { context in
     guard let context else { return }
     Unmanaged<AnyObject>.fromOpaque(context).release()
+}
+
+private final class EndOfStreamWatcher: @unchecked Sendable {
+    let handler: @Sendable () -> Void
+    let fired = Atomic<Bool>(false)
+    init(_ handler: @escaping @Sendable () -> Void) { self.handler = handler }
+}
+
+// GST_PAD_PROBE_INFO_EVENT and GST_EVENT_TYPE are macros: the event is the info's data, its type
+// a field of the GstEvent struct.
+private let endOfStreamTrampoline: GstPadProbeCallback = { _, info, userData in
+    guard let info, let userData, let data = info.pointee.data else { return GST_PAD_PROBE_OK }
+    let event = data.assumingMemoryBound(to: GstEvent.self)
+    guard event.pointee.type == GST_EVENT_EOS else { return GST_PAD_PROBE_OK }
+    let watcher = Unmanaged<EndOfStreamWatcher>.fromOpaque(userData).takeUnretainedValue()
+    if !watcher.fired.exchange(true, ordering: .acquiringAndReleasing) { watcher.handler() }
+    return GST_PAD_PROBE_OK
 }
 
 private let bufferProbeTrampoline: GstPadProbeCallback = { _, info, userData in

@@ -17,9 +17,10 @@ public struct SeekFlags: OptionSet, Sendable, Hashable {
     public static let segment = SeekFlags(rawValue: GST_SEEK_FLAG_SEGMENT.rawValue)
 }
 
-extension Pipeline {
-    /// Seeks to `position` (media time). False when the pipeline cannot seek there (live sources,
-    /// or not yet prerolled).
+extension Element {
+    /// Seeks to `position` (media time): the whole pipeline, or one source element's streams
+    /// (a `uridecodebin` looping on its own). False when it cannot seek there (live sources, or
+    /// not yet prerolled).
     ///
     /// ```swift
     /// _ = pipeline.seek(to: .milliseconds(500), flags: [.flush, .keyUnit, .snapAfter])

@@ -204,7 +204,20 @@ extension PCast {
         } catch {
             throw .media(error)
         }
-        return try await announce(rtp, socketBox: socketBox, streamToken: streamToken, tags: tags, publishType: publishType, streamName: streamName)
+        let publisher = try await announce(rtp, socketBox: socketBox, streamToken: streamToken, tags: tags, publishType: publishType, streamName: streamName)
+        // The media's end is the stream's: a file that played out ends it as `ended` (viewers
+        // hear why instead of watching a stream that carries nothing), a failed source as `failed`.
+        let media = mediaStream.mediaStream
+        Task { [weak publisher] in
+            let end = await media.ended()
+            guard let publisher, !publisher.hasEnded else { return }
+            switch end {
+            case .endOfStream: await publisher.stop(reason: .ended, description: "the source ended")
+            case .failed(let why): await publisher.stop(reason: .failed, description: "the source failed: \(why)")
+            case .stopped, .remote: await publisher.stop(reason: .ended, description: "the local media stopped")
+            }
+        }
+        return publisher
     }
 
     /// Publishes a remote source (a URI GStreamer can pull, or pushed FLV) without decoding its

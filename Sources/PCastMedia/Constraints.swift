@@ -124,6 +124,9 @@ public struct VideoOptions: Sendable, Hashable {
     public var enabled: Bool = true
     /// A source to use instead of a device.
     public var source: MediaSourceOverride?
+    /// With a ``MediaSourceOverride/uri(_:)`` source: play it again from the start at its end
+    /// (seamlessly: time runs on), instead of ending the track.
+    public var loop = false
     public var deviceId: Constraint<String>?
     public var width: Constraint<Int>?
     public var height: Constraint<Int>?
@@ -147,6 +150,8 @@ public struct AudioOptions: Sendable, Hashable {
     public var enabled: Bool = true
     /// A source to use instead of a device.
     public var source: MediaSourceOverride?
+    /// With a ``MediaSourceOverride/uri(_:)`` source: play it again from the start at its end.
+    public var loop = false
     public var deviceId: Constraint<String>?
     public var location: Constraint<DeviceLocation>?
     public var polarPattern: Constraint<PolarPattern>?

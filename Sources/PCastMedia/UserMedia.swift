@@ -56,9 +56,13 @@ public enum UserMedia {
 struct CapturePlan: Sendable {
     var video: VideoSelection?
     var audio: AudioSelection?
+    /// The kinds whose URI source plays again at its end.
+    var looping: Set<MediaType> = []
 
     static func make(_ options: UserMediaOptions) async throws(UserMediaError) -> CapturePlan {
         var plan = CapturePlan()
+        if case .uri? = options.video.source, options.video.enabled, options.video.loop { plan.looping.insert(.video) }
+        if case .uri? = options.audio.source, options.audio.enabled, options.audio.loop { plan.looping.insert(.audio) }
         if options.video.enabled {
             plan.video = try await selectVideo(options.video)
         }

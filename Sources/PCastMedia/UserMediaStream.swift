@@ -129,6 +129,8 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
     /// Called once when the pipeline ends or fails.
     nonisolated(unsafe) var onEnd: (@Sendable (MediaStreamEndReason) -> Void)?
     private let firstData = FirstData()
+    private var endProbes: [PadProbe] = []
+    private let endReported = Atomic<Bool>(false)
     private var busTask: Task<Void, Never>?
     /// The far-end reference of echo cancellation, when the audio track has it.
     let echoReference: EchoReference?
@@ -230,6 +232,7 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
                 try await attachSource(makeSource(audio.device.sourceDescription, kind: .audio, device: audio.device), kind: .audio, device: audio.device, offset: false)
             }
             firstData.watch(watched)
+            watchEnds(watched)
             watchBus()
             do {
                 try await pipeline.play(timeout: .seconds(10))
@@ -237,7 +240,8 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
                 throw UserMediaError.from(error, device: plan.video?.device ?? plan.audio?.device)
             }
             switch await firstData.wait(timeout: .seconds(10)) {
-            case .flowing: break
+            case .flowing:
+                for kind in plan.looping { loop(kind) }
             case .failed(let error): throw UserMediaError.from(error, device: device(named: error.source, plan: plan))
             case .ended: throw UserMediaError.sourceFailed("the source ended before producing media")
             case .timeout: throw UserMediaError.sourceFailed("no media from the source within 10 s")
@@ -266,7 +270,7 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
 
     private func attachSource(_ source: Element, kind: MediaType, device: SourceDeviceInfo, offset: Bool) async throws(UserMediaError) {
         do {
-            let convert = try pipeline.element(named: kind == .video ? "video-convert" : "audio-convert")
+            let convert = try pipeline.element(named: kind == .video ? "video-clock" : "audio-clock")
             if offset, !Self.isLive(source), let running = pipeline.runningTime {
                 // A file restarts its timestamps at zero: shift them to now, or the pacer would
                 // see every frame as late and let them through at full speed.
@@ -356,6 +360,9 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
                     firstData.resolve(.ended)
                     self?.end(.endOfStream)
                     return
+                case .other(let name) where name == "segment-done":
+                    // A looping source reached its end: from the start again, time running on.
+                    self?.segmentDone(from: message.source)
                 default:
                     continue
                 }
@@ -363,7 +370,48 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
         }
     }
 
+    /// The `uridecodebin` of the `kind` source, when that source loops.
+    private func loopingDecoder(_ kind: MediaType) -> Element? {
+        guard plan.withLock({ $0.looping.contains(kind) }), let source = sources.withLock({ $0[kind] }) else { return nil }
+        return source.descendants.first { $0.factoryName == "uridecodebin" }
+    }
+
+    /// Puts a looping source in segment mode: at its end it posts `segment-done` instead of
+    /// ending, and a non-flushing seek continues it without a gap (running time goes on, so the
+    /// clock pacing and the encoders downstream see one continuous stream).
+    private func loop(_ kind: MediaType) {
+        guard let decoder = loopingDecoder(kind) else { return }
+        if !decoder.seek(to: .zero, flags: [.segment]) { log.warning("the \(kind) source cannot loop: it does not seek") }
+    }
+
+    /// Bins gather their children's `segment-done` and post their own once every looping stream
+    /// in them is done, so the one that reaches the bus is usually the pipeline's: then every
+    /// looping source starts again.
+    private func segmentDone(from element: String) {
+        let kinds = plan.withLock { $0.looping }
+        let named = kinds.filter { kind in sources.withLock { $0[kind] }?.descendants.contains { $0.name == element } == true }
+        for kind in named.isEmpty ? kinds : named { loop(kind) }
+    }
+
+    /// A source that plays out (a file, a description that ends) ends the stream once every
+    /// track's source has: the end is seen where each track leaves for its consumers, because the
+    /// bus's end-of-stream needs every sink, and an RTP branch's never ends.
+    private func watchEnds(_ pads: [Pad]) {
+        let ended = Mutex(0)
+        let count = pads.count
+        for pad in pads {
+            endProbes.append(pad.onEndOfStream { [weak self] in
+                let all = ended.withLock { value -> Bool in
+                    value += 1
+                    return value == count
+                }
+                if all { self?.firstData.resolve(.ended); self?.end(.endOfStream) }
+            })
+        }
+    }
+
     private func end(_ reason: MediaStreamEndReason) {
+        guard !endReported.exchange(true, ordering: .relaxed) else { return }
         log.info("user media ended: \(reason)")
         onEnd?(reason)
     }

@@ -157,6 +157,7 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "Publish token.") var token: String
     @Option(help: "Video source: test, null, screen, a device id, a URI, or a gst-launch description.") var source = "test"
     @Option(help: "Audio source (test, null, device id, URI, description); 'none' for no audio.") var audio = "test"
+    @Flag(help: "A URI source plays again from the start at its end (else its end ends the stream as ended).") var loop = false
     @Option(help: "Width (exact).") var width = 1280
     @Option(help: "Height (exact).") var height = 720
     @Option(help: "Frame rate (exact).") var fps: Double = 30
@@ -183,6 +184,8 @@ struct PublishCommand: AsyncParsableCommand {
         options.video.width = .exact(width)
         options.video.height = .exact(height)
         options.video.frameRate = .exact(fps)
+        options.video.loop = loop
+        options.audio.loop = loop
         if audio == "none" {
             options.audio.enabled = false
         } else {

@@ -194,3 +194,42 @@ struct RecordingAndRoomCommandTests {
         #expect(unknown.stderr.contains("not-found"), "\(unknown.stderr)")
     }
 }
+
+@Suite("pcast publish: a file as the camera", .serialized)
+struct FileSourceCommandTests {
+    @Test("pcast publish --source file://… (made here by gst-launch) is seen by pcast subscribe at the asked size; it ends with the file, or loops with --loop")
+    func fileAsCamera() async throws {
+        let directory = try temporaryDirectory("pcast-file-source")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let clip = directory.appendingPathComponent("clip.mp4").path
+        let made = try runCommand(try executable("gst-launch-1.0"), [
+            "-q", "videotestsrc", "num-buffers=75", "pattern=ball", "!", "video/x-raw,width=640,height=272,framerate=25/1", "!", "x264enc", "!",
+            "video/x-h264,profile=high", "!", "h264parse", "!", "mp4mux", "!", "filesink", "location=\(clip)"], timeout: 120)
+        #expect(made.status == 0, "\(made.stderr)")
+        let platform = try await ServedPlatform.start(dataDirectory: directory.appendingPathComponent("data"), log: directory.appendingPathComponent("serve.out"))
+        defer { platform.process.stop() }
+        let auth = try platform.token(["--type", "auth"])
+        // A 3 s file looped, watched for 4 s from 1 s in: only a looping (and real-time paced) source is still there.
+        let publisher = try ChildProcess.spawn(try pcastBinary(), [
+            "publish", "--server", platform.signaling, "--auth-token", auth, "--token", try platform.token(["--type", "publish", "--apply-tag", "channelAlias:file"]),
+            "--source", "file://\(clip)", "--audio", "none", "--loop", "--width", "320", "--height", "136", "--fps", "25", "--seconds", "30"],
+            environment: ServedPlatform.environment)
+        defer { publisher.stop() }
+        try await Task.sleep(for: .seconds(1))
+        let shot = directory.appendingPathComponent("shot.png").path
+        let watched = try platform.pcast(["subscribe", "--server", platform.signaling, "--auth-token", auth,
+                                          "--token", try platform.token(["--type", "stream", "--channel-alias", "file"]),
+                                          "--sink", "null", "--seconds", "4", "--screenshot", shot, "--stats"], timeout: 60)
+        #expect(watched.status == 0, "\(watched.stderr)")
+        #expect(watched.stdout.contains("screenshot: \(shot) (320x136)"), "\(watched.stdout)")
+        let lastStats = watched.stdout.split(separator: "\n").last { $0.contains("packetsReceived") } ?? ""
+        #expect(!lastStats.contains("\"packetsReceived\":0"), "\(lastStats)")
+
+        // Without --loop the file's end ends the stream and the command.
+        let once = try platform.pcast([
+            "publish", "--server", platform.signaling, "--auth-token", auth, "--token", try platform.token(["--type", "publish"]),
+            "--source", "file://\(clip)", "--audio", "none", "--width", "320", "--height", "136", "--fps", "25", "--seconds", "30"], timeout: 60)
+        #expect(once.status == 0, "\(once.stderr)")
+        #expect(once.stderr.contains("stream ended: ended"), "\(once.stderr)")
+    }
+}
