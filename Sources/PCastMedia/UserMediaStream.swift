@@ -271,7 +271,13 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
     private func attachSource(_ source: Element, kind: MediaType, device: SourceDeviceInfo, offset: Bool) async throws(UserMediaError) {
         do {
             let convert = try pipeline.element(named: kind == .video ? "video-clock" : "audio-clock")
-            if offset, !Self.isLive(source), let running = pipeline.runningTime {
+            // Only a source that is not live is paced and restamped: a live one (a camera, a
+            // microphone) already runs in real time, and holding its buffers back would delay
+            // them (echo cancellation matches capture and far end by the time they arrive).
+            let live = Self.isLive(source)
+            try convert.set("sync", !live)
+            try pipeline.element(named: kind == .video ? "video-timeline" : "audio-timeline").set("single-segment", !live)
+            if offset, !live, let running = pipeline.runningTime {
                 // A file restarts its timestamps at zero: shift them to now, or the pacer would
                 // see every frame as late and let them through at full speed.
                 source.pads.filter(\.isSource).forEach { $0.offset = running }

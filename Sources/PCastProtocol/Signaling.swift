@@ -395,6 +395,11 @@ public struct SignalingError: Error, Sendable, Hashable, CustomStringConvertible
         /// The payload does not fit its type (missing or mistyped fields, values out of limits).
         case invalidPayload(type: String, detail: String)
     }
+    /// A peer's text quoted back to it, cut short: a reply must not echo a megabyte of junk.
+    public static func clipped(_ text: String, limit: Int = 64) -> String {
+        text.count <= limit ? text : String(text.prefix(limit)) + "…"
+    }
+
     public let kind: Kind
     public let requestId: UInt64?
 
@@ -408,8 +413,8 @@ public struct SignalingError: Error, Sendable, Hashable, CustomStringConvertible
         case .tooLarge(let size, let limit): return "message of \(size) bytes exceeds the \(limit)-byte limit"
         case .malformed: return "message is not a JSON object"
         case .unsupportedVersion(let v): return "unsupported protocol version \(v) (this side speaks \(SignalingCodec.version))"
-        case .unknownType(let t): return "unknown message type '\(t)'"
-        case .invalidPayload(let t, let d): return "invalid '\(t)' message: \(d)"
+        case .unknownType(let t): return "unknown message type '\(Self.clipped(t))'"
+        case .invalidPayload(let t, let d): return "invalid '\(Self.clipped(t))' message: \(Self.clipped(d, limit: 256))"
         }
     }
 

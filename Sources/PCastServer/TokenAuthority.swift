@@ -141,7 +141,7 @@ public struct TokenAuthority: Sendable, Hashable {
 
     /// Attacker-supplied text quoted in a reply, cut to `limit` characters.
     public static func clipped(_ text: String, limit: Int = 64) -> String {
-        text.count <= limit ? text : String(text.prefix(limit)) + "…"
+        SignalingError.clipped(text, limit: limit)
     }
 
     /// The room roles a token allows (its `role:<role>` capabilities), or nil when it names none.
