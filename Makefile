@@ -4,6 +4,10 @@ SWIFT ?= swift
 DEMO_SECONDS ?= 15
 BENCH_DIR ?= bench-results
 SOAK_MINUTES ?= 30
+# Debug builds optimise C too: the pixel converter (CPixelConverter) converts real frames in the
+# media tests. A compiler flag here, not in the manifest: a package with unsafe flags cannot be a
+# versioned dependency.
+DEBUG_FLAGS ?= -Xcc -O2
 # Suites with many concurrent clients (run apart from the media suites; see `test`).
 ROOM_SUITES = RoomTests ChatTests RestartTests ObservableTests RoomStoreTests RoomRegistryTests FastConverterTests PCastServerTests.SecurityTests
 # Suites that publish, ingest and render through the platform with many clients: one test at a time.
@@ -18,7 +22,7 @@ setup:
 	@bash scripts/setup.sh
 
 build: setup
-	$(SWIFT) build
+	$(SWIFT) build $(DEBUG_FLAGS)
 
 demo: setup
 	$(SWIFT) build -c release --product pcast
@@ -28,7 +32,7 @@ demo: setup
 # blur its figures, and the real-device stand-ins, which point this process's PulseAudio client at a
 # private server (an environment change other tests' device probing must not race).
 test: setup
-	$(SWIFT) build --build-tests
+	$(SWIFT) build --build-tests $(DEBUG_FLAGS)
 	$(SWIFT) test --skip-build --skip LeakTests --skip 'RelayControlTests/noLeaks' --skip RealDeviceStandInTests --skip PCastCLITests --skip PCastRecordingTests --skip MediaRecorderTests --skip PCastImpairmentTests --skip ConsumerChurnTests $(ROOM_SUITES:%=--skip %) $(EXPRESS_SUITES:%=--skip %)
 	# Rooms, chat, Express, ingest and the CPU-heavy suites (observables, the room store, the pixel
 	# converter comparisons): many clients
@@ -49,6 +53,9 @@ test: setup
 	# RSS jumps by megabytes whenever a streaming thread lands in a fresh arena; two arenas make
 	# the figure show what is kept rather than where threads landed.
 	MALLOC_ARENA_MAX=2 $(SWIFT) test --skip-build --no-parallel --filter LeakTests --filter 'RelayControlTests/noLeaks'
+	# Another package depends on PCastKit through a tagged git URL, builds, and publishes a test
+	# pattern through this build's `pcast serve`.
+	bash scripts/example.sh
 
 bench: setup
 	$(SWIFT) build -c release --product pcast
@@ -61,7 +68,7 @@ soak: setup
 	$(SWIFT) build -c release --product pcast
 	MALLOC_ARENA_MAX=2 .build/release/pcast soak --minutes $(SOAK_MINUTES) --output $(BENCH_DIR)
 inspect: setup
-	$(SWIFT) build --product pcast
+	$(SWIFT) build --product pcast $(DEBUG_FLAGS)
 	.build/debug/pcast inspect
 
 clean:

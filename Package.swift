@@ -2,11 +2,17 @@
 import PackageDescription
 
 // Layering (arrows point down only):
-//   pcast (CLI) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer (system library)
-//   PCastMedia (media engine) → GStreamer, PCastProtocol
+//   pcast (CLI) → PCastNode, PCast, …
+//   PCastNode (composition: LocalPlatform, PlatformNode) → PCastServer, PCastRelay, PCastMediaServices
+//   PCastServer (control plane: signaling, tokens, sessions, streams, rooms, chat, HTTP, store)
+//       → PCastContracts, PCastProtocol only: no media engine, no concrete relay
+//   PCastMediaServices (ingest, RTMP push, recording) → PCast (the SDK), PCastContracts
+//   PCastRelay (SFU) → PCastContracts, PCastProtocol, SRTP
+//   PCastContracts: what the control plane asks of the relay and the media services (RelayControl,
+//       IngestControl, RecordingControl, MediaServices), → PCastProtocol only
+//   PCast (client SDK) → PCastMedia (media engine) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer
 //   PCastRecording: fragmented-MP4 recordings (boxes, fragmenter, crash-safe file), Foundation only.
-//   PCastProtocol: wire formats (digest tokens, RTP/RTCP), pure, no I/O.
-//   PCastServer (platform: signaling, tokens, sessions, metrics) → PCastProtocol, PCastRelay (its control contract).
+//   PCastProtocol: wire formats (digest tokens, RTP/RTCP, signaling, RTMP), pure, no I/O.
 //   CSRTP: libsrtp2, used by the relay and reported by `pcast inspect`.
 let package = Package(
     name: "PCastKit",
@@ -17,7 +23,10 @@ let package = Package(
         .library(name: "PCastMedia", targets: ["PCastMedia"]),
         .library(name: "PCastRelay", targets: ["PCastRelay"]),
         .library(name: "PCast", targets: ["PCast"]),
+        .library(name: "PCastContracts", targets: ["PCastContracts"]),
         .library(name: "PCastServer", targets: ["PCastServer"]),
+        .library(name: "PCastMediaServices", targets: ["PCastMediaServices"]),
+        .library(name: "PCastNode", targets: ["PCastNode"]),
         .executable(name: "pcast", targets: ["pcast"]),
     ],
     dependencies: [
@@ -44,17 +53,19 @@ let package = Package(
             pkgConfig: "libsrtp2",
             providers: [.apt(["libsrtp2-dev"])]
         ),
+        // C for what Swift cannot import from GStreamer (function-like macros and the like).
         .target(
             name: "CGStreamerShim",
-            dependencies: ["CGStreamer"],
-            // The pixel converters must be optimised in debug builds too (tests convert real frames).
-            cSettings: [.unsafeFlags(["-O2"])]
+            dependencies: ["CGStreamer"]
         ),
+        // Our 4:2:0 YUV <-> BGRA converters: plain C, no GStreamer, no unsafe flags (see its header).
+        .target(name: "CPixelConverter"),
         .target(
             name: "GStreamer",
             dependencies: [
                 "CGStreamer",
                 "CGStreamerShim",
+                "CPixelConverter",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -81,23 +92,29 @@ let package = Package(
             // The stock pipelines (`pipelines/` at the top is a link to them).
             resources: [.copy("Pipelines")]
         ),
+        // What the control plane asks of the relay and of the media services: the seam between
+        // the control plane and the media plane (no implementation, no I/O).
+        .target(
+            name: "PCastContracts",
+            dependencies: ["PCastProtocol"]
+        ),
         // The media relay (SFU): one UDP port, SRTP per flow, forwards without decoding.
         .target(
             name: "PCastRelay",
             dependencies: [
+                "PCastContracts",
                 "PCastProtocol",
                 "SRTP",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        // The platform: signaling (HTTP + WebSocket), tokens, sessions, stream registry, metrics.
+        // The control plane: signaling (HTTP + WebSocket), tokens, sessions, streams, rooms, chat,
+        // metrics, the room store. Reaches the relay and the media services through contracts only.
         .target(
             name: "PCastServer",
             dependencies: [
+                "PCastContracts",
                 "PCastProtocol",
-                "PCastRelay",
-                // Ingest runs the SDK's publisher in the platform (media engine → SDK → server).
-                "PCast",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
@@ -111,6 +128,33 @@ let package = Package(
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // The media services: ingest of remote sources, the RTMP push endpoint, the recorder. They
+        // run the SDK's publishers and recorders on a platform session of their own.
+        .target(
+            name: "PCastMediaServices",
+            dependencies: [
+                "PCast",
+                "PCastMedia",
+                "PCastContracts",
+                "PCastProtocol",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        // One platform node: control plane + relay + media services wired together (`pcast serve`,
+        // LocalPlatform).
+        .target(
+            name: "PCastNode",
+            dependencies: [
+                "PCastServer",
+                "PCastRelay",
+                "PCastMediaServices",
+                "PCastContracts",
+                "PCastProtocol",
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // The client SDK: PCast (signaling over a WebSocket, media over SRTP/UDP to the relay).
@@ -139,7 +183,9 @@ let package = Package(
             dependencies: [
                 "PCast",
                 "PCastImpairment",
+                "PCastNode",
                 "PCastServer",
+                "PCastContracts",
                 "PCastRelay",
                 "GStreamer",
                 "PCastProtocol",
@@ -185,6 +231,7 @@ let package = Package(
             name: "PCastServerTests",
             dependencies: [
                 "PCastServer",
+                "PCastContracts",
                 "PCastProtocol",
                 "PCastRelay",
                 "PCastTestSupport",
@@ -200,11 +247,11 @@ let package = Package(
         // The whole system on loopback: SDK → signaling → relay → SDK.
         .testTarget(
             name: "PCastTests",
-            dependencies: ["PCast", "PCastServer", "PCastRelay", "PCastTestSupport", "PCastImpairment"]
+            dependencies: ["PCast", "PCastNode", "PCastServer", "PCastContracts", "PCastRelay", "PCastTestSupport", "PCastImpairment"]
         ),
         .testTarget(
             name: "PCastRelayTests",
-            dependencies: ["PCastRelay", "PCastProtocol", "SRTP", "PCastTestSupport"]
+            dependencies: ["PCastRelay", "PCastContracts", "PCastProtocol", "SRTP", "PCastTestSupport"]
         ),
         .testTarget(
             name: "PCastMediaTests",

@@ -1,5 +1,6 @@
 import CGStreamer
 import CGStreamerShim
+import CPixelConverter
 import Synchronization
 
 /// Converts raw video frames between pixel formats and sizes (`GstVideoConverter`).

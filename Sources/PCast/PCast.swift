@@ -100,10 +100,12 @@ public final class PCast: Sendable {
 
     struct State {
         var signaling: SignalingClient?
+        /// The connection's lifecycle (idle, connecting, online, reconnecting, stopped).
+        var machine: ConnectionStateMachine
         var authToken: String?
         var sessionId: String?
-        var stopped = true
         var keepAlive: Task<Void, Never>?
+        /// The scheduled retry while reconnecting.
         var reconnect: Task<Void, Never>?
         var publishers: [String: Publisher] = [:]
         /// By subscriber id (a session may subscribe to one stream more than once).
@@ -111,21 +113,18 @@ public final class PCast: Sendable {
         var authenticationCallback: (@Sendable (RequestStatus, String?) -> Void)?
         var onlineCallback: (@Sendable () -> Void)?
         var offlineCallback: (@Sendable () -> Void)?
-        /// The session to resume after a reconnection, and its key.
-        var resume: (sessionId: String, key: String)?
-        /// When the connection dropped, while reconnecting.
-        var offlineSince: ContinuousClock.Instant?
         /// Unpublish / unsubscribe requests made while offline, sent once the session resumes.
         var afterResume: [ClientMessage] = []
         var nextListener = 0
         var eventListeners: [Int: @Sendable (ServerMessage) -> Void] = [:]
         var authenticationListeners: [Int: @Sendable (_ sessionId: String, _ resumed: Bool) -> Void] = [:]
     }
-    let state = Mutex(State())
+    let state: Mutex<State>
 
     /// The seed's initialize.
     public init(_ options: PCastOptions) {
         self.options = options
+        state = Mutex(State(machine: ConnectionStateMachine(reconnects: options.reconnects)))
         let ring = logs
         logger = Logger(label: "pcast.sdk") { label in
             MultiplexLogHandler([ring.handler(label: label), StreamLogHandler.standardError(label: label)])
@@ -149,16 +148,27 @@ public final class PCast: Sendable {
     /// - Throws: ``PCastError/refused(_:_:)`` with `unauthorized` for a bad token.
     @discardableResult
     public func start(authToken: String) async throws(PCastError) -> String {
-        state.withLock { $0.authToken = authToken; $0.stopped = false }
+        let (actions, sessionId) = state.withLock { state in
+            state.authToken = authToken
+            return (state.machine.handle(.start), state.sessionId)
+        }
+        guard actions == [.connect(resume: nil)] else {
+            if let sessionId { return sessionId }
+            throw .invalidRequest("the session is already starting")
+        }
         do {
-            let sessionId = try await connect()
-            state.withLock { $0.authenticationCallback }?(.ok, sessionId)
-            return sessionId
+            return try await connect(resume: nil)
         } catch {
-            state.withLock { $0.stopped = true }
-            state.withLock { $0.authenticationCallback }?(error.status, nil)
+            perform(state.withLock { $0.machine.handle(Self.failure(error)) })
             throw error
         }
+    }
+
+    /// The machine's event for a failed connection attempt.
+    private static func failure(_ error: PCastError) -> ConnectionStateMachine.Event {
+        let reason: String
+        if case .refused(_, let why) = error { reason = why } else { reason = error.description }
+        return .connectFailed(status: error.status, reason: reason, now: .now, jitter: Double.random(in: 0...1))
     }
 
     /// The seed's callback form. `authenticationCallback(status, sessionId)` is called after each
@@ -175,7 +185,8 @@ public final class PCast: Sendable {
         Task { _ = try? await self.start(authToken: authToken) }
     }
 
-    private func connect() async throws(PCastError) -> String {
+    /// Opens a connection and authenticates (resuming `resume`), then tells the machine.
+    private func connect(resume: ConnectionStateMachine.Resume?) async throws(PCastError) -> String {
         guard let url = URL(string: options.uri) else { throw .invalidURI(options.uri) }
         // Only the session's current connection closing means offline: a connection whose
         // authentication failed (a bad token at start) or one already replaced must not start a
@@ -187,7 +198,6 @@ public final class PCast: Sendable {
         closing.client = client
         guard let token = state.withLock({ $0.authToken }) else { throw .notStarted }
         let reply: ServerMessage
-        let resume = state.withLock { $0.resume }
         do {
             reply = try await client.request(.authenticate(.init(token: token, sessionId: resume?.sessionId, resumeKey: resume?.key)))
         } catch {
@@ -219,13 +229,13 @@ public final class PCast: Sendable {
             }
         }
         let resumed = authenticated.resumed ?? false
-        let (online, listeners, orphans) = state.withLock { state in
+        let installed: (actions: [ConnectionStateMachine.Action], orphans: ([Publisher], [Subscription]))? = state.withLock { state in
+            // Stopped meanwhile: this connection is not the session's.
+            guard !state.machine.isStopped else { return nil }
             state.signaling = client
             state.sessionId = authenticated.sessionId
             state.keepAlive?.cancel()
             state.keepAlive = keepAlive
-            state.offlineSince = nil
-            if let key = authenticated.resumeKey { state.resume = (authenticated.sessionId, key) }
             // A new session (the old one could not be resumed) no longer has the old streams; a
             // resumed one keeps those the platform still has (after a crash it has none).
             let kept: Set<String>? = resumed ? authenticated.streams.map(Set.init) : []
@@ -235,7 +245,12 @@ public final class PCast: Sendable {
             for key in publishers.keys { state.publishers[key] = nil }
             for key in subscriptions.keys { state.subscriptions[key] = nil }
             let orphans = (Array(publishers.values), Array(subscriptions.values))
-            return (state.onlineCallback, state.authenticationListeners.sorted { $0.key < $1.key }.map(\.value), orphans)
+            return (state.machine.handle(.authenticated(sessionId: authenticated.sessionId, resumeKey: authenticated.resumeKey)), orphans)
+        }
+        guard let (actions, orphans) = installed else {
+            keepAlive.cancel()
+            await client.close()
+            throw .notStarted
         }
         let deferred = state.withLock { state in defer { state.afterResume = [] }; return state.afterResume }
         if resumed, !deferred.isEmpty {
@@ -246,88 +261,82 @@ public final class PCast: Sendable {
         logger.info(resumed ? "session resumed" : "authenticated", metadata: ["session": "\(authenticated.sessionId)"])
         for publisher in orphans.0 { publisher.finish(.failed, "the session could not be resumed") }
         for subscription in orphans.1 { subscription.finish(.failed, "the session could not be resumed") }
-        online?()
-        for listener in listeners { listener(authenticated.sessionId, resumed) }
+        perform(actions, resumed: resumed)
         return authenticated.sessionId
     }
 
     private func connectionClosed(_ code: UInt16?, client: SignalingClient?) {
-        let closed = state.withLock { state -> (offline: (@Sendable () -> Void)?, orphans: ([Publisher], [Subscription]), reconnect: Bool)? in
+        let actions = state.withLock { state -> [ConnectionStateMachine.Action]? in
             guard let client, state.signaling === client else { return nil }
             state.keepAlive?.cancel()
             state.keepAlive = nil
             state.signaling = nil
             state.sessionId = nil
-            let reconnect = !state.stopped && options.reconnects
-            if reconnect { state.offlineSince = ContinuousClock.now }
-            // Reconnecting resumes the session with its streams; otherwise they end here.
-            let orphans = reconnect ? ([], []) : (Array(state.publishers.values), Array(state.subscriptions.values))
-            if !reconnect { state.publishers = [:]; state.subscriptions = [:] }
-            return (state.offlineCallback, orphans, reconnect)
+            // Reconnecting resumes the session with its streams; otherwise they end.
+            return state.machine.handle(.connectionClosed(now: .now, jitter: Double.random(in: 0...1)))
         }
-        guard let (offline, orphans, reconnect) = closed else {
+        guard let actions else {
             logger.debug("a connection that was not the session's closed", metadata: ["code": "\(code.map(String.init) ?? "none")"])
             return
         }
         logger.warning("signaling connection closed", metadata: ["code": "\(code.map(String.init) ?? "none")"])
-        offline?()
-        for publisher in orphans.0 { publisher.finish(.failed, "the connection to the platform was lost") }
-        for subscription in orphans.1 { subscription.finish(.failed, "the connection to the platform was lost") }
-        if reconnect { scheduleReconnect() }
+        perform(actions)
     }
 
-    /// Delay before reconnection attempt `attempt` (0-based) after `offline` of being offline:
-    /// 50 ms doubling to 400 ms while the outage is young (so the SDK is back well within a second
-    /// of the network returning), then to 5 s; each with ±25 % jitter so clients cut off together
-    /// do not return in lockstep.
-    static func reconnectDelay(attempt: Int, offline: Duration, jitter: Double) -> Duration {
-        let cap: Duration = offline < .seconds(60) ? .milliseconds(400) : .seconds(5)
-        let base = Duration.milliseconds(50) * (1 << min(attempt, 10))
-        return min(base, cap) * (0.75 + 0.5 * min(max(jitter, 0), 1))
-    }
-
-    private func scheduleReconnect() {
-        let task = Task { [weak self] in
-            var attempt = 0
-            while !Task.isCancelled {
-                let offline = self?.state.withLock { $0.offlineSince.map { ContinuousClock.now - $0 } } ?? .zero
-                try? await Task.sleep(for: Self.reconnectDelay(attempt: attempt, offline: offline, jitter: Double.random(in: 0...1)))
-                attempt += 1
-                guard let self, !self.state.withLock({ $0.stopped }) else { return }
-                do throws(PCastError) {
-                    let sessionId = try await self.connect()
-                    self.state.withLock { $0.authenticationCallback }?(.ok, sessionId)
-                    return
-                } catch {
-                    if case .refused(.unauthorized, let why) = error {
-                        // The token expired (or was revoked) meanwhile: the session is over.
-                        self.logger.warning("re-authentication refused", metadata: ["reason": "\(why)"])
-                        let (callback, publishers, subscriptions) = self.state.withLock { state in
-                            state.stopped = true
-                            state.resume = nil
-                            state.offlineSince = nil
-                            defer { state.publishers = [:]; state.subscriptions = [:] }
-                            return (state.authenticationCallback, Array(state.publishers.values), Array(state.subscriptions.values))
-                        }
-                        for publisher in publishers { publisher.finish(.failed, "re-authentication refused: \(why)") }
-                        for subscription in subscriptions { subscription.finish(.failed, "re-authentication refused: \(why)") }
-                        callback?(.unauthorized, nil)
-                        return
-                    }
+    /// Does what the connection machine decided. `resumed`: the authentication just handled
+    /// resumed the session (for the authentication listeners).
+    private func perform(_ actions: [ConnectionStateMachine.Action], resumed: Bool = false) {
+        for action in actions {
+            switch action {
+            case .connect(let resume):
+                Task { await self.retry(resume) }
+            case .scheduleRetry(let delay):
+                let task = Task { [weak self] in
+                    try? await Task.sleep(for: delay)
+                    guard let self, !Task.isCancelled else { return }
+                    self.perform(self.state.withLock { $0.machine.handle(.retryDue) })
                 }
+                state.withLock { $0.reconnect?.cancel(); $0.reconnect = task }
+            case .cancelRetry:
+                state.withLock { $0.reconnect?.cancel(); $0.reconnect = nil }
+            case .notifyOnline(let sessionId):
+                let (online, listeners) = state.withLock { ($0.onlineCallback, $0.authenticationListeners.sorted { $0.key < $1.key }.map(\.value)) }
+                online?()
+                for listener in listeners { listener(sessionId, resumed) }
+            case .notifyOffline:
+                state.withLock { $0.offlineCallback }?()
+            case .notifyAuthentication(let status, let sessionId):
+                state.withLock { $0.authenticationCallback }?(status, sessionId)
+            case .endStreams(let reason):
+                let (publishers, subscriptions) = state.withLock { state in
+                    defer { state.publishers = [:]; state.subscriptions = [:] }
+                    return (Array(state.publishers.values), Array(state.subscriptions.values))
+                }
+                for publisher in publishers { publisher.finish(.failed, reason) }
+                for subscription in subscriptions { subscription.finish(.failed, reason) }
             }
         }
-        state.withLock { $0.reconnect?.cancel(); $0.reconnect = task }
+    }
+
+    /// One reconnection attempt.
+    private func retry(_ resume: ConnectionStateMachine.Resume?) async {
+        do throws(PCastError) {
+            _ = try await connect(resume: resume)
+        } catch {
+            if case .refused(.unauthorized, let why) = error {
+                logger.warning("re-authentication refused", metadata: ["reason": "\(why)"])
+            }
+            perform(state.withLock { $0.machine.handle(Self.failure(error)) })
+        }
     }
 
     /// Ends the session: published and subscribed streams end, the connection closes.
     public func stop() async {
         let (client, publishers, subscriptions) = state.withLock { state in
-            state.stopped = true
-            state.resume = nil
-            state.offlineSince = nil
+            _ = state.machine.handle(.stop)
             state.afterResume = []
             state.reconnect?.cancel()
+            state.reconnect = nil
             state.keepAlive?.cancel()
             defer { state.publishers = [:]; state.subscriptions = [:]; state.signaling = nil; state.sessionId = nil }
             return (state.signaling, Array(state.publishers.values), Array(state.subscriptions.values))
@@ -418,7 +427,7 @@ public final class PCast: Sendable {
     /// no unpublish and no reconnection (tests of how the platform and other clients cope).
     package func crashForTesting() {
         let (client, publishers, subscriptions) = state.withLock { state in
-            state.stopped = true
+            _ = state.machine.handle(.stop)
             state.reconnect?.cancel()
             state.keepAlive?.cancel()
             defer { state.publishers = [:]; state.subscriptions = [:] }
@@ -430,7 +439,7 @@ public final class PCast: Sendable {
     }
 
     func signaling() throws(PCastError) -> SignalingClient {
-        let (client, stopped) = state.withLock { ($0.signaling, $0.stopped) }
+        let (client, stopped) = state.withLock { ($0.signaling, $0.machine.isStopped) }
         guard let client else { throw stopped ? .notStarted : .offline }
         return client
     }
@@ -439,7 +448,7 @@ public final class PCast: Sendable {
     /// reconnecting (so the platform ends the stream with the right reason, not as a timeout).
     func requestWhenOnline(_ message: ClientMessage) async {
         let client: SignalingClient? = state.withLock { state in
-            if state.signaling == nil, !state.stopped, state.offlineSince != nil {
+            if state.signaling == nil, state.machine.isReconnecting {
                 if state.afterResume.count < 1024 { state.afterResume.append(message) }
                 return nil
             }
@@ -449,7 +458,7 @@ public final class PCast: Sendable {
     }
 
     /// Whether the SDK is reconnecting after its connection dropped.
-    public var isReconnecting: Bool { state.withLock { $0.offlineSince != nil && !$0.stopped } }
+    public var isReconnecting: Bool { state.withLock { $0.machine.isReconnecting } }
 
     var host: String {
         URL(string: options.uri)?.host ?? "127.0.0.1"

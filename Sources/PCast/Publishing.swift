@@ -207,15 +207,21 @@ extension PCast {
         let publisher = try await announce(rtp, socketBox: socketBox, streamToken: streamToken, tags: tags, publishType: publishType, streamName: streamName)
         // The media's end is the stream's: a file that played out ends it as `ended` (viewers
         // hear why instead of watching a stream that carries nothing), a failed source as `failed`.
+        // The observer goes when the publisher ends first: media published over and over (a
+        // camera across many publishes) must not collect one per publish.
         let media = mediaStream.mediaStream
-        Task { [weak publisher] in
-            let end = await media.ended()
+        let observer = media.observeEnd { [weak publisher] end in
             guard let publisher, !publisher.hasEnded else { return }
-            switch end {
-            case .endOfStream: await publisher.stop(reason: .ended, description: "the source ended")
-            case .failed(let why): await publisher.stop(reason: .failed, description: "the source failed: \(why)")
-            case .stopped, .remote: await publisher.stop(reason: .ended, description: "the local media stopped")
+            Task {
+                switch end {
+                case .endOfStream: await publisher.stop(reason: .ended, description: "the source ended")
+                case .failed(let why): await publisher.stop(reason: .failed, description: "the source failed: \(why)")
+                case .stopped, .remote: await publisher.stop(reason: .ended, description: "the local media stopped")
+                }
             }
+        }
+        if let observer {
+            publisher.setPublisherEndedCallback { _, _ in media.removeEndObserver(observer) }
         }
         return publisher
     }

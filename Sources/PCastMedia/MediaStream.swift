@@ -153,7 +153,15 @@ public final class MediaStream: Sendable, Identifiable {
     public let id: String
     let engine: any StreamEngine
     private let trackList: [MediaStreamTrack]
-    private let endState = Mutex<(reason: MediaStreamEndReason?, waiters: [CheckedContinuation<MediaStreamEndReason, Never>], callbacks: [@Sendable (MediaStreamEndReason) -> Void])>((nil, [], []))
+    private struct EndState {
+        var reason: MediaStreamEndReason?
+        var waiters: [CheckedContinuation<MediaStreamEndReason, Never>] = []
+        /// By observer id: an observer whose interest ended first (a publisher of a stream that
+        /// outlives it) takes itself out, so a long-lived stream does not collect them.
+        var callbacks: [Int: @Sendable (MediaStreamEndReason) -> Void] = [:]
+        var nextObserver = 0
+    }
+    private let endState = Mutex(EndState())
 
     init(engine: any StreamEngine, tracks: [MediaStreamTrack]) {
         id = "stream-\(UUID().uuidString.prefix(8).lowercased())"
@@ -211,20 +219,32 @@ public final class MediaStream: Sendable, Identifiable {
 
     /// Calls `callback` once when the stream ends (at once if it has).
     public func setStreamEndedCallback(_ callback: @escaping @Sendable (MediaStreamEndReason) -> Void) {
-        let reason: MediaStreamEndReason? = endState.withLock { state in
-            if let reason = state.reason { return reason }
-            state.callbacks.append(callback)
-            return nil
+        _ = observeEnd(callback)
+    }
+
+    /// Calls `callback` once when the stream ends, unless ``removeEndObserver(_:)`` is called with
+    /// the returned id first; nil (and `callback` called at once) if the stream has ended.
+    package func observeEnd(_ callback: @escaping @Sendable (MediaStreamEndReason) -> Void) -> Int? {
+        let (id, ended): (Int?, MediaStreamEndReason?) = endState.withLock { state in
+            if let reason = state.reason { return (nil, reason) }
+            state.nextObserver += 1
+            state.callbacks[state.nextObserver] = callback
+            return (state.nextObserver, nil)
         }
-        if let reason { callback(reason) }
+        if let ended { callback(ended) }
+        return id
+    }
+
+    package func removeEndObserver(_ id: Int) {
+        _ = endState.withLock { $0.callbacks.removeValue(forKey: id) }
     }
 
     package func finish(_ reason: MediaStreamEndReason) {
         let (waiters, callbacks): ([CheckedContinuation<MediaStreamEndReason, Never>], [@Sendable (MediaStreamEndReason) -> Void]) = endState.withLock { state in
             guard state.reason == nil else { return ([], []) }
             state.reason = reason
-            defer { state.waiters = []; state.callbacks = [] }
-            return (state.waiters, state.callbacks)
+            defer { state.waiters = []; state.callbacks = [:] }
+            return (state.waiters, state.callbacks.sorted { $0.key < $1.key }.map(\.value))
         }
         trackList.forEach { $0.markEnded() }
         waiters.forEach { $0.resume(returning: reason) }

@@ -1,4 +1,5 @@
 import Glibc
+import PCastContracts
 import PCastProtocol
 import SRTP
 import Synchronization

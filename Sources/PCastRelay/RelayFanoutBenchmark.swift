@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import PCastContracts
 import PCastProtocol
 import SRTP
 import Synchronization

@@ -1,4 +1,5 @@
 import Glibc
+import PCastContracts
 
 // UDP plumbing for the relay and its benchmark: one IPv4 datagram socket, and preallocated batches
 // for `recvmmsg`/`sendmmsg`.

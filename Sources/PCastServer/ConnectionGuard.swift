@@ -2,6 +2,7 @@ import Hummingbird
 import HummingbirdCore
 import Logging
 import NIOCore
+import PCastContracts
 import Synchronization
 
 /// The first handler of every HTTP/WebSocket connection, below the HTTP codec (raw bytes), so it

@@ -1,8 +1,8 @@
 import Foundation
 import Hummingbird
 import NIOCore
+import PCastContracts
 import PCastProtocol
-import PCastRelay
 
 /// The plain HTTP routes: health, readiness, metrics and the operator's admin calls.
 struct HTTPRoutes: Sendable {
@@ -47,7 +47,7 @@ struct HTTPRoutes: Sendable {
         }
         router.get("/recordings") { request, context in
             guard recordingAccess.authorises(request) else { return Self.recordingsUnauthorized() }
-            return Self.encode(RecordingList(recordings: await platform.recordings.list()), status: .ok)
+            return Self.encode(RecordingList(recordings: await platform.recordings?.list() ?? []), status: .ok)
         }
         router.get("/recordings/:name") { request, context in
             try await downloadRecording(request, context: context)
@@ -120,8 +120,8 @@ struct HTTPRoutes: Sendable {
         } catch {
             return Self.json(["error": "bad recording name: \(error)"], status: .badRequest)
         }
-        let path = platform.recordings.path(of: name)
-        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path), let size = (attributes[.size] as? NSNumber)?.intValue else {
+        guard let path = platform.recordings?.path(of: name),
+              let attributes = try? FileManager.default.attributesOfItem(atPath: path), let size = (attributes[.size] as? NSNumber)?.intValue else {
             return Self.json(["error": "no recording '\(name)'"], status: .notFound)
         }
         var headers: HTTPFields = [.contentType: "video/mp4", .acceptRanges: "bytes"]

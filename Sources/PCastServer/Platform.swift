@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
 import Logging
+import PCastContracts
 import PCastProtocol
-import PCastRelay
 
 /// What a connection's writer sends, in order.
 enum Outbound: Sendable, Hashable {
@@ -42,16 +42,18 @@ actor Platform {
     private var held: [String: [Envelope<ServerMessage>]] = [:]
     static let heldLimit = 256
     private(set) var isAccepting = true
-    let ingest: IngestService
-    let recordings: RecordingService
-    private let internalSession: InternalSession
+    /// The media services this node runs (ingest, recording), reached through their contracts;
+    /// nil: signaling and relay only (`publish-remote` and recording publishes are refused).
+    let services: (any MediaServices)?
+    let ingest: (any IngestControl)?
+    let recordings: (any RecordingControl)?
 
     /// Messages queued for one connection before it counts as not reading: a client that sends
     /// requests without reading the replies cannot make the platform hold unbounded memory.
     static let outboxLimit = 1024
 
-    init(configuration: PlatformConfiguration, relay: any RelayControl, metrics: PlatformMetrics, clock: @escaping @Sendable () -> Date,
-         logger: Logger, store: RoomStore, snapshot: RoomStoreSnapshot) {
+    init(configuration: PlatformConfiguration, relay: any RelayControl, services: (any MediaServices)?, metrics: PlatformMetrics,
+         clock: @escaping @Sendable () -> Date, logger: Logger, store: RoomStore, snapshot: RoomStoreSnapshot) {
         self.configuration = configuration
         self.relay = relay
         self.metrics = metrics
@@ -69,10 +71,9 @@ actor Platform {
         self.persistence = RoomPersistence(store: store) { error in
             storeLogger.error("room store write failed", metadata: ["pcast.error": "\(error)"])
         }
-        self.internalSession = InternalSession(tokens: configuration.tokenAuthority)
-        self.ingest = IngestService(policy: configuration.ingestPolicy, session: internalSession, logger: logger,
-                                    maximumPerOwner: configuration.maximumIngestsPerSession, maximum: configuration.maximumIngests)
-        self.recordings = RecordingService(directory: configuration.recordingsDirectory, session: internalSession, logger: logger)
+        self.services = services
+        self.ingest = services?.ingest
+        self.recordings = services?.recordings
         if !snapshot.rooms.isEmpty {
             logger.info("rooms restored", metadata: ["pcast.rooms": "\(snapshot.rooms.count)", "pcast.members": "\(snapshot.members.count)",
                                                      "pcast.sessions": "\(snapshot.sessions.count)"])
@@ -136,8 +137,7 @@ actor Platform {
             persistence.submit([.deleteSession(sessionId: id)])
             // Not resumed in time: its streams end and its subscriptions go.
             perform(registry: .sessionClosed(sessionId: id, .connectionLost))
-            let ingest = self.ingest
-            Task { await ingest.ownerEnded(id) }
+            if let ingest { Task { await ingest.ownerEnded(id) } }
         }
         // The relay's audio-only fallback, told to the viewers concerned.
         for event in relay.takeSubscriberVideoEvents() { perform(registry: .subscriberVideo(event)) }
@@ -152,30 +152,30 @@ actor Platform {
         Task { await self.sendIngestProgress() }
     }
 
-    /// The server listens on `port`: the platform's own session (ingest, recording) connects there.
-    func listening(port: Int) async {
-        await internalSession.listening(host: configuration.host, port: port)
-        await ingest.onEnded { [weak self] owner, streamId, reason, description in
-            await self?.ingestEnded(owner: owner, streamId: streamId, reason: reason, description: description)
+    /// The server listens at `signalingURL`: the media services start (their own session
+    /// connects there, the RTMP endpoint binds).
+    func listening(signalingURL: String) async throws(MediaServiceError) {
+        await ingest?.setEndedHandler { [weak self] ended in
+            await self?.ingestEnded(ended)
         }
+        try await services?.platformListening(signalingURL: signalingURL)
     }
 
-    /// Stops every ingest, finishes every recording and closes the platform's own session (before
-    /// the platform shuts down).
-    func shutdownIngest() async {
-        await ingest.shutdown()
-        await recordings.shutdown()
-        await internalSession.stop()
+    /// Stops every ingest, finishes every recording and closes the media services' session
+    /// (before the platform shuts down).
+    func shutdownServices() async {
+        await services?.shutdown()
     }
 
-    private func ingestEnded(owner: String?, streamId: String, reason: StreamEndedReason, description: String?) {
-        guard let owner else { return }
-        reply(to: owner, requestId: nil, .streamEnded(.init(streamId: streamId, reason: reason, description: description)))
+    private func ingestEnded(_ ended: IngestEnded) {
+        guard let owner = ended.owner else { return }
+        reply(to: owner, requestId: nil, .streamEnded(.init(streamId: ended.streamId, reason: ended.reason, description: ended.description)))
     }
 
     private func sendIngestProgress() async {
-        for (owner, progress) in await ingest.progress() {
-            reply(to: owner, requestId: nil, .ingestProgress(progress))
+        guard let ingest else { return }
+        for report in await ingest.progress() {
+            reply(to: report.owner, requestId: nil, .ingestProgress(report.progress))
         }
     }
 
@@ -249,7 +249,13 @@ actor Platform {
             case .request(let id, let requestId, let request):
                 let newId: String
                 switch request {
-                case .publish: newId = Self.makeId("stream")
+                case .publish(let publish):
+                    if publish.publishType != .live, recordings == nil {
+                        deliver(Envelope(id: requestId, .failure(.init(status: .notSupported, message:
+                            "publish type '\(publish.publishType.rawValue)' records, and this platform node runs no recording service"))), to: connection)
+                        continue
+                    }
+                    newId = Self.makeId("stream")
                 case .subscribe: newId = Self.makeId("subscriber")
                 case .unpublish, .unsubscribe, .limitBandwidth, .publisherQuality: newId = ""
                 case .room(let roomRequest):
@@ -266,7 +272,10 @@ actor Platform {
                         deliver(Envelope(id: requestId, .failure(failure)), to: connection)
                         continue
                     }
-                    let ingest = self.ingest
+                    guard let ingest = self.ingest else {
+                        deliver(Envelope(id: requestId, .failure(.init(status: .notSupported, message: "this platform node runs no ingest service"))), to: connection)
+                        continue
+                    }
                     Task {
                         switch await ingest.start(owner: id, remote) {
                         case .success(let started): self.reply(to: id, requestId: requestId, .ingestStarted(started))
@@ -275,7 +284,10 @@ actor Platform {
                     }
                     continue
                 case .stopIngest(let reference):
-                    let ingest = self.ingest
+                    guard let ingest = self.ingest else {
+                        deliver(Envelope(id: requestId, .failure(.init(status: .notFound, message: "no ingest '\(SignalingError.clipped(reference.streamId))'"))), to: connection)
+                        continue
+                    }
                     Task {
                         if let failure = await ingest.stop(reference.streamId, by: id) {
                             self.reply(to: id, requestId: requestId, .failure(failure))
@@ -295,8 +307,7 @@ actor Platform {
                 case .bye:
                     // An orderly end: streams end, every room is left, and the session cannot be resumed.
                     perform(registry: .sessionClosed(sessionId: id, how))
-                    let ingest = self.ingest
-                    Task { await ingest.ownerEnded(id) }
+                    if let ingest { Task { await ingest.ownerEnded(id) } }
                     perform(rooms: .sessionEnded(sessionId: id))
                     resumable[id] = nil
                     persistence.submit([.deleteSession(sessionId: id)])
@@ -393,8 +404,11 @@ actor Platform {
                 case .removeStream(let streamId):
                     relay.removeStream(streamId: streamId)
                 case .record(let streamId, let name, let type):
-                    let recordings = self.recordings
-                    Task { await recordings.start(streamId: streamId, name: name, type: type) }
+                    if let recordings {
+                        Task { await recordings.start(streamId: streamId, name: name, type: type) }
+                    } else {
+                        logger.error("not recording: this platform node runs no recording service", metadata: ["pcast.stream": .string(streamId)])
+                    }
                 case .log(let level, let message, let sessionId, let streamId):
                     var metadata: Logger.Metadata = [:]
                     if let sessionId { metadata["pcast.session"] = .string(sessionId) }

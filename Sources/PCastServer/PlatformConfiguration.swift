@@ -1,4 +1,5 @@
 import Foundation
+import PCastContracts
 import PCastProtocol
 
 /// How the platform runs: credentials, addresses, limits.
@@ -44,7 +45,7 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// What ingest may pull: schemes, internal addresses allowed, `file://` directory.
     public var ingestPolicy = IngestURIPolicy()
     /// The RTMP push endpoint's port (`rtmp://host:port/live/<publish token>`); nil: no endpoint,
-    /// 0: a free port (see ``PlatformServer/rtmpPort``).
+    /// 0: a free port. The RTMP endpoint is a media service: see `PlatformMediaServices`.
     public var rtmpPort: Int?
 
     /// Tokens expiring further ahead than this are refused; nil: no limit.

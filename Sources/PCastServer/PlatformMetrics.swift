@@ -1,4 +1,4 @@
-import PCastRelay
+import PCastContracts
 import Prometheus
 import Synchronization
 

@@ -4,8 +4,8 @@ import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 import NIOCore
+import PCastContracts
 import PCastProtocol
-import PCastRelay
 import ServiceLifecycle
 import Synchronization
 import UnixSignals
@@ -23,6 +23,8 @@ public enum PlatformServerError: Error, Sendable, Hashable, CustomStringConverti
     case dataDirectory(path: String, reason: String)
     /// The room database could not be opened or read.
     case storage(RoomStoreError)
+    /// A media service (the RTMP push endpoint…) could not start.
+    case mediaService(MediaServiceError)
 
     public var description: String {
         switch self {
@@ -30,6 +32,7 @@ public enum PlatformServerError: Error, Sendable, Hashable, CustomStringConverti
         case .invalidConfiguration(let error): return error.description
         case .dataDirectory(let path, let reason): return "cannot create data directory \(path): \(reason)"
         case .storage(let error): return "room database: \(error)"
+        case .mediaService(let error): return error.description
         }
     }
 }
@@ -49,9 +52,13 @@ public enum PlatformServerError: Error, Sendable, Hashable, CustomStringConverti
 /// - `POST /admin/streams/{streamId}/end`: HTTP Basic `applicationId:secret`; ends the stream as
 ///   `censored` with the optional JSON body's `description`. 200, 401, 404 or 400.
 ///
+/// The server is the control plane: it drives the relay through ``RelayControl`` and the media
+/// services (ingest, RTMP push, recording) through ``MediaServices``, and links neither. Without
+/// media services it refuses `publish-remote` and recording publishes (`not-supported`).
+///
 /// In process (tests, the embedded default):
 /// ```swift
-/// let server = try await PlatformServer.start(configuration: configuration, relay: relay)
+/// let server = try await PlatformServer.start(configuration: configuration, relay: relay, services: services)
 /// print(server.httpPort)          // the bound port, also when configured as 0
 /// await server.shutdown()
 /// ```
@@ -66,9 +73,6 @@ public final class PlatformServer: Sendable {
     public let host: String
     /// The relay's UDP media port.
     public let mediaPort: UInt16
-    /// The RTMP push endpoint's port (nil when ``PlatformConfiguration/rtmpPort`` is nil).
-    public var rtmpPort: Int? { rtmp?.port }
-    private let rtmp: RTMPIngestServer?
     /// `ws://host:port/ws`.
     public var signalingURL: String { "ws://\(Self.urlHost(host)):\(httpPort)/ws" }
     /// `http://host:port`.
@@ -79,10 +83,9 @@ public final class PlatformServer: Sendable {
     private let serviceGroup: ServiceGroup
     private let runTask: Task<Void, any Error>
 
-    private init(httpPort: Int, host: String, mediaPort: UInt16, rtmp: RTMPIngestServer?, metrics: PlatformMetrics, platform: Platform,
+    private init(httpPort: Int, host: String, mediaPort: UInt16, metrics: PlatformMetrics, platform: Platform,
                  serviceGroup: ServiceGroup, runTask: Task<Void, any Error>) {
         self.httpPort = httpPort
-        self.rtmp = rtmp
         self.host = host
         self.mediaPort = mediaPort
         self.metrics = metrics
@@ -91,22 +94,24 @@ public final class PlatformServer: Sendable {
         self.runTask = runTask
     }
 
-    /// Starts the server in this process and returns once it listens. Creates the data
-    /// directory if it is missing.
+    /// Starts the server in this process and returns once it listens and its media services
+    /// started. Creates the data directory if it is missing.
     ///
     /// - Parameters:
+    ///   - services: ingest, RTMP push and recording; nil: none (see above).
     ///   - clock: the time sessions and tokens are judged by (tests pass their own).
     ///   - tickInterval: how often keep-alive deadlines are checked.
     public static func start(
         configuration: PlatformConfiguration,
         relay: any RelayControl,
+        services: (any MediaServices)? = nil,
         logger: Logger = Logger(label: "pcast.server"),
         clock: @escaping @Sendable () -> Date = { Date() },
         tickInterval: Duration = .seconds(1),
         backendPolicy: (any BackendPolicy)? = nil
     ) async throws(PlatformServerError) -> PlatformServer {
-        let parts = try build(configuration: configuration, relay: relay, logger: logger, clock: clock, tickInterval: tickInterval, signals: [],
-                              backendPolicy: backendPolicy)
+        let parts = try build(configuration: configuration, relay: relay, services: services, logger: logger, clock: clock,
+                              tickInterval: tickInterval, signals: [], backendPolicy: backendPolicy)
         let serviceGroup = parts.serviceGroup
         let bound = parts.bound
         let runTask = Task {
@@ -134,17 +139,15 @@ public final class PlatformServer: Sendable {
             throw .cannotListen(host: configuration.host, port: configuration.httpPort, reason: reason)
         }
         logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
-        await parts.platform.listening(port: port)
-        let rtmp: RTMPIngestServer?
-        do {
-            rtmp = try await startRTMP(configuration, platform: parts.platform, logger: logger)
+        do throws(MediaServiceError) {
+            try await parts.platform.listening(signalingURL: localSignalingURL(host: configuration.host, port: port))
         } catch {
             await serviceGroup.triggerGracefulShutdown()
             _ = try? await runTask.value
-            throw error
+            throw .mediaService(error)
         }
         return PlatformServer(
-            httpPort: port, host: configuration.host, mediaPort: relay.mediaPort, rtmp: rtmp, metrics: parts.metrics,
+            httpPort: port, host: configuration.host, mediaPort: relay.mediaPort, metrics: parts.metrics,
             platform: parts.platform, serviceGroup: serviceGroup, runTask: runTask)
     }
 
@@ -153,27 +156,24 @@ public final class PlatformServer: Sendable {
     public static func run(
         configuration: PlatformConfiguration,
         relay: any RelayControl,
+        services: (any MediaServices)? = nil,
         logger: Logger = Logger(label: "pcast.server"),
         backendPolicy: (any BackendPolicy)? = nil,
         onListening: @escaping @Sendable (_ httpPort: Int) -> Void = { _ in }
     ) async throws {
         let parts = try build(
-            configuration: configuration, relay: relay, logger: logger, clock: { Date() }, tickInterval: .seconds(1),
+            configuration: configuration, relay: relay, services: services, logger: logger, clock: { Date() }, tickInterval: .seconds(1),
             signals: [.sigterm, .sigint], backendPolicy: backendPolicy)
-        let rtmp = RTMPSlot()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await port in parts.ports {
                     logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
-                    await parts.platform.listening(port: port)
-                    do {
-                        rtmp.server.withLock { $0 = nil }
-                        let server = try await startRTMP(configuration, platform: parts.platform, logger: logger)
-                        rtmp.server.withLock { $0 = server }
+                    do throws(MediaServiceError) {
+                        try await parts.platform.listening(signalingURL: localSignalingURL(host: configuration.host, port: port))
                     } catch {
                         logger.error("\(error)")
                         await parts.serviceGroup.triggerGracefulShutdown()
-                        throw error
+                        throw PlatformServerError.mediaService(error)
                     }
                     onListening(port)
                     break
@@ -182,32 +182,21 @@ public final class PlatformServer: Sendable {
             group.addTask {
                 defer { parts.bound.finish() }
                 try await parts.serviceGroup.run()
-                await rtmp.server.withLock { $0 }?.shutdown()
             }
             try await group.waitForAll()
         }
     }
 
-    private final class RTMPSlot: Sendable {
-        let server = Mutex<RTMPIngestServer?>(nil)
-    }
-
-    /// Starts the RTMP push endpoint when configured.
-    private static func startRTMP(_ configuration: PlatformConfiguration, platform: Platform, logger: Logger) async throws(PlatformServerError) -> RTMPIngestServer? {
-        guard let port = configuration.rtmpPort else { return nil }
-        do {
-            return try await RTMPIngestServer.start(
-                host: configuration.host, port: port, ingest: platform.ingest,
-                tokens: configuration.tokenAuthority, limits: configuration.connectionLimits, logger: logger)
-        } catch {
-            throw .cannotListen(host: configuration.host, port: port, reason: "rtmp: \(error)")
-        }
+    /// Where a client in this process reaches signaling: the listening host, or loopback when the
+    /// server listens on every address.
+    static func localSignalingURL(host: String, port: Int) -> String {
+        let local = host == "0.0.0.0" || host == "::" || host.isEmpty ? "127.0.0.1" : host
+        return "ws://\(urlHost(local)):\(port)/ws"
     }
 
     /// Ends every stream as `maintenance`, closes every session (1001) and stops listening.
     /// Returns once the server has stopped.
     public func shutdown() async {
-        await rtmp?.shutdown()
         await serviceGroup.triggerGracefulShutdown()
         _ = try? await runTask.value
     }
@@ -234,7 +223,7 @@ public final class PlatformServer: Sendable {
     }
 
     private static func build(
-        configuration: PlatformConfiguration, relay: any RelayControl, logger: Logger,
+        configuration: PlatformConfiguration, relay: any RelayControl, services: (any MediaServices)?, logger: Logger,
         clock: @escaping @Sendable () -> Date, tickInterval: Duration, signals: [UnixSignal], backendPolicy: (any BackendPolicy)?
     ) throws(PlatformServerError) -> Parts {
         do {
@@ -256,8 +245,8 @@ public final class PlatformServer: Sendable {
             throw .storage(error)
         }
         let metrics = PlatformMetrics()
-        let platform = Platform(configuration: configuration, relay: relay, metrics: metrics, clock: clock, logger: logger,
-                                store: store, snapshot: snapshot)
+        let platform = Platform(configuration: configuration, relay: relay, services: services, metrics: metrics, clock: clock,
+                                logger: logger, store: store, snapshot: snapshot)
         let (ports, bound) = AsyncStream<Int>.makeStream(bufferingPolicy: .bufferingNewest(1))
 
         let router = Router(context: BasicRequestContext.self)
@@ -333,7 +322,7 @@ struct PlatformService: Service {
                 await platform.tick()
             }
         }
-        await platform.shutdownIngest()
+        await platform.shutdownServices()
         await platform.shutdown()
         await platform.flushStore()
         let clock = ContinuousClock()

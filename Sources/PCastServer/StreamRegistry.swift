@@ -1,7 +1,7 @@
 import Foundation
 import Logging
 import PCastProtocol
-import PCastRelay
+import PCastContracts
 
 /// A published stream as the platform knows it.
 ///

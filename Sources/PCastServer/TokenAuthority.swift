@@ -1,4 +1,5 @@
 import Foundation
+import PCastContracts
 import PCastProtocol
 
 /// Checks digest tokens the way the platform needs them: digest (via ``DigestToken/verify(_:applicationId:secret:)``),
@@ -22,7 +23,7 @@ import PCastProtocol
 /// case .failure(let failure): print(failure.status, failure.message)
 /// }
 /// ```
-public struct TokenAuthority: Sendable, Hashable {
+public struct TokenAuthority: PublishAuthorizing, Hashable {
     public let applicationId: String
     public let secret: String
     /// Tokens that expire further than this from now are refused (a token valid "forever",
@@ -137,6 +138,18 @@ public struct TokenAuthority: Sendable, Hashable {
             }
         }
         return .success((claims, tags))
+    }
+
+    /// A publish without a signaling session (the RTMP push endpoint): as
+    /// ``authorizePublish(_:tags:tracks:publishType:streamName:sessionId:remoteAddress:now:)``
+    /// with no tags and no tracks yet; a token bound to a session cannot be used.
+    public func authorizeSessionlessPublish(_ token: String, publishType: PublishType, streamName: String?, remoteAddress: String?,
+                                            now: Date) -> ServerMessage.Failure? {
+        if case .failure(let failure) = authorizePublish(token, tags: [], tracks: nil, publishType: publishType, streamName: streamName,
+                                                         sessionId: "sessionless-publish", remoteAddress: remoteAddress, now: now) {
+            return failure
+        }
+        return nil
     }
 
     /// Attacker-supplied text quoted in a reply, cut to `limit` characters.

@@ -5,6 +5,7 @@ import Histogram
 import PCast
 import PCastMedia
 import PCastRelay
+import PCastNode
 import PCastServer
 import SRTP
 import Synchronization

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import PCast
+import PCastNode
 import PCastRelay
 import PCastServer
 

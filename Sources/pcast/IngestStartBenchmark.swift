@@ -1,6 +1,8 @@
 import Foundation
 import PCast
+import PCastContracts
 import PCastMedia
+import PCastNode
 import PCastServer
 import Synchronization
 

@@ -2,6 +2,7 @@ import Foundation
 import PCast
 import PCastImpairment
 import PCastMedia
+import PCastNode
 import PCastServer
 import Synchronization
 

@@ -4,6 +4,7 @@ import Logging
 import PCast
 import PCastProtocol
 import PCastRelay
+import PCastNode
 import PCastServer
 import Synchronization
 
@@ -68,22 +69,17 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.rtmpPort = noRTMP ? nil : rtmpPort
         let password = moderatorPassword ?? ProcessInfo.processInfo.environment["PCAST_MODERATOR_PASSWORD"]
         let policy: (any BackendPolicy)? = sampleBackend ? SampleBackendPolicy(moderatorPassword: password) : nil
-        let relay: Relay
         do {
-            relay = try Relay(configuration: RelayConfiguration(host: configuration.host, port: UInt16(clamping: configuration.mediaPort)))
-        } catch {
-            FileHandle.standardError.write(Data("error: relay: \(error)\n".utf8))
+            try await PlatformNode.run(configuration: configuration, logger: Logger(label: "pcast.server"), backendPolicy: policy) { node in
+                let host = node.host
+                print("pcast serve: signaling ws://\(host):\(node.httpPort)/ws, media udp \(host):\(node.mediaPort)"
+                      + (node.rtmpPort.map { ", rtmp://\(host):\($0)/live/<publish token>" } ?? "")
+                      + (policy != nil ? ", backend http://\(host):\(node.httpPort)/backend/" : ""))
+                fflush(nil)
+            }
+        } catch let error as PlatformNode.StartError {
+            FileHandle.standardError.write(Data("error: \(error)\n".utf8))
             throw ExitCode(1)
-        }
-        defer { relay.shutdown() }
-        let mediaPort = relay.mediaPort
-        let host = configuration.host
-        let rtmpPort = configuration.rtmpPort
-        try await PlatformServer.run(configuration: configuration, relay: relay, logger: Logger(label: "pcast.server"), backendPolicy: policy) { httpPort in
-            print("pcast serve: signaling ws://\(host):\(httpPort)/ws, media udp \(host):\(mediaPort)"
-                  + (rtmpPort.map { $0 > 0 ? ", rtmp://\(host):\($0)/live/<publish token>" : ", rtmp on a free port" } ?? "")
-                  + (policy != nil ? ", backend http://\(host):\(httpPort)/backend/" : ""))
-            fflush(nil)
         }
     }
 }

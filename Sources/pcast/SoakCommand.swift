@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import PCast
 import PCastMedia
+import PCastNode
 import PCastServer
 import Synchronization
 

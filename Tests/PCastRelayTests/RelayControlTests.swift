@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import PCastContracts
 import PCastProtocol
 @testable import PCastRelay
 import SRTP

@@ -1,4 +1,5 @@
 import Foundation
+import PCastContracts
 import PCastProtocol
 @testable import PCastRelay
 import SRTP

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PCastContracts
 import PCastProtocol
 import PCastRelay
 import PCastServer

@@ -1,4 +1,5 @@
 import Foundation
+import PCastContracts
 import PCastProtocol
 import PCastRelay
 import Synchronization

@@ -1,5 +1,7 @@
 import Foundation
 @testable import PCast
+import PCastContracts
+import PCastNode
 import PCastServer
 import PCastTestSupport
 import Testing
@@ -116,7 +118,7 @@ struct IngestSecurityTests {
     @Test("64 half-open RTMP handshakes from one address do not lock out an encoder on another")
     func rtmpHalfOpenFlood() async throws {
         let platform = try await LocalPlatform.start(rtmpPort: 0)
-        let port = try #require(platform.server.rtmpPort)
+        let port = try #require(platform.rtmpPort)
         let flood = await RawTCP.offload {
             (0..<64).compactMap { _ -> Int32? in
                 guard let fd = RawTCP.connect(to: port, from: "127.0.0.2") else { return nil }

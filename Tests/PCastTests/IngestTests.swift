@@ -1,6 +1,8 @@
 import Foundation
 import GStreamer
 @testable import PCast
+import PCastContracts
+import PCastNode
 import PCastServer
 import PCastTestSupport
 import Synchronization
@@ -205,7 +207,7 @@ extension IngestTests {
     @Test("RTMP push: ffmpeg pushes into the platform's own endpoint; a subscriber gets 1280×720 frames; the stream ends with the push; forged keys are refused")
     func rtmpPush() async throws {
         let platform = try await LocalPlatform.start(rtmpPort: 0)
-        let port = try #require(platform.server.rtmpPort)
+        let port = try #require(platform.rtmpPort)
         let ffmpegPath = try executable("ffmpeg")
         func push(_ key: String, seconds: Int) throws -> ChildProcess {
             // Re-encoded with a keyframe a second: the clip has one keyframe per 5.3 s, and a

@@ -3,6 +3,7 @@ import GStreamer
 @testable import PCast
 @testable import PCastMedia
 import PCastImpairment
+import PCastNode
 import PCastServer
 import Synchronization
 import Testing

@@ -1,5 +1,6 @@
 import Foundation
 import PCast
+import PCastNode
 import PCastServer
 import Testing
 

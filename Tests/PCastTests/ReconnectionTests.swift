@@ -1,6 +1,7 @@
 import Foundation
 @testable import PCast
 import PCastImpairment
+import PCastNode
 import PCastServer
 import Synchronization
 import Testing

@@ -6,6 +6,7 @@ import GStreamer
 @testable import PCast
 @testable import PCastMedia
 import PCastProtocol
+import PCastNode
 import PCastServer
 import PCastTestSupport
 import Synchronization

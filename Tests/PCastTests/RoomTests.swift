@@ -1,5 +1,6 @@
 import Foundation
 @testable import PCast
+import PCastNode
 import PCastServer
 import Synchronization
 import Testing

@@ -1,11 +1,14 @@
 import Foundation
 import Logging
+import PCastContracts
+import PCastMediaServices
 import PCastProtocol
 import PCastRelay
+import PCastServer
 
 /// The platform started in-process on loopback ports (the embedded default): the relay on an
-/// ephemeral UDP port, signaling on an ephemeral HTTP port, a fresh application secret, and a
-/// token helper for that secret. Tests, `make demo` and `pcast demo` use it; `pcast serve` runs the
+/// ephemeral UDP port, signaling on an ephemeral HTTP port, the media services (ingest, RTMP push,
+/// recording), a fresh application secret, and a token helper for that secret. Tests, `make demo` and `pcast demo` use it; `pcast serve` runs the
 /// same pieces as a server.
 ///
 /// ```swift
@@ -16,11 +19,13 @@ import PCastRelay
 public final class LocalPlatform: Sendable {
     public let server: PlatformServer
     public let relay: Relay
+    public let services: PlatformMediaServices
     public let configuration: PlatformConfiguration
 
-    private init(server: PlatformServer, relay: Relay, configuration: PlatformConfiguration) {
+    private init(server: PlatformServer, relay: Relay, services: PlatformMediaServices, configuration: PlatformConfiguration) {
         self.server = server
         self.relay = relay
+        self.services = services
         self.configuration = configuration
     }
 
@@ -50,9 +55,12 @@ public final class LocalPlatform: Sendable {
         // benchmark holds 2,000 sessions): the per-address cap is the total.
         configuration.connectionLimits.perAddress = configuration.connectionLimits.total
         configure(&configuration)
+        let services = PlatformMediaServices(configuration: MediaServicesConfiguration(platform: configuration),
+                                             authorizer: configuration.tokenAuthority, logger: logger)
         do {
-            let server = try await PlatformServer.start(configuration: configuration, relay: relay, logger: logger, backendPolicy: backendPolicy)
-            return LocalPlatform(server: server, relay: relay, configuration: configuration)
+            let server = try await PlatformServer.start(configuration: configuration, relay: relay, services: services, logger: logger,
+                                                        backendPolicy: backendPolicy)
+            return LocalPlatform(server: server, relay: relay, services: services, configuration: configuration)
         } catch {
             relay.shutdown()
             throw error
@@ -60,6 +68,8 @@ public final class LocalPlatform: Sendable {
     }
 
     public var signalingURL: String { server.signalingURL }
+    /// The RTMP push endpoint's port, when it was asked for.
+    public var rtmpPort: Int? { services.rtmpPort }
     public var httpURL: String { server.httpURL }
     /// The sample backend's base URI for ``PCastExpressOptions``-style clients (`…/backend/`).
     public var backendURL: String { server.httpURL + "/backend/" }

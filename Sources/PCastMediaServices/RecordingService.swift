@@ -1,20 +1,9 @@
 import Foundation
 import Logging
 import PCast
+import PCastContracts
 import PCastMedia
 import PCastProtocol
-
-/// A recording on disk, as `GET /recordings` lists it.
-struct RecordingInfo: Codable, Sendable, Equatable {
-    var name: String
-    var bytes: Int
-    /// From the file's header, which the recorder updates after every fragment.
-    var durationMilliseconds: Int64?
-    /// Last written, ISO 8601.
-    var modified: String
-    /// The stream being recorded into it right now, if any.
-    var recordingStreamId: String?
-}
 
 /// The platform's recorder: a stream published with type `record` or `append` is recorded, while
 /// it lasts, into `<data directory>/recordings/<stream name>.mp4` as fragmented MP4 (see
@@ -24,7 +13,7 @@ struct RecordingInfo: Codable, Sendable, Equatable {
 ///
 /// One stream records into a name at a time: a new stream for a name that is still being recorded
 /// (its publisher came back before the platform noticed it was gone) first finishes the old one.
-actor RecordingService {
+actor RecordingService: RecordingControl {
     struct Active {
         let streamId: String
         let recording: StreamRecording
@@ -88,7 +77,7 @@ actor RecordingService {
         logger.info("recording", metadata: ["pcast.recording": .string(name.value), "pcast.stream": .string(streamId), "pcast.publishType": .string(type.rawValue)])
         Task {
             let summary = await recording.ended()
-            await self.finished(name, streamId: streamId, summary)
+            self.finished(name, streamId: streamId, summary)
         }
     }
 

@@ -10,7 +10,7 @@
 // The x86-64 build uses SSE2 (part of the baseline, so no run-time check is needed); other
 // machines get the scalar loops, which compute exactly the same values.
 
-#include "CGStreamerShim.h"
+#include "CPixelConverter.h"
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>

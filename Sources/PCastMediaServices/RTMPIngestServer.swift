@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import PCast
+import PCastContracts
 import PCastProtocol
 import Synchronization
 
@@ -20,12 +21,12 @@ import Synchronization
 ///
 /// Protocol limits come from ``RTMPServerSession``: chunk sizes, message sizes and name lengths are
 /// bounded, and a violation closes the connection. A connection that has not started publishing
-/// within ``setupTimeout`` is closed. At most ``ConnectionLimits/rtmpTotal`` connections are served
-/// at once and ``ConnectionLimits/rtmpPerAddress`` from one address, half-open handshakes
-/// included, so one client cannot hold every slot and lock the encoders out.
+/// within ``setupTimeout`` is closed. At most `limits.total` connections are served at once and
+/// `limits.perAddress` from one address, half-open handshakes included, so one client cannot hold
+/// every slot and lock the encoders out.
 ///
 /// ```swift
-/// let server = try await RTMPIngestServer.start(host: "0.0.0.0", port: 1935, ingest: ingest, tokens: tokens, logger: logger)
+/// let server = try await RTMPIngestServer.start(host: "0.0.0.0", port: 1935, ingest: ingest, authorizer: tokens, logger: logger)
 /// print(server.port)
 /// await server.shutdown()
 /// ```
@@ -43,7 +44,8 @@ final class RTMPIngestServer: Sendable {
     }
 
     /// Binds the listener and starts accepting connections.
-    static func start(host: String, port: Int, ingest: IngestService, tokens: TokenAuthority, limits: ConnectionLimits = ConnectionLimits(),
+    static func start(host: String, port: Int, ingest: IngestService, authorizer: any PublishAuthorizing,
+                      limits: (perAddress: Int, total: Int) = (8, 64),
                       logger: Logger) async throws -> RTMPIngestServer {
         let listener = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 64)
@@ -63,14 +65,14 @@ final class RTMPIngestServer: Sendable {
                     try await withThrowingDiscardingTaskGroup { group in
                         for try await connection in inbound {
                             let address = connection.channel.remoteAddress?.ipAddress ?? "?"
-                            guard active.enter(address, perAddress: limits.rtmpPerAddress, total: limits.rtmpTotal) else {
+                            guard active.enter(address, perAddress: limits.perAddress, total: limits.total) else {
                                 logger.warning("rtmp connection refused: too many connections", metadata: ["pcast.remote": .string(address)])
                                 try? await connection.channel.close()
                                 continue
                             }
                             group.addTask {
                                 defer { active.leave(address) }
-                                await RTMPPushConnection(ingest: ingest, tokens: tokens, logger: logger).serve(connection)
+                                await RTMPPushConnection(ingest: ingest, authorizer: authorizer, logger: logger).serve(connection)
                             }
                         }
                     }
@@ -91,36 +93,11 @@ final class RTMPIngestServer: Sendable {
     }
 }
 
-/// Counts connections being served, in all and per remote address.
-final class ActiveConnections: Sendable {
-    private let counts = Mutex<(total: Int, byAddress: [String: Int])>((0, [:]))
-
-    /// Takes a place for a connection from `address`; false when either limit is reached.
-    func enter(_ address: String, perAddress: Int, total: Int) -> Bool {
-        counts.withLock { counts in
-            guard counts.total < total, counts.byAddress[address, default: 0] < perAddress else { return false }
-            counts.total += 1
-            counts.byAddress[address, default: 0] += 1
-            return true
-        }
-    }
-
-    func leave(_ address: String) {
-        counts.withLock { counts in
-            counts.total -= 1
-            let left = counts.byAddress[address, default: 1] - 1
-            counts.byAddress[address] = left > 0 ? left : nil
-        }
-    }
-
-    var total: Int { counts.withLock { $0.total } }
-}
-
 /// One push connection: drives an ``RTMPServerSession`` with the bytes read and performs its
 /// actions: replies, the key check, FLV into the ingest, closing.
 struct RTMPPushConnection {
     let ingest: IngestService
-    let tokens: TokenAuthority
+    let authorizer: any PublishAuthorizing
     let logger: Logger
 
     /// What a stream key says: the publish token, an optional stream name (`?name=`) and an
@@ -223,7 +200,7 @@ struct RTMPPushConnection {
         }
         if let requested = key.publishType {
             guard let parsed = PublishType(rawValue: requested) else {
-                return .failure(.init(status: .badRequest, message: "unknown publish type '\(TokenAuthority.clipped(requested))' in the stream key (live, record or append)"))
+                return .failure(.init(status: .badRequest, message: "unknown publish type '\(SignalingError.clipped(requested))' in the stream key (live, record or append)"))
             }
             publishType = parsed
         }
@@ -232,8 +209,8 @@ struct RTMPPushConnection {
         }
         // Everything the platform will check of the publish (token, scope, recording name), before
         // any pipeline is built.
-        if case .failure(let failure) = tokens.authorizePublish(key.token, tags: [], tracks: nil, publishType: publishType, streamName: key.streamName,
-                                                                sessionId: "rtmp-push", remoteAddress: remote, now: Date()) {
+        if let failure = authorizer.authorizeSessionlessPublish(key.token, publishType: publishType, streamName: key.streamName,
+                                                                 remoteAddress: remote, now: Date()) {
             return .failure(failure)
         }
         return await ingest.startPushed(streamToken: key.token, publishType: publishType, streamName: key.streamName, remote: remote)

@@ -1,13 +1,15 @@
 import Foundation
 import Logging
 import PCast
+import PCastContracts
+import PCastProtocol
 
 /// The platform's ingest: pulls remote sources (checked by ``IngestURIPolicy``) and publishes them
 /// through the platform itself, with the SDK's ``IngestPublisher`` (H.264 passed through) on a
 /// session of its own. Each ingest belongs to the session that asked for it: that session gets the
 /// `ingest-started` reply, progress events and the `stream-ended` event, may stop it, and its end
 /// stops it.
-actor IngestService {
+actor IngestService: IngestControl {
     struct Running {
         /// The session that asked for it; nil for a push (its connection owns it).
         let owner: String?
@@ -18,8 +20,8 @@ actor IngestService {
     private let internalSession: InternalSession
     private let logger: Logger
     private var running: [String: Running] = [:]
-    /// Called when an ingest ends, with its owner (the platform sends `stream-ended`).
-    private var onEnded: (@Sendable (_ owner: String?, _ streamId: String, StreamEndedReason, String?) async -> Void)?
+    /// Called when an ingest ends (the platform tells its owner).
+    private var onEnded: (@Sendable (IngestEnded) async -> Void)?
 
     /// Ingests one session may run at once, and the platform in all (starting ones count: an
     /// unreachable source holds its place until the connect timeout).
@@ -35,9 +37,8 @@ actor IngestService {
         self.maximum = maximum
     }
 
-    /// Who hears of ended ingests.
-    func onEnded(_ onEnded: @escaping @Sendable (_ owner: String?, _ streamId: String, StreamEndedReason, String?) async -> Void) {
-        self.onEnded = onEnded
+    func setEndedHandler(_ handler: @escaping @Sendable (IngestEnded) async -> Void) {
+        onEnded = handler
     }
 
     var count: Int { running.count }
@@ -70,7 +71,7 @@ actor IngestService {
             switch option {
             case "loop": options.loop = true
             default:
-                return .failure(.init(status: .notSupported, message: "connect option '\(TokenAuthority.clipped(option))' is not supported (supported: loop)"))
+                return .failure(.init(status: .notSupported, message: "connect option '\(SignalingError.clipped(option))' is not supported (supported: loop)"))
             }
         }
         let pcast: PCast
@@ -87,7 +88,7 @@ actor IngestService {
             switch error {
             case .refused(let status, let message): return .failure(.init(status: status, message: message))
             case .media(let media):
-                return .failure(.init(status: .failed, message: "cannot open \(TokenAuthority.clipped(request.streamURI, limit: 256)): \(media)"))
+                return .failure(.init(status: .failed, message: "cannot open \(SignalingError.clipped(request.streamURI, limit: 256)): \(media)"))
             default: return .failure(.init(status: error.status, message: error.description))
             }
         }
@@ -132,7 +133,7 @@ actor IngestService {
     private func ended(_ streamId: String, _ reason: StreamEndedReason, _ description: String?) async {
         guard let entry = running.removeValue(forKey: streamId) else { return }
         logger.info("ingest ended", metadata: ["pcast.stream": .string(streamId), "pcast.reason": .string(reason.rawValue)])
-        await onEnded?(entry.owner, streamId, reason, description)
+        await onEnded?(IngestEnded(owner: entry.owner, streamId: streamId, reason: reason, description: description))
     }
 
     func stop(_ streamId: String, by owner: String) async -> ServerMessage.Failure? {
@@ -150,12 +151,13 @@ actor IngestService {
     }
 
     /// Position and duration of every running ingest, for progress events.
-    func progress() -> [(owner: String, ServerMessage.IngestProgress)] {
+    func progress() -> [IngestProgressReport] {
         running.sorted { $0.key < $1.key }.compactMap { streamId, entry in
             guard let owner = entry.owner, let ingest = entry.publisher.ingest else { return nil }
             let (position, duration) = ingest.progress
-            return (owner, .init(streamId: streamId, positionMilliseconds: position.map { Int64($0 / .milliseconds(1)) },
-                                       durationMilliseconds: duration.map { Int64($0 / .milliseconds(1)) }))
+            return IngestProgressReport(owner: owner, progress: .init(
+                streamId: streamId, positionMilliseconds: position.map { Int64($0 / .milliseconds(1)) },
+                durationMilliseconds: duration.map { Int64($0 / .milliseconds(1)) }))
         }
     }
 
@@ -172,18 +174,19 @@ actor IngestService {
 /// platform's signaling with an auth token it mints itself, once, and again if the connection was
 /// lost.
 actor InternalSession {
-    private let tokens: TokenAuthority
+    private let applicationId: String
+    private let secret: String
     private var signalingURL: String?
     private var pcast: PCast?
 
-    init(tokens: TokenAuthority) {
-        self.tokens = tokens
+    init(applicationId: String, secret: String) {
+        self.applicationId = applicationId
+        self.secret = secret
     }
 
     /// Where the platform listens (set once it does).
-    func listening(host: String, port: Int) {
-        let local = host == "0.0.0.0" || host == "::" || host.isEmpty ? "127.0.0.1" : host
-        signalingURL = "ws://\(local.contains(":") ? "[\(local)]" : local):\(port)/ws"
+    func listening(signalingURL: String) {
+        self.signalingURL = signalingURL
     }
 
     func client() async throws(PCastError) -> PCast {
@@ -192,7 +195,7 @@ actor InternalSession {
         let token: String
         do {
             token = try DigestTokenBuilder().expiresAt(Date().addingTimeInterval(30 * 86_400)).type(.auth)
-                .encode(applicationId: tokens.applicationId, secret: tokens.secret)
+                .encode(applicationId: applicationId, secret: secret)
         } catch {
             throw .invalidRequest("cannot mint the platform's own session token: \(error)")
         }
@@ -206,7 +209,7 @@ actor InternalSession {
     func streamToken(for streamId: String) throws(PCastError) -> String {
         do {
             return try DigestTokenBuilder().expiresAt(Date().addingTimeInterval(3600)).type(.stream).originStreamId(streamId)
-                .encode(applicationId: tokens.applicationId, secret: tokens.secret)
+                .encode(applicationId: applicationId, secret: secret)
         } catch {
             throw .invalidRequest("cannot mint a stream token: \(error)")
         }

@@ -1,4 +1,5 @@
 import Foundation
+import PCastProtocol
 
 /// Why the platform refuses to pull a URI.
 public enum IngestURIError: Error, Sendable, Hashable, CustomStringConvertible {
@@ -18,14 +19,14 @@ public enum IngestURIError: Error, Sendable, Hashable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .malformed(let uri): return "'\(TokenAuthority.clipped(uri, limit: 256))' is not a URI the platform can pull"
+        case .malformed(let uri): return "'\(SignalingError.clipped(uri, limit: 256))' is not a URI the platform can pull"
         case .schemeNotAllowed(let scheme):
-            return "scheme '\(TokenAuthority.clipped(scheme))' is not allowed (allowed: http, https, rtmp, rtmps, rtsp)"
+            return "scheme '\(SignalingError.clipped(scheme))' is not allowed (allowed: http, https, rtmp, rtmps, rtsp)"
         case .ambiguous(let why): return "the URI is refused: \(why)"
         case .addressNotAllowed(let host, let address):
-            return "'\(TokenAuthority.clipped(host))' resolves to \(address), an address the platform does not pull from"
-        case .unresolvable(let host): return "'\(TokenAuthority.clipped(host))' does not resolve"
-        case .pathNotAllowed(let path): return "file path '\(TokenAuthority.clipped(path, limit: 256))' is not allowed"
+            return "'\(SignalingError.clipped(host))' resolves to \(address), an address the platform does not pull from"
+        case .unresolvable(let host): return "'\(SignalingError.clipped(host))' does not resolve"
+        case .pathNotAllowed(let path): return "file path '\(SignalingError.clipped(path, limit: 256))' is not allowed"
         }
     }
 }
@@ -177,7 +178,7 @@ public struct IngestURIPolicy: Sendable, Hashable {
             if numericLike || host.hasSuffix(".") && labels.dropLast().allSatisfy({ $0.allSatisfy(\.isNumber) }) {
                 var v4 = in_addr()
                 guard inet_pton(AF_INET, host, &v4) == 1 else {
-                    throw .ambiguous("'\(TokenAuthority.clipped(host))' is not a canonical IPv4 address")
+                    throw .ambiguous("'\(SignalingError.clipped(host))' is not a canonical IPv4 address")
                 }
             }
         }

@@ -1,0 +1,143 @@
+import Foundation
+import PCastProtocol
+
+/// What the control plane asks of the platform's media services: the work that runs media
+/// pipelines (pulling remote sources, the RTMP push endpoint, recording) and therefore lives apart
+/// from signaling, in a target that links the media engine.
+///
+/// The control plane decides who may do what (tokens, scopes, sessions) and owns the messages
+/// clients see; a media service does the work and reports back through these calls. A service
+/// reaches the published streams the way any client does, through signaling and the relay, so it
+/// can run in the same process as the control plane or, later, on another machine.
+///
+/// ```swift
+/// let server = try await PlatformServer.start(configuration: configuration, relay: relay, services: services)
+/// ```
+public protocol MediaServices: Sendable {
+    /// Remote sources pulled into the platform (`publish-remote`); nil: this node runs no ingest.
+    var ingest: (any IngestControl)? { get }
+    /// Streams published as `record` / `append` recorded to files; nil: this node does not record.
+    var recordings: (any RecordingControl)? { get }
+
+    /// The control plane listens at `signalingURL` (`ws://host:port/ws`): services that act as a
+    /// platform client connect there, services with listeners of their own (the RTMP push
+    /// endpoint) start them. Called once, after the control plane is bound.
+    func platformListening(signalingURL: String) async throws(MediaServiceError)
+
+    /// Stops every ingest and listener and finishes every recording (the last fragment written),
+    /// before the control plane ends the remaining streams and sessions.
+    func shutdown() async
+}
+
+/// Why a media service could not start.
+public enum MediaServiceError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// A listener of the service (the RTMP push endpoint) could not be bound.
+    case cannotListen(service: String, host: String, port: Int, reason: String)
+
+    public var description: String {
+        switch self {
+        case .cannotListen(let service, let host, let port, let reason): return "\(service): cannot listen on \(host):\(port): \(reason)"
+        }
+    }
+}
+
+/// The ingest service as the control plane drives it. Every ingest belongs to the session that
+/// asked for it (its owner): the owner gets the replies, progress and the end, may stop it, and
+/// its end stops it.
+public protocol IngestControl: Sendable {
+    /// Starts pulling `request.streamURI` for `owner`. The control plane has already authorised
+    /// the publish (token, scope, recording name); the service checks the URI against its
+    /// ``IngestURIPolicy`` and its capacity before it opens anything.
+    func start(owner: String, _ request: ClientMessage.PublishRemote) async -> Result<ServerMessage.IngestStarted, ServerMessage.Failure>
+
+    /// Stops an ingest on its owner's request; the failure to send back otherwise (unknown id,
+    /// another session's ingest).
+    func stop(_ streamId: String, by owner: String) async -> ServerMessage.Failure?
+
+    /// The owner's session ended: its ingests stop.
+    func ownerEnded(_ owner: String) async
+
+    /// Position and duration of every running ingest that has an owner, for progress events.
+    func progress() async -> [IngestProgressReport]
+
+    /// Who hears of ingests that ended (source finished or failed, stopped, platform stopping).
+    func setEndedHandler(_ handler: @escaping @Sendable (IngestEnded) async -> Void) async
+
+    /// Ingests running now.
+    var count: Int { get async }
+}
+
+/// One running ingest's progress, for its owner.
+public struct IngestProgressReport: Sendable, Hashable {
+    public var owner: String
+    public var progress: ServerMessage.IngestProgress
+
+    public init(owner: String, progress: ServerMessage.IngestProgress) {
+        self.owner = owner
+        self.progress = progress
+    }
+}
+
+/// An ingest that ended.
+public struct IngestEnded: Sendable, Hashable {
+    /// The session that asked for it; nil for a push (its connection owned it).
+    public var owner: String?
+    public var streamId: String
+    public var reason: StreamEndedReason
+    public var description: String?
+
+    public init(owner: String?, streamId: String, reason: StreamEndedReason, description: String?) {
+        self.owner = owner
+        self.streamId = streamId
+        self.reason = reason
+        self.description = description
+    }
+}
+
+/// The recorder as the control plane drives it: it starts a recording when a `record` or
+/// `append` stream is published and lists the recordings for `GET /recordings`.
+public protocol RecordingControl: Sendable {
+    /// Records `streamId` into the recording `name` while the stream lasts; `type` says whether
+    /// an existing recording of that name is replaced (`record`) or continued (`append`). The
+    /// name was checked when the stream was published.
+    func start(streamId: String, name: String, type: PublishType) async
+
+    /// The recordings there are, in name order.
+    func list() async -> [RecordingInfo]
+
+    /// Where the recording `name` is (or would be) kept, for downloads.
+    func path(of name: RecordingName) -> String
+
+    /// Recordings being written now.
+    var activeCount: Int { get async }
+}
+
+/// A recording, as `GET /recordings` lists it.
+public struct RecordingInfo: Codable, Sendable, Hashable {
+    public var name: String
+    public var bytes: Int
+    /// From the file's header, which the recorder updates after every fragment.
+    public var durationMilliseconds: Int64?
+    /// Last written, ISO 8601.
+    public var modified: String
+    /// The stream being recorded into it right now, if any.
+    public var recordingStreamId: String?
+
+    public init(name: String, bytes: Int, durationMilliseconds: Int64?, modified: String, recordingStreamId: String?) {
+        self.name = name
+        self.bytes = bytes
+        self.durationMilliseconds = durationMilliseconds
+        self.modified = modified
+        self.recordingStreamId = recordingStreamId
+    }
+}
+
+/// Checks a publish token the way the control plane does, for media services that take a
+/// publish outside signaling (the RTMP push endpoint checks the stream key before it builds any
+/// pipeline). The control plane checks the publish again when the service's session publishes.
+public protocol PublishAuthorizing: Sendable {
+    /// nil when `token` may publish a stream of `publishType` (named `streamName`) from
+    /// `remoteAddress` without a signaling session; otherwise the refusal.
+    func authorizeSessionlessPublish(_ token: String, publishType: PublishType, streamName: String?, remoteAddress: String?,
+                                     now: Date) -> ServerMessage.Failure?
+}

@@ -1,0 +1,112 @@
+import Foundation
+import Logging
+import PCastContracts
+import PCastProtocol
+import Synchronization
+
+/// What the media services need to know: the application they act for (they mint their own
+/// session and stream tokens with its secret), what ingest may pull and how much, where
+/// recordings go, and where the RTMP push endpoint listens.
+public struct MediaServicesConfiguration: Sendable {
+    public var applicationId: String
+    public var secret: String
+    public var ingestPolicy: IngestURIPolicy
+    /// Ingests one session may run at once, and the node in all.
+    public var maximumIngestsPerSession: Int
+    public var maximumIngests: Int
+    /// Where recordings are kept (`<stream name>.mp4`).
+    public var recordingsDirectory: String
+    /// The RTMP push endpoint (`rtmp://host:port/live/<publish token>`); nil: none. Port 0 picks
+    /// a free port (see ``PlatformMediaServices/rtmpPort``).
+    public var rtmp: RTMPEndpoint?
+
+    /// Where the RTMP push endpoint listens and how many connections it holds.
+    public struct RTMPEndpoint: Sendable, Hashable {
+        public var host: String
+        public var port: Int
+        /// Connections one address may hold (half-open handshakes count), and in all.
+        public var maximumConnectionsPerAddress: Int
+        public var maximumConnections: Int
+
+        public init(host: String, port: Int, maximumConnectionsPerAddress: Int = 8, maximumConnections: Int = 64) {
+            self.host = host
+            self.port = port
+            self.maximumConnectionsPerAddress = maximumConnectionsPerAddress
+            self.maximumConnections = maximumConnections
+        }
+    }
+
+    public init(applicationId: String, secret: String, ingestPolicy: IngestURIPolicy = IngestURIPolicy(),
+                maximumIngestsPerSession: Int = 4, maximumIngests: Int = 32, recordingsDirectory: String, rtmp: RTMPEndpoint? = nil) {
+        self.applicationId = applicationId
+        self.secret = secret
+        self.ingestPolicy = ingestPolicy
+        self.maximumIngestsPerSession = maximumIngestsPerSession
+        self.maximumIngests = maximumIngests
+        self.recordingsDirectory = recordingsDirectory
+        self.rtmp = rtmp
+    }
+}
+
+/// The platform's media services in one process: ingest of remote sources, the RTMP push
+/// endpoint and the recorder. They run the SDK's publishers and recorders on a client session of
+/// their own against the control plane's signaling (the way any client reaches the platform), and
+/// the control plane drives them through ``MediaServices``.
+///
+/// ```swift
+/// let services = PlatformMediaServices(configuration: media, authorizer: configuration.tokenAuthority)
+/// let server = try await PlatformServer.start(configuration: configuration, relay: relay, services: services)
+/// services.rtmpPort   // the bound port once the server listens
+/// ```
+public final class PlatformMediaServices: MediaServices {
+    public let configuration: MediaServicesConfiguration
+    private let session: InternalSession
+    private let ingestService: IngestService
+    private let recordingService: RecordingService
+    private let authorizer: any PublishAuthorizing
+    private let logger: Logger
+    private let rtmpServer = Mutex<RTMPIngestServer?>(nil)
+
+    /// `authorizer` checks RTMP stream keys before any pipeline is built (the control plane's
+    /// token authority).
+    public init(configuration: MediaServicesConfiguration, authorizer: any PublishAuthorizing,
+                logger: Logger = Logger(label: "pcast.media-services")) {
+        self.configuration = configuration
+        self.authorizer = authorizer
+        self.logger = logger
+        session = InternalSession(applicationId: configuration.applicationId, secret: configuration.secret)
+        ingestService = IngestService(policy: configuration.ingestPolicy, session: session, logger: logger,
+                                      maximumPerOwner: configuration.maximumIngestsPerSession, maximum: configuration.maximumIngests)
+        recordingService = RecordingService(directory: configuration.recordingsDirectory, session: session, logger: logger)
+    }
+
+    public var ingest: (any IngestControl)? { ingestService }
+    public var recordings: (any RecordingControl)? { recordingService }
+
+    /// The RTMP push endpoint's port once it listens (the bound one when configured as 0); nil
+    /// when there is no endpoint or it has not started.
+    public var rtmpPort: Int? { rtmpServer.withLock { $0?.port } }
+
+    public func platformListening(signalingURL: String) async throws(MediaServiceError) {
+        await session.listening(signalingURL: signalingURL)
+        guard let endpoint = configuration.rtmp, rtmpServer.withLock({ $0 == nil }) else { return }
+        do {
+            let server = try await RTMPIngestServer.start(
+                host: endpoint.host, port: endpoint.port, ingest: ingestService, authorizer: authorizer,
+                limits: (endpoint.maximumConnectionsPerAddress, endpoint.maximumConnections), logger: logger)
+            rtmpServer.withLock { $0 = server }
+        } catch {
+            throw .cannotListen(service: "rtmp", host: endpoint.host, port: endpoint.port, reason: "\(error)")
+        }
+    }
+
+    public func shutdown() async {
+        await rtmpServer.withLock { server in
+            defer { server = nil }
+            return server
+        }?.shutdown()
+        await ingestService.shutdown()
+        await recordingService.shutdown()
+        await session.stop()
+    }
+}

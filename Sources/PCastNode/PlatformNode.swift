@@ -1,0 +1,72 @@
+import Foundation
+import Logging
+import PCastContracts
+import PCastMediaServices
+import PCastRelay
+import PCastServer
+
+/// One platform node as `pcast serve` runs it: the control plane (``PlatformServer``), the relay
+/// and the media services, wired together in one process.
+///
+/// ```swift
+/// try await PlatformNode.run(configuration: configuration) { node in print(node.signalingURL) }
+/// ```
+public enum PlatformNode {
+    /// Where a running node listens.
+    public struct Listening: Sendable {
+        public var host: String
+        public var httpPort: Int
+        public var mediaPort: UInt16
+        /// The RTMP push endpoint's bound port; nil when it is off.
+        public var rtmpPort: Int?
+    }
+
+    /// Why a node could not start.
+    public enum StartError: Error, Sendable, CustomStringConvertible {
+        case relay(RelayError)
+
+        public var description: String {
+            switch self {
+            case .relay(let error): return "relay: \(error)"
+            }
+        }
+    }
+
+    /// Runs the node until SIGINT or SIGTERM (see ``PlatformServer/run(configuration:relay:services:logger:backendPolicy:onListening:)``).
+    /// The relay listens on ``PlatformConfiguration/mediaPort``, the RTMP push endpoint on
+    /// ``PlatformConfiguration/rtmpPort`` when set.
+    public static func run(configuration: PlatformConfiguration, logger: Logger = Logger(label: "pcast.server"),
+                           backendPolicy: (any BackendPolicy)? = nil,
+                           onListening: @escaping @Sendable (Listening) -> Void = { _ in }) async throws {
+        let relay: Relay
+        do throws(RelayError) {
+            relay = try Relay(configuration: RelayConfiguration(host: configuration.host, port: UInt16(clamping: configuration.mediaPort)))
+        } catch {
+            throw StartError.relay(error)
+        }
+        defer { relay.shutdown() }
+        let services = PlatformMediaServices(configuration: MediaServicesConfiguration(platform: configuration),
+                                             authorizer: configuration.tokenAuthority, logger: logger)
+        let host = configuration.host
+        let mediaPort = relay.mediaPort
+        try await PlatformServer.run(configuration: configuration, relay: relay, services: services, logger: logger,
+                                     backendPolicy: backendPolicy) { httpPort in
+            onListening(Listening(host: host, httpPort: httpPort, mediaPort: mediaPort, rtmpPort: services.rtmpPort))
+        }
+    }
+}
+
+extension MediaServicesConfiguration {
+    /// The media services' part of a node's configuration.
+    public init(platform configuration: PlatformConfiguration) {
+        self.init(
+            applicationId: configuration.applicationId, secret: configuration.secret, ingestPolicy: configuration.ingestPolicy,
+            maximumIngestsPerSession: configuration.maximumIngestsPerSession, maximumIngests: configuration.maximumIngests,
+            recordingsDirectory: configuration.recordingsDirectory,
+            rtmp: configuration.rtmpPort.map {
+                RTMPEndpoint(host: configuration.host, port: $0,
+                             maximumConnectionsPerAddress: configuration.connectionLimits.rtmpPerAddress,
+                             maximumConnections: configuration.connectionLimits.rtmpTotal)
+            })
+    }
+}

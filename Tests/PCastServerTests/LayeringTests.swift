@@ -1,0 +1,63 @@
+import Foundation
+import Testing
+
+/// The layers point one way: what each target's sources import, read from the sources themselves
+/// (the package manifest is the first guard; this one also catches a module reached transitively).
+@Suite struct LayeringTests {
+    static let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("Sources")
+
+    /// The modules imported anywhere under `Sources/<target>`, with the file that imports each.
+    static func imports(of target: String) throws -> [String: String] {
+        let root = sources.appendingPathComponent(target)
+        guard let walker = FileManager.default.enumerator(at: root, includingPropertiesForKeys: nil) else {
+            throw CocoaError(.fileReadNoSuchFile)
+        }
+        var found: [String: String] = [:]
+        for case let file as URL in walker where file.pathExtension == "swift" {
+            for line in try String(contentsOf: file, encoding: .utf8).split(separator: "\n") {
+                let words = line.split(separator: " ")
+                guard let index = words.firstIndex(of: "import"), index + 1 < words.count,
+                      words[..<index].allSatisfy({ $0.hasPrefix("@") || ["public", "package", "internal", "private", "fileprivate"].contains($0) })
+                else { continue }
+                found[String(words[index + 1]), default: file.lastPathComponent] = file.lastPathComponent
+            }
+        }
+        #expect(!found.isEmpty, "no imports found under \(root.path)")
+        return found
+    }
+
+    static let mediaEngine: Set<String> = ["PCast", "PCastMedia", "GStreamer", "CGStreamer", "CGStreamerShim", "PCastRecording"]
+
+    @Test("the control plane links neither the media engine, the relay nor the media services")
+    func controlPlane() throws {
+        let imports = try Self.imports(of: "PCastServer")
+        let forbidden = Self.mediaEngine.union(["PCastRelay", "PCastMediaServices", "PCastNode", "SRTP", "CSRTP"])
+        for (module, file) in imports where forbidden.contains(module) {
+            Issue.record("PCastServer imports \(module) (in \(file))")
+        }
+        #expect(imports["PCastContracts"] != nil)
+    }
+
+    @Test("the contracts depend on the wire formats only")
+    func contracts() throws {
+        for (module, file) in try Self.imports(of: "PCastContracts") where !["Foundation", "PCastProtocol", "Synchronization"].contains(module) {
+            Issue.record("PCastContracts imports \(module) (in \(file))")
+        }
+    }
+
+    @Test("the relay and the media services do not reach into the control plane or each other")
+    func mediaPlane() throws {
+        for (module, file) in try Self.imports(of: "PCastRelay")
+        where Self.mediaEngine.union(["PCastServer", "PCastMediaServices", "PCastNode"]).contains(module) {
+            Issue.record("PCastRelay imports \(module) (in \(file))")
+        }
+        for (module, file) in try Self.imports(of: "PCastMediaServices") where ["PCastServer", "PCastRelay", "PCastNode"].contains(module) {
+            Issue.record("PCastMediaServices imports \(module) (in \(file))")
+        }
+        for (module, file) in try Self.imports(of: "PCastProtocol")
+        where Self.mediaEngine.union(["PCastServer", "PCastRelay", "PCastContracts", "PCastMediaServices", "PCastNode"]).contains(module) {
+            Issue.record("PCastProtocol imports \(module) (in \(file))")
+        }
+    }
+}
