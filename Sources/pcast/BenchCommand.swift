@@ -4,8 +4,8 @@ import GStreamer
 import Histogram
 import PCast
 import PCastMedia
-import PCastRelay
 import PCastNode
+import PCastRelay
 import PCastServer
 import SRTP
 import Synchronization

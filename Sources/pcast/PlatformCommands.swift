@@ -3,8 +3,8 @@ import Foundation
 import Logging
 import PCast
 import PCastProtocol
-import PCastRelay
 import PCastNode
+import PCastRelay
 import PCastServer
 import Synchronization
 

@@ -2,8 +2,8 @@ import Foundation
 import GStreamer
 @testable import PCast
 @testable import PCastMedia
-import PCastRelay
 import PCastNode
+import PCastRelay
 import PCastServer
 import Synchronization
 import Testing
@@ -217,7 +217,7 @@ struct EndToEndBenchmarkTests {
     @Test("the latency and first-frame benchmark measures frames through the embedded platform")
     func runs() async throws {
         let platform = try await LocalPlatform.start()
-        let result = try await EndToEndBenchmark(signalingURL: platform.signalingURL, seconds: 1, playoutDelays: [40], joins: 2) { type, origin in
+        let result = try await EndToEndBenchmark(signalingURL: platform.signalingURL, seconds: 2, playoutDelays: [40], joins: 2) { type, origin in
             try platform.token(type, originStreamId: origin)
         }.run()
         await platform.shutdown()
