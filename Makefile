@@ -33,7 +33,10 @@ demo: setup
 # private server (an environment change other tests' device probing must not race).
 test: setup
 	$(SWIFT) build --build-tests $(DEBUG_FLAGS)
-	$(SWIFT) test --skip-build --skip LeakTests --skip 'RelayControlTests/noLeaks' --skip RealDeviceStandInTests --skip PCastCLITests --skip PCastRecordingTests --skip MediaRecorderTests --skip PCastImpairmentTests --skip ConsumerChurnTests $(ROOM_SUITES:%=--skip %) $(EXPRESS_SUITES:%=--skip %)
+	# The media the tests use is made first (ffmpeg, once per machine), alone: an encode in the
+	# middle of the main group would compete with its frame-by-frame suites.
+	$(SWIFT) test --skip-build --filter TestMediaTests
+	$(SWIFT) test --skip-build --skip TestMediaTests --skip LeakTests --skip 'RelayControlTests/noLeaks' --skip RealDeviceStandInTests --skip PCastCLITests --skip PCastRecordingTests --skip MediaRecorderTests --skip PCastImpairmentTests --skip ConsumerChurnTests $(ROOM_SUITES:%=--skip %) $(EXPRESS_SUITES:%=--skip %)
 	# Rooms, chat, Express, ingest and the CPU-heavy suites (observables, the room store, the pixel
 	# converter comparisons): many clients
 	# and threads at once; in a process of their own so

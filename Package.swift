@@ -192,6 +192,8 @@ let package = Package(
                 "PCastMedia",
                 "SRTP",
                 "CSRTP",
+                // The benchmarks make their clip as the tests do (TestMedia), and spawn children with its helper.
+                "PCastTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),

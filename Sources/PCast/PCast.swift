@@ -332,15 +332,13 @@ public final class PCast: Sendable {
 
     /// Ends the session: published and subscribed streams end, the connection closes.
     public func stop() async {
-        let (client, publishers, subscriptions) = state.withLock { state in
-            _ = state.machine.handle(.stop)
+        let (actions, client, publishers, subscriptions) = state.withLock { state in
             state.afterResume = []
-            state.reconnect?.cancel()
-            state.reconnect = nil
             state.keepAlive?.cancel()
             defer { state.publishers = [:]; state.subscriptions = [:]; state.signaling = nil; state.sessionId = nil }
-            return (state.signaling, Array(state.publishers.values), Array(state.subscriptions.values))
+            return (state.machine.handle(.stop), state.signaling, Array(state.publishers.values), Array(state.subscriptions.values))
         }
+        perform(actions)
         for publisher in publishers { await publisher.stop(reason: .ended) }
         for subscription in subscriptions { await subscription.stream.stop() }
         if let client {
@@ -426,13 +424,12 @@ public final class PCast: Sendable {
     /// Behaves as a crashed process would: media stops and the connection drops, with no `bye`,
     /// no unpublish and no reconnection (tests of how the platform and other clients cope).
     package func crashForTesting() {
-        let (client, publishers, subscriptions) = state.withLock { state in
-            _ = state.machine.handle(.stop)
-            state.reconnect?.cancel()
+        let (actions, client, publishers, subscriptions) = state.withLock { state in
             state.keepAlive?.cancel()
             defer { state.publishers = [:]; state.subscriptions = [:] }
-            return (state.signaling, Array(state.publishers.values), Array(state.subscriptions.values))
+            return (state.machine.handle(.stop), state.signaling, Array(state.publishers.values), Array(state.subscriptions.values))
         }
+        perform(actions)
         for publisher in publishers { publisher.finish(.failed, "crashed (test)") }
         for subscription in subscriptions { subscription.finish(.failed, "crashed (test)") }
         client?.abort()

@@ -62,9 +62,6 @@ public protocol IngestControl: Sendable {
 
     /// Who hears of ingests that ended (source finished or failed, stopped, platform stopping).
     func setEndedHandler(_ handler: @escaping @Sendable (IngestEnded) async -> Void) async
-
-    /// Ingests running now.
-    var count: Int { get async }
 }
 
 /// One running ingest's progress, for its owner.
@@ -107,9 +104,6 @@ public protocol RecordingControl: Sendable {
 
     /// Where the recording `name` is (or would be) kept, for downloads.
     func path(of name: RecordingName) -> String
-
-    /// Recordings being written now.
-    var activeCount: Int { get async }
 }
 
 /// A recording, as `GET /recordings` lists it.

@@ -41,8 +41,6 @@ actor IngestService: IngestControl {
         onEnded = handler
     }
 
-    var count: Int { running.count }
-
     /// Starts an ingest for `owner`, whose request the platform has authorised (token, scope,
     /// recording name) before anything is opened.
     func start(owner: String, _ request: ClientMessage.PublishRemote) async -> Result<ServerMessage.IngestStarted, ServerMessage.Failure> {

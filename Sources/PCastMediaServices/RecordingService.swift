@@ -106,8 +106,6 @@ actor RecordingService: RecordingControl {
         }
     }
 
-    var activeCount: Int { active.count }
-
     /// Finishes every recording (the last fragment is written).
     func shutdown() async {
         for task in busy.values { await task.value }

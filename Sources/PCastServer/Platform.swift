@@ -45,8 +45,8 @@ actor Platform {
     /// The media services this node runs (ingest, recording), reached through their contracts;
     /// nil: signaling and relay only (`publish-remote` and recording publishes are refused).
     let services: (any MediaServices)?
-    let ingest: (any IngestControl)?
-    let recordings: (any RecordingControl)?
+    nonisolated var ingest: (any IngestControl)? { services?.ingest }
+    nonisolated var recordings: (any RecordingControl)? { services?.recordings }
 
     /// Messages queued for one connection before it counts as not reading: a client that sends
     /// requests without reading the replies cannot make the platform hold unbounded memory.
@@ -72,8 +72,6 @@ actor Platform {
             storeLogger.error("room store write failed", metadata: ["pcast.error": "\(error)"])
         }
         self.services = services
-        self.ingest = services?.ingest
-        self.recordings = services?.recordings
         if !snapshot.rooms.isEmpty {
             logger.info("rooms restored", metadata: ["pcast.rooms": "\(snapshot.rooms.count)", "pcast.members": "\(snapshot.members.count)",
                                                      "pcast.sessions": "\(snapshot.sessions.count)"])
@@ -404,11 +402,8 @@ actor Platform {
                 case .removeStream(let streamId):
                     relay.removeStream(streamId: streamId)
                 case .record(let streamId, let name, let type):
-                    if let recordings {
-                        Task { await recordings.start(streamId: streamId, name: name, type: type) }
-                    } else {
-                        logger.error("not recording: this platform node runs no recording service", metadata: ["pcast.stream": .string(streamId)])
-                    }
+                    // A node without a recorder refused the recording publish before it got here.
+                    if let recordings { Task { await recordings.start(streamId: streamId, name: name, type: type) } }
                 case .log(let level, let message, let sessionId, let streamId):
                     var metadata: Logger.Metadata = [:]
                     if let sessionId { metadata["pcast.session"] = .string(sessionId) }

@@ -46,6 +46,13 @@ public struct ChildProcess: Sendable {
         return waitpid(pid, &status, WNOHANG) == 0
     }
 
+    /// Waits for it to exit; its exit status (-1 if it was killed by a signal).
+    public func wait() -> Int32 {
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+        return (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1
+    }
+
     /// Kills and reaps it.
     public func stop() {
         kill(pid, SIGKILL)

@@ -7,6 +7,7 @@ import PCastMedia
 import PCastNode
 import PCastRelay
 import PCastServer
+import PCastTestSupport
 import SRTP
 import Synchronization
 
@@ -56,8 +57,14 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Publish / unpublish and subscribe / unsubscribe cycles for the cycle benchmark.")
     var cycles = 1_000
 
-    @Option(help: "The mp4 the ingest benchmark loops (H.264 + AAC).")
-    var ingestFile = "../shared/media/bigbuckbunny-720p.mp4"
+    @Option(help: "The mp4 the ingest benchmark loops (H.264 + AAC); default: a 720p25 clip made with ffmpeg (as the tests make it).")
+    var ingestFile: String?
+
+    /// The ingest benchmark's clip.
+    func ingestClip() async throws -> String {
+        if let ingestFile { return ingestFile }
+        return try await TestMedia.clip720p()
+    }
 
     /// Writes `value` as `name`.json and `markdown` as `name`.md in the output directory, and prints the table.
     private func write<Value: Encodable>(_ value: Value, markdown: String, as name: String) throws {
@@ -88,8 +95,9 @@ struct BenchCommand: AsyncParsableCommand {
             return
         }
         if ingestOnly {
-            let result = IngestResults(pipeline: try await IngestBenchmark(file: ingestFile, seconds: 10).run(),
-                                       startToFirstFrame: try await IngestStartBenchmark(file: ingestFile).run())
+            let clip = try await ingestClip()
+            let result = IngestResults(pipeline: try await IngestBenchmark(file: clip, seconds: 10).run(),
+                                       startToFirstFrame: try await IngestStartBenchmark(file: clip).run())
             let directory = URL(fileURLWithPath: output)
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             let encoder = JSONEncoder()
@@ -136,8 +144,9 @@ struct BenchCommand: AsyncParsableCommand {
         let rooms = try await roomBenchmark()
         let loss = try await LossRecoveryBenchmark().run()
         let reconnect = try await ReconnectBenchmark().run()
-        let ingest = IngestResults(pipeline: try await IngestBenchmark(file: ingestFile, seconds: 10).run(),
-                                   startToFirstFrame: try await IngestStartBenchmark(file: ingestFile).run())
+        let clip = try await ingestClip()
+        let ingest = IngestResults(pipeline: try await IngestBenchmark(file: clip, seconds: 10).run(),
+                                   startToFirstFrame: try await IngestStartBenchmark(file: clip).run())
         var fanouts: [RelayFanoutBenchmark.Result] = []
         for subscribers in fanout {
             fanouts.append(try RelayFanoutBenchmark(configuration: .init(subscribers: subscribers, duration: 5)).run())

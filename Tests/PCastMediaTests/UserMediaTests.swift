@@ -2,6 +2,7 @@ import Foundation
 import GStreamer
 @testable import PCastMedia
 import PCastProtocol
+import PCastTestSupport
 import Synchronization
 import Testing
 
@@ -26,7 +27,6 @@ func syntheticOptions(width: Int = 320, height: Int = 240, fps: Double = 30, aud
     return options
 }
 
-let mediaDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../shared/media").standardized
 
 @Suite("getUserMedia, tracks and renderers", .serialized)
 struct UserMediaTests {
@@ -185,11 +185,12 @@ struct UserMediaTests {
 
     @Test("a file URI is a source; an unreachable URI is a typed error")
     func uriSources() async throws {
+        let clip = URL(fileURLWithPath: try await TestMedia.clip720p()).absoluteString
         var options = UserMediaOptions()
-        options.video.source = .uri(mediaDirectory.appendingPathComponent("bigbuckbunny-720p.mp4").absoluteString)
+        options.video.source = .uri(clip)
         options.video.width = .exact(640)
         options.video.height = .exact(360)
-        options.audio.source = .uri(mediaDirectory.appendingPathComponent("bigbuckbunny-720p.mp4").absoluteString)
+        options.audio.source = .uri(clip)
         let media = try await UserMedia.getUserMedia(options)
         let renderer = media.mediaStream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
         #expect(await renderer.start() == .ok)

@@ -44,15 +44,36 @@ private func checkRTCP(_ bytes: [UInt8], _ name: String) -> Bool {
 
 @Suite("Corpora and properties")
 struct CorpusAndPropertyTests {
-    @Test("every RTP/RTCP corpus file is accepted and round-trips, or is rejected with a typed error")
+    @Test("every RTP/RTCP file of our corpus, and of the shared corpora when beside the repository, is accepted and round-trips, or is rejected with a typed error")
     func corpora() throws {
-        let root = try corporaDirectory()
+        try replay(corporaDirectory(), minimumRTP: 30, minimumRTCP: 80, minimumHostile: 30,
+                   goodRTCP: ["rtcp/fir", "rtcp/nacks", "rtcp/pli", "rtcp/remb", "rtcp/rr-remb", "rtcp/rr-sdes-bye", "rtcp/rr",
+                              "rtcp/sr-sdes", "rtcp/twcc-feedback", "rtcp/sdes-six-chunks", "rtcp/compound-everything"],
+                   goodRTP: ["rtp/opus-audio-level-ext", "rtp/video-transport-cc-ext", "rtp/video-two-byte-ext", "rtp/h264-fu-a-start",
+                             "rtp/padding", "rtp/csrcs", "rtp/empty-payload"])
+        guard let shared = Corpora.shared else {
+            print("corpora: ../shared/corpora is not beside the repository; the project's own corpus only")
+            return
+        }
+        // Other projects' fuzz corpora (Janus, WebRTC), read where they are, never copied in.
+        try replay(shared, minimumRTP: 30, minimumRTCP: 80, minimumHostile: 30,
+                   goodRTCP: ["rtcp/1meetecho/fir.rtcp", "rtcp/1meetecho/nacks.rtcp", "rtcp/1meetecho/pli.rtcp",
+                              "rtcp/1meetecho/remb.rtcp", "rtcp/1meetecho/rr-remb.rtcp", "rtcp/1meetecho/rr-sdes-bye.rtcp",
+                              "rtcp/1meetecho/rr.rtcp", "rtcp/1meetecho/sr-sdes.rtcp", "rtcp/1meetecho/twcc-feedback.rtcp",
+                              "rtcp/2webrtc/0.rtcp", "rtcp/2webrtc/10.rtcp"],
+                   goodRTP: ["rtp/1meetecho/rtp_0_audio-with-ext", "rtp/1meetecho/rtp_1_video-with-ext",
+                             "rtp/2webrtc/rtp-0", "rtp/2webrtc/rtp-1", "rtp/2webrtc/rtp-2", "rtp/2webrtc/rtp-3", "rtp/2webrtc/rtp-4"])
+    }
+
+    /// Feeds every file under `root` (and its prefixes) to both parsers; files named in
+    /// `goodRTCP` / `goodRTP` must be accepted, not merely survived.
+    private func replay(_ root: URL, minimumRTP: Int, minimumRTCP: Int, minimumHostile: Int, goodRTCP: [String], goodRTP: [String]) throws {
         let rtpFiles = try corpusFiles(in: root.appendingPathComponent("rtp"))
         let rtcpFiles = try corpusFiles(in: root.appendingPathComponent("rtcp"))
         let all = rtpFiles + rtcpFiles
-        #expect(rtpFiles.count >= 30 && rtcpFiles.count >= 80, "corpora look incomplete: \(rtpFiles.count) RTP, \(rtcpFiles.count) RTCP files")
+        #expect(rtpFiles.count >= minimumRTP && rtcpFiles.count >= minimumRTCP, "corpora look incomplete: \(rtpFiles.count) RTP, \(rtcpFiles.count) RTCP files")
         let hostile = all.filter { $0.lastPathComponent.contains("crash") || $0.lastPathComponent.contains("timeout") }
-        #expect(hostile.count >= 30, "expected the crash/timeout reproducers, found \(hostile.count)")
+        #expect(hostile.count >= minimumHostile, "expected the crash/timeout reproducers, found \(hostile.count)")
 
         var acceptedRTP: Set<String> = [], acceptedRTCP: Set<String> = []
         for url in all {
@@ -67,19 +88,9 @@ struct CorpusAndPropertyTests {
                 checkRTCP(Array(bytes[..<cut]), name + "[..<\(cut)]")
             }
         }
-
-        // Known-good samples must be accepted, not merely survived.
-        for name in ["rtcp/1meetecho/fir.rtcp", "rtcp/1meetecho/nacks.rtcp", "rtcp/1meetecho/pli.rtcp",
-                     "rtcp/1meetecho/remb.rtcp", "rtcp/1meetecho/rr-remb.rtcp", "rtcp/1meetecho/rr-sdes-bye.rtcp",
-                     "rtcp/1meetecho/rr.rtcp", "rtcp/1meetecho/sr-sdes.rtcp", "rtcp/1meetecho/twcc-feedback.rtcp",
-                     "rtcp/2webrtc/0.rtcp", "rtcp/2webrtc/10.rtcp"] {
-            #expect(acceptedRTCP.contains(name), "\(name) should parse as RTCP")
-        }
-        for name in ["rtp/1meetecho/rtp_0_audio-with-ext", "rtp/1meetecho/rtp_1_video-with-ext",
-                     "rtp/2webrtc/rtp-0", "rtp/2webrtc/rtp-1", "rtp/2webrtc/rtp-2", "rtp/2webrtc/rtp-3", "rtp/2webrtc/rtp-4"] {
-            #expect(acceptedRTP.contains(name), "\(name) should parse as RTP")
-        }
-        print("corpora: \(all.count) files (\(hostile.count) crash/timeout), RTP accepted \(acceptedRTP.count), RTCP accepted \(acceptedRTCP.count)")
+        for name in goodRTCP { #expect(acceptedRTCP.contains(name), "\(name) should parse as RTCP") }
+        for name in goodRTP { #expect(acceptedRTP.contains(name), "\(name) should parse as RTP") }
+        print("corpora \(root.path): \(all.count) files (\(hostile.count) crash/timeout), RTP accepted \(acceptedRTP.count), RTCP accepted \(acceptedRTCP.count)")
     }
 
     @Test("random bytes never crash the parsers (seeded property test)")

@@ -90,8 +90,8 @@ struct RTCPTests {
         let bytes = try roundTrip([.sourceDescription(sdes)])
         #expect(bytes[0] & 0x1F == 4)
 
-        // WebRTC corpus 10.rtcp: six chunks with CNAMEs of growing length.
-        let corpus10 = try Data(contentsOf: corporaDirectory().appendingPathComponent("rtcp/2webrtc/10.rtcp"))
+        // Corpus sdes-six-chunks: six chunks with CNAMEs of growing length.
+        let corpus10 = try Data(contentsOf: corporaDirectory().appendingPathComponent("rtcp/sdes-six-chunks"))
         guard case .sourceDescription(let parsed) = try RTCPCompoundPacket(parsing: Array(corpus10)).packets[0] else {
             Issue.record("not SDES")
             return
@@ -245,8 +245,8 @@ struct RTCPTests {
     }
 
     @Test func rawFeedbackAndUnknownTypes() throws {
-        // 1meetecho/twcc-feedback.rtcp: transport-wide CC (RTPFB FMT 15) is kept raw.
-        let twccBytes = try Data(contentsOf: corporaDirectory().appendingPathComponent("rtcp/1meetecho/twcc-feedback.rtcp"))
+        // Corpus twcc-feedback: transport-wide CC (RTPFB FMT 15) is kept raw.
+        let twccBytes = try Data(contentsOf: corporaDirectory().appendingPathComponent("rtcp/twcc-feedback"))
         guard case .feedback(let fb) = try RTCPCompoundPacket(parsing: Array(twccBytes)).packets[0] else {
             Issue.record("TWCC not kept as raw feedback")
             return

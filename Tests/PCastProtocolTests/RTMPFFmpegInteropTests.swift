@@ -1,5 +1,6 @@
 import Foundation
 @testable import PCastProtocol
+import PCastTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -12,9 +13,6 @@ import Darwin
 // RTMPServerSession; the FLV we write is checked with GStreamer. Blocking work (accept/recv,
 // waiting for child processes) runs on dedicated threads, never on Swift's cooperative pool.
 
-/// `<package>/../shared/media/bigbuckbunny-720p.mp4`.
-private let sharedMedia = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-    .deletingLastPathComponent().appendingPathComponent("../shared/media/bigbuckbunny-720p.mp4").standardizedFileURL.path
 
 /// What one served connection produced.
 struct RTMPServeResult: Sendable {
@@ -212,23 +210,23 @@ private final class ProcessBox: @unchecked Sendable {
     init(_ process: Process) { self.process = process }
 }
 
-private func ffmpegPush(port: Int, key: String, seconds: Int, app: String = "live") -> [String] {
-    ["-hide_banner", "-loglevel", "error", "-re", "-t", "\(seconds)", "-i", sharedMedia, "-c", "copy", "-f", "flv",
+/// ffmpeg's arguments to push the tests' 720p clip (see `TestMedia`).
+private func ffmpegPush(port: Int, key: String, seconds: Int, app: String = "live") async throws -> [String] {
+    ["-hide_banner", "-loglevel", "error", "-re", "-t", "\(seconds)", "-i", try await TestMedia.clip720p(), "-c", "copy", "-f", "flv",
      "rtmp://127.0.0.1:\(port)/\(app)/\(key)"]
 }
 
 @Suite("RTMP interop with ffmpeg", .serialized)
 struct RTMPFFmpegInteropTests {
     static let available = FileManager.default.isExecutableFile(atPath: "/usr/bin/ffmpeg")
-        && FileManager.default.fileExists(atPath: sharedMedia)
 
     @Test("ffmpeg publishes; the FLV we write demuxes and decodes as H.264 1280x720 + AAC")
     func publishAndDecode() async throws {
-        try #require(Self.available, "needs /usr/bin/ffmpeg and \(sharedMedia)")
+        try #require(Self.available, "needs /usr/bin/ffmpeg")
         let server = try LoopbackRTMPServer()
         let key = "tok_" + String(repeating: "A1b2", count: 100) + "?sig=xyz"
         async let served = server.serveOne(timeout: 15) { $0 == key }
-        let ffmpeg = try await runChild("/usr/bin/ffmpeg", ffmpegPush(port: server.port, key: key, seconds: 3), timeout: 15)
+        let ffmpeg = try await runChild("/usr/bin/ffmpeg", try await ffmpegPush(port: server.port, key: key, seconds: 3), timeout: 15)
         let result = await served
 
         #expect(ffmpeg.status == 0, "ffmpeg failed: \(ffmpeg.output)")
@@ -269,10 +267,10 @@ struct RTMPFFmpegInteropTests {
 
     @Test("reject() makes ffmpeg fail quickly")
     func rejectedPublish() async throws {
-        try #require(Self.available, "needs /usr/bin/ffmpeg and \(sharedMedia)")
+        try #require(Self.available, "needs /usr/bin/ffmpeg")
         let server = try LoopbackRTMPServer()
         async let served = server.serveOne(timeout: 10) { _ in false }
-        let ffmpeg = try await runChild("/usr/bin/ffmpeg", ffmpegPush(port: server.port, key: "bad-token", seconds: 3), timeout: 10)
+        let ffmpeg = try await runChild("/usr/bin/ffmpeg", try await ffmpegPush(port: server.port, key: "bad-token", seconds: 3), timeout: 10)
         let result = await served
         #expect(ffmpeg.status != 0)
         #expect(!ffmpeg.timedOut)
@@ -286,10 +284,10 @@ struct RTMPFFmpegInteropTests {
 
     @Test("an unknown application is refused at connect and ffmpeg fails quickly")
     func unknownApplication() async throws {
-        try #require(Self.available, "needs /usr/bin/ffmpeg and \(sharedMedia)")
+        try #require(Self.available, "needs /usr/bin/ffmpeg")
         let server = try LoopbackRTMPServer()
         async let served = server.serveOne(timeout: 10) { _ in true }
-        let ffmpeg = try await runChild("/usr/bin/ffmpeg", ffmpegPush(port: server.port, key: "k", seconds: 3, app: "other"), timeout: 10)
+        let ffmpeg = try await runChild("/usr/bin/ffmpeg", try await ffmpegPush(port: server.port, key: "k", seconds: 3, app: "other"), timeout: 10)
         let result = await served
         #expect(ffmpeg.status != 0)
         #expect(ffmpeg.elapsed < 2.5, "ffmpeg took \(ffmpeg.elapsed) s to give up")

@@ -14,34 +14,16 @@ struct TestFailure: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// Locates the shared parser corpora relative to this file: `<package>/../shared/corpora` (the
-/// final repository layout) or `<package>/../../shared/corpora` (scratch checkouts).
-func corporaDirectory(filePath: String = #filePath) throws -> URL {
-    let package = URL(fileURLWithPath: filePath)
-        .deletingLastPathComponent()  // PCastProtocolTests
-        .deletingLastPathComponent()  // Tests
-        .deletingLastPathComponent()  // package root
-    let candidates = [
-        package.appendingPathComponent("../shared/corpora").standardizedFileURL,
-        package.appendingPathComponent("../../shared/corpora").standardizedFileURL,
-    ]
-    for c in candidates {
-        var isDir: ObjCBool = false
-        if FileManager.default.fileExists(atPath: c.path, isDirectory: &isDir), isDir.boolValue { return c }
-    }
-    throw TestFailure("parser corpora not found; looked in: \(candidates.map(\.path).joined(separator: ", "))")
+/// The project's own parser corpus (`Tests/Corpora`, see `Corpora`).
+func corporaDirectory() -> URL {
+    Corpora.own
 }
 
 /// Every regular file under `directory`, sorted for stable output.
 func corpusFiles(in directory: URL) throws -> [URL] {
-    guard let e = FileManager.default.enumerator(at: directory, includingPropertiesForKeys: [.isRegularFileKey]) else {
-        throw TestFailure("cannot enumerate \(directory.path)")
-    }
-    var files: [URL] = []
-    for case let url as URL in e where (try? url.resourceValues(forKeys: [.isRegularFileKey]))?.isRegularFile == true {
-        files.append(url)
-    }
-    return files.sorted { $0.path < $1.path }
+    let files = Corpora.files(in: directory)
+    guard !files.isEmpty else { throw TestFailure("no corpus files in \(directory.path)") }
+    return files
 }
 
 func hex(_ s: String) -> [UInt8] {

@@ -143,7 +143,7 @@ struct RelayForwardingTests {
         attacker.send([UInt8](repeating: 0xFF, count: 3_000), to: relayAddress(relay))
         var expected: UInt64 = 4
         let files = try corpusFiles()
-        #expect(files.count > 100, "the shared corpus is where it should be")
+        #expect(files.count > 100, "the corpus is where it should be")
         for file in files {
             let bytes = [UInt8](try Data(contentsOf: file))
             guard bytes.count <= 65_000 else { continue }

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import PCastProtocol
 @testable import PCastRelay
+import PCastTestSupport
 import SRTP
 import Testing
 
@@ -157,18 +158,8 @@ final class TestSubscriber {
     }
 }
 
-/// The corpus of hostile and real RTP/RTCP packets shared by the project.
+/// The hostile and real RTP/RTCP packets the relay is fed: the project's own corpus, and the
+/// shared one when it is beside the repository.
 func corpusFiles() throws -> [URL] {
-    let root = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("shared/corpora")
-    var files: [URL] = []
-    for kind in ["rtp", "rtcp"] {
-        let directory = root.appendingPathComponent(kind)
-        guard let walker = FileManager.default.enumerator(at: directory, includingPropertiesForKeys: [.isRegularFileKey]) else { continue }
-        for case let url as URL in walker where (try? url.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true {
-            files.append(url)
-        }
-    }
-    return files.sorted { $0.path < $1.path }
+    Corpora.packetFiles()
 }

@@ -76,8 +76,6 @@ final class RecordingMediaServices: MediaServices, IngestControl, RecordingContr
         await handler?(ended)
     }
 
-    var count: Int { 0 }
-
     // RecordingControl
     func start(streamId: String, name: String, type: PublishType) async {
         note(.record(streamId: streamId, name: name, type: type))
@@ -88,8 +86,6 @@ final class RecordingMediaServices: MediaServices, IngestControl, RecordingContr
     }
 
     func path(of name: RecordingName) -> String { "/nonexistent/\(name.fileName)" }
-
-    var activeCount: Int { 0 }
 }
 
 /// The control plane reaches ingest, RTMP push and recording only through the contracts in

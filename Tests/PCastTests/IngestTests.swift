@@ -8,8 +8,8 @@ import PCastTestSupport
 import Synchronization
 import Testing
 
-let sharedMedia = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../shared/media").standardized.path
-let clip = "bigbuckbunny-720p.mp4"
+/// The clip the ingest tests pull (made by the tests: see `TestMedia`).
+let clip = TestMedia.clip720pName
 
 /// A platform whose ingest may pull from loopback (the tests' own servers).
 func ingestPlatform() async throws -> LocalPlatform {
@@ -35,7 +35,7 @@ func watchFrames(_ platform: LocalPlatform, _ streamId: String) async throws -> 
 struct IngestTests {
     @Test("an mp4 served over HTTP is ingested without re-encoding; a subscriber gets 1280×720 at 25 fps; the stream ends as ended")
     func httpMP4() async throws {
-        let http = try StaticHTTPServer.start(directory: sharedMedia)
+        let http = try StaticHTTPServer.start(directory: (try await TestMedia.clip720p() as NSString).deletingLastPathComponent)
         defer { http.stop() }
         let platform = try await ingestPlatform()
         let owner = try await client(platform)
@@ -66,7 +66,7 @@ struct IngestTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let ffmpeg = try ChildProcess.spawn(try executable("ffmpeg"), [
-            "-hide_banner", "-loglevel", "error", "-i", "\(sharedMedia)/\(clip)", "-c", "copy",
+            "-hide_banner", "-loglevel", "error", "-i", try await TestMedia.clip720p(), "-c", "copy",
             "-movflags", "empty_moov+default_base_moof", "-frag_duration", "1000000", directory.appendingPathComponent("fragmented.mp4").path,
         ], environment: ProcessInfo.processInfo.environment)
         #expect(await eventually(.seconds(30)) { !ffmpeg.isRunning })
@@ -145,7 +145,7 @@ struct IngestTests {
         let nginx = try NginxRTMPServer.start()
         defer { nginx.stop() }
         let ffmpeg = try ChildProcess.spawn(try executable("ffmpeg"), [
-            "-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1", "-i", "\(sharedMedia)/\(clip)", "-c", "copy", "-f", "flv", nginx.url("clip"),
+            "-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1", "-i", try await TestMedia.clip720p(), "-c", "copy", "-f", "flv", nginx.url("clip"),
         ], environment: ProcessInfo.processInfo.environment)
         defer { ffmpeg.stop() }
         let platform = try await ingestPlatform()
@@ -182,7 +182,7 @@ extension IngestTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let keyed = directory.appendingPathComponent("keyed.mp4").path
         let ffmpeg = try ChildProcess.spawn(try executable("ffmpeg"), [
-            "-hide_banner", "-loglevel", "error", "-stream_loop", "1", "-i", "\(sharedMedia)/\(clip)", "-c:v", "libx264", "-preset", "ultrafast",
+            "-hide_banner", "-loglevel", "error", "-stream_loop", "1", "-i", try await TestMedia.clip720p(), "-c:v", "libx264", "-preset", "ultrafast",
             "-g", "25", "-c:a", "copy", "-t", "10", keyed,
         ], environment: ProcessInfo.processInfo.environment)
         #expect(await eventually(.seconds(60)) { !ffmpeg.isRunning })
@@ -209,11 +209,12 @@ extension IngestTests {
         let platform = try await LocalPlatform.start(rtmpPort: 0)
         let port = try #require(platform.rtmpPort)
         let ffmpegPath = try executable("ffmpeg")
+        let clipPath = try await TestMedia.clip720p()
         func push(_ key: String, seconds: Int) throws -> ChildProcess {
             // Re-encoded with a keyframe a second: the clip has one keyframe per 5.3 s, and a
             // viewer who joins a passed-through live stream starts at its next keyframe.
             try ChildProcess.spawn(ffmpegPath, [
-                "-hide_banner", "-loglevel", "error", "-re", "-t", String(seconds), "-i", "\(sharedMedia)/\(clip)",
+                "-hide_banner", "-loglevel", "error", "-re", "-t", String(seconds), "-i", clipPath,
                 "-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-g", "25", "-c:a", "copy",
                 "-f", "flv", "rtmp://127.0.0.1:\(port)/live/\(key)",
             ], environment: ProcessInfo.processInfo.environment)
