@@ -4,6 +4,8 @@ SWIFT ?= swift
 DEMO_SECONDS ?= 15
 BENCH_DIR ?= bench-results
 SOAK_MINUTES ?= 30
+# Seconds of libFuzzer per parser in `make fuzz`.
+FUZZ_SECONDS ?= 60
 # Debug builds optimise C too: the pixel converter (CPixelConverter) converts real frames in the
 # media tests. A compiler flag here, not in the manifest: a package with unsafe flags cannot be a
 # versioned dependency.
@@ -16,7 +18,7 @@ EXPRESS_SUITES = PCastTests.SourcePublishTests PCastTests.IngestSecurityTests PC
 # The demo: the embedded platform in-process; a test pattern and tone published through its relay
 # to a subscriber (a window when there is a display, a null sink otherwise), with a status line.
 
-.PHONY: setup build demo test bench soak inspect clean
+.PHONY: setup build demo test bench fuzz soak inspect clean
 
 setup:
 	@bash scripts/setup.sh
@@ -65,6 +67,20 @@ bench: setup
 	.build/release/pcast bench --output $(BENCH_DIR)
 	MALLOC_ARENA_MAX=2 .build/release/pcast bench --cycles-only --output $(BENCH_DIR)
 	.build/release/pcast bench --connections-only --output $(BENCH_DIR)
+	# Micro-benchmarks of the hot paths (Benchmarks/, ordo-one's package-benchmark): the run is kept
+	# as the baseline `latest`, written as markdown, and compared with the committed `reference`.
+	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark baseline update latest --no-progress
+	cd Benchmarks && $(SWIFT) package benchmark baseline read latest --format markdown --no-progress > $(abspath $(BENCH_DIR))/micro-benchmarks.md
+	cd Benchmarks && $(SWIFT) package benchmark baseline compare reference latest --no-progress | tee $(abspath $(BENCH_DIR))/micro-benchmarks-vs-reference.txt
+
+# libFuzzer on every parser that takes bytes from the network or a torn file (Sources/PCastFuzzing):
+# FUZZ_SECONDS each; the corpora in Tests/Corpora/fuzz grow in place (commit them), and a crash is
+# saved there as crash-* for a regression test (the test suite replays every file).
+fuzz: setup
+	$(SWIFT) build -c release --scratch-path .build-fuzz --product pcast-fuzz -Xswiftc -sanitize=fuzzer -Xswiftc -DFUZZING
+	$(SWIFT) build --product pcast-fuzz
+	.build/debug/pcast-fuzz seed Tests/Corpora/fuzz
+	bash scripts/fuzz.sh .build-fuzz/release/pcast-fuzz $(FUZZ_SECONDS)
 
 # 30 minutes of publish/subscribe with churn; fails if memory, threads or descriptors grow (not part of test).
 soak: setup

@@ -11,6 +11,7 @@ import PackageDescription
 //   PCastContracts: what the control plane asks of the relay and the media services (RelayControl,
 //       IngestControl, RecordingControl, MediaServices), → PCastProtocol only
 //   PCast (client SDK) → PCastMedia (media engine) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer
+//   PCastBenchmarks (not a product: what `pcast bench` runs) → PCast, PCastRelay, PCastMedia, PCastTestSupport
 //   PCastRecording: fragmented-MP4 recordings (boxes, fragmenter, crash-safe file), Foundation only.
 //   PCastProtocol: wire formats (digest tokens, RTP/RTCP, signaling, RTMP), pure, no I/O.
 //   CSRTP: libsrtp2, used by the relay and reported by `pcast inspect`.
@@ -22,6 +23,8 @@ let package = Package(
         .library(name: "PCastProtocol", targets: ["PCastProtocol"]),
         .library(name: "PCastMedia", targets: ["PCastMedia"]),
         .library(name: "PCastRelay", targets: ["PCastRelay"]),
+        // SRTP sessions over the system's libsrtp2 (what the relay and the SDK protect media with).
+        .library(name: "SRTP", targets: ["SRTP"]),
         .library(name: "PCast", targets: ["PCast"]),
         .library(name: "PCastContracts", targets: ["PCastContracts"]),
         .library(name: "PCastServer", targets: ["PCastServer"]),
@@ -192,13 +195,35 @@ let package = Package(
                 "PCastMedia",
                 "SRTP",
                 "CSRTP",
-                // The benchmarks make their clip as the tests do (TestMedia), and spawn children with its helper.
+                "PCastBenchmarks",
+                // The benchmarks make their clip as the tests do (TestMedia).
                 "PCastTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ]
         ),
+        // The benchmarks `pcast bench` and `pcast soak` run (fan-out, end to end, rooms, frame hooks,
+        // capture → encode, ingest, echo loop, publish cycles); not a product: product libraries
+        // hold product code only. Reaches engine internals through `package` access.
+        .target(
+            name: "PCastBenchmarks",
+            dependencies: [
+                "PCast",
+                "PCastMedia",
+                "PCastRelay",
+                "PCastContracts",
+                "PCastProtocol",
+                "SRTP",
+                "GStreamer",
+                "PCastTestSupport",
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ]
+        ),
+        // Fuzz harnesses for every parser that takes bytes from the network or a torn file, and the
+        // libFuzzer driver `make fuzz` builds with -sanitize=fuzzer (a normal build seeds and replays).
+        .target(name: "PCastFuzzing", dependencies: ["PCastProtocol", "PCastRecording"]),
+        .executableTarget(name: "pcast-fuzz", dependencies: ["PCastFuzzing"]),
         // Device stand-ins (PulseAudio null sink, Xvfb) for the test targets; not a product.
         .target(
             name: "PCastTestSupport",
@@ -210,7 +235,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PCastProtocolTests",
-            dependencies: ["PCastProtocol", "PCastTestSupport", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["PCastProtocol", "PCastTestSupport", "PCastFuzzing", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .testTarget(
             name: "PCastRecordingTests",
@@ -249,15 +274,15 @@ let package = Package(
         // The whole system on loopback: SDK → signaling → relay → SDK.
         .testTarget(
             name: "PCastTests",
-            dependencies: ["PCast", "PCastNode", "PCastServer", "PCastContracts", "PCastRelay", "PCastTestSupport", "PCastImpairment"]
+            dependencies: ["PCast", "PCastNode", "PCastServer", "PCastContracts", "PCastRelay", "PCastTestSupport", "PCastImpairment", "PCastBenchmarks"]
         ),
         .testTarget(
             name: "PCastRelayTests",
-            dependencies: ["PCastRelay", "PCastContracts", "PCastProtocol", "SRTP", "PCastTestSupport"]
+            dependencies: ["PCastRelay", "PCastContracts", "PCastProtocol", "SRTP", "PCastTestSupport", "PCastBenchmarks"]
         ),
         .testTarget(
             name: "PCastMediaTests",
-            dependencies: ["PCastMedia", "GStreamer", "PCastProtocol", "PCastTestSupport"]
+            dependencies: ["PCastMedia", "GStreamer", "PCastProtocol", "PCastTestSupport", "PCastBenchmarks"]
         ),
     ],
     swiftLanguageModes: [.v6]

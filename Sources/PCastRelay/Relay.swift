@@ -113,7 +113,7 @@ public final class Relay: RelayControl {
     }
 
     /// User and system CPU time of the I/O thread while it runs (clock-tick resolution), or nil.
-    var ioThreadCPUSplit: (user: Duration, system: Duration)? {
+    package var ioThreadCPUSplit: (user: Duration, system: Duration)? {
         let id = engine.threadID.load(ordering: .acquiring)
         guard id != 0, let split = lifecycle.withLock({ state -> (user: UInt64, system: UInt64)? in
             guard case .running = state else { return nil }

@@ -30,11 +30,11 @@ public struct RelayAddress: Sendable, Hashable, CustomStringConvertible {
         self.init(ipv4: UInt32(bigEndian: address.s_addr), port: port)
     }
 
-    init(_ socketAddress: sockaddr_in) {
+    package init(_ socketAddress: sockaddr_in) {
         self.init(ipv4: UInt32(bigEndian: socketAddress.sin_addr.s_addr), port: UInt16(bigEndian: socketAddress.sin_port))
     }
 
-    var socketAddress: sockaddr_in {
+    package var socketAddress: sockaddr_in {
         var result = sockaddr_in()
         result.sin_family = sa_family_t(AF_INET)
         result.sin_port = port.bigEndian
@@ -108,7 +108,7 @@ enum ThreadIdentity {
 }
 
 /// utime and stime from a `/proc/.../stat` file, in nanoseconds (clock-tick resolution).
-func procStatCPU(path: String) -> (user: UInt64, system: UInt64)? {
+package func procStatCPU(path: String) -> (user: UInt64, system: UInt64)? {
     let fd = open(path, O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { return nil }
     defer { close(fd) }
@@ -128,13 +128,13 @@ func procStatCPU(path: String) -> (user: UInt64, system: UInt64)? {
 }
 
 /// A non-blocking IPv4 UDP socket. Owns its descriptor until `close()`.
-final class UDPSocket {
-    private(set) var descriptor: Int32
-    let localAddress: RelayAddress
+package final class UDPSocket {
+    package private(set) var descriptor: Int32
+    package let localAddress: RelayAddress
 
     /// Binds `host:port` (port 0: ephemeral) with `bufferSize` bytes of kernel send and receive
     /// buffer asked for (the kernel caps it at `net.core.{r,w}mem_max`).
-    init(host: String, port: UInt16, bufferSize: Int) throws(RelayError) {
+    package init(host: String, port: UInt16, bufferSize: Int) throws(RelayError) {
         guard MultiMessage.functions != nil else { throw .socket(operation: "recvmmsg/sendmmsg lookup", errno: ENOSYS) }
         guard let bindAddress = RelayAddress(host: host, port: port) else {
             throw .socket(operation: "inet_pton(\(host))", errno: EINVAL)
@@ -172,7 +172,7 @@ final class UDPSocket {
 
     /// Sends one datagram (for low-rate control traffic and tests); returns false if the kernel refused it.
     @discardableResult
-    func send(_ bytes: [UInt8], to address: RelayAddress) -> Bool {
+    package func send(_ bytes: [UInt8], to address: RelayAddress) -> Bool {
         var destination = address.socketAddress
         let sent = bytes.withUnsafeBytes { raw in
             withUnsafePointer(to: &destination) {
@@ -184,7 +184,7 @@ final class UDPSocket {
         return sent == bytes.count
     }
 
-    func close() {
+    package func close() {
         if descriptor >= 0 {
             Glibc.close(descriptor)
             descriptor = -1
@@ -195,9 +195,9 @@ final class UDPSocket {
 }
 
 /// Preallocated buffers for reading up to `capacity` datagrams with one `recvmmsg`.
-final class ReceiveBatch {
-    let capacity: Int
-    let slotSize: Int
+package final class ReceiveBatch {
+    package let capacity: Int
+    package let slotSize: Int
     private let slots: DatagramSlots
     private var storage: UnsafeMutableRawBufferPointer { slots.storage }
     private var vectors: UnsafeMutablePointer<iovec> { slots.vectors }
@@ -206,14 +206,14 @@ final class ReceiveBatch {
     /// Datagrams read by the last `receive`.
     private(set) var count = 0
 
-    init(capacity: Int, slotSize: Int) {
+    package init(capacity: Int, slotSize: Int) {
         self.capacity = capacity
         self.slotSize = slotSize
         slots = DatagramSlots(capacity: capacity, slotSize: slotSize, vectorLength: slotSize)
     }
 
     /// Reads what is queued without waiting. Returns the count, 0 if nothing was queued, or -errno.
-    func receive(from descriptor: Int32) -> Int {
+    package func receive(from descriptor: Int32) -> Int {
         for i in 0..<capacity {
             headers[i].header.msg_namelen = socklen_t(MemoryLayout<sockaddr_in>.size)
             headers[i].header.msg_flags = 0
@@ -230,16 +230,16 @@ final class ReceiveBatch {
     }
 
     /// The bytes of datagram `i`; nil if it was cut short (larger than a slot).
-    func datagram(_ i: Int) -> UnsafeRawBufferPointer? {
+    package func datagram(_ i: Int) -> UnsafeRawBufferPointer? {
         guard headers[i].header.msg_flags & Int32(MSG_TRUNC) == 0 else { return nil }
         return UnsafeRawBufferPointer(start: storage.baseAddress! + i * slotSize, count: Int(headers[i].length))
     }
 
     /// Length of datagram `i` as received (its slot-sized part if it was cut short).
-    func length(_ i: Int) -> Int { Int(headers[i].length) }
+    package func length(_ i: Int) -> Int { Int(headers[i].length) }
 
     /// The sender of datagram `i`; nil if it is not IPv4.
-    func source(_ i: Int) -> RelayAddress? {
+    package func source(_ i: Int) -> RelayAddress? {
         guard headers[i].header.msg_namelen >= socklen_t(MemoryLayout<sockaddr_in>.size),
               names[i].sin_family == sa_family_t(AF_INET) else { return nil }
         return RelayAddress(names[i])
@@ -331,14 +331,14 @@ final class SendBatch {
 
 /// Monotonic time in nanoseconds.
 @inline(__always)
-func monotonicNanoseconds() -> UInt64 {
+package func monotonicNanoseconds() -> UInt64 {
     var now = timespec()
     clock_gettime(CLOCK_MONOTONIC, &now)
     return UInt64(now.tv_sec) &* 1_000_000_000 &+ UInt64(now.tv_nsec)
 }
 
 /// CPU time consumed so far on the clock `clock` (a thread's or the process's), in nanoseconds.
-func cpuNanoseconds(_ clock: clockid_t) -> UInt64 {
+package func cpuNanoseconds(_ clock: clockid_t) -> UInt64 {
     var now = timespec()
     guard clock_gettime(clock, &now) == 0 else { return 0 }
     return UInt64(now.tv_sec) &* 1_000_000_000 &+ UInt64(now.tv_nsec)
@@ -346,7 +346,7 @@ func cpuNanoseconds(_ clock: clockid_t) -> UInt64 {
 
 extension Duration {
     /// Whole nanoseconds, saturating at 0 and at `UInt64.max`.
-    var nanoseconds: UInt64 {
+    package var nanoseconds: UInt64 {
         let (seconds, attoseconds) = components
         guard seconds >= 0 else { return 0 }
         let (scaled, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)

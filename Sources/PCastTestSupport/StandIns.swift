@@ -8,7 +8,10 @@ import Synchronization
 // a long-lived Process child (the shared sound server) makes Foundation's child reaping block
 // on it, so that waiting for any other Process child then never returns.
 
-/// A child process started with posix_spawn; output goes to /dev/null.
+/// A child process started with posix_spawn, with an empty signal mask and default signal
+/// dispositions (Foundation's `Process` passes on the spawning thread's mask, and a pool thread
+/// blocks SIGINT and SIGTERM, which leaves a child that cannot be stopped); output goes to
+/// /dev/null. The one child-process helper of the tests and the benchmarks.
 public struct ChildProcess: Sendable {
     public let pid: pid_t
 
@@ -27,7 +30,10 @@ public struct ChildProcess: Sendable {
         var empty = sigset_t()
         sigemptyset(&empty)
         posix_spawnattr_setsigmask(&attributes, &empty)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
+        var all = sigset_t()
+        sigfillset(&all)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         let argv = ([executable.path] + arguments).map { strdup($0) } + [nil]
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
@@ -51,6 +57,18 @@ public struct ChildProcess: Sendable {
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0, errno == EINTR {}
         return (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1
+    }
+
+    /// SIGINT, then SIGKILL if it has not exited within `grace`; always reaps it.
+    public func interrupt(grace: Duration = .seconds(2)) {
+        guard isRunning else { return }
+        kill(pid, SIGINT)
+        let deadline = ContinuousClock.now + grace
+        while ContinuousClock.now < deadline {
+            guard isRunning else { return }
+            usleep(10_000)
+        }
+        stop()
     }
 
     /// Kills and reaps it.

@@ -4,6 +4,7 @@ import GStreamer
 import Histogram
 import PCast
 import PCastMedia
+import PCastBenchmarks
 import PCastNode
 import PCastRelay
 import PCastServer

@@ -1,4 +1,5 @@
 import Foundation
+import PCastBenchmarks
 import PCastMedia
 
 /// Echo cancellation for `pcast bench`: a private PulseAudio server with a null sink stands in for

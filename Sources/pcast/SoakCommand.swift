@@ -1,9 +1,11 @@
 import ArgumentParser
 import Foundation
+import PCastBenchmarks
 import PCast
 import PCastMedia
 import PCastNode
 import PCastServer
+import PCastTestSupport
 import Synchronization
 
 /// `pcast soak`: a long run of the SDK and the embedded platform with churn, watching memory,

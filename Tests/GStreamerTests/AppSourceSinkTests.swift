@@ -1,4 +1,5 @@
 import GStreamer
+import PCastTestSupport
 import Testing
 
 @Suite("appsrc and appsink")
@@ -85,7 +86,7 @@ struct AppSourceSinkTests {
     @Test("a callback consumer sees every sample on the streaming thread")
     func callbackConsumer() async throws {
         let pipeline = try Pipeline(description: "videotestsrc num-buffers=12 ! video/x-raw,width=32,height=32 ! appsink name=out sync=false")
-        let counter = TestCounter()
+        let counter = Counter()
         try pipeline.appSink(named: "out").onSample { sample in
             if sample.videoInfo?.width == 32 { counter.increment() }
         }

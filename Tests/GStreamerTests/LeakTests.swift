@@ -1,4 +1,5 @@
 import GStreamer
+import PCastTestSupport
 import Testing
 
 /// Run alone (`make test` runs this suite in a process of its own) so other tests' threads and
@@ -21,14 +22,14 @@ struct LeakTests {
         }
         for _ in 0..<100 { try await cycle() }
         try await settle()
-        let threadsBefore = ProcessStatus.threads
-        let residentBefore = ProcessStatus.residentKiB
+        let threadsBefore = ProcessFootprint.current().threads
+        let residentBefore = ProcessFootprint.current().residentKiB
 
         for _ in 0..<1_000 { try await cycle() }
         try await settle()
 
-        let threadsAfter = ProcessStatus.threads
-        let growthKiB = ProcessStatus.residentKiB - residentBefore
+        let threadsAfter = ProcessFootprint.current().threads
+        let growthKiB = ProcessFootprint.current().residentKiB - residentBefore
         #expect(Pipeline.aliveCount == 0)
         #expect(threadsAfter <= threadsBefore + 4, "threads: \(threadsBefore) before, \(threadsAfter) after")
         // Stated bound: 8 MiB over 1,000 cycles (≈ 8 KiB per pipeline at most; allocator slack included).

@@ -1,4 +1,5 @@
 import GStreamer
+import PCastTestSupport
 import Testing
 
 @Suite("Pipeline descriptions")

@@ -1,4 +1,5 @@
 import GStreamer
+import PCastTestSupport
 import Synchronization
 import Testing
 
@@ -10,7 +11,7 @@ struct ProbeTests {
     @Test("a probe counts buffers and drops every other one; downstream sees half")
     func countAndDrop() async throws {
         let pipeline = try Pipeline(description: "videotestsrc num-buffers=20 ! \(Self.gray) ! identity name=hook ! appsink name=out sync=false")
-        let seen = TestCounter()
+        let seen = Counter()
         try pipeline.element(named: "hook").staticPad("src").addBufferProbe { _ in
             let n = seen.increment()
             return n % 2 == 0 ? .drop : .pass
@@ -75,12 +76,12 @@ struct ProbeTests {
     func removal() async throws {
         let pipeline = try Pipeline(description: "videotestsrc num-buffers=10 ! \(Self.gray) ! identity name=hook ! fakesink sync=false")
         let pad = try pipeline.element(named: "hook").staticPad("src")
-        let once = TestCounter()
+        let once = Counter()
         pad.addBufferProbe { _ in
             once.increment()
             return .remove
         }
-        let never = TestCounter()
+        let never = Counter()
         let removed = pad.addBufferProbe { _ in
             never.increment()
             return .pass

@@ -1,5 +1,6 @@
 import GStreamer
 import PCastMedia
+import PCastTestSupport
 import Testing
 
 @Suite("Frame hook: audio")

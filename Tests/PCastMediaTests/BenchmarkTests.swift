@@ -1,4 +1,5 @@
 import Foundation
+import PCastBenchmarks
 import PCastMedia
 import Testing
 

@@ -1,4 +1,5 @@
 import Foundation
+import PCastBenchmarks
 import GStreamer
 import PCastMedia
 import PCastTestSupport

@@ -1,6 +1,7 @@
 import Foundation
 import GStreamer
 import PCastMedia
+import PCastTestSupport
 import Testing
 
 /// A frame hook that ran for a long time releases like a fresh one.

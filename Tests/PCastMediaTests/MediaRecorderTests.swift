@@ -2,6 +2,7 @@ import Foundation
 import GStreamer
 @testable import PCastMedia
 import PCastRecording
+import PCastTestSupport
 import Testing
 
 /// Reads a recording's boxes back: which tracks are declared and which carry samples.

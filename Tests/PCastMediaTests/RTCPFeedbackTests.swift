@@ -2,6 +2,7 @@ import Foundation
 import GStreamer
 @testable import PCastMedia
 import PCastProtocol
+import PCastTestSupport
 import Testing
 
 @Suite("RTCP feedback for the RTC stats report")

@@ -2,6 +2,7 @@ import Foundation
 import GStreamer
 @testable import PCastMedia
 import PCastProtocol
+import PCastTestSupport
 import Synchronization
 import Testing
 

@@ -1,6 +1,7 @@
 import Foundation
 import GStreamer
 import PCastMedia
+import PCastTestSupport
 import Testing
 
 @Suite("Frame hook: keeping up with the frame rate", .serialized)
@@ -29,7 +30,7 @@ struct SlowCallbackTests {
         let arrived = try pipeline.element(named: "hook").staticPad("sink").countBuffers()
         let delivered = try pipeline.element(named: "sink").staticPad("sink").countBuffers()
         let queue = try pipeline.element(named: "waiting")
-        let residentBefore = residentKiB
+        let residentBefore = ProcessFootprint.current().residentKiB
         try await pipeline.play()
         let sampler = Task {
             var most = 0
@@ -42,7 +43,7 @@ struct SlowCallbackTests {
         try await pipeline.waitUntilEnd(timeout: .seconds(60))
         sampler.cancel()
         let maxWaiting = await sampler.value
-        let growth = residentKiB - residentBefore
+        let growth = ProcessFootprint.current().residentKiB - residentBefore
         await pipeline.stop()
         return Run(arrived: arrived.value, delivered: delivered.value, maxWaiting: maxWaiting, residentGrowthKiB: growth)
     }

@@ -6,16 +6,6 @@ import PCastTestSupport
 import Synchronization
 import Testing
 
-/// Polls `condition` until it holds or `deadline` passes (conditions, never durations, are asserted).
-func eventually(_ deadline: Duration = .seconds(10), _ condition: @Sendable () async throws -> Bool) async rethrows -> Bool {
-    let end = ContinuousClock.now + deadline
-    while ContinuousClock.now < end {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return try await condition()
-}
-
 func syntheticOptions(width: Int = 320, height: Int = 240, fps: Double = 30, audio: Bool = false) -> UserMediaOptions {
     var options = UserMediaOptions()
     options.video.deviceId = .exact(SourceDevices.syntheticVideoId)

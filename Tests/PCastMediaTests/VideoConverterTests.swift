@@ -1,5 +1,6 @@
 import GStreamer
 import PCastMedia
+import PCastTestSupport
 import Testing
 
 /// The GStreamer-layer pieces the frame hook is built on: VideoConverter, caps layout changes and

@@ -1,5 +1,6 @@
 import GStreamer
 import PCastMedia
+import PCastTestSupport
 import Testing
 
 /// What a callback saw of one frame, for checking on the test's task.

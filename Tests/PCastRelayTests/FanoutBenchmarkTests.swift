@@ -1,4 +1,5 @@
 import Foundation
+import PCastBenchmarks
 @testable import PCastRelay
 import Testing
 

@@ -3,6 +3,7 @@ import Glibc
 import PCastContracts
 import PCastProtocol
 @testable import PCastRelay
+import PCastTestSupport
 import SRTP
 import Testing
 
@@ -67,16 +68,12 @@ struct RelayControlTests {
         }
     }
 
-    static func count(_ directory: String) -> Int {
-        (try? FileManager.default.contentsOfDirectory(atPath: directory).count) ?? -1
-    }
-
     @Test("creating and destroying 200 relays leaks no descriptor and no thread")
     func noLeaks() throws {
         // Warm up libsrtp and the test machinery, then compare.
         try Relay().shutdown()
-        let descriptors = Self.count("/proc/self/fd")
-        let threads = Self.count("/proc/self/task")
+        let descriptors = ProcessFootprint.current().openDescriptors
+        let threads = ProcessFootprint.current().threads
         for index in 0..<200 {
             let relay = try Relay()
             _ = try relay.addPublisher(streamId: "s", tracks: [videoTrack(ssrc: 7)])
@@ -86,8 +83,8 @@ struct RelayControlTests {
         }
         // Other suites run concurrently and open sockets of their own, so allow a little slack;
         // a leak here would be at least 200 (3 descriptors and a thread per relay).
-        #expect(eventually { Self.count("/proc/self/fd") < descriptors + 40 }, "descriptors: \(descriptors) → \(Self.count("/proc/self/fd"))")
-        #expect(eventually { Self.count("/proc/self/task") < threads + 20 }, "threads: \(threads) → \(Self.count("/proc/self/task"))")
+        #expect(waitUntil { ProcessFootprint.current().openDescriptors < descriptors + 40 }, "descriptors: \(descriptors) → \(ProcessFootprint.current().openDescriptors)")
+        #expect(waitUntil { ProcessFootprint.current().threads < threads + 20 }, "threads: \(threads) → \(ProcessFootprint.current().threads)")
     }
 
     @Test("statistics report the I/O thread's CPU time, also after shutdown")
@@ -95,7 +92,7 @@ struct RelayControlTests {
         let relay = try Relay()
         let publisher = try TestPublisher(relay: relay, streamId: "s", tracks: [videoTrack(ssrc: 9)])
         for sequence in UInt16(0)..<50 { try publisher.send(rtp: try rtpPacket(ssrc: 9, sequence: sequence)) }
-        #expect(eventually { relay.statistics().packetsIn == 50 })
+        #expect(waitUntil { relay.statistics().packetsIn == 50 })
         relay.shutdown()
         #expect(relay.ioThreadCPUTime > .zero)
     }

@@ -1,6 +1,7 @@
 import Foundation
 import PCastProtocol
 @testable import PCastRelay
+import PCastTestSupport
 import SRTP
 import Testing
 
@@ -38,11 +39,11 @@ struct RelayFeedbackTests {
         try asking.sendRTCP([.genericNACK(RTCPGenericNACK(senderSSRC: asking.rtcpSSRC, mediaSSRC: Self.video, lostSequenceNumbers: [35]))])
         let resent = try #require(try asking.receiveRTP())
         #expect(try resent.serialized() == plain[35]!)
-        #expect(eventually { relay.statistics().nacksServed == 1 })
+        #expect(waitUntil { relay.statistics().nacksServed == 1 })
 
         // 2 was overwritten long ago in a 16-packet cache.
         try asking.sendRTCP([.genericNACK(RTCPGenericNACK(senderSSRC: asking.rtcpSSRC, mediaSSRC: Self.video, lostSequenceNumbers: [2]))])
-        #expect(eventually { relay.statistics().nacksMissed == 1 })
+        #expect(waitUntil { relay.statistics().nacksMissed == 1 })
         #expect(relay.statistics().nacksServed == 1)
         #expect(other.socket.drain().isEmpty, "retransmissions go only to the subscriber that asked")
     }
@@ -53,7 +54,7 @@ struct RelayFeedbackTests {
         defer { relay.shutdown() }
         let publisher = try TestPublisher(relay: relay, streamId: "s", tracks: [videoTrack(ssrc: Self.video), audioTrack(ssrc: 0x2222_0002)])
         try publisher.send(rtp: try rtpPacket(ssrc: Self.video, sequence: 1))  // the relay learns where the publisher is
-        #expect(eventually { relay.statistics().packetsIn == 1 })
+        #expect(waitUntil { relay.statistics().packetsIn == 1 })
 
         let subscriber = try TestSubscriber(relay: relay, streamId: "s", subscriberId: "a")
         #expect(relay.statistics().keyframeRequests == 0, "nothing to ask for before the subscriber can be reached")

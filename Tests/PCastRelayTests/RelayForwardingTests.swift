@@ -2,6 +2,7 @@ import Foundation
 import PCastContracts
 import PCastProtocol
 @testable import PCastRelay
+import PCastTestSupport
 import SRTP
 import Testing
 
@@ -36,7 +37,7 @@ struct RelayForwardingTests {
                 #expect(try packet.serialized() == expected, "SSRC, sequence, timestamp and payload pass through unchanged")
             }
         }
-        #expect(eventually { relay.statistics().packetsOut >= 150 })
+        #expect(waitUntil { relay.statistics().packetsOut >= 150 })
         let stats = relay.statistics()
         #expect(stats.streams == 1 && stats.subscribers == 3)
         #expect(stats.srtpFailures == 0 && stats.unknownPackets == 0)
@@ -64,7 +65,7 @@ struct RelayForwardingTests {
         let subscriber = try TestSubscriber(relay: relay, streamId: "s", subscriberId: "a")
 
         try publisher.send(rtp: try rtpPacket(ssrc: Self.video, sequence: 1))
-        #expect(eventually { relay.statistics().packetsIn == 1 })
+        #expect(waitUntil { relay.statistics().packetsIn == 1 })
         #expect(subscriber.socket.drain().isEmpty, "no address learned yet, nothing may be sent")
 
         try subscriber.sendReceiverReport()
@@ -76,7 +77,7 @@ struct RelayForwardingTests {
         var forged = try RTCPCompoundPacket(packets: [.receiverReport(.init(ssrc: subscriber.rtcpSSRC))]).serialized()
         forged += [UInt8](repeating: 0xAB, count: 20)
         intruder.send(forged, to: relayAddress(relay))
-        #expect(eventually { relay.statistics().srtpFailures == 1 })
+        #expect(waitUntil { relay.statistics().srtpFailures == 1 })
         try publisher.send(rtp: try rtpPacket(ssrc: Self.video, sequence: 3))
         #expect(try subscriber.receiveRTP()?.sequenceNumber == 3)
         #expect(intruder.drain().isEmpty)
@@ -88,7 +89,7 @@ struct RelayForwardingTests {
         var datagram = try #require(rebound.receive(timeout: 5))
         try subscriber.receiver.unprotect(&datagram)
         #expect(try RTPPacket(parsing: datagram).sequenceNumber == 4)
-        #expect(eventually { relay.statistics().packetsIn == 7 })
+        #expect(waitUntil { relay.statistics().packetsIn == 7 })
         #expect(subscriber.socket.drain().isEmpty, "the old address gets nothing after the rebinding")
     }
 
@@ -103,7 +104,7 @@ struct RelayForwardingTests {
         let wire = try publisher.send(rtp: try rtpPacket(ssrc: Self.video, sequence: 10))
         #expect(try subscriber.receiveRTP()?.sequenceNumber == 10)
         // The counters are published after each batch the relay handles: possibly after the packet arrived.
-        #expect(eventually { relay.statistics().packetsOut == 1 })
+        #expect(waitUntil { relay.statistics().packetsOut == 1 })
         let forwarded = relay.statistics().packetsOut
 
         publisher.socket.send(wire, to: publisher.relay)  // replay
@@ -116,7 +117,7 @@ struct RelayForwardingTests {
         tamperedRTCP[9] ^= 0x40  // flips an encrypted byte: the tag no longer verifies
         publisher.socket.send(tamperedRTCP, to: publisher.relay)
 
-        #expect(eventually { relay.statistics().srtpFailures == 3 })
+        #expect(waitUntil { relay.statistics().srtpFailures == 3 })
         let stats = relay.statistics()
         #expect(stats.packetsOut == forwarded)
         #expect(subscriber.socket.drain().isEmpty)
@@ -132,7 +133,7 @@ struct RelayForwardingTests {
         let publisher = try TestPublisher(relay: relay, streamId: "s", tracks: [videoTrack(ssrc: Self.video)])
         let subscriber = try TestSubscriber(relay: relay, streamId: "s", subscriberId: "a")
         try subscriber.sendReceiverReport()
-        #expect(eventually { relay.statistics().packetsIn == 1 })
+        #expect(waitUntil { relay.statistics().packetsIn == 1 })
 
         let attacker = try UDPSocket.client()
         var unknown = try rtpPacket(ssrc: 0xDEAD_BEEF, sequence: 1)
@@ -152,7 +153,7 @@ struct RelayForwardingTests {
             expected += 1
             usleep(200)  // keeps the burst within the socket buffer
         }
-        #expect(eventually { relay.statistics().unknownPackets == expected })
+        #expect(waitUntil { relay.statistics().unknownPackets == expected })
         #expect(relay.statistics().srtpFailures == 0)
         #expect(subscriber.socket.drain().isEmpty, "nothing was forwarded")
 
@@ -179,9 +180,9 @@ struct RelayForwardingTests {
         try leaves.sendReceiverReport()  // its flow is gone: unknown
         try publisher.send(rtp: try rtpPacket(ssrc: Self.video, sequence: 2))
         #expect(try stays.receiveRTP()?.sequenceNumber == 2)
-        #expect(eventually { relay.statistics().unknownPackets == 1 })
+        #expect(waitUntil { relay.statistics().unknownPackets == 1 })
         // Sequence 1 to both, 2 to the one that stays (counters are published after each batch).
-        #expect(eventually { relay.statistics().packetsOut == 3 })
+        #expect(waitUntil { relay.statistics().packetsOut == 3 })
         #expect(leaves.socket.drain().isEmpty)
 
         relay.removeStream(streamId: "s")
@@ -190,7 +191,7 @@ struct RelayForwardingTests {
         let before = relay.statistics()
         try publisher.send(rtp: try rtpPacket(ssrc: Self.video, sequence: 3))
         try stays.sendReceiverReport()
-        #expect(eventually { relay.statistics().unknownPackets == before.unknownPackets + 2 })
+        #expect(waitUntil { relay.statistics().unknownPackets == before.unknownPackets + 2 })
         #expect(relay.statistics().packetsOut == before.packetsOut)
         #expect(stays.socket.drain().isEmpty)
         #expect(throws: RelayError.streamNotFound("s")) { try relay.addSubscriber(streamId: "s", subscriberId: "late") }

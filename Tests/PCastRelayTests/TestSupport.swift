@@ -6,17 +6,6 @@ import PCastTestSupport
 import SRTP
 import Testing
 
-/// Polls `condition` until it holds or `timeout` seconds pass. Never used to assert a duration:
-/// the timeout is only a generous bound for a noisy machine.
-func eventually(timeout: Double = 5, _ condition: () -> Bool) -> Bool {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
-        if condition() { return true }
-        usleep(2_000)
-    }
-    return condition()
-}
-
 extension UDPSocket {
     /// A client socket on 127.0.0.1 with an ephemeral port.
     static func client() throws -> UDPSocket {

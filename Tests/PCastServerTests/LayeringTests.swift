@@ -60,4 +60,24 @@ import Testing
             Issue.record("PCastProtocol imports \(module) (in \(file))")
         }
     }
+
+    static let productTargets = ["GStreamer", "PCastProtocol", "PCastMedia", "PCastRelay", "PCast", "PCastContracts",
+                                 "PCastServer", "PCastMediaServices", "PCastNode"]
+
+    @Test("product libraries hold product code only: no benchmark, no test support, no unsafe flags")
+    func productsHoldProductCode() throws {
+        for target in Self.productTargets {
+            let root = Self.sources.appendingPathComponent(target)
+            let files = try FileManager.default.subpathsOfDirectory(atPath: root.path).filter { $0.hasSuffix(".swift") }
+            #expect(!files.isEmpty, "no sources under \(root.path)")
+            for file in files where file.contains("Benchmark") || file.contains("Measurement") {
+                Issue.record("\(target) holds benchmark code: \(file)")
+            }
+            for (module, file) in try Self.imports(of: target) where ["PCastBenchmarks", "PCastTestSupport", "Testing", "XCTest"].contains(module) {
+                Issue.record("\(target) imports \(module) (in \(file))")
+            }
+        }
+        let manifest = try String(contentsOf: Self.sources.deletingLastPathComponent().appendingPathComponent("Package.swift"), encoding: .utf8)
+        #expect(!manifest.contains("unsafeFlags"), "Package.swift uses unsafe flags, which no versioned dependency accepts")
+    }
 }

@@ -3,6 +3,7 @@ import Logging
 import PCastContracts
 import PCastProtocol
 import PCastServer
+import PCastTestSupport
 import Synchronization
 import Testing
 

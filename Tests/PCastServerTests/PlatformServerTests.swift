@@ -4,6 +4,7 @@ import PCastContracts
 import PCastProtocol
 import PCastRelay
 import PCastServer
+import PCastTestSupport
 import Testing
 
 /// The server over real sockets on 127.0.0.1, with a recording relay.

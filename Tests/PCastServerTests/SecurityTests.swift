@@ -225,24 +225,54 @@ struct SecurityTests {
         return (line, Date().timeIntervalSince(begun))
     }
 
-    @Test("a thousand silent connections from one address: the rest are refused with 503, another address is served within 1 s")
+    @Test("a thousand silent connections from one address: exactly the cap is held, every other one is refused with 503, another address is served within 1 s")
     func oneAddressCannotExhaustTheListener() async throws {
-        try await server.withServer(configuration: Self.guarded()) { platform, _ in
+        // The request-head deadline outlasts the burst, however slowly a loaded machine accepts it
+        // (were a held one closed first, its place would go to one still in the accept queue); the
+        // deadline itself is `slowAndOversizedHeads`' subject. Which connections are held is the
+        // server's accept order, not the connect order: under load the kernel's accept queue
+        // overflows and retried handshakes finish out of order.
+        var configuration = Self.guarded()
+        configuration.connectionLimits.requestHeadTimeout = .seconds(60)
+        let cap = configuration.connectionLimits.perAddress
+        try await server.withServer(configuration: configuration) { platform, _ in
             let port = platform.httpPort
             let silent = await RawTCP.offload { (0..<1000).compactMap { _ in RawTCP.connect(to: port, from: "127.0.0.1") } }
-            defer { silent.forEach(RawTCP.close) }
             #expect(silent.count == 1000)
-            // One past the cap is told why and closed.
-            let refusal = await RawTCP.offload { RawTCP.read(silent[999], timeout: 3) }
-            #expect(String(decoding: refusal.bytes, as: UTF8.self).hasPrefix("HTTP/1.1 503"), "\(String(decoding: refusal.bytes, as: UTF8.self))")
-            #expect(refusal.closed)
+            // Waits until all but the cap have an answer, then reads the answers.
+            let outcome = await RawTCP.offload { () -> (answered: Int, closed: Int, held: [Int32]) in
+                var descriptors = silent.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+                let deadline = Date().addingTimeInterval(30)
+                while Int(poll(&descriptors, nfds_t(descriptors.count), 100)) < silent.count - cap, Date() < deadline {}
+                var answered = 0, closed = 0
+                var held: [Int32] = []
+                for entry in descriptors {
+                    guard entry.revents != 0 else {
+                        held.append(entry.fd)
+                        continue
+                    }
+                    let reply = RawTCP.read(entry.fd, timeout: 2)
+                    if String(decoding: reply.bytes, as: UTF8.self).hasPrefix("HTTP/1.1 503") { answered += 1 }
+                    if reply.closed { closed += 1 }
+                }
+                return (answered, closed, held)
+            }
+            var open = Set(silent)
+            defer { open.forEach(RawTCP.close) }
+            #expect(outcome.held.count == cap, "\(outcome.held.count) connections held, the cap is \(cap)")
+            #expect(outcome.answered == silent.count - cap, "\(outcome.answered) refused connections got the 503")
+            #expect(outcome.closed == silent.count - cap, "\(outcome.closed) refused connections were closed")
             let other = await Self.health(port, from: "127.0.0.2")
             #expect(other.status == "HTTP/1.1 200 OK", "\(other.status)")
             #expect(other.seconds < 1, "\(other.seconds) s")
-            // The silent ones within the cap are closed at the request-head deadline; the address is served again.
-            let held = await RawTCP.offload { RawTCP.read(silent[0], timeout: 4) }
-            #expect(held.closed)
-            try await eventually("the first address is served again", within: .seconds(5)) { await Self.health(port, from: "127.0.0.1").status == "HTTP/1.1 200 OK" }
+            // While the held ones stay, the address is refused; once they go, it is served again.
+            let whileHeld = await Self.health(port, from: "127.0.0.1")
+            #expect(whileHeld.status != "HTTP/1.1 200 OK", "\(whileHeld.status)")
+            for fd in outcome.held {
+                RawTCP.close(fd)
+                open.remove(fd)
+            }
+            try await eventually("the first address is served again", within: .seconds(10)) { await Self.health(port, from: "127.0.0.1").status == "HTTP/1.1 200 OK" }
         }
     }
 
@@ -310,10 +340,3 @@ struct SecurityTests {
     }
 }
 
-/// A thread-safe count.
-final class Counter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var count = 0
-    func increment() { lock.lock(); count += 1; lock.unlock() }
-    var value: Int { lock.lock(); defer { lock.unlock() }; return count }
-}

@@ -5,6 +5,7 @@ import NIOHTTP1
 import NIOPosix
 import NIOWebSocket
 import PCastProtocol
+import PCastTestSupport
 import Synchronization
 
 /// A small WebSocket client on NIO for the tests: sends whatever frames a test wants (also

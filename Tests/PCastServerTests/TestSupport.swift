@@ -2,6 +2,7 @@ import Foundation
 import PCastContracts
 import PCastProtocol
 import PCastRelay
+import PCastTestSupport
 import Synchronization
 import Testing
 import NIOCore
@@ -122,22 +123,6 @@ enum Fixture {
 }
 
 // MARK: Waiting without timing assertions
-
-struct TimedOut: Error, CustomStringConvertible {
-    let what: String
-    var description: String { "gave up waiting for \(what)" }
-}
-
-/// Polls `condition` until it holds; gives up (throws) after a generous deadline.
-func eventually(_ what: String, within deadline: Duration = .seconds(20), _ condition: @Sendable () async throws -> Bool) async throws {
-    let clock = ContinuousClock()
-    let end = clock.now.advanced(by: deadline)
-    while clock.now < end {
-        if try await condition() { return }
-        try await Task.sleep(for: .milliseconds(20))
-    }
-    throw TimedOut(what: what)
-}
 
 /// A clock tests move by hand.
 final class ManualClock: Sendable {

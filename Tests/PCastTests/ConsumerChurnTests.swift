@@ -1,6 +1,7 @@
 import Foundation
 @testable import PCast
 @testable import PCastMedia
+import PCastTestSupport
 import Testing
 
 /// Publishers come and go on a running media stream while another keeps publishing it. Attaching

@@ -1,21 +1,14 @@
 import Foundation
+import PCastBenchmarks
 import GStreamer
 @testable import PCast
 @testable import PCastMedia
 import PCastNode
 import PCastRelay
 import PCastServer
+import PCastTestSupport
 import Synchronization
 import Testing
-
-func eventually(_ deadline: Duration = .seconds(15), _ condition: @Sendable () async throws -> Bool) async rethrows -> Bool {
-    let end = ContinuousClock.now + deadline
-    while ContinuousClock.now < end {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return try await condition()
-}
 
 final class Values<Value: Sendable>: Sendable {
     private let values = Mutex<[Value]>([])

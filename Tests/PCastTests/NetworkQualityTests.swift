@@ -5,6 +5,7 @@ import GStreamer
 import PCastImpairment
 import PCastNode
 import PCastServer
+import PCastTestSupport
 import Synchronization
 import Testing
 

@@ -1,4 +1,5 @@
 import Foundation
+import PCastBenchmarks
 import PCast
 import PCastNode
 import PCastServer

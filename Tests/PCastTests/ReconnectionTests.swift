@@ -3,6 +3,7 @@ import Foundation
 import PCastImpairment
 import PCastNode
 import PCastServer
+import PCastTestSupport
 import Synchronization
 import Testing
 

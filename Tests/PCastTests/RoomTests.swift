@@ -2,6 +2,7 @@ import Foundation
 @testable import PCast
 import PCastNode
 import PCastServer
+import PCastTestSupport
 import Synchronization
 import Testing
 

@@ -1,0 +1,128 @@
+import Foundation
+import PCast
+import GStreamer
+import Synchronization
+
+/// End-to-end figures through a platform (normally the embedded one): glass-to-glass latency of
+/// a 720p30 H.264 stream through the relay, at several playout delays, and the time to first
+/// frame of subscribers joining a running stream.
+public struct EndToEndBenchmark: Sendable {
+    public struct LatencyResult: Sendable, Hashable, Codable {
+        public var playoutDelayMilliseconds: Int
+        /// Video packets dropped on the receive path (netsim), percent.
+        public var lossPercent: Double = 0
+        public var frames: Int
+        public var missing: Int
+        public var p50: Double
+        public var p90: Double
+        public var p99: Double
+    }
+    public struct FirstFrameResult: Sendable, Hashable, Codable {
+        public var joins: Int
+        /// Milliseconds from the subscribe call to the first decoded frame.
+        public var p50: Double
+        public var p99: Double
+        public var maximum: Double
+    }
+    public struct Result: Sendable, Hashable, Codable {
+        public var width: Int
+        public var height: Int
+        public var latency: [LatencyResult]
+        public var firstFrame: FirstFrameResult
+    }
+
+    public var signalingURL: String
+    public var tokens: @Sendable (TokenType, String?) throws -> String
+    public var seconds: Double
+    public var playoutDelays: [Int]
+    public var joins: Int
+    /// Packet loss imposed for a second set of runs (0: none).
+    public var lossPercent: Double = 2
+    public static let goalP50 = 30.0, goalP99 = 60.0, goalFirstFrameP50 = 150.0
+
+    /// `tokens(type, originStreamId)` mints tokens for the platform.
+    public init(signalingURL: String, seconds: Double = 10, playoutDelays: [Int] = [20, 40, 80], joins: Int = 10,
+                tokens: @escaping @Sendable (TokenType, String?) throws -> String) {
+        self.signalingURL = signalingURL
+        self.seconds = seconds
+        self.playoutDelays = playoutDelays
+        self.joins = joins
+        self.tokens = tokens
+    }
+
+    public func run() async throws -> Result {
+        let publisherSDK = PCast(PCastOptions(uri: signalingURL))
+        try await publisherSDK.start(authToken: try tokens(.auth, nil))
+        var options = UserMediaOptions()
+        options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
+        options.video.width = .exact(1280)
+        options.video.height = .exact(720)
+        options.video.frameRate = .exact(30)
+        options.audio.deviceId = .exact(SourceDevices.syntheticAudioId)
+        let media = try await publisherSDK.getUserMedia(options)
+        let meter = StreamMeter()
+        try meter.stamp(media)
+        let publisher = try await publisherSDK.publish(streamToken: try tokens(.publish, nil), mediaStream: media)
+        defer { _ = publisher }
+
+        var latency: [LatencyResult] = []
+        for loss in lossPercent > 0 ? [0, lossPercent] : [0] {
+            for delay in playoutDelays {
+                let impairment = loss > 0 ? NetworkImpairment(dropProbability: loss / 100) : nil
+                let viewer = PCast(PCastOptions(uri: signalingURL, playoutDelay: .milliseconds(delay), receiveImpairment: impairment))
+                try await viewer.start(authToken: try tokens(.auth, nil))
+                let stream = try await viewer.subscribe(streamToken: try tokens(.stream, publisher.streamId))
+                let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+                _ = await renderer.start()
+                try meter.watch(renderer, of: stream)
+                try await Task.sleep(for: .seconds(1))      // warm up: first keyframe, jitter buffer
+                _ = meter.take()
+                try await Task.sleep(for: .seconds(seconds))
+                let snapshot = meter.take()
+                latency.append(LatencyResult(playoutDelayMilliseconds: delay, lossPercent: loss, frames: snapshot.frames, missing: snapshot.missing,
+                                             p50: snapshot.percentile(50) ?? .nan, p90: snapshot.percentile(90) ?? .nan,
+                                             p99: snapshot.percentile(99) ?? .nan))
+                await renderer.stop()
+                await stream.stop()
+                await viewer.stop()
+            }
+        }
+
+        var firstFrames: [Double] = []
+        let viewer = PCast(PCastOptions(uri: signalingURL))
+        try await viewer.start(authToken: try tokens(.auth, nil))
+        for _ in 0..<joins {
+            try await Task.sleep(for: .milliseconds(500))
+            let started = ContinuousClock.now
+            let stream = try await viewer.subscribe(streamToken: try tokens(.stream, publisher.streamId))
+            let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+            let first = Mutex<ContinuousClock.Instant?>(nil)
+            _ = await renderer.start()
+            try renderer.setFrameReadyCallback(stream.getVideoTracks()[0]) { _ in
+                first.withLock { if $0 == nil { $0 = .now } }
+            }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while first.withLock({ $0 }) == nil && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(2))
+            }
+            if let at = first.withLock({ $0 }) {
+                let (s, a) = (at - started).components
+                firstFrames.append(Double(s) * 1000 + Double(a) / 1e15)
+            } else {
+                firstFrames.append(10_000)
+            }
+            await renderer.stop()
+            await stream.stop()
+        }
+        await viewer.stop()
+        await publisher.stop()
+        await media.stop()
+        await publisherSDK.stop()
+        firstFrames.sort()
+        func percentile(_ p: Double) -> Double {
+            firstFrames[min(firstFrames.count - 1, max(0, Int((p / 100 * Double(firstFrames.count)).rounded(.up)) - 1))]
+        }
+        return Result(width: 1280, height: 720, latency: latency,
+                      firstFrame: FirstFrameResult(joins: joins, p50: percentile(50), p99: percentile(99), maximum: firstFrames.last ?? .nan))
+    }
+}

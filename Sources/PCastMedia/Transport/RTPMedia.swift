@@ -1,0 +1,765 @@
+import Foundation
+import GStreamer
+import Logging
+import PCastProtocol
+import Synchronization
+
+/// Encoder settings of a publisher.
+public struct EncodingSettings: Sendable, Hashable {
+    /// Video bitrate, kbit/s.
+    public var videoBitrate: Int = 2500
+    /// Frames between keyframes (a PLI asks for one sooner).
+    public var keyframeInterval: Int = 60
+    /// Audio bitrate, bit/s.
+    public var audioBitrate: Int = 64_000
+    public init(videoBitrate: Int = 2500, keyframeInterval: Int = 60, audioBitrate: Int = 64_000) {
+        self.videoBitrate = videoBitrate
+        self.keyframeInterval = keyframeInterval
+        self.audioBitrate = audioBitrate
+    }
+}
+
+/// Loss and delay imposed on received video packets, with GStreamer's `netsim`, for tests and
+/// benchmarks of how the receive path copes (NACK retransmission, playout delay).
+public struct NetworkImpairment: Sendable, Hashable, Codable {
+    /// Probability that a packet is dropped (0…1).
+    public var dropProbability: Double
+    /// Probability that a packet is delayed, and by how much (uniform in the range, ms).
+    public var delayProbability: Double
+    public var delayMilliseconds: ClosedRange<Int>
+
+    public init(dropProbability: Double = 0, delayProbability: Double = 0, delayMilliseconds: ClosedRange<Int> = 0...0) {
+        self.dropProbability = dropProbability
+        self.delayProbability = delayProbability
+        self.delayMilliseconds = delayMilliseconds
+    }
+
+    var description: String {
+        "netsim name=video-impairment drop-probability=\(dropProbability) delay-probability=\(delayProbability) min-delay=\(delayMilliseconds.lowerBound) max-delay=\(delayMilliseconds.upperBound)"
+    }
+}
+
+/// A packet leaving a media pipeline for the network (RTP or RTCP, unprotected).
+public struct OutgoingPacket: Sendable {
+    public enum Kind: Sendable { case rtp, rtcp }
+    public let kind: Kind
+    public let buffer: Buffer
+    public init(kind: Kind, buffer: Buffer) {
+        self.kind = kind
+        self.buffer = buffer
+    }
+}
+
+/// Something that produces a published stream's RTP: encoded local media (``RTPPublisher``) or an
+/// ingest (``IngestPublisher``). The SDK announces its tracks and carries its packets.
+public protocol RTPSource: AnyObject, Sendable {
+    /// What to announce in the publish request.
+    var tracks: [MediaTrackDescription] { get }
+    /// RTCP from the network (PLI, FIR, receiver reports).
+    func receiveRTCP(_ packet: Buffer)
+    /// Stops producing packets.
+    func stop() async
+    /// Caps the video encoder's bitrate (bits per second; nil lifts the cap). Sources that do not
+    /// encode video (passed-through ingest) cannot and ignore it.
+    func limitVideoBitrate(_ bitsPerSecond: Int?)
+}
+
+extension RTPSource {
+    public func limitVideoBitrate(_ bitsPerSecond: Int?) {}
+}
+
+/// Network statistics of one received track.
+public struct ReceivedTrackStatistics: Sendable, Hashable {
+    public var kind: MediaType
+    /// RTP packets and bytes that arrived (retransmissions included).
+    public var packetsReceived: Int
+    public var bytesReceived: Int
+    /// Sequence numbers from the first to the highest seen.
+    public var packetsExpected: Int
+    /// Sequence numbers skipped as packets arrived: the network's loss, before any repair.
+    public var packetsMissingOnArrival: Int
+    /// Packets the jitter buffer gave up on (not repaired within the playout delay).
+    public var packetsLost: Int
+    /// Packets that arrived after their time had passed.
+    public var packetsLate: Int
+    /// Retransmission requests (NACKs) sent.
+    public var nacksSent: Int
+    /// Interarrival jitter (RFC 3550), as the jitter buffer estimates it.
+    public var jitter: Duration
+
+    /// The share of packets the network lost (0…1), before repair.
+    public var lossBeforeRepair: Double { packetsExpected > 0 ? Double(packetsMissingOnArrival) / Double(packetsExpected) : 0 }
+    /// The share of packets missing after repair (0…1).
+    public var lossAfterRepair: Double { packetsExpected > 0 ? Double(packetsLost) / Double(packetsExpected) : 0 }
+}
+
+/// Encodes a stream's tracks to RTP: one consumer per track (encoder, payloader, RTP session) on
+/// the stream's tees. Packets go to `send`; RTCP from the network comes in with ``receiveRTCP(_:)``
+/// (a PLI or FIR makes the encoder send a keyframe).
+///
+/// ```swift
+/// let rtp = try await RTPPublisher.start(stream: media.mediaStream) { packet in transport.send(packet) }
+/// rtp.tracks   // what to announce in the publish request
+/// ```
+public final class RTPPublisher: RTPSource, Sendable {
+    public let tracks: [MediaTrackDescription]
+    private let consumers: [MediaConsumer]
+    private let rtcpInputs: [AppSource]
+    private let stopped = Atomic<Bool>(false)
+    private let videoEncoder: Element?
+    /// The encoder's configured bitrate, kbit/s: a limit only ever lowers it.
+    private let videoBitrate: Int
+    let counters: SentCounters
+    private let videoSSRC: UInt32?
+    /// The user's limit and the loss-based estimate: the encoder gets the lowest of them and the
+    /// configured bitrate.
+    private let rate: Mutex<RateInputs>
+
+    /// What the encoder's bitrate is the lowest of (with the configured bitrate).
+    private struct RateInputs {
+        /// The publishing user's limit.
+        var limit: Int?
+        /// The lowest limit the stream's viewers ask for, through the platform.
+        var viewers: Int?
+        var controller: BitrateController
+        func target(configured: Int) -> Int { min(limit ?? .max, viewers ?? .max, controller.target, configured) }
+    }
+
+    /// RTP packets and bytes handed to `send`, per kind.
+    final class SentCounters: Sendable {
+        let videoPackets = Atomic<Int>(0), videoBytes = Atomic<Int>(0)
+        let keyframesEncoded = Atomic<Int>(0)
+        let audioPackets = Atomic<Int>(0), audioBytes = Atomic<Int>(0)
+
+        func count(_ kind: MediaType, bytes: Int) {
+            switch kind {
+            case .video:
+                videoPackets.add(1, ordering: .relaxed)
+                videoBytes.add(bytes, ordering: .relaxed)
+            case .audio:
+                audioPackets.add(1, ordering: .relaxed)
+                audioBytes.add(bytes, ordering: .relaxed)
+            }
+        }
+    }
+
+    private let feedback: RTCPFeedbackRecorder
+
+    private init(tracks: [MediaTrackDescription], consumers: [MediaConsumer], rtcpInputs: [AppSource], videoEncoder: Element?,
+                 videoBitrate: Int, counters: SentCounters, feedback: RTCPFeedbackRecorder) {
+        self.tracks = tracks
+        self.feedback = feedback
+        self.consumers = consumers
+        self.rtcpInputs = rtcpInputs
+        self.videoEncoder = videoEncoder
+        self.videoBitrate = videoBitrate
+        self.counters = counters
+        videoSSRC = tracks.first { $0.kind == .video }?.ssrc
+        rate = Mutex(RateInputs(controller: BitrateController(maximum: videoBitrate * 1000)))
+    }
+
+    /// The estimate of what the network carries, bits per second: loss- and round-trip-based,
+    /// capped by the relay's delay-based estimate (REMB) while it sends one.
+    public var estimatedBitrate: Int { rate.withLock { $0.controller.target } }
+    /// The relay's latest delay-based estimate of this uplink (REMB), while it holds.
+    public var remoteEstimate: Int? { rate.withLock { $0.controller.remoteEstimate } }
+    /// Whether the estimate holds the video below its configured bitrate (upload limited).
+    public var isUploadLimited: Bool { rate.withLock { $0.controller.isLimited } }
+    /// Whether the viewers' bandwidth requests hold the video below what it would otherwise send.
+    public var isNetworkLimited: Bool {
+        rate.withLock { rate in
+            guard let viewers = rate.viewers else { return false }
+            return viewers < min(rate.limit ?? .max, rate.controller.target, videoBitrate * 1000)
+        }
+    }
+
+    /// RTP bytes sent so far for `kind` (headers included).
+    public func bytesSent(_ kind: MediaType) -> Int {
+        kind == .video ? counters.videoBytes.load(ordering: .relaxed) : counters.audioBytes.load(ordering: .relaxed)
+    }
+
+    /// RTP packets sent so far for `kind`.
+    public func packetsSent(_ kind: MediaType) -> Int {
+        kind == .video ? counters.videoPackets.load(ordering: .relaxed) : counters.audioPackets.load(ordering: .relaxed)
+    }
+
+    /// Sets x264enc's bitrate while it runs (x264 reconfigures at the next frame): the configured
+    /// bitrate, or the limit when lower. At least 16 kbit/s.
+    public func limitVideoBitrate(_ bitsPerSecond: Int?) {
+        rate.withLock { rate in
+            rate.limit = bitsPerSecond
+            applyRate(rate)
+        }
+    }
+
+    /// Caps the video bitrate at what the stream's viewers ask for (nil: no viewer asks), on top
+    /// of the publisher's own limit and the estimate.
+    public func limitVideoBitrateForViewers(_ bitsPerSecond: Int?) {
+        rate.withLock { rate in
+            rate.viewers = bitsPerSecond
+            applyRate(rate)
+        }
+    }
+
+    private func applyRate(_ rate: RateInputs) {
+        let bits = rate.target(configured: videoBitrate * 1000)
+        try? videoEncoder?.set("bitrate", UInt32(max(16, bits / 1000)))
+    }
+
+    /// Feeds the controller from receiver reports about the video SSRC.
+    private func observe(_ compound: RTCPCompoundPacket) {
+        guard let videoSSRC, videoEncoder != nil else { return }
+        for case .receiverEstimatedMaxBitrate(let remb) in compound.packets where remb.ssrcs.contains(videoSSRC) {
+            rate.withLock { rate in
+                let before = rate.controller.target
+                rate.controller.applyRemoteEstimate(Int(clamping: remb.bitrate))
+                if rate.controller.target != before { applyRate(rate) }
+            }
+        }
+        for case .receiverReport(let report) in compound.packets {
+            for block in report.reportBlocks where block.ssrc == videoSSRC {
+                let roundTrip = block.lastSenderReport != 0 ? feedback.remote(videoSSRC).roundTripTime : nil
+                rate.withLock { rate in
+                    let before = rate.controller.target
+                    rate.controller.report(fractionLost: Double(block.fractionLost) / 256, roundTripTime: roundTrip)
+                    if rate.controller.target != before { applyRate(rate) }
+                }
+            }
+        }
+    }
+
+    static func randomSSRC() -> UInt32 { UInt32.random(in: 1...UInt32.max) }
+
+    public static func start(stream: MediaStream, settings: EncodingSettings = EncodingSettings(),
+                             send: @escaping @Sendable (OutgoingPacket) -> Void) async throws(MediaError) -> RTPPublisher {
+        var tracks: [MediaTrackDescription] = []
+        var consumers: [MediaConsumer] = []
+        var inputs: [AppSource] = []
+        var videoEncoder: Element?
+        let counters = SentCounters()
+        let feedback = RTCPFeedbackRecorder()
+        do {
+            for track in stream.getTracks() {
+                let prefix = "pub-\(track.kind)-\(UUID().uuidString.prefix(6).lowercased())"
+                let ssrc = randomSSRC()
+                let description: String
+                let announced: MediaTrackDescription
+                switch track.kind {
+                case .video:
+                    description = try StockPipelines.template("publish-video").render([
+                        "prefix": prefix, "ssrc": String(ssrc), "pt": "96",
+                        "bitrate": String(settings.videoBitrate), "keyint": String(settings.keyframeInterval)])
+                    announced = MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: ssrc)
+                case .audio:
+                    description = try StockPipelines.template("publish-audio").render([
+                        "prefix": prefix, "ssrc": String(ssrc), "pt": "111", "bitrate": String(settings.audioBitrate)])
+                    announced = MediaTrackDescription(kind: .audio, codec: "OPUS", payloadType: 111, clockRate: 48_000, ssrc: ssrc)
+                }
+                let consumer = try await stream.attachConsumer(description, to: track.kind)
+                let pipeline = stream.engine.pipeline
+                let rtp = try pipeline.appSink(named: "\(prefix)-rtp-out")
+                let rtcp = try pipeline.appSink(named: "\(prefix)-rtcp-out")
+                let kind = track.kind
+                rtp.onSample { sample in
+                    counters.count(kind, bytes: sample.buffer.size)
+                    send(OutgoingPacket(kind: .rtp, buffer: sample.buffer))
+                }
+                if kind == .video {
+                    let encoder = try pipeline.element(named: "\(prefix)-encoder")
+                    videoEncoder = encoder
+                    encoder.pads.first { $0.isSource }?.addBufferProbe { buffer in
+                        if buffer.isKeyframe { counters.keyframesEncoded.add(1, ordering: .relaxed) }
+                        return .pass
+                    }
+                }
+                rtcp.onSample { sample in
+                    feedback.sent(sample.buffer)
+                    send(OutgoingPacket(kind: .rtcp, buffer: sample.buffer))
+                }
+                inputs.append(try pipeline.appSource(named: "\(prefix)-rtcp-in"))
+                consumers.append(consumer)
+                tracks.append(announced)
+            }
+        } catch let error as MediaError {
+            for consumer in consumers { await consumer.detach() }
+            throw error
+        } catch let error as GStreamerError {
+            for consumer in consumers { await consumer.detach() }
+            throw .gstreamer(error)
+        } catch {
+            for consumer in consumers { await consumer.detach() }
+            throw .gstreamer(.flow("\(error)"))
+        }
+        return RTPPublisher(tracks: tracks, consumers: consumers, rtcpInputs: inputs, videoEncoder: videoEncoder,
+                            videoBitrate: settings.videoBitrate, counters: counters, feedback: feedback)
+    }
+
+    /// RTCP from the network (the relay's PLI, FIR, receiver reports: their loss drives the
+    /// bitrate, see ``BitrateController``).
+    public func receiveRTCP(_ packet: Buffer) {
+        // Parsed once; the round trip first: the controller takes it with the same report's loss.
+        if let compound = RTCPFeedbackRecorder.parse(packet) {
+            feedback.received(compound)
+            observe(compound)
+        }
+        for input in rtcpInputs { input.pushNow(RTPReceiver.arrived(packet)) }
+    }
+
+    /// `outbound-rtp` and `remote-inbound-rtp` entries for each track (see ``RTCStatsReport``).
+    public func rtcStats() -> [RTCStats] {
+        var entries: [RTCStats] = []
+        for track in tracks {
+            let remote = feedback.remote(track.ssrc)
+            var outbound = RTCStats(type: "outbound-rtp", id: "outbound-\(track.kind.rawValue)-\(track.ssrc)", kind: track.kind.rawValue, ssrc: track.ssrc)
+            let kind: MediaType = track.kind == .video ? .video : .audio
+            outbound.packetsSent = packetsSent(kind)
+            outbound.bytesSent = bytesSent(kind)
+            outbound.nackCount = remote.nacks
+            if kind == .video { outbound.keyFramesEncoded = counters.keyframesEncoded.load(ordering: .relaxed) }
+            outbound.pliCount = remote.plis
+            outbound.firCount = remote.firs
+            if track.kind == .video, videoEncoder != nil {
+                outbound.targetBitrate = rate.withLock { $0.target(configured: videoBitrate * 1000) }
+            }
+            entries.append(outbound)
+            if remote.fractionLost != nil {
+                var inbound = RTCStats(type: "remote-inbound-rtp", id: "remote-inbound-\(track.kind.rawValue)-\(track.ssrc)", kind: track.kind.rawValue, ssrc: track.ssrc)
+                inbound.fractionLost = remote.fractionLost
+                inbound.packetsLost = remote.packetsLost
+                inbound.jitter = remote.jitter.map { Double($0) / Double(track.clockRate) }
+                inbound.roundTripTime = remote.roundTripTime.map { Double($0 / .microseconds(1)) / 1_000_000 }
+                entries.append(inbound)
+            }
+        }
+        return entries
+    }
+
+    /// Stops encoding; the stream keeps running for its other consumers.
+    public func stop() async {
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
+        for consumer in consumers { await consumer.detach() }
+    }
+}
+
+/// Receives a remote stream: RTP in, jitter buffer (the playout delay), decode, and raw media on
+/// tees that renderers attach to. RTCP feedback (receiver reports, NACK, PLI) goes to `sendRTCP`.
+public final class RTPReceiver: StreamEngine, @unchecked Sendable {
+    let pipeline: Pipeline
+    private let inputs: [UInt8: AppSource]
+    private let rtcpInputs: [AppSource]
+    private let hasVideo: Bool
+    private let hasAudio: Bool
+    let playoutDelay: PlayoutDelay?
+    private let stopped = Atomic<Bool>(false)
+    /// rtpbin makes a jitter buffer per stream when its first packets arrive; the receiver sets
+    /// their retransmission timing once they exist (see ``retransmissionTiming(latency:)``).
+    private let jitterBuffers = JitterBuffers()
+    private let arrivals: [UInt8: ArrivalCounter]
+    /// Per payload type: the time packets spend between arriving and leaving the jitter buffer.
+    private let delayMeters: [UInt8: JitterBufferDelayMeter]
+    private var payloadTypes: [MediaType: UInt8] { Dictionary(kinds.map { ($1, $0) }, uniquingKeysWith: { a, _ in a }) }
+    /// Video frames and audio buffers out of the decoders (counted by probes on the hooks).
+    let decoded = DecodeCounters()
+
+    final class DecodeCounters: Sendable {
+        let video = Atomic<Int>(0)
+        let audio = Atomic<Int>(0)
+        /// Keyframes out of the depayloader (complete access units without the delta flag).
+        let keyframes = Atomic<Int>(0)
+        /// Video frames whose packets reached the depayloader (distinct RTP timestamps, in the
+        /// jitter buffer's order), and the latest timestamp (`UInt64.max` before the first).
+        let framesReceived = Atomic<Int>(0)
+        let lastTimestamp = Atomic<UInt64>(.max)
+
+        /// Counts a video RTP packet on its way into the depayloader; the first packet of each frame
+        /// also measures the frame's time in the jitter buffer.
+        func received(_ packet: Buffer, delays: JitterBufferDelayMeter) {
+            guard let (sequence, timestamp) = try? packet.withUnsafeBytes({ bytes -> (UInt16, UInt64)? in
+                guard bytes.count >= 8 else { return nil }
+                return (UInt16(bytes[2]) << 8 | UInt16(bytes[3]),
+                        UInt64(bytes[4]) << 24 | UInt64(bytes[5]) << 16 | UInt64(bytes[6]) << 8 | UInt64(bytes[7]))
+            }) ?? nil else { return }
+            if lastTimestamp.exchange(timestamp, ordering: .relaxed) != timestamp {
+                framesReceived.add(1, ordering: .relaxed)
+                delays.emitted(sequence: sequence)
+            }
+        }
+
+        /// Frames received that never came out of the decoder: dropped before or by decoding
+        /// (incomplete, or waiting for a keyframe after a loss). The decoder runs without frame
+        /// threads, so only the frame being assembled may be in flight; it is not counted.
+        var framesDropped: Int {
+            max(0, framesReceived.load(ordering: .relaxed) - video.load(ordering: .relaxed) - 1)
+        }
+    }
+    private let decodeProbes = Mutex<[PadProbe]>([])
+    private let kinds: [UInt8: MediaType]
+    private let ssrcs: [MediaType: UInt32]
+    /// NACKs, PLIs and FIRs this receiver sent.
+    private let feedbackSent: RTCPFeedbackCounter
+
+    /// What arrived for one payload type: packets, bytes, and gaps in the sequence numbers as the
+    /// packets arrived (loss before any repair; reordering would count as loss too).
+    final class ArrivalCounter: Sendable {
+        private struct State {
+            var packets = 0, bytes = 0
+            var first: UInt16?, highest: Int = 0  // extended sequence number of the highest seen
+            var missing = 0
+        }
+        private let state = Mutex(State())
+
+        func count(sequence: UInt16, bytes: Int) {
+            state.withLock { state in
+                state.packets += 1
+                state.bytes += bytes
+                guard state.first != nil else {
+                    state.first = sequence
+                    state.highest = Int(sequence)
+                    return
+                }
+                // Extend to the value nearest the highest so far (sequence numbers wrap at 65,536).
+                let cycle = state.highest & ~0xFFFF
+                var extended = cycle | Int(sequence)
+                if extended - state.highest > 32_768 { extended -= 65_536 } else if state.highest - extended > 32_768 { extended += 65_536 }
+                if extended > state.highest {
+                    state.missing += extended - state.highest - 1
+                    state.highest = extended
+                }
+            }
+        }
+
+        var hasPackets: Bool { state.withLock { $0.packets > 0 } }
+
+        var snapshot: (packets: Int, bytes: Int, expected: Int, missing: Int) {
+            state.withLock { state in
+                let expected = state.first.map { state.highest - Int($0) + 1 } ?? 0
+                return (state.packets, state.bytes, expected, state.missing)
+            }
+        }
+    }
+
+    final class JitterBuffers: Sendable {
+        let elements = Mutex<[Element]>([])
+        func withLock<T>(_ body: (inout [Element]) -> T) -> T { elements.withLock { body(&$0) } }
+    }
+    private let packetsReceived = Atomic<Int>(0)
+    private var busTask: Task<Void, Never>?
+    /// Told when the pipeline fails (given at init: a failure before the stream attaches is kept).
+    let ends = EndSignal()
+    private let stopHandlers = Mutex<[@Sendable () async -> Void]>([])
+
+    /// Runs `handler` when the stream stops (the SDK closes the flow on the platform).
+    package func onStop(_ handler: @escaping @Sendable () async -> Void) {
+        stopHandlers.withLock { $0.append(handler) }
+    }
+
+    /// The default playout delay for real-time streams on a LAN (see the README's measurements).
+    public static let defaultPlayoutDelay: Duration = .milliseconds(40)
+
+    /// Builds and starts the receive pipeline for `tracks`; returns it with the stream renderers use.
+    public static func start(tracks: [MediaTrackDescription], playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay,
+                             impairment: NetworkImpairment? = nil,
+                             sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
+        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: impairment, sendRTCP: sendRTCP)
+        var streamTracks: [MediaStreamTrack] = []
+        do {
+            for kind in [MediaType.video, .audio] where (kind == .video ? receiver.hasVideo : receiver.hasAudio) {
+                let gate = TrackGate(kind: kind)
+                gate.install(on: try receiver.pipeline.element(named: kind == .video ? "video-hook" : "audio-hook").staticPad("src"))
+                streamTracks.append(MediaStreamTrack(kind: kind, source: nil, gate: gate))
+            }
+            try await receiver.pipeline.play(timeout: nil)
+        } catch {
+            throw .gstreamer(error)
+        }
+        let stream = MediaStream(engine: receiver, tracks: streamTracks)
+        receiver.ends.attach { [weak stream] reason in stream?.finish(reason) }
+        receiver.watchBus()
+        return (receiver, stream)
+    }
+
+    /// Builds and starts a receive pipeline that records instead of decoding: depayloaded H.264
+    /// access units and Opus packets go to `recorder`. Stopping the stream finishes the recording.
+    public static func startRecording(tracks: [MediaTrackDescription], into recorder: MediaRecorder, playoutDelay: Duration = .milliseconds(200),
+                                      sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
+        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: nil, purpose: .record, sendRTCP: sendRTCP)
+        do {
+            for kind in [MediaType.video, .audio] where (kind == .video ? receiver.hasVideo : receiver.hasAudio) {
+                try recorder.attach(try receiver.pipeline.appSink(named: kind == .video ? "video-record" : "audio-record"), kind: kind)
+            }
+            try await receiver.pipeline.play(timeout: nil)
+        } catch {
+            throw .gstreamer(error)
+        }
+        receiver.onStop { await recorder.finish() }
+        let stream = MediaStream(engine: receiver, tracks: [])
+        receiver.ends.attach { [weak stream] reason in stream?.finish(reason) }
+        receiver.watchBus()
+        return (receiver, stream)
+    }
+
+    /// What a receive pipeline does with the media: decode it for renderers, or record it.
+    enum Purpose { case play, record }
+
+    private init(tracks: [MediaTrackDescription], playoutDelay delay: Duration, impairment: NetworkImpairment?, purpose: Purpose = .play,
+                 sendRTCP: @escaping @Sendable (Buffer) -> Void) throws(MediaError) {
+        let video = tracks.first { $0.kind == .video }
+        let audio = tracks.first { $0.kind == .audio }
+        guard video != nil || audio != nil else { throw .unsupportedFormat("a stream without tracks") }
+        if let video, video.codec.uppercased() != "H264" { throw .unsupportedFormat("video codec \(video.codec)") }
+        if let audio, audio.codec.uppercased() != "OPUS" { throw .unsupportedFormat("audio codec \(audio.codec)") }
+        let milliseconds = Int(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
+        let feedbackSent = RTCPFeedbackCounter()
+        self.feedbackSent = feedbackSent
+        do {
+            var parts = [try StockPipelines.template("subscribe").render(["latency": String(milliseconds)])]
+            let then = purpose == .play ? "decode" : "record"
+            if let video {
+                var values = ["pt": String(video.payloadType)]
+                if let impairment { values["impairment"] = impairment.description }
+                parts.append(try StockPipelines.template("subscribe-video").render(values))
+                parts.append(try StockPipelines.template("\(then)-video").render())
+            }
+            if let audio {
+                parts.append(try StockPipelines.template("subscribe-audio").render(["pt": String(audio.payloadType)]))
+                parts.append(try StockPipelines.template("\(then)-audio").render())
+            }
+            pipeline = try Pipeline(description: parts.joined(separator: "\n"), name: "subscriber")
+            pipeline.useSystemClock()
+            var inputs: [UInt8: AppSource] = [:]
+            var rtcpInputs: [AppSource] = []
+            if let video {
+                inputs[video.payloadType] = try pipeline.appSource(named: "video-rtp-in")
+                rtcpInputs.append(try pipeline.appSource(named: "video-rtcp-in"))
+                try pipeline.appSink(named: "video-rtcp-out").onSample { feedbackSent.sent($0.buffer); sendRTCP($0.buffer) }
+            }
+            if let audio {
+                inputs[audio.payloadType] = try pipeline.appSource(named: "audio-rtp-in")
+                rtcpInputs.append(try pipeline.appSource(named: "audio-rtcp-in"))
+                try pipeline.appSink(named: "audio-rtcp-out").onSample { feedbackSent.sent($0.buffer); sendRTCP($0.buffer) }
+            }
+            self.inputs = inputs
+            self.rtcpInputs = rtcpInputs
+            arrivals = inputs.mapValues { _ in ArrivalCounter() }
+            delayMeters = inputs.mapValues { _ in JitterBufferDelayMeter() }
+            var kinds: [UInt8: MediaType] = [:]
+            if let video { kinds[video.payloadType] = .video }
+            if let audio { kinds[audio.payloadType] = .audio }
+            self.kinds = kinds
+            var ssrcs: [MediaType: UInt32] = [:]
+            if let video { ssrcs[.video] = video.ssrc }
+            if let audio { ssrcs[.audio] = audio.ssrc }
+            self.ssrcs = ssrcs
+            let rtpbin = try pipeline.element(named: "rtpbin")
+            // Feedback must not wait: with the defaults (a regular RTCP interval of at least 5 s, 5 % of
+            // an unknown bandwidth) AVPF allows one early packet per interval, and NACKs queued
+            // behind it expire (GStreamer: "Removing N expired NACKS"), so about half the losses were
+            // never asked for again. A regular interval of 100 ms lets early feedback out at once
+            // (20 ms did as well, but its RTCP chatter starved loopback tests on a busy machine).
+            for session in pipeline.elements where session.factoryName == "rtpsession" {
+                try session.set("rtcp-min-interval", UInt64(100_000_000))
+                try session.set("rtcp-fraction", 0.1)
+            }
+            let jitterBuffers = self.jitterBuffers
+            playoutDelay = PlayoutDelay(default: delay) { delay in
+                let ms = UInt32(clamping: delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
+                try? rtpbin.set("latency", ms)
+                for element in jitterBuffers.withLock({ $0 }) { Self.applyRetransmissionTiming(to: element, latency: delay) }
+            }
+        } catch {
+            throw .gstreamer(error)
+        }
+        hasVideo = video != nil
+        hasAudio = audio != nil
+        if purpose == .play {
+            var probes: [PadProbe] = []
+            if video != nil, let pad = try? pipeline.element(named: "video-hook").staticPad("src") {
+                let counters = decoded
+                probes.append(pad.addBufferProbe { _ in counters.video.add(1, ordering: .relaxed); return .pass })
+            }
+            if video != nil, let pad = try? pipeline.element(named: "video-depay").staticPad("src") {
+                let counters = decoded
+                probes.append(pad.addBufferProbe { buffer in
+                    if buffer.isKeyframe { counters.keyframes.add(1, ordering: .relaxed) }
+                    return .pass
+                })
+            }
+            if let video, let pad = try? pipeline.element(named: "video-depay").staticPad("sink"), let delays = delayMeters[video.payloadType] {
+                let counters = decoded
+                probes.append(pad.addBufferProbe { buffer in
+                    counters.received(buffer, delays: delays)
+                    return .pass
+                })
+            }
+            if let audio, let pad = try? pipeline.element(named: "audio-depay").staticPad("sink"), let delays = delayMeters[audio.payloadType] {
+                probes.append(pad.addBufferProbe { buffer in
+                    if let sequence = try? buffer.withUnsafeBytes({ $0.count >= 4 ? UInt16($0[2]) << 8 | UInt16($0[3]) : nil }) {
+                        delays.emitted(sequence: sequence)
+                    }
+                    return .pass
+                })
+            }
+            if audio != nil, let pad = try? pipeline.element(named: "audio-hook").staticPad("src") {
+                let counters = decoded
+                probes.append(pad.addBufferProbe { _ in counters.audio.add(1, ordering: .relaxed); return .pass })
+            }
+            decodeProbes.withLock { $0 = probes }
+        }
+    }
+
+    /// Cumulative counts for data quality: decoded video frames and audio buffers, sequence numbers
+    /// expected and missing on arrival (all tracks).
+    func qualityCounters() -> (video: Int, audio: Int, expected: Int, missing: Int, hasVideo: Bool) {
+        let arrived = arrivals.values.map(\.snapshot)
+        return (decoded.video.load(ordering: .relaxed), decoded.audio.load(ordering: .relaxed),
+                arrived.map(\.expected).reduce(0, +), arrived.map(\.missing).reduce(0, +), hasVideo)
+    }
+
+    func tee(for kind: MediaType) -> Element? {
+        guard kind == .video ? hasVideo : hasAudio else { return nil }
+        return try? pipeline.element(named: kind == .video ? "video-tee" : "audio-tee")
+    }
+
+    /// An RTP packet from the network, routed by its payload type; unknown types are dropped.
+    @discardableResult
+    public func receiveRTP(_ packet: Buffer, payloadType: UInt8) -> Bool {
+        guard let input = inputs[payloadType] else { return false }
+        if let counter = arrivals[payloadType], let sequence = try? packet.withUnsafeBytes({ $0.count >= 4 ? UInt16($0[2]) << 8 | UInt16($0[3]) : nil }) {
+            counter.count(sequence: sequence, bytes: packet.size)
+            delayMeters[payloadType]?.arrived(sequence: sequence)
+        }
+        let pushed = input.pushNow(Self.arrived(packet))
+        // Until the jitter buffer of every stream that has sent packets exists and is set up, look for
+        // new ones now and then (a declared track that never sends costs nothing).
+        let count = packetsReceived.add(1, ordering: .relaxed).newValue
+        if count % 16 == 0, jitterBuffers.withLock({ $0.count }) < arrivals.values.filter({ $0.hasPackets }).count {
+            configureJitterBuffers()
+        }
+        return pushed
+    }
+
+    /// When NACKs go out: as soon as a gap is seen, then every `max(5 ms, latency / 8)` for as
+    /// long as the packet could still be played (the latency), with no limit on their number. At
+    /// 10 % loss each way one NACK and its answer get through 81 % of the time; four tries would
+    /// leave 1 loss in 700 unrepaired (and the picture frozen until a keyframe), eight leave one
+    /// in half a million. (GStreamer's automatic timing waits
+    /// for an RTT it learns only from RTX-flagged answers; the relay answers with the packet
+    /// itself, so that estimate never comes.)
+    static func retransmissionTiming(latency: Duration) -> (retryTimeout: Int32, retryPeriod: Int32) {
+        let milliseconds = Int32(clamping: Int64(latency / .milliseconds(1)))
+        return (max(5, milliseconds / 8), max(milliseconds, 10))
+    }
+
+    static func applyRetransmissionTiming(to element: Element, latency: Duration) {
+        let timing = retransmissionTiming(latency: latency)
+        try? element.set("rtx-retry-timeout", timing.retryTimeout)
+        try? element.set("rtx-min-retry-timeout", timing.retryTimeout)
+        try? element.set("rtx-retry-period", timing.retryPeriod)
+        try? element.set("rtx-max-retries", Int32(-1))
+    }
+
+    private func configureJitterBuffers() {
+        let found = pipeline.elements.filter { $0.factoryName == "rtpjitterbuffer" }
+        let latency = playoutDelay?.current ?? Self.defaultPlayoutDelay
+        jitterBuffers.withLock { known in
+            for element in found where !known.contains(where: { $0.name == element.name }) {
+                Self.applyRetransmissionTiming(to: element, latency: latency)
+                known.append(element)
+            }
+        }
+    }
+
+    /// Per received track: what arrived, what was missing on arrival, and what the jitter buffer
+    /// could not repair in time.
+    public func networkStatistics() -> [ReceivedTrackStatistics] {
+        var buffers: [MediaType: Structure] = [:]
+        for element in jitterBuffers.withLock({ $0 }) {
+            guard case .structure(let stats)? = try? element.property("stats"),
+                  let caps = (try? element.staticPad("sink"))?.currentCaps?.structures.first,
+                  case .string(let media?)? = caps["media"], let kind = MediaType(rawValue: media) else { continue }
+            buffers[kind] = stats
+        }
+        func number(_ value: PropertyValue?) -> Int {
+            switch value {
+            case .uint(let u)?: return Int(clamping: u)
+            case .int(let i)?: return Int(clamping: i)
+            default: return 0
+            }
+        }
+        return arrivals.keys.sorted().compactMap { payloadType in
+            guard let counter = arrivals[payloadType], let kind = kinds[payloadType] else { return nil }
+            let arrived = counter.snapshot
+            let stats = buffers[kind]
+            return ReceivedTrackStatistics(
+                kind: kind, packetsReceived: arrived.packets, bytesReceived: arrived.bytes, packetsExpected: arrived.expected,
+                packetsMissingOnArrival: arrived.missing, packetsLost: number(stats?["num-lost"]), packetsLate: number(stats?["num-late"]),
+                nacksSent: number(stats?["rtx-count"]), jitter: .nanoseconds(number(stats?["avg-jitter"])))
+        }
+    }
+
+    /// `inbound-rtp` entries for each received track (see ``RTCStatsReport``).
+    public func rtcStats() -> [RTCStats] {
+        let delay = playoutDelay.map { Double($0.current / .microseconds(1)) / 1_000_000 }
+        return networkStatistics().map { track in
+            let ssrc = ssrcs[track.kind] ?? 0
+            var entry = RTCStats(type: "inbound-rtp", id: "inbound-\(track.kind.rawValue)-\(ssrc)", kind: track.kind.rawValue, ssrc: ssrc)
+            entry.packetsReceived = track.packetsReceived
+            entry.bytesReceived = track.bytesReceived
+            entry.packetsLost = track.packetsLost
+            entry.jitter = Double(track.jitter / .microseconds(1)) / 1_000_000
+            entry.jitterBufferTargetDelay = delay
+            let sent = feedbackSent.counts(ssrc)
+            entry.nackCount = sent.nacks
+            entry.pliCount = sent.plis
+            entry.firCount = sent.firs
+            if let meter = payloadTypes[track.kind].flatMap({ delayMeters[$0] }) {
+                let (total, count) = meter.totals
+                entry.jitterBufferDelay = total
+                entry.jitterBufferEmittedCount = count
+            }
+            if track.kind == .video {
+                entry.framesDecoded = decoded.video.load(ordering: .relaxed)
+                entry.keyFramesDecoded = decoded.keyframes.load(ordering: .relaxed)
+                entry.framesReceived = decoded.framesReceived.load(ordering: .relaxed)
+                entry.framesDropped = decoded.framesDropped
+            }
+            return entry
+        }
+    }
+
+    /// An RTCP packet from the network (sender reports of the publisher).
+    public func receiveRTCP(_ packet: Buffer) {
+        for input in rtcpInputs { input.pushNow(Self.arrived(packet)) }
+    }
+
+    /// The packet without timestamps, so the source stamps it with its arrival time (the jitter
+    /// buffer works from arrival times; a sender's timestamps mean nothing here).
+    static func arrived(_ packet: Buffer) -> Buffer {
+        guard packet.presentationTimestamp != nil || packet.decodingTimestamp != nil else { return packet }
+        let copy = packet.shallowCopy()
+        copy.presentationTimestamp = nil
+        copy.decodingTimestamp = nil
+        copy.duration = nil
+        return copy
+    }
+
+    private func watchBus() {
+        let bus = pipeline.bus
+        busTask = Task { [weak self] in
+            for await message in bus {
+                if case .error(let error) = message.kind {
+                    self?.ends.fire(.failed(error.description))
+                    return
+                }
+            }
+        }
+    }
+
+    func stop() async {
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
+        busTask?.cancel()
+        await pipeline.stop()
+        let handlers = stopHandlers.withLock { handlers in defer { handlers = [] }; return handlers }
+        for handler in handlers { await handler() }
+    }
+}

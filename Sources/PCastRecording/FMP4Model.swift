@@ -1,0 +1,165 @@
+// Fragmented MP4 (ISO/IEC 14496-12, ISO/IEC 14496-15 for H.264, "Encapsulation of Opus in
+// ISO Base Media File Format" for Opus), pure: no I/O, no clocks. The model: tracks, samples,
+// runs, fragments, errors. Writers in FMP4Writer.swift, the crash-recovery scanner in
+// FMP4Scanner.swift (box readers in FMP4Readers.swift), the fragmenter in FMP4Fragmenter.swift,
+// time in FMP4Time.swift, H.264 Annex-B helpers in H264AnnexB.swift; the file layer in
+// RecordingFile.swift.
+
+// MARK: - Public model
+
+/// One track of a recording.
+///
+/// ```swift
+/// let video = FMP4Track(id: 1, timescale: 90_000,
+///                       codec: .h264(width: 320, height: 240, sps: sps, pps: pps))
+/// let audio = FMP4Track(id: 2, timescale: 48_000,
+///                       codec: .opus(channels: 2, sampleRate: 48_000, preSkip: 312))
+/// ```
+public struct FMP4Track: Sendable, Equatable {
+    /// The codec and its configuration.
+    public enum Codec: Sendable, Equatable {
+        /// H.264, written as an `avc3` sample entry (parameter sets may also be in-band).
+        /// `sps` and `pps` are single NAL units without start code or length prefix.
+        case h264(width: Int, height: Int, sps: [UInt8], pps: [UInt8])
+        /// Opus, written as an `Opus` sample entry with `dOps`. `sampleRate` is the
+        /// informational input rate; Opus in MP4 always runs at 48 kHz. 1 or 2 channels.
+        case opus(channels: Int, sampleRate: Int, preSkip: UInt16)
+    }
+
+    /// Whether a track is video or audio.
+    public enum Kind: Sendable, Equatable { case video, audio }
+
+    /// The track ID (non-zero, unique in a recording).
+    public var id: UInt32
+    /// Ticks per second of the track's media time (90 000 for video, 48 000 for Opus).
+    public var timescale: UInt32
+    /// The codec configuration.
+    public var codec: Codec
+
+    public init(id: UInt32, timescale: UInt32, codec: Codec) {
+        self.id = id
+        self.timescale = timescale
+        self.codec = codec
+    }
+
+    /// `.video` for H.264, `.audio` for Opus.
+    public var kind: Kind {
+        switch codec {
+        case .h264: return .video
+        case .opus: return .audio
+        }
+    }
+
+    /// The codec family without its parameters, as the scanner can report it.
+    public var codecKind: FMP4CodecKind {
+        switch codec {
+        case .h264: return .h264
+        case .opus: return .opus
+        }
+    }
+}
+
+/// A codec family, as found in a sample entry.
+///
+/// ```swift
+/// if scannedTrack.codecKind == track.codecKind { /* same codec family */ }
+/// ```
+public enum FMP4CodecKind: Sendable, Equatable {
+    case h264
+    case opus
+    /// Any other sample entry, with its four-character code.
+    case other(String)
+}
+
+/// One sample (access unit) of one track.
+///
+/// ```swift
+/// let s = FMP4Sample(decodeTime: 3600, compositionOffset: 0, duration: 3600,
+///                    isSync: true, data: H264.lengthPrefixed(annexB: au))
+/// ```
+public struct FMP4Sample: Sendable, Equatable {
+    /// Absolute decode time, in the track's timescale.
+    public var decodeTime: UInt64
+    /// Presentation time minus decode time, in the track's timescale.
+    public var compositionOffset: Int32
+    /// Duration in the track's timescale; the next sample must start at `decodeTime + duration`.
+    public var duration: UInt32
+    /// Whether the sample is a random access point (an IDR frame; every Opus packet).
+    public var isSync: Bool
+    /// The payload. For H.264: NAL units, each with a 4-byte big-endian length prefix.
+    public var data: [UInt8]
+
+    public init(decodeTime: UInt64, compositionOffset: Int32 = 0, duration: UInt32,
+                isSync: Bool, data: [UInt8]) {
+        self.decodeTime = decodeTime
+        self.compositionOffset = compositionOffset
+        self.duration = duration
+        self.isSync = isSync
+        self.data = data
+    }
+}
+
+/// The samples of one track inside one fragment.
+///
+/// ```swift
+/// let run = FMP4TrackRun(trackID: 1, samples: [sample])
+/// ```
+public struct FMP4TrackRun: Sendable, Equatable {
+    public var trackID: UInt32
+    public var samples: [FMP4Sample]
+
+    public init(trackID: UInt32, samples: [FMP4Sample]) {
+        self.trackID = trackID
+        self.samples = samples
+    }
+
+    /// Decode time just after the last sample, or nil when the run is empty.
+    public var endDecodeTime: UInt64? {
+        guard let last = samples.last else { return nil }
+        return last.decodeTime &+ UInt64(last.duration)
+    }
+}
+
+/// A fragment's content: one run per track that has samples, as `FMP4Fragmenter` emits it.
+///
+/// ```swift
+/// if let fragment = fragmenter.push(au) {
+///     let bytes = try FMP4.fragment(sequence: 1, runs: fragment.runs)
+/// }
+/// ```
+public struct FMP4Fragment: Sendable, Equatable {
+    public var runs: [FMP4TrackRun]
+
+    public init(runs: [FMP4TrackRun]) { self.runs = runs }
+
+    /// Total number of samples over all tracks.
+    public var sampleCount: Int { runs.reduce(0) { $0 + $1.samples.count } }
+}
+
+/// Errors of the pure layer: invalid writer input, or a file the scanner cannot accept.
+///
+/// ```swift
+/// do { _ = try FMP4.scan(bytes) } catch .notISOBMFF { /* not an MP4 at all */ } catch { }
+/// ```
+public enum FMP4Error: Error, Sendable, Equatable {
+    /// A track description cannot be written (e.g. SPS shorter than 4 bytes).
+    case invalidTrack(id: UInt32, reason: String)
+    /// Samples cannot be written as given (e.g. decode times not contiguous).
+    case invalidSample(trackID: UInt32, reason: String)
+    /// The file does not start with an `ftyp` box.
+    case notISOBMFF(found: String)
+    /// The movie has no `mvex`: an ordinary (non-fragmented) MP4.
+    case notFragmented
+    /// A box header declares a size smaller than its header or beyond its container.
+    case invalidBoxSize(offset: UInt64, size: UInt64)
+    /// A `moov` or `moof` is larger than the scanner is willing to read into memory.
+    case boxTooLarge(type: String, offset: UInt64, size: UInt64)
+    /// A field runs past the end of its box.
+    case truncated(offset: UInt64)
+    /// Boxes nested deeper than the scanner accepts.
+    case nestingTooDeep(offset: UInt64)
+    /// The structure is inconsistent (e.g. a `moof` before the `moov`, an unknown track).
+    case malformed(offset: UInt64, reason: String)
+    /// The read closure returned fewer bytes than the file length promised.
+    case readFailed(offset: UInt64, count: Int)
+}
