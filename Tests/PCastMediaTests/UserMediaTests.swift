@@ -46,6 +46,9 @@ struct UserMediaTests {
         let track = try #require(media.mediaStream.getVideoTracks().first)
         #expect(track.state == .live && track.isEnabled && track.source?.deviceType == .synthetic)
         #expect(media.mediaStream.getAudioTracks().isEmpty)
+        // The Swift-native names give what the seed's spellings give.
+        #expect(media.mediaStream.videoTracks.map(\.id) == [track.id] && media.mediaStream.tracks.map(\.id) == [track.id])
+        #expect(media.mediaStream.audioTracks.isEmpty)
         await renderer.stop()
         await media.stop()
         #expect(track.state == .ended)

@@ -80,4 +80,28 @@ import Testing
         let manifest = try String(contentsOf: Self.sources.deletingLastPathComponent().appendingPathComponent("Package.swift"), encoding: .utf8)
         #expect(!manifest.contains("unsafeFlags"), "Package.swift uses unsafe flags, which no versioned dependency accepts")
     }
+
+    /// Engine plumbing that `import PCast` (which re-exports `PCastMedia`) must not put in a user's
+    /// namespace: `package` access, reachable by the platform's own targets only.
+    static let enginePlumbing = ["RTPReceiver", "RTPPublisher", "IngestPublisher", "RTPSource", "OutgoingPacket", "BitrateController"]
+
+    @Test("import PCast is the SDK: the media engine's RTP publisher, receiver, ingest publisher and rate controller are not public")
+    func enginePlumbingIsNotPublic() throws {
+        let declaration = try Regex(#"(public|open)\s+(final\s+)?(class|struct|enum|protocol|actor|typealias)\s+(\w+)"#)
+        var declared: Set<String> = []
+        for target in ["PCastMedia", "PCast"] {
+            let root = Self.sources.appendingPathComponent(target)
+            for file in try FileManager.default.subpathsOfDirectory(atPath: root.path) where file.hasSuffix(".swift") {
+                let text = try String(contentsOf: root.appendingPathComponent(file), encoding: .utf8)
+                for match in text.matches(of: declaration) {
+                    guard let name = match.output[4].substring.map(String.init) else { continue }
+                    declared.insert(name)
+                    if Self.enginePlumbing.contains(name) { Issue.record("\(target)/\(file) declares \(name) public") }
+                }
+            }
+        }
+        // The scan sees the public API (else it would pass vacuously).
+        #expect(declared.isSuperset(of: ["PCast", "Publisher", "MediaStream", "UserMedia", "Renderer"]), "\(declared.count) public types found")
+    }
 }
+

@@ -63,8 +63,10 @@ public struct MediaRelayAddress: Sendable, Hashable {
 public struct PCastOptions: Sendable, Hashable {
     /// The platform's signaling endpoint, `ws://host:port/ws`.
     public var uri: String
+    /// The default playout delay for real-time streams on a LAN (see the README's measurements).
+    public static let defaultPlayoutDelay: Duration = RTPReceiver.defaultPlayoutDelay
     /// Playout delay of subscribed streams (their jitter buffer).
-    public var playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay
+    public var playoutDelay: Duration = PCastOptions.defaultPlayoutDelay
     /// Reconnect (and resume the session) when the connection drops. Streams keep flowing while
     /// the SDK reconnects: the platform keeps a dropped session's streams for its resume window.
     public var reconnects = true
@@ -74,7 +76,7 @@ public struct PCastOptions: Sendable, Hashable {
     /// proxy (the tests' ``UDPImpairmentProxy``). Nil: the signaling host and the relay's port.
     public var mediaRelay: MediaRelayAddress?
 
-    public init(uri: String, playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay, reconnects: Bool = true,
+    public init(uri: String, playoutDelay: Duration = PCastOptions.defaultPlayoutDelay, reconnects: Bool = true,
                 receiveImpairment: NetworkImpairment? = nil) {
         self.uri = uri
         self.playoutDelay = playoutDelay

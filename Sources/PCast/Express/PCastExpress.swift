@@ -491,9 +491,16 @@ public final class ExpressSubscriber: Sendable {
     public var mediaStream: MediaStream? { state.withLock { $0.stream } }
     /// The renderer the options asked for (or ``createRenderer(_:)`` made).
     public var renderer: Renderer? { state.withLock { $0.renderer } }
-    public func getTracks() -> [MediaStreamTrack] { mediaStream?.getTracks() ?? [] }
-    public func getAudioTracks() -> [MediaStreamTrack] { mediaStream?.getAudioTracks() ?? [] }
-    public func getVideoTracks() -> [MediaStreamTrack] { mediaStream?.getVideoTracks() ?? [] }
+    /// The current remote stream's tracks (none before it is subscribed).
+    public var tracks: [MediaStreamTrack] { mediaStream?.tracks ?? [] }
+    public var audioTracks: [MediaStreamTrack] { mediaStream?.audioTracks ?? [] }
+    public var videoTracks: [MediaStreamTrack] { mediaStream?.videoTracks ?? [] }
+    /// The seed's spelling of ``tracks``.
+    public func getTracks() -> [MediaStreamTrack] { tracks }
+    /// The seed's spelling of ``audioTracks``.
+    public func getAudioTracks() -> [MediaStreamTrack] { audioTracks }
+    /// The seed's spelling of ``videoTracks``.
+    public func getVideoTracks() -> [MediaStreamTrack] { videoTracks }
 
     func connect() async throws(PCastError) {
         let pcast = try await express.pcast()

@@ -97,7 +97,7 @@ public final class Publisher: Sendable {
     }
 
     /// The ingest producing this stream, when it publishes a remote source (``PCast/publish(streamToken:ingest:options:tags:publishType:streamName:)``).
-    public var ingest: IngestPublisher? { rtp as? IngestPublisher }
+    package var ingest: IngestPublisher? { rtp as? IngestPublisher }
 
     /// The tracks announced to the platform.
     public var tracks: [MediaTrackDescription] { rtp.tracks }

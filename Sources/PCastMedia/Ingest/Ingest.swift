@@ -89,10 +89,10 @@ public enum IngestEnd: Sendable, Hashable, CustomStringConvertible {
 /// ingest.tracks                       // announce them in the publish request
 /// let why = await ingest.ended()      // .endOfStream at the end of the file
 /// ```
-public final class IngestPublisher: RTPSource, @unchecked Sendable {
-    public let tracks: [MediaTrackDescription]
-    public let options: IngestOptions
-    public let source: IngestSource
+package final class IngestPublisher: RTPSource, @unchecked Sendable {
+    package let tracks: [MediaTrackDescription]
+    package let options: IngestOptions
+    package let source: IngestSource
     let pipeline: Pipeline
     private let rtcpInputs: [AppSource]
     private let flvInput: AppSource?
@@ -142,7 +142,7 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
     /// answered enough to preroll or, for live sources, once it started).
     ///
     /// - Throws: ``MediaError`` when a plugin is missing or the source cannot be opened.
-    public static func start(_ source: IngestSource, options: IngestOptions = IngestOptions(),
+    package static func start(_ source: IngestSource, options: IngestOptions = IngestOptions(),
                              send: @escaping @Sendable (OutgoingPacket) -> Void) async throws(MediaError) -> IngestPublisher {
         let prefix = "ingest-\(UUID().uuidString.prefix(6).lowercased())"
         let sourceDescription: String
@@ -289,7 +289,7 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
     /// Call once the stream is announced: a passed-through file waits up to
     /// ``IngestOptions/firstViewerWait`` for its first viewer's keyframe request, so that viewer
     /// starts at the file's first keyframe.
-    public func begin() async throws(MediaError) {
+    package func begin() async throws(MediaError) {
         guard isPaused.withLock({ state in defer { state = false }; return state }) else { return }
         if options.passthrough { await waitForFirstViewer() }
         do {
@@ -336,24 +336,24 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
     }
 
     /// Position and duration of the source (duration for files only).
-    public var progress: (position: Duration?, duration: Duration?) {
+    package var progress: (position: Duration?, duration: Duration?) {
         (pipeline.position, pipeline.mediaDuration)
     }
 
     /// Pushed FLV bytes (``IngestSource/pushedFLV``). False when the ingest is not taking them.
     @discardableResult
-    public func pushFLV(_ bytes: [UInt8]) -> Bool {
+    package func pushFLV(_ bytes: [UInt8]) -> Bool {
         guard let input = flvInput, !hasEnded else { return false }
         return input.pushNow(Buffer(bytes: bytes))
     }
 
     /// The pushed source ended (the publisher stopped): the ingest ends as `endOfStream` once the
     /// queued media played out.
-    public func endPushedStream() {
+    package func endPushedStream() {
         try? flvInput?.endOfStream()
     }
 
-    public func receiveRTCP(_ packet: Buffer) {
+    package func receiveRTCP(_ packet: Buffer) {
         if !keyframeRequested.withLock({ $0.seen }), Self.asksForKeyframe(packet) {
             keyframeRequested.withLock { state in
                 state.seen = true
@@ -396,10 +396,10 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
         return false
     }
 
-    public var hasEnded: Bool { state.withLock { $0.end != nil } }
+    package var hasEnded: Bool { state.withLock { $0.end != nil } }
 
     /// Waits until the ingest ends; returns why.
-    public func ended() async -> IngestEnd {
+    package func ended() async -> IngestEnd {
         await withCheckedContinuation { continuation in
             let end: IngestEnd? = state.withLock { state in
                 if let end = state.end { return end }
@@ -410,7 +410,7 @@ public final class IngestPublisher: RTPSource, @unchecked Sendable {
         }
     }
 
-    public func stop() async {
+    package func stop() async {
         await end(.stopped)
     }
 

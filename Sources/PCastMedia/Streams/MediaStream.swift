@@ -181,9 +181,16 @@ public final class MediaStream: Sendable, Identifiable {
     private let videoSuspended = Mutex(false)
     package func setVideoSuspended(_ suspended: Bool) { videoSuspended.withLock { $0 = suspended } }
 
-    public func getTracks() -> [MediaStreamTrack] { trackList }
-    public func getVideoTracks() -> [MediaStreamTrack] { trackList.filter { $0.kind == .video } }
-    public func getAudioTracks() -> [MediaStreamTrack] { trackList.filter { $0.kind == .audio } }
+    /// The stream's tracks, video first.
+    public var tracks: [MediaStreamTrack] { trackList }
+    public var videoTracks: [MediaStreamTrack] { trackList.filter { $0.kind == .video } }
+    public var audioTracks: [MediaStreamTrack] { trackList.filter { $0.kind == .audio } }
+    /// The seed's spelling of ``tracks``.
+    public func getTracks() -> [MediaStreamTrack] { tracks }
+    /// The seed's spelling of ``videoTracks``.
+    public func getVideoTracks() -> [MediaStreamTrack] { videoTracks }
+    /// The seed's spelling of ``audioTracks``.
+    public func getAudioTracks() -> [MediaStreamTrack] { audioTracks }
 
     /// Network statistics per received track; empty for a local stream.
     public func networkStatistics() -> [ReceivedTrackStatistics] {

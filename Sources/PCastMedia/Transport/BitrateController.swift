@@ -13,33 +13,33 @@
 /// var controller = BitrateController(maximum: 2_500_000)
 /// let target = controller.report(fractionLost: 0.25)   // 2_187_500
 /// ```
-public struct BitrateController: Sendable, Hashable {
-    public let minimum: Int
-    public let maximum: Int
+package struct BitrateController: Sendable, Hashable {
+    package let minimum: Int
+    package let maximum: Int
     /// The loss- and round-trip-based target, before the remote estimate caps it.
     private var ownTarget: Int
     /// The latest REMB (bits per second), and the receiver reports seen since it came.
-    public private(set) var remoteEstimate: Int?
+    package private(set) var remoteEstimate: Int?
     private var reportsSinceEstimate = 0
-    public static let remoteEstimateLifetime = 5
+    package static let remoteEstimateLifetime = 5
     /// Queueing this far above the path's base round trip means a queue is building.
-    public static let queueingThreshold: Duration = .milliseconds(100)
+    package static let queueingThreshold: Duration = .milliseconds(100)
     /// Round trips of the recent reports; their minimum is the path's base delay.
     private var roundTrips: [Duration] = []
     private var overuseReports = 0
 
-    public init(maximum: Int, minimum: Int = 100_000) {
+    package init(maximum: Int, minimum: Int = 100_000) {
         self.maximum = max(maximum, minimum)
         self.minimum = minimum
         ownTarget = self.maximum
     }
 
     /// What the video should be encoded at now (bits per second).
-    public var target: Int { min(max(min(ownTarget, remoteEstimate ?? .max), minimum), maximum) }
+    package var target: Int { min(max(min(ownTarget, remoteEstimate ?? .max), minimum), maximum) }
 
     /// A receiver's estimate of the path (REMB); returns the new target.
     @discardableResult
-    public mutating func applyRemoteEstimate(_ bitsPerSecond: Int) -> Int {
+    package mutating func applyRemoteEstimate(_ bitsPerSecond: Int) -> Int {
         remoteEstimate = max(0, bitsPerSecond)
         reportsSinceEstimate = 0
         return target
@@ -48,7 +48,7 @@ public struct BitrateController: Sendable, Hashable {
     /// Takes one report's fraction lost (0…1) and, when known, the round trip it gives; returns
     /// the new target.
     @discardableResult
-    public mutating func report(fractionLost loss: Double, roundTripTime: Duration? = nil) -> Int {
+    package mutating func report(fractionLost loss: Double, roundTripTime: Duration? = nil) -> Int {
         reportsSinceEstimate += 1
         if reportsSinceEstimate > Self.remoteEstimateLifetime { remoteEstimate = nil }
         var target = ownTarget
@@ -72,5 +72,5 @@ public struct BitrateController: Sendable, Hashable {
     }
 
     /// Whether the target is held below the maximum (the upload is the limit).
-    public var isLimited: Bool { target < maximum * 9 / 10 }
+    package var isLimited: Bool { target < maximum * 9 / 10 }
 }

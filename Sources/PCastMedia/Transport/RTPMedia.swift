@@ -40,11 +40,11 @@ public struct NetworkImpairment: Sendable, Hashable, Codable {
 }
 
 /// A packet leaving a media pipeline for the network (RTP or RTCP, unprotected).
-public struct OutgoingPacket: Sendable {
-    public enum Kind: Sendable { case rtp, rtcp }
-    public let kind: Kind
-    public let buffer: Buffer
-    public init(kind: Kind, buffer: Buffer) {
+package struct OutgoingPacket: Sendable {
+    package enum Kind: Sendable { case rtp, rtcp }
+    package let kind: Kind
+    package let buffer: Buffer
+    package init(kind: Kind, buffer: Buffer) {
         self.kind = kind
         self.buffer = buffer
     }
@@ -52,7 +52,7 @@ public struct OutgoingPacket: Sendable {
 
 /// Something that produces a published stream's RTP: encoded local media (``RTPPublisher``) or an
 /// ingest (``IngestPublisher``). The SDK announces its tracks and carries its packets.
-public protocol RTPSource: AnyObject, Sendable {
+package protocol RTPSource: AnyObject, Sendable {
     /// What to announce in the publish request.
     var tracks: [MediaTrackDescription] { get }
     /// RTCP from the network (PLI, FIR, receiver reports).
@@ -65,7 +65,7 @@ public protocol RTPSource: AnyObject, Sendable {
 }
 
 extension RTPSource {
-    public func limitVideoBitrate(_ bitsPerSecond: Int?) {}
+    package func limitVideoBitrate(_ bitsPerSecond: Int?) {}
 }
 
 /// Network statistics of one received track.
@@ -101,8 +101,8 @@ public struct ReceivedTrackStatistics: Sendable, Hashable {
 /// let rtp = try await RTPPublisher.start(stream: media.mediaStream) { packet in transport.send(packet) }
 /// rtp.tracks   // what to announce in the publish request
 /// ```
-public final class RTPPublisher: RTPSource, Sendable {
-    public let tracks: [MediaTrackDescription]
+package final class RTPPublisher: RTPSource, Sendable {
+    package let tracks: [MediaTrackDescription]
     private let consumers: [MediaConsumer]
     private let rtcpInputs: [AppSource]
     private let stopped = Atomic<Bool>(false)
@@ -160,13 +160,13 @@ public final class RTPPublisher: RTPSource, Sendable {
 
     /// The estimate of what the network carries, bits per second: loss- and round-trip-based,
     /// capped by the relay's delay-based estimate (REMB) while it sends one.
-    public var estimatedBitrate: Int { rate.withLock { $0.controller.target } }
+    package var estimatedBitrate: Int { rate.withLock { $0.controller.target } }
     /// The relay's latest delay-based estimate of this uplink (REMB), while it holds.
-    public var remoteEstimate: Int? { rate.withLock { $0.controller.remoteEstimate } }
+    package var remoteEstimate: Int? { rate.withLock { $0.controller.remoteEstimate } }
     /// Whether the estimate holds the video below its configured bitrate (upload limited).
-    public var isUploadLimited: Bool { rate.withLock { $0.controller.isLimited } }
+    package var isUploadLimited: Bool { rate.withLock { $0.controller.isLimited } }
     /// Whether the viewers' bandwidth requests hold the video below what it would otherwise send.
-    public var isNetworkLimited: Bool {
+    package var isNetworkLimited: Bool {
         rate.withLock { rate in
             guard let viewers = rate.viewers else { return false }
             return viewers < min(rate.limit ?? .max, rate.controller.target, videoBitrate * 1000)
@@ -174,18 +174,18 @@ public final class RTPPublisher: RTPSource, Sendable {
     }
 
     /// RTP bytes sent so far for `kind` (headers included).
-    public func bytesSent(_ kind: MediaType) -> Int {
+    package func bytesSent(_ kind: MediaType) -> Int {
         kind == .video ? counters.videoBytes.load(ordering: .relaxed) : counters.audioBytes.load(ordering: .relaxed)
     }
 
     /// RTP packets sent so far for `kind`.
-    public func packetsSent(_ kind: MediaType) -> Int {
+    package func packetsSent(_ kind: MediaType) -> Int {
         kind == .video ? counters.videoPackets.load(ordering: .relaxed) : counters.audioPackets.load(ordering: .relaxed)
     }
 
     /// Sets x264enc's bitrate while it runs (x264 reconfigures at the next frame): the configured
     /// bitrate, or the limit when lower. At least 16 kbit/s.
-    public func limitVideoBitrate(_ bitsPerSecond: Int?) {
+    package func limitVideoBitrate(_ bitsPerSecond: Int?) {
         rate.withLock { rate in
             rate.limit = bitsPerSecond
             applyRate(rate)
@@ -194,7 +194,7 @@ public final class RTPPublisher: RTPSource, Sendable {
 
     /// Caps the video bitrate at what the stream's viewers ask for (nil: no viewer asks), on top
     /// of the publisher's own limit and the estimate.
-    public func limitVideoBitrateForViewers(_ bitsPerSecond: Int?) {
+    package func limitVideoBitrateForViewers(_ bitsPerSecond: Int?) {
         rate.withLock { rate in
             rate.viewers = bitsPerSecond
             applyRate(rate)
@@ -230,7 +230,7 @@ public final class RTPPublisher: RTPSource, Sendable {
 
     static func randomSSRC() -> UInt32 { UInt32.random(in: 1...UInt32.max) }
 
-    public static func start(stream: MediaStream, settings: EncodingSettings = EncodingSettings(),
+    package static func start(stream: MediaStream, settings: EncodingSettings = EncodingSettings(),
                              send: @escaping @Sendable (OutgoingPacket) -> Void) async throws(MediaError) -> RTPPublisher {
         var tracks: [MediaTrackDescription] = []
         var consumers: [MediaConsumer] = []
@@ -296,7 +296,7 @@ public final class RTPPublisher: RTPSource, Sendable {
 
     /// RTCP from the network (the relay's PLI, FIR, receiver reports: their loss drives the
     /// bitrate, see ``BitrateController``).
-    public func receiveRTCP(_ packet: Buffer) {
+    package func receiveRTCP(_ packet: Buffer) {
         // Parsed once; the round trip first: the controller takes it with the same report's loss.
         if let compound = RTCPFeedbackRecorder.parse(packet) {
             feedback.received(compound)
@@ -306,7 +306,7 @@ public final class RTPPublisher: RTPSource, Sendable {
     }
 
     /// `outbound-rtp` and `remote-inbound-rtp` entries for each track (see ``RTCStatsReport``).
-    public func rtcStats() -> [RTCStats] {
+    package func rtcStats() -> [RTCStats] {
         var entries: [RTCStats] = []
         for track in tracks {
             let remote = feedback.remote(track.ssrc)
@@ -335,7 +335,7 @@ public final class RTPPublisher: RTPSource, Sendable {
     }
 
     /// Stops encoding; the stream keeps running for its other consumers.
-    public func stop() async {
+    package func stop() async {
         guard !stopped.exchange(true, ordering: .relaxed) else { return }
         for consumer in consumers { await consumer.detach() }
     }
@@ -343,7 +343,7 @@ public final class RTPPublisher: RTPSource, Sendable {
 
 /// Receives a remote stream: RTP in, jitter buffer (the playout delay), decode, and raw media on
 /// tees that renderers attach to. RTCP feedback (receiver reports, NACK, PLI) goes to `sendRTCP`.
-public final class RTPReceiver: StreamEngine, @unchecked Sendable {
+package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     let pipeline: Pipeline
     private let inputs: [UInt8: AppSource]
     private let rtcpInputs: [AppSource]
@@ -454,10 +454,10 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     }
 
     /// The default playout delay for real-time streams on a LAN (see the README's measurements).
-    public static let defaultPlayoutDelay: Duration = .milliseconds(40)
+    package static let defaultPlayoutDelay: Duration = .milliseconds(40)
 
     /// Builds and starts the receive pipeline for `tracks`; returns it with the stream renderers use.
-    public static func start(tracks: [MediaTrackDescription], playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay,
+    package static func start(tracks: [MediaTrackDescription], playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay,
                              impairment: NetworkImpairment? = nil,
                              sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
         let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: impairment, sendRTCP: sendRTCP)
@@ -480,7 +480,7 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
 
     /// Builds and starts a receive pipeline that records instead of decoding: depayloaded H.264
     /// access units and Opus packets go to `recorder`. Stopping the stream finishes the recording.
-    public static func startRecording(tracks: [MediaTrackDescription], into recorder: MediaRecorder, playoutDelay: Duration = .milliseconds(200),
+    package static func startRecording(tracks: [MediaTrackDescription], into recorder: MediaRecorder, playoutDelay: Duration = .milliseconds(200),
                                       sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
         let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: nil, purpose: .record, sendRTCP: sendRTCP)
         do {
@@ -622,7 +622,7 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
 
     /// An RTP packet from the network, routed by its payload type; unknown types are dropped.
     @discardableResult
-    public func receiveRTP(_ packet: Buffer, payloadType: UInt8) -> Bool {
+    package func receiveRTP(_ packet: Buffer, payloadType: UInt8) -> Bool {
         guard let input = inputs[payloadType] else { return false }
         if let counter = arrivals[payloadType], let sequence = try? packet.withUnsafeBytes({ $0.count >= 4 ? UInt16($0[2]) << 8 | UInt16($0[3]) : nil }) {
             counter.count(sequence: sequence, bytes: packet.size)
@@ -671,7 +671,7 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
 
     /// Per received track: what arrived, what was missing on arrival, and what the jitter buffer
     /// could not repair in time.
-    public func networkStatistics() -> [ReceivedTrackStatistics] {
+    package func networkStatistics() -> [ReceivedTrackStatistics] {
         var buffers: [MediaType: Structure] = [:]
         for element in jitterBuffers.withLock({ $0 }) {
             guard case .structure(let stats)? = try? element.property("stats"),
@@ -698,7 +698,7 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     }
 
     /// `inbound-rtp` entries for each received track (see ``RTCStatsReport``).
-    public func rtcStats() -> [RTCStats] {
+    package func rtcStats() -> [RTCStats] {
         let delay = playoutDelay.map { Double($0.current / .microseconds(1)) / 1_000_000 }
         return networkStatistics().map { track in
             let ssrc = ssrcs[track.kind] ?? 0
@@ -728,7 +728,7 @@ public final class RTPReceiver: StreamEngine, @unchecked Sendable {
     }
 
     /// An RTCP packet from the network (sender reports of the publisher).
-    public func receiveRTCP(_ packet: Buffer) {
+    package func receiveRTCP(_ packet: Buffer) {
         for input in rtcpInputs { input.pushNow(Self.arrived(packet)) }
     }
 
