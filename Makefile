@@ -4,21 +4,28 @@ SWIFT ?= swift
 DEMO_SECONDS ?= 15
 BENCH_DIR ?= bench-results
 SOAK_MINUTES ?= 30
+# The product libraries, each with a DocC catalog (`make docs`).
+DOC_TARGETS = GStreamer PCastProtocol SRTP PCastMedia PCast PCastRelay PCastContracts PCastServer PCastMediaServices PCastNode
 # Seconds of libFuzzer per parser in `make fuzz`.
 FUZZ_SECONDS ?= 60
 # Debug builds optimise C too: the pixel converter (CPixelConverter) converts real frames in the
 # media tests. A compiler flag here, not in the manifest: a package with unsafe flags cannot be a
 # versioned dependency.
 DEBUG_FLAGS ?= -Xcc -O2
-# Suites with many concurrent clients (run apart from the media suites; see `test`).
-ROOM_SUITES = RoomTests ChatTests RestartTests ObservableTests RoomStoreTests RoomRegistryTests FastConverterTests PCastServerTests.SecurityTests
-# Suites that publish, ingest and render through the platform with many clients: one test at a time.
-EXPRESS_SUITES = PCastTests.SourcePublishTests PCastTests.IngestSecurityTests PCastTests.ExpressTests PCastTests.RoomChannelExpressTests PCastTests.IngestTests PCastTests.RecordingTests PCastTests.NetworkQualityTests PCastTests.ReconnectionTests PCastTests.ViewerBandwidthLimitTests
+# Test groups. A suite runs apart from the main group when it is declared inside one of these
+# namespaces (Tests/*/TestGroups.swift says why each exists), or when its whole test target is
+# listed here; the recipe names groups, never suites. A filter is a regular expression on the test
+# id, `Target.Group/Suite/test()`.
+GROUPS = Prerequisites ManyClients OneAtATime Bursts Devices Leaks
+CHILD_PROCESS_TARGETS = PCastCLITests
+BURST_TARGETS = PCastRecordingTests PCastImpairmentTests
+in_groups = $(foreach g,$(1),'\.$(g)/')
+in_targets = $(foreach t,$(1),'^$(t)\.')
 
 # The demo: the embedded platform in-process; a test pattern and tone published through its relay
 # to a subscriber (a window when there is a display, a null sink otherwise), with a status line.
 
-.PHONY: setup build demo test bench fuzz soak inspect clean
+.PHONY: setup build demo test bench fuzz docs soak inspect clean
 
 setup:
 	@bash scripts/setup.sh
@@ -30,34 +37,26 @@ demo: setup
 	$(SWIFT) build -c release --product pcast
 	.build/release/pcast demo --seconds $(DEMO_SECONDS)
 
-# Two suites run in processes of their own: the leak suite, so other tests' threads and memory don't
-# blur its figures, and the real-device stand-ins, which point this process's PulseAudio client at a
-# private server (an environment change other tests' device probing must not race).
 test: setup
 	$(SWIFT) build --build-tests $(DEBUG_FLAGS)
 	# The media the tests use is made first (ffmpeg, once per machine), alone: an encode in the
 	# middle of the main group would compete with its frame-by-frame suites.
-	$(SWIFT) test --skip-build --filter TestMediaTests
-	$(SWIFT) test --skip-build --skip TestMediaTests --skip LeakTests --skip 'RelayControlTests/noLeaks' --skip RealDeviceStandInTests --skip PCastCLITests --skip PCastRecordingTests --skip MediaRecorderTests --skip PCastImpairmentTests --skip ConsumerChurnTests $(ROOM_SUITES:%=--skip %) $(EXPRESS_SUITES:%=--skip %)
-	# Rooms, chat, Express, ingest and the CPU-heavy suites (observables, the room store, the pixel
-	# converter comparisons): many clients
-	# and threads at once; in a process of their own so
-	# their load does not starve the strict frame-by-frame media suites.
-	$(SWIFT) test --skip-build $(ROOM_SUITES:%=--filter %)
-	$(SWIFT) test --skip-build --no-parallel $(EXPRESS_SUITES:%=--filter %)
+	$(SWIFT) test --skip-build --filter $(call in_groups,Prerequisites)
+	# The main group: every suite in no group.
+	$(SWIFT) test --skip-build $(foreach p,$(call in_groups,$(GROUPS)) $(call in_targets,$(CHILD_PROCESS_TARGETS) $(BURST_TARGETS)),--skip $(p))
+	$(SWIFT) test --skip-build $(foreach p,$(call in_groups,ManyClients),--filter $(p))
+	$(SWIFT) test --skip-build --no-parallel $(foreach p,$(call in_groups,OneAtATime),--filter $(p))
 	# The CLI suite starts long-lived child processes (pcast serve): in a process of its own, so
 	# they cannot disturb the Foundation `Process` waits of the other suites.
-	$(SWIFT) test --skip-build --filter PCastCLITests
-	# CPU and network bursts, apart from the realtime media suites: the recording suites spawn or
-	# run encoders flat out (ffprobe, gst-launch, x264 on non-live sources); the impairment proxy
-	# tests send thousands of datagrams at once.
-	$(SWIFT) test --skip-build --filter PCastRecordingTests --filter MediaRecorderTests --filter PCastImpairmentTests --filter ConsumerChurnTests
-	$(SWIFT) test --skip-build --filter RealDeviceStandInTests
-	# Descriptor and thread counts are per process: the relay's leak check runs here too. glibc
-	# gives new threads arenas of their own (up to 8 per core) and keeps freed memory in each, so
-	# RSS jumps by megabytes whenever a streaming thread lands in a fresh arena; two arenas make
-	# the figure show what is kept rather than where threads landed.
-	MALLOC_ARENA_MAX=2 $(SWIFT) test --skip-build --no-parallel --filter LeakTests --filter 'RelayControlTests/noLeaks'
+	$(SWIFT) test --skip-build $(foreach p,$(call in_targets,$(CHILD_PROCESS_TARGETS)),--filter $(p))
+	# The recording suites spawn or run encoders flat out (ffprobe, gst-launch, x264 on non-live
+	# sources); the impairment proxy tests send thousands of datagrams at once.
+	$(SWIFT) test --skip-build $(foreach p,$(call in_groups,Bursts) $(call in_targets,$(BURST_TARGETS)),--filter $(p))
+	$(SWIFT) test --skip-build $(foreach p,$(call in_groups,Devices),--filter $(p))
+	# glibc gives new threads arenas of their own (up to 8 per core) and keeps freed memory in
+	# each, so RSS jumps by megabytes whenever a streaming thread lands in a fresh arena; two
+	# arenas make the figure show what is kept rather than where threads landed.
+	MALLOC_ARENA_MAX=2 $(SWIFT) test --skip-build --no-parallel $(foreach p,$(call in_groups,Leaks),--filter $(p))
 	# Another package depends on PCastKit through a tagged git URL, builds, and publishes a test
 	# pattern through this build's `pcast serve`.
 	bash scripts/example.sh
@@ -86,6 +85,10 @@ fuzz: setup
 soak: setup
 	$(SWIFT) build -c release --product pcast
 	MALLOC_ARENA_MAX=2 .build/release/pcast soak --minutes $(SOAK_MINUTES) --output $(BENCH_DIR)
+# The DocC catalogs of the product libraries (Sources/<target>/<target>.docc), built into .build/docs.
+docs: setup
+	$(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation --output-path .build/docs \
+		$(DOC_TARGETS:%=--target %) --enable-experimental-combined-documentation
 inspect: setup
 	$(SWIFT) build --product pcast $(DEBUG_FLAGS)
 	.build/debug/pcast inspect

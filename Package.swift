@@ -44,6 +44,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
         .package(url: "https://github.com/adam-fowler/compress-nio", from: "1.5.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        // `swift package generate-documentation` (make docs): the DocC catalog of each product library.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         .systemLibrary(
@@ -174,7 +176,10 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
-            ]
+            ],
+            // Every import is internal unless a file says `public import`: what the SDK exposes is
+            // deliberate (Exports.swift re-exports what its users type).
+            swiftSettings: [.enableUpcomingFeature("InternalImportsByDefault")]
         ),
         // Safe Swift face of libsrtp2.
         .target(

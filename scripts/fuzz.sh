@@ -8,7 +8,7 @@ seconds=${2:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 corpus="$root/Tests/Corpora/fuzz"
 failed=()
-for target in rtp rtcp rtmp amf0 signaling token fmp4 h264; do
+for target in rtp rtcp rtmp amf0 signaling token fmp4 h264 stun; do
   extra=()
   [ -d "$root/Tests/Corpora/$target" ] && extra=("$root/Tests/Corpora/$target")
   mkdir -p "$corpus/$target"

@@ -1,3 +1,5 @@
+import PCastMedia
+import PCastProtocol
 import Synchronization
 
 // The seed's observables: "Observe value changes. Similar to the ReactiveX Behavior Subject."

@@ -1,6 +1,8 @@
 import Foundation
-import PCast
 import GStreamer
+import PCast
+import PCastMedia
+import PCastProtocol
 import Synchronization
 
 /// End-to-end figures through a platform (normally the embedded one): glass-to-glass latency of

@@ -1,6 +1,8 @@
 import Foundation
-import PCast
 import Histogram
+import PCast
+import PCastMedia
+import PCastProtocol
 import Synchronization
 
 /// Rooms and chat under load, against a running platform (`make bench` starts the embedded one):

@@ -35,6 +35,10 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     case fmp4
     /// H.264 payload inspection (keyframe detection on RTP payloads, Annex-B NAL splitting).
     case h264
+    /// STUN connectivity checks (ICE-lite) and the first-byte demultiplexer: decode → encode →
+    /// decode gives the same message; the integrity and fingerprint checks never trap, and an
+    /// input's own re-encoding with a fingerprint verifies.
+    case stun
 
     /// A broken contract: what the harness expected and what it found.
     public struct Finding: Error, CustomStringConvertible, Sendable {
@@ -53,6 +57,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .token: try Self.token(bytes)
         case .fmp4: try Self.fmp4(bytes)
         case .h264: Self.h264(bytes)
+        case .stun: try Self.stun(bytes)
         }
     }
 
@@ -67,6 +72,23 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         guard layout != nil else { throw Finding(description: "the RTP layout refused an accepted packet") }
         guard let rebuilt = try? packet.serialized() else { throw Finding(description: "an accepted RTP packet could not be rebuilt") }
         guard (try? RTPPacket(parsing: rebuilt)) == packet else { throw Finding(description: "RTP parse → build → parse changed the packet") }
+    }
+
+    private static func stun(_ bytes: [UInt8]) throws(Finding) {
+        if let first = bytes.first { _ = DatagramKind(firstByte: first) }
+        _ = STUNMessage.fingerprintIsValid(bytes)
+        _ = STUNMessage.integrityIsValid(bytes, key: Array("fuzz-password".utf8))
+        guard let message = try? STUNMessage(decoding: bytes) else { return }
+        let signed = message.encoded(integrityKey: Array("fuzz-password".utf8))
+        guard let again = try? STUNMessage(decoding: signed) else { throw Finding(description: "a re-encoded STUN message does not decode") }
+        let own: (STUNAttribute) -> Bool = { $0.type != STUNAttribute.messageIntegrity && $0.type != STUNAttribute.fingerprint }
+        guard again.kind == message.kind, again.method == message.method, again.transactionID == message.transactionID,
+              again.attributes.filter(own) == message.attributes.filter(own) else {
+            throw Finding(description: "STUN decode → encode → decode changed the message")
+        }
+        guard STUNMessage.fingerprintIsValid(signed), STUNMessage.integrityIsValid(signed, key: Array("fuzz-password".utf8)) else {
+            throw Finding(description: "a STUN message encoded with integrity and fingerprint does not verify")
+        }
     }
 
     private static func rtcp(_ bytes: [UInt8]) throws(Finding) {

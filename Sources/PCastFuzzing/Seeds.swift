@@ -15,6 +15,7 @@ extension FuzzTarget {
         case .token: return Self.tokenSeeds
         case .fmp4: return Self.fmp4Seeds
         case .h264: return Self.h264Seeds
+        case .stun: return Self.stunSeeds
         }
     }
 
@@ -128,5 +129,23 @@ extension FuzzTarget {
             [0x78, 0, 4, 0x67, 0x42, 0xC0, 0x1E, 0, 2, 0x68, 0xCE],   // STAP-A with SPS and PPS
             [0x80, 96, 0, 1, 0, 0, 0, 1, 0, 0, 0, 7, 0x7C, 0x85, 0x88],   // a whole RTP packet
         ]
+    }
+
+    private static var stunSeeds: [[UInt8]] {
+        let transaction: [UInt8] = Array(0..<12)
+        var check = STUNMessage(kind: .request, transactionID: transaction)
+        check.username = "relayufrag:peerufrag"
+        check.priority = 1_845_501_695
+        check.iceControlling = 0x1122_3344_5566_7788
+        check.useCandidate = true
+        var success = STUNMessage(kind: .successResponse, transactionID: transaction)
+        success.xorMappedAddress = STUNAddress(address: [127, 0, 0, 1], port: 50_000)
+        var ipv6 = STUNMessage(kind: .successResponse, transactionID: transaction)
+        ipv6.xorMappedAddress = STUNAddress(address: [0x20, 0x01, 0x0d, 0xb8] + [UInt8](repeating: 7, count: 12), port: 9)
+        var refusal = STUNMessage(kind: .errorResponse, transactionID: transaction)
+        refusal.errorCode = (401, "Unauthorized")
+        let key = Array("fuzz-password".utf8)
+        return [check.encoded(integrityKey: key), success.encoded(integrityKey: key), ipv6.encoded(),
+                refusal.encoded(), STUNMessage(kind: .indication, transactionID: transaction).encoded(fingerprint: false)]
     }
 }

@@ -83,12 +83,11 @@ actor IngestService: IngestControl {
                                                 tags: request.tags, publishType: request.publishType, streamName: request.streamName)
         } catch {
             logger.notice("ingest failed to start", metadata: ["pcast.session": .string(owner), "pcast.error": .string(error.description)])
-            switch error {
-            case .refused(let status, let message): return .failure(.init(status: status, message: message))
-            case .media(let media):
+            if error.code == .refused { return .failure(.init(status: error.status, message: error.detail)) }
+            if let media = error.mediaError {
                 return .failure(.init(status: .failed, message: "cannot open \(SignalingError.clipped(request.streamURI, limit: 256)): \(media)"))
-            default: return .failure(.init(status: error.status, message: error.description))
             }
+            return .failure(.init(status: error.status, message: error.description))
         }
         let streamId = publisher.streamId
         register(publisher, owner: owner)
@@ -112,10 +111,8 @@ actor IngestService: IngestControl {
                                                         "pcast.publishType": .string(publishType.rawValue)])
             return .success(publisher)
         } catch {
-            switch error {
-            case .refused(let status, let message): return .failure(.init(status: status, message: message))
-            default: return .failure(.init(status: error.status, message: error.description))
-            }
+            if error.code == .refused { return .failure(.init(status: error.status, message: error.detail)) }
+            return .failure(.init(status: error.status, message: error.description))
         }
     }
 

@@ -2,7 +2,9 @@ import ArgumentParser
 import Foundation
 import Logging
 import PCast
+import PCastMedia
 import PCastNode
+import PCastProtocol
 import PCastRelay
 import PCastServer
 

@@ -33,7 +33,7 @@ struct AudioFrameHookTests {
                                       presentationTimestamp: frame.presentationTimestamp, duration: frame.duration))
                 _ = try notification.read(format: .bgra)
                 errors.append("read(format:) on audio did not throw")
-            } catch MediaError.wrongMediaKind {
+            } catch let error as MediaError where error.code == .wrongMediaKind {
             } catch {
                 errors.append("\(error)")
             }
@@ -131,14 +131,14 @@ struct AudioFrameHookTests {
             do {
                 try notification.write(AudioFrame(silenceOf: 480, channels: 1, sampleRate: 48_000))
                 errors.append("mono accepted")
-            } catch MediaError.formatMismatch {
+            } catch let error as MediaError where error.code == .formatMismatch {
             } catch {
                 errors.append("\(error)")
             }
             do {
                 try notification.write(AudioFrame(silenceOf: 480, channels: 2, sampleRate: 44_100))
                 errors.append("44.1 kHz accepted")
-            } catch MediaError.formatMismatch {
+            } catch let error as MediaError where error.code == .formatMismatch {
             } catch {
                 errors.append("\(error)")
             }
@@ -160,7 +160,7 @@ struct AudioFrameHookTests {
         try await float.runToEnd(timeout: .seconds(10))
         #expect(kinds.all == [.audio, .audio])
         #expect(floatErrors.all.count == 2)
-        #expect(floatErrors.all.allSatisfy { if case .unsupportedFormat = $0 { true } else { false } })
+        #expect(floatErrors.all.allSatisfy { $0.code == .unsupportedFormat })
     }
 
     @Test("audio frames made from samples keep them, and reject bad shapes")

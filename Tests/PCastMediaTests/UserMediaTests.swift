@@ -36,6 +36,9 @@ struct UserMediaTests {
         let renderer = media.mediaStream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
         let surfaces = Recorder<RenderSurface>()
         renderer.setRenderSurfaceReadyCallback { surfaces.append($0) }
+        // The same events as a sequence, which ends when the renderer stops.
+        let surfaceSequence = renderer.renderSurfaces
+        let streamedSurfaces = Task { await surfaceSequence.reduce(into: [RenderSurface]()) { $0.append($1) } }
         #expect(await renderer.start() == .ok)
         #expect(await renderer.start() == .alreadyStarted)
         #expect(await eventually { (try? renderer.lastVideoFrameRendered()) != nil })
@@ -50,6 +53,7 @@ struct UserMediaTests {
         #expect(media.mediaStream.videoTracks.map(\.id) == [track.id] && media.mediaStream.tracks.map(\.id) == [track.id])
         #expect(media.mediaStream.audioTracks.isEmpty)
         await renderer.stop()
+        #expect(await streamedSurfaces.value == [.offscreen])
         await media.stop()
         #expect(track.state == .ended)
         #expect(media.mediaStream.endReason == .stopped)
@@ -61,6 +65,8 @@ struct UserMediaTests {
         let renderer = media.mediaStream.createRenderer(RendererOptions(useNullVideoDevice: true))
         let sizes = Recorder<Dimensions>()
         renderer.setVideoDisplayDimensionsChangedCallback { sizes.append($0) }
+        let sizeSequence = renderer.videoDisplayDimensionsChanges
+        let streamedSizes = Task { await sizeSequence.reduce(into: [Dimensions]()) { $0.append($1) } }
         #expect(await renderer.start() == .ok)
         #expect(await eventually { sizes.all.contains(Dimensions(width: 320, height: 240)) })
         try await media.applyOptions(syntheticOptions(width: 640, height: 360))
@@ -76,6 +82,8 @@ struct UserMediaTests {
             guard let frame = try? renderer.lastVideoFrameRendered() else { return false }
             return (try? frame.withUnsafeBytes { near($0.prefix(640), 16) }) ?? false
         })
+        await renderer.stop()
+        #expect(await streamedSizes.value == sizes.all)
         await media.stop()
     }
 
@@ -227,8 +235,8 @@ struct UserMediaTests {
             _ = try await UserMedia.getUserMedia(options)
             Issue.record("a missing element was accepted")
         } catch {
-            guard case .missingElements(let what) = error else { Issue.record("unexpected \(error)"); return }
-            #expect(what.contains("nosuchsourceelement"))
+            guard error.code == .missingElements else { Issue.record("unexpected \(error)"); return }
+            #expect(error.detail.contains("nosuchsourceelement"))
         }
     }
 
@@ -331,7 +339,7 @@ struct ConstraintTests {
             _ = try select { $0.facingMode = .exact(.user) }
             Issue.record("hard facing mode accepted")
         } catch {
-            guard case .constraintNotSatisfied(.facingMode, _) = error else { Issue.record("\(error)"); return }
+            guard error.code == .constraintNotSatisfied, error.capability == .facingMode else { Issue.record("\(error)"); return }
         }
         #expect(try select { $0.facingMode = .ideal(.user) }.device.id == "/dev/video9")
         #expect(throws: UserMediaError.self) { try select { $0.location = .exact(.upper) } }
@@ -347,8 +355,8 @@ struct ConstraintTests {
             _ = try SourceSelector.selectAudio(options, among: audio, hasElement: { _ in false })
             Issue.record("hard echo cancellation accepted without webrtcdsp")
         } catch {
-            guard case .constraintNotSatisfied(.audioEchoCancelationMode, let why) = error else { Issue.record("\(error)"); return }
-            #expect(why.contains("gstreamer1.0-plugins-bad"))
+            guard error.code == .constraintNotSatisfied, error.capability == .audioEchoCancelationMode else { Issue.record("\(error)"); return }
+            #expect(error.detail.contains("gstreamer1.0-plugins-bad"))
         }
         #expect(try SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true }).echoCancelation)
         // Without the probe element the far end cannot be had.
@@ -358,8 +366,8 @@ struct ConstraintTests {
             _ = try SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true })
             Issue.record("hard echo cancellation accepted at 44.1 kHz")
         } catch {
-            guard case .constraintNotSatisfied(.audioEchoCancelationMode, let why) = error else { Issue.record("\(error)"); return }
-            #expect(why.contains("44100"))
+            guard error.code == .constraintNotSatisfied, error.capability == .audioEchoCancelationMode else { Issue.record("\(error)"); return }
+            #expect(error.detail.contains("44100"))
         }
         options.echoCancelationMode = .ideal(.on)
         #expect(try !SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true }).echoCancelation)
@@ -380,7 +388,7 @@ struct ConstraintTests {
             _ = try SourceSelector.selectAudio(options, among: audio, hasElement: { _ in true })
             Issue.record("hard polar pattern accepted")
         } catch {
-            guard case .constraintNotSatisfied(.polarPattern, _) = error else { Issue.record("\(error)"); return }
+            guard error.code == .constraintNotSatisfied, error.capability == .polarPattern else { Issue.record("\(error)"); return }
         }
     }
 

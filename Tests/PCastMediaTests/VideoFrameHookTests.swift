@@ -286,7 +286,7 @@ struct VideoFrameHookTests {
         }
         let samples = try await runCollecting(pipeline)
         #expect(errors.all.count == 3)
-        #expect(errors.all.allSatisfy { if case .formatNotAccepted = $0 { true } else { false } })
+        #expect(errors.all.allSatisfy { $0.code == .formatNotAccepted })
         #expect(samples.count == 3)
         #expect(samples.allSatisfy { $0.videoInfo?.width == 64 })
         #expect(hook.statistics.framesWritten == 0)
@@ -349,7 +349,7 @@ struct VideoFrameHookTests {
             do {
                 try notification.write(try AudioFrame(silenceOf: 10, channels: 1, sampleRate: 8000))
                 errors.append("audio written to video")
-            } catch MediaError.wrongMediaKind(expected: .video, given: .audio) {
+            } catch let error as MediaError where error == .wrongMediaKind(expected: .video, given: .audio) {
             } catch {
                 errors.append("\(error)")
             }
@@ -390,6 +390,6 @@ struct VideoFrameHookTests {
         #expect(counter.value == 5)
         #expect(kinds.all == [Bool](repeating: true, count: 5))
         #expect(errors.all.count == 5)
-        #expect(errors.all.allSatisfy { if case .unsupportedFormat = $0 { true } else { false } })
+        #expect(errors.all.allSatisfy { $0.code == .unsupportedFormat })
     }
 }

@@ -103,5 +103,72 @@ import Testing
         // The scan sees the public API (else it would pass vacuously).
         #expect(declared.isSuperset(of: ["PCast", "Publisher", "MediaStream", "UserMedia", "Renderer"]), "\(declared.count) public types found")
     }
-}
 
+    @Test("import PCast re-exports chosen declarations, not whole modules: nothing of the engine, the parsers or the signaling messages")
+    func sdkReexportsChosenDeclarations() throws {
+        let root = Self.sources.appendingPathComponent("PCast")
+        let scoped = try Regex(#"^@_exported\s+(?:public\s+)?import\s+(struct|class|enum|protocol|typealias|func|var|let)\s+(\w+)\.(\w+)\s*$"#)
+        let notForApplications = Set(Self.enginePlumbing).union([
+            "FrameHook", "FrameStamp", "DataQualityEvaluator", "DataQualitySample", "SourceSelector", "StockPipelines",
+            "BandwidthLimiter", "PlayoutDelay", "EventBroadcast", "RTPPacket", "RTCPPacket", "ServerMessage", "ClientMessage",
+            "SignalingCodec", "DigestToken", "UnverifiedDigestToken", "RTMPServerSession", "BackendAPI",
+        ])
+        var exported: [String] = []
+        for file in try FileManager.default.subpathsOfDirectory(atPath: root.path) where file.hasSuffix(".swift") {
+            for line in try String(contentsOf: root.appendingPathComponent(file), encoding: .utf8).split(separator: "\n")
+            where line.hasPrefix("@_exported") {
+                guard let match = try scoped.wholeMatch(in: String(line)), let module = match.output[2].substring,
+                      let name = match.output[3].substring else {
+                    Issue.record("PCast/\(file) re-exports more than one declaration: \(line)")
+                    continue
+                }
+                #expect(["PCastMedia", "PCastProtocol"].contains(String(module)), "PCast/\(file): \(line)")
+                #expect(!notForApplications.contains(String(name)), "PCast/\(file) re-exports \(name)")
+                exported.append(String(name))
+            }
+        }
+        // The scan sees the re-exports (else it would pass vacuously).
+        #expect(Set(exported).isSuperset(of: ["MediaStream", "Renderer", "UserMediaOptions", "MediaError", "StreamEndedReason"]),
+                "\(exported.count) re-exported declarations found")
+    }
+
+    @Test("every product library has a DocC catalog whose landing page is the module's")
+    func everyProductHasDocumentation() throws {
+        for target in Self.productTargets + ["SRTP"] {
+            let page = Self.sources.appendingPathComponent("\(target)/\(target).docc/\(target).md")
+            let text = try String(contentsOf: page, encoding: .utf8)
+            #expect(text.hasPrefix("# ``\(target)``"), "\(page.path) does not open with the module's title")
+            #expect(text.contains("## Overview") && text.contains("## Topics"), "\(page.path) lacks an overview or topics")
+        }
+    }
+
+    @Test("the Makefile runs tests by group: every group declared in Tests/*/TestGroups.swift is run, and no suite is named")
+    func testGroupsMatchTheMakefile() throws {
+        let root = Self.sources.deletingLastPathComponent()
+        let makefile = try String(contentsOf: root.appendingPathComponent("Makefile"), encoding: .utf8)
+        guard let line = makefile.split(separator: "\n").first(where: { $0.hasPrefix("GROUPS = ") }) else {
+            Issue.record("the Makefile has no GROUPS line")
+            return
+        }
+        let listed = Set(line.dropFirst("GROUPS = ".count).split(separator: " ").map(String.init))
+        var declared: Set<String> = []
+        let tests = root.appendingPathComponent("Tests")
+        for target in try FileManager.default.contentsOfDirectory(atPath: tests.path) {
+            let file = tests.appendingPathComponent("\(target)/TestGroups.swift")
+            guard let text = try? String(contentsOf: file, encoding: .utf8) else { continue }
+            for line in text.split(separator: "\n") where line.hasPrefix("enum ") {
+                declared.insert(String(line.dropFirst("enum ".count).prefix { $0.isLetter }))
+            }
+        }
+        #expect(declared.count >= 5, "groups found: \(declared.sorted())")
+        #expect(declared == listed, "declared \(declared.sorted()), the Makefile runs \(listed.sorted())")
+        // The recipe names groups and test targets only through those variables, never a suite (a
+        // renamed suite would silently move to the main group).
+        let recipe = makefile.components(separatedBy: "\ntest: ").dropFirst().first?.components(separatedBy: "\n\n").first ?? ""
+        let selections = try recipe.matches(of: Regex(#"(--filter|--skip)\s+(\S+)"#))
+        #expect(selections.count >= 8, "the test recipe: \(recipe)")
+        for selection in selections {
+            #expect(selection.output[2].substring?.hasPrefix("$(") == true, "the test recipe selects tests by name: \(selection.output[0].substring ?? "")")
+        }
+    }
+}

@@ -2,7 +2,9 @@ import Foundation
 import GStreamer
 @testable import PCast
 import PCastContracts
+import PCastMedia
 import PCastNode
+import PCastProtocol
 import PCastServer
 import PCastTestSupport
 import Synchronization
@@ -31,148 +33,150 @@ func watchFrames(_ platform: LocalPlatform, _ streamId: String) async throws -> 
     return (viewer, stream, renderer, frames)
 }
 
-@Suite("Ingest of remote sources", .serialized)
-struct IngestTests {
-    @Test("an mp4 served over HTTP is ingested without re-encoding; a subscriber gets 1280×720 at 25 fps; the stream ends as ended")
-    func httpMP4() async throws {
-        let http = try StaticHTTPServer.start(directory: (try await TestMedia.clip720p() as NSString).deletingLastPathComponent)
-        defer { http.stop() }
-        let platform = try await ingestPlatform()
-        let owner = try await client(platform)
-        let requested = ContinuousClock.now
-        let remote = try await owner.publishRemote(.init(streamToken: try platform.token(.publish), streamURI: http.url(clip)))
-        #expect(remote.passthrough)
-        let (viewer, stream, renderer, frames) = try await watchFrames(platform, remote.streamId)
-        #expect(await eventually { !frames.all.isEmpty })
-        print("ingest request → first frame: \(ContinuousClock.now - requested)")
-        #expect(frames.all.first == Dimensions(width: 1280, height: 720))
-        #expect(await eventually { remote.progress.value?.durationMilliseconds != nil })
-        let (reason, why) = await remote.ended()
-        #expect(reason == .ended, "\(why ?? "")")
-        #expect(await eventually { stream.endReason != nil })
-        // 5.3 s at 25 fps, less the 0.5 s skipped and the subscriber's start: about 115 frames.
-        let count = frames.all.count
-        #expect(count >= 90 && count <= 135, "decoded \(count) frames")
-        #expect(Set(frames.all) == [Dimensions(width: 1280, height: 720)])
-        _ = renderer
-        await viewer.stop()
-        await owner.stop()
-        await platform.shutdown()
-    }
+extension OneAtATime {
+    @Suite("Ingest of remote sources", .serialized)
+    struct IngestTests {
+        @Test("an mp4 served over HTTP is ingested without re-encoding; a subscriber gets 1280×720 at 25 fps; the stream ends as ended")
+        func httpMP4() async throws {
+            let http = try StaticHTTPServer.start(directory: (try await TestMedia.clip720p() as NSString).deletingLastPathComponent)
+            defer { http.stop() }
+            let platform = try await ingestPlatform()
+            let owner = try await client(platform)
+            let requested = ContinuousClock.now
+            let remote = try await owner.publishRemote(.init(streamToken: try platform.token(.publish), streamURI: http.url(clip)))
+            #expect(remote.passthrough)
+            let (viewer, stream, renderer, frames) = try await watchFrames(platform, remote.streamId)
+            #expect(await eventually { !frames.all.isEmpty })
+            print("ingest request → first frame: \(ContinuousClock.now - requested)")
+            #expect(frames.all.first == Dimensions(width: 1280, height: 720))
+            #expect(await eventually { remote.progress.value?.durationMilliseconds != nil })
+            let (reason, why) = await remote.ended()
+            #expect(reason == .ended, "\(why ?? "")")
+            #expect(await eventually { stream.endReason != nil })
+            // 5.3 s at 25 fps, less the 0.5 s skipped and the subscriber's start: about 115 frames.
+            let count = frames.all.count
+            #expect(count >= 90 && count <= 135, "decoded \(count) frames")
+            #expect(Set(frames.all) == [Dimensions(width: 1280, height: 720)])
+            _ = renderer
+            await viewer.stop()
+            await owner.stop()
+            await platform.shutdown()
+        }
 
-    @Test("a fragmented mp4 (moov without samples, then moof + mdat per second) over HTTP is ingested and ends as ended")
-    func httpFragmentedMP4() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-fmp4-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let ffmpeg = try ChildProcess.spawn(try executable("ffmpeg"), [
-            "-hide_banner", "-loglevel", "error", "-i", try await TestMedia.clip720p(), "-c", "copy",
-            "-movflags", "empty_moov+default_base_moof", "-frag_duration", "1000000", directory.appendingPathComponent("fragmented.mp4").path,
-        ], environment: ProcessInfo.processInfo.environment)
-        #expect(await eventually(.seconds(30)) { !ffmpeg.isRunning })
-        let http = try StaticHTTPServer.start(directory: directory.path)
-        defer { http.stop() }
-        let platform = try await ingestPlatform()
-        let owner = try await client(platform)
-        let remote = try await owner.publishRemote(.init(streamToken: try platform.token(.publish), streamURI: http.url("fragmented.mp4")))
-        #expect(remote.passthrough)
-        let (viewer, stream, renderer, frames) = try await watchFrames(platform, remote.streamId)
-        #expect(await eventually { !frames.all.isEmpty })
-        #expect(frames.all.first == Dimensions(width: 1280, height: 720))
-        let (reason, why) = await remote.ended()
-        #expect(reason == .ended, "\(why ?? "")")
-        #expect(await eventually { stream.endReason != nil })
-        let count = frames.all.count
-        #expect(count >= 90 && count <= 135, "decoded \(count) frames")
-        _ = renderer
-        await viewer.stop()
-        await owner.stop()
-        await platform.shutdown()
-    }
+        @Test("a fragmented mp4 (moov without samples, then moof + mdat per second) over HTTP is ingested and ends as ended")
+        func httpFragmentedMP4() async throws {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-fmp4-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let ffmpeg = try ChildProcess.spawn(try executable("ffmpeg"), [
+                "-hide_banner", "-loglevel", "error", "-i", try await TestMedia.clip720p(), "-c", "copy",
+                "-movflags", "empty_moov+default_base_moof", "-frag_duration", "1000000", directory.appendingPathComponent("fragmented.mp4").path,
+            ], environment: ProcessInfo.processInfo.environment)
+            #expect(await eventually(.seconds(30)) { !ffmpeg.isRunning })
+            let http = try StaticHTTPServer.start(directory: directory.path)
+            defer { http.stop() }
+            let platform = try await ingestPlatform()
+            let owner = try await client(platform)
+            let remote = try await owner.publishRemote(.init(streamToken: try platform.token(.publish), streamURI: http.url("fragmented.mp4")))
+            #expect(remote.passthrough)
+            let (viewer, stream, renderer, frames) = try await watchFrames(platform, remote.streamId)
+            #expect(await eventually { !frames.all.isEmpty })
+            #expect(frames.all.first == Dimensions(width: 1280, height: 720))
+            let (reason, why) = await remote.ended()
+            #expect(reason == .ended, "\(why ?? "")")
+            #expect(await eventually { stream.endReason != nil })
+            let count = frames.all.count
+            #expect(count >= 90 && count <= 135, "decoded \(count) frames")
+            _ = renderer
+            await viewer.stop()
+            await owner.stop()
+            await platform.shutdown()
+        }
 
-    @Test("refused URIs: file:// unless enabled, metadata and private addresses, other schemes, malformed")
-    func refusedURIs() async throws {
-        let platform = try await LocalPlatform.start()
-        let owner = try await client(platform)
-        for uri in ["file:///etc/passwd", "http://169.254.169.254/latest/meta-data/", "http://10.0.0.1/x.mp4", "rtmp://192.168.1.1/live/x",
-                    "http://127.0.0.1/x.mp4", "http://[::1]/x.mp4", "gopher://example.com/", "not a uri", "http:///nohost"] {
-            let token = try platform.token(.publish)
-            do throws(PCastError) {
-                _ = try await owner.publishRemote(.init(streamToken: token, streamURI: uri))
-                Issue.record("the platform pulled \(uri)")
-            } catch {
-                #expect(error.status == .unauthorized || error.status == .badRequest, "\(uri): \(error)")
+        @Test("refused URIs: file:// unless enabled, metadata and private addresses, other schemes, malformed")
+        func refusedURIs() async throws {
+            let platform = try await LocalPlatform.start()
+            let owner = try await client(platform)
+            for uri in ["file:///etc/passwd", "http://169.254.169.254/latest/meta-data/", "http://10.0.0.1/x.mp4", "rtmp://192.168.1.1/live/x",
+                        "http://127.0.0.1/x.mp4", "http://[::1]/x.mp4", "gopher://example.com/", "not a uri", "http:///nohost"] {
+                let token = try platform.token(.publish)
+                do throws(PCastError) {
+                    _ = try await owner.publishRemote(.init(streamToken: token, streamURI: uri))
+                    Issue.record("the platform pulled \(uri)")
+                } catch {
+                    #expect(error.status == .unauthorized || error.status == .badRequest, "\(uri): \(error)")
+                }
             }
+            #expect(owner.isOnline)
+            await owner.stop()
+            await platform.shutdown()
         }
-        #expect(owner.isOnline)
-        await owner.stop()
-        await platform.shutdown()
-    }
 
-    @Test("an unreachable host fails fast; a server that never answers times out; neither hangs")
-    func unreachableAndSilent() async throws {
-        let closed = try freeTCPPort()
-        var options = IngestOptions()
-        options.connectTimeout = .seconds(2)
-        options.firstViewerWait = .zero
-        let begun = ContinuousClock.now
-        do {
-            let ingest = try await IngestPublisher.start(.uri("http://127.0.0.1:\(closed)/clip.mp4"), options: options) { _ in }
-            try await ingest.begin()
-            let end = await ingest.ended()
-            #expect(end != .endOfStream && end != .stopped, "\(end)")
-        } catch {
-            print("unreachable: \(error)")
+        @Test("an unreachable host fails fast; a server that never answers times out; neither hangs")
+        func unreachableAndSilent() async throws {
+            let closed = try freeTCPPort()
+            var options = IngestOptions()
+            options.connectTimeout = .seconds(2)
+            options.firstViewerWait = .zero
+            let begun = ContinuousClock.now
+            do {
+                let ingest = try await IngestPublisher.start(.uri("http://127.0.0.1:\(closed)/clip.mp4"), options: options) { _ in }
+                try await ingest.begin()
+                let end = await ingest.ended()
+                #expect(end != .endOfStream && end != .stopped, "\(end)")
+            } catch {
+                print("unreachable: \(error)")
+            }
+            #expect(ContinuousClock.now - begun < .seconds(15))
+            // A listener that accepts and never sends anything.
+            let silent = try SilentTCPServer()
+            defer { silent.stop() }
+            let start = ContinuousClock.now
+            do {
+                let ingest = try await IngestPublisher.start(.uri("http://127.0.0.1:\(silent.port)/clip.mp4"), options: options) { _ in }
+                try await ingest.begin()
+                let end = await ingest.ended()
+                #expect(end == .timeout || end != .endOfStream, "\(end)")
+            } catch {
+                print("silent source refused at start: \(error)")
+            }
+            #expect(ContinuousClock.now - start < .seconds(30))
         }
-        #expect(ContinuousClock.now - begun < .seconds(15))
-        // A listener that accepts and never sends anything.
-        let silent = try SilentTCPServer()
-        defer { silent.stop() }
-        let start = ContinuousClock.now
-        do {
-            let ingest = try await IngestPublisher.start(.uri("http://127.0.0.1:\(silent.port)/clip.mp4"), options: options) { _ in }
-            try await ingest.begin()
-            let end = await ingest.ended()
-            #expect(end == .timeout || end != .endOfStream, "\(end)")
-        } catch {
-            print("silent source refused at start: \(error)")
-        }
-        #expect(ContinuousClock.now - start < .seconds(30))
-    }
 
-    @Test("RTMP: ffmpeg pushes the clip into nginx-rtmp; the platform pulls rtmp:// and a subscriber gets frames")
-    func rtmpPull() async throws {
-        let nginx = try NginxRTMPServer.start()
-        defer { nginx.stop() }
-        let ffmpeg = try ChildProcess.spawn(try executable("ffmpeg"), [
-            "-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1", "-i", try await TestMedia.clip720p(), "-c", "copy", "-f", "flv", nginx.url("clip"),
-        ], environment: ProcessInfo.processInfo.environment)
-        defer { ffmpeg.stop() }
-        let platform = try await ingestPlatform()
-        let owner = try await client(platform)
-        var remote: RemotePublisher?
-        // nginx has the stream once ffmpeg is connected: retry the pull for a few seconds.
-        for _ in 0..<20 where remote == nil {
-            let token = try platform.token(.publish)
-            remote = try? await owner.publishRemote(.init(streamToken: token, streamURI: nginx.url("clip")))
-            if remote == nil { try await Task.sleep(for: .milliseconds(500)) }
+        @Test("RTMP: ffmpeg pushes the clip into nginx-rtmp; the platform pulls rtmp:// and a subscriber gets frames")
+        func rtmpPull() async throws {
+            let nginx = try NginxRTMPServer.start()
+            defer { nginx.stop() }
+            let ffmpeg = try ChildProcess.spawn(try executable("ffmpeg"), [
+                "-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1", "-i", try await TestMedia.clip720p(), "-c", "copy", "-f", "flv", nginx.url("clip"),
+            ], environment: ProcessInfo.processInfo.environment)
+            defer { ffmpeg.stop() }
+            let platform = try await ingestPlatform()
+            let owner = try await client(platform)
+            var remote: RemotePublisher?
+            // nginx has the stream once ffmpeg is connected: retry the pull for a few seconds.
+            for _ in 0..<20 where remote == nil {
+                let token = try platform.token(.publish)
+                remote = try? await owner.publishRemote(.init(streamToken: token, streamURI: nginx.url("clip")))
+                if remote == nil { try await Task.sleep(for: .milliseconds(500)) }
+            }
+            let ingest = try #require(remote)
+            let (viewer, _, renderer, frames) = try await watchFrames(platform, ingest.streamId)
+            // The clip has one keyframe per loop (5.3 s): the first decodable frame may take a loop.
+            #expect(await eventually(.seconds(30)) { frames.all.count >= 25 })
+            #expect(frames.all.last == Dimensions(width: 1280, height: 720))
+            try await ingest.stop()
+            let (reason, _) = await ingest.ended()
+            #expect(reason == .ended)
+            _ = renderer
+            await viewer.stop()
+            await owner.stop()
+            await platform.shutdown()
         }
-        let ingest = try #require(remote)
-        let (viewer, _, renderer, frames) = try await watchFrames(platform, ingest.streamId)
-        // The clip has one keyframe per loop (5.3 s): the first decodable frame may take a loop.
-        #expect(await eventually(.seconds(30)) { frames.all.count >= 25 })
-        #expect(frames.all.last == Dimensions(width: 1280, height: 720))
-        try await ingest.stop()
-        let (reason, _) = await ingest.ended()
-        #expect(reason == .ended)
-        _ = renderer
-        await viewer.stop()
-        await owner.stop()
-        await platform.shutdown()
     }
 }
 
-extension IngestTests {
+extension OneAtATime.IngestTests {
     @Test("RTSP: the platform pulls rtsp:// from GStreamer's RTSP server; H.264 passes through and a subscriber gets 1280×720 frames")
     func rtspPull() async throws {
         // A live source passed through cannot be asked for keyframes, and the clip has one per 5.3 s:

@@ -1,8 +1,8 @@
 import Foundation
 import GStreamer
 @testable import PCast
-@testable import PCastMedia
 import PCastImpairment
+@testable import PCastMedia
 import PCastNode
 import PCastServer
 import PCastTestSupport
@@ -115,108 +115,112 @@ struct ImpairedPublishing {
     }
 }
 
-@Suite("Quality under impaired networks", .serialized)
-struct NetworkQualityTests {
-    @Test("10 % uniform loss on the subscriber's leg (both ways): NACKed retransmissions from the relay get ≥ 98 % of video frames decoded; no audio gap over 60 ms")
-    func tenPercentLoss() async throws {
-        let session = try await ImpairedViewing.start(seed: 10, profile: .init(loss: .uniform(0.10)))
-        let (platform, proxy, stream) = (session.platform, session.proxy, session.stream)
-        let sent = try StampTap(encoderOf: session.media)
-        let decoded = try StampTap(decoderOf: stream)
-        let (renderer, _) = try await watch(stream)
-        let audio = try watchAudio(renderer, stream)
-        #expect(await eventually(.seconds(30)) { decoded.all.count >= 240 })
+extension OneAtATime {
+    @Suite("Quality under impaired networks", .serialized)
+    struct NetworkQualityTests {
+        @Test("10 % uniform loss on the subscriber's leg (both ways): NACKed retransmissions from the relay get ≥ 98 % of video frames decoded; no audio gap over 60 ms")
+        func tenPercentLoss() async throws {
+            let session = try await ImpairedViewing.start(seed: 10, profile: .init(loss: .uniform(0.10)))
+            let (platform, proxy, stream) = (session.platform, session.proxy, session.stream)
+            let sent = try StampTap(encoderOf: session.media)
+            let decoded = try StampTap(decoderOf: stream)
+            let (renderer, _) = try await watch(stream)
+            let audio = try watchAudio(renderer, stream)
+            #expect(await eventually(.seconds(30)) { decoded.all.count >= 240 })
 
-        // From the tenth decoded frame (the first keyframe may take a few requests to get through).
-        let received = Array(Set(decoded.all.dropFirst(10))).sorted()
-        if let first = received.first, let last = received.last {
-            let expected = Set(sent.all.filter { $0 >= first && $0 <= last })
-            let share = Double(expected.intersection(received).count) / Double(max(expected.count, 1))
-            print("10 % loss: \(expected.intersection(received).count) of \(expected.count) frames decoded (\(String(format: "%.1f", share * 100)) %); "
-                  + "relay \(platform.relay.statistics()); to the viewer \(proxy.counters(for: .toClient)), from it \(proxy.counters(for: .toServer))")
-            #expect(share >= 0.98, "decoded \(String(format: "%.1f", share * 100)) % of the frames sent")
-        } else {
-            Issue.record("nothing decoded")
+            // From the tenth decoded frame (the first keyframe may take a few requests to get through).
+            let received = Array(Set(decoded.all.dropFirst(10))).sorted()
+            if let first = received.first, let last = received.last {
+                let expected = Set(sent.all.filter { $0 >= first && $0 <= last })
+                let share = Double(expected.intersection(received).count) / Double(max(expected.count, 1))
+                print("10 % loss: \(expected.intersection(received).count) of \(expected.count) frames decoded (\(String(format: "%.1f", share * 100)) %); "
+                      + "relay \(platform.relay.statistics()); to the viewer \(proxy.counters(for: .toClient)), from it \(proxy.counters(for: .toServer))")
+                #expect(share >= 0.98, "decoded \(String(format: "%.1f", share * 100)) % of the frames sent")
+            } else {
+                Issue.record("nothing decoded")
+            }
+            let statistics = stream.networkStatistics()
+            print("10 % loss: \(statistics)")
+            let video = try #require(statistics.first { $0.kind == .video })
+            // The loss reported is the loss applied (± 3 points); the jitter buffer repaired most of it.
+            #expect(abs(video.lossBeforeRepair - 0.10) <= 0.03, "reported \(video.lossBeforeRepair * 100) % before repair")
+            #expect(video.nacksSent > 0 && video.packetsReceived > 1000)
+            #expect(video.lossAfterRepair < video.lossBeforeRepair / 4, "after repair \(video.lossAfterRepair * 100) %")
+            #expect(statistics.contains { $0.kind == .audio && $0.packetsReceived > 0 })
+            let gap = longestAudioGap(Array(audio.all.dropFirst(25)))
+            print("10 % loss: longest audio gap \(gap) over \(audio.all.count) buffers")
+            #expect(gap <= .milliseconds(60))
+            #expect(proxy.counters(for: .toClient).lost > 0 && proxy.counters(for: .toServer).lost > 0)
+
+            // The RTC stats report says the same: the viewer NACKed, the publisher heard the relay's
+            // retransmission requests only for its own leg (clear here), and measured a round trip.
+            let inbound = stream.rtcStatsReport().stats.first { $0.type == "inbound-rtp" && $0.kind == "video" }
+            print("10 % loss: \(stream.rtcStatsReport().json)")
+            #expect((inbound?.nackCount ?? 0) > 0 && (inbound?.framesDecoded ?? 0) > 200 && (inbound?.keyFramesDecoded ?? 0) > 0)
+            // Frames are counted as they reach the depayloader; those never decoded are dropped (here
+            // mostly before the first keyframe got through whole).
+            #expect((inbound?.framesReceived ?? 0) >= (inbound?.framesDecoded ?? .max) && inbound?.framesDropped != nil, "\(String(describing: inbound))")
+            let outbound = session.publisher.rtcStatsReport()
+            print("10 % loss: \(outbound.json)")
+            #expect(outbound.stats.contains { $0.type == "outbound-rtp" && $0.kind == "video" && ($0.packetsSent ?? 0) > 1000 && ($0.keyFramesEncoded ?? 0) > 0 })
+            #expect(outbound.stats.contains { $0.type == "remote-inbound-rtp" && $0.kind == "video" && $0.roundTripTime != nil })
+
+            _ = renderer
+            await session.stop()
         }
-        let statistics = stream.networkStatistics()
-        print("10 % loss: \(statistics)")
-        let video = try #require(statistics.first { $0.kind == .video })
-        // The loss reported is the loss applied (± 3 points); the jitter buffer repaired most of it.
-        #expect(abs(video.lossBeforeRepair - 0.10) <= 0.03, "reported \(video.lossBeforeRepair * 100) % before repair")
-        #expect(video.nacksSent > 0 && video.packetsReceived > 1000)
-        #expect(video.lossAfterRepair < video.lossBeforeRepair / 4, "after repair \(video.lossAfterRepair * 100) %")
-        #expect(statistics.contains { $0.kind == .audio && $0.packetsReceived > 0 })
-        let gap = longestAudioGap(Array(audio.all.dropFirst(25)))
-        print("10 % loss: longest audio gap \(gap) over \(audio.all.count) buffers")
-        #expect(gap <= .milliseconds(60))
-        #expect(proxy.counters(for: .toClient).lost > 0 && proxy.counters(for: .toServer).lost > 0)
-
-        // The RTC stats report says the same: the viewer NACKed, the publisher heard the relay's
-        // retransmission requests only for its own leg (clear here), and measured a round trip.
-        let inbound = stream.rtcStatsReport().stats.first { $0.type == "inbound-rtp" && $0.kind == "video" }
-        print("10 % loss: \(stream.rtcStatsReport().json)")
-        #expect((inbound?.nackCount ?? 0) > 0 && (inbound?.framesDecoded ?? 0) > 200 && (inbound?.keyFramesDecoded ?? 0) > 0)
-        // Frames are counted as they reach the depayloader; those never decoded are dropped (here
-        // mostly before the first keyframe got through whole).
-        #expect((inbound?.framesReceived ?? 0) >= (inbound?.framesDecoded ?? .max) && inbound?.framesDropped != nil, "\(String(describing: inbound))")
-        let outbound = session.publisher.rtcStatsReport()
-        print("10 % loss: \(outbound.json)")
-        #expect(outbound.stats.contains { $0.type == "outbound-rtp" && $0.kind == "video" && ($0.packetsSent ?? 0) > 1000 && ($0.keyFramesEncoded ?? 0) > 0 })
-        #expect(outbound.stats.contains { $0.type == "remote-inbound-rtp" && $0.kind == "video" && $0.roundTripTime != nil })
-
-        _ = renderer
-        await session.stop()
     }
 }
 
-@Suite("A viewer limits the publisher's bandwidth through the platform", .serialized)
-struct ViewerBandwidthLimitTests {
-    @Test("limitBandwidth(300_000) on a subscribed video track holds the publisher under 300 kbit/s ± 15 % (networkLimited for it and the other viewers); releasing it restores the bitrate")
-    func viewerLimit() async throws {
-        let platform = try await LocalPlatform.start()
-        let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
-        try await publisherSDK.start(authToken: try platform.token(.auth))
-        let (publisher, media) = try await publishNoise(publisherSDK, platform)
-        let viewer = PCast(PCastOptions(uri: platform.signalingURL))
-        try await viewer.start(authToken: try platform.token(.auth))
-        let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
-        // A second viewer watches the data quality its renderer and the publisher report.
-        let watcher = PCast(PCastOptions(uri: platform.signalingURL))
-        try await watcher.start(authToken: try platform.token(.auth))
-        let watched = try await watcher.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
-        let renderer = watched.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
-        #expect(await renderer.start() == .ok)
-        let viewerQuality = Values<DataQualityReason>(), publisherQuality = Values<DataQualityReason>()
-        renderer.setDataQualityChangedCallback { _, reason in viewerQuality.append(reason) }
-        publisher.setDataQualityChangedCallback { _, reason in publisherQuality.append(reason) }
-        let before = try await videoBitrate(publisher, over: 3)
-        var limit: Disposable? = stream.getVideoTracks()[0].limitBandwidth(300_000)
-        try await Task.sleep(for: .seconds(3))
-        let limited = try await videoBitrate(publisher, over: 5)
-        print("viewer limit: \(Int(before)) → \(Int(limited)) bit/s")
-        #expect(before > 1_000_000)
-        #expect(limited <= 300_000 * 1.15, "\(limited) bit/s under a 300 kbit/s viewer limit")
-        #expect(publisher.rtcStatsReport().stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }?.targetBitrate == 300_000)
-        // The viewers' request holds the publisher down: networkLimited for it and for the other viewer.
-        #expect(await eventually(.seconds(10)) { publisherQuality.all.last == .networkLimited && viewerQuality.all.last == .networkLimited },
-                "publisher \(publisherQuality.all), other viewer \(viewerQuality.all)")
-        limit?.dispose()
-        limit = nil
-        try await Task.sleep(for: .seconds(3))
-        let released = try await videoBitrate(publisher, over: 3)
-        print("viewer limit released: \(Int(released)) bit/s")
-        #expect(released > 1_000_000)
-        #expect(await eventually(.seconds(10)) { publisherQuality.all.last == DataQualityReason.none && viewerQuality.all.last == DataQualityReason.none },
-                "publisher \(publisherQuality.all), other viewer \(viewerQuality.all)")
-        await renderer.stop()
-        await watched.stop()
-        await watcher.stop()
-        await stream.stop()
-        await viewer.stop()
-        await publisher.stop()
-        await publisherSDK.stop()
-        await media.stop()
-        await platform.shutdown()
+extension OneAtATime {
+    @Suite("A viewer limits the publisher's bandwidth through the platform", .serialized)
+    struct ViewerBandwidthLimitTests {
+        @Test("limitBandwidth(300_000) on a subscribed video track holds the publisher under 300 kbit/s ± 15 % (networkLimited for it and the other viewers); releasing it restores the bitrate")
+        func viewerLimit() async throws {
+            let platform = try await LocalPlatform.start()
+            let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
+            try await publisherSDK.start(authToken: try platform.token(.auth))
+            let (publisher, media) = try await publishNoise(publisherSDK, platform)
+            let viewer = PCast(PCastOptions(uri: platform.signalingURL))
+            try await viewer.start(authToken: try platform.token(.auth))
+            let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+            // A second viewer watches the data quality its renderer and the publisher report.
+            let watcher = PCast(PCastOptions(uri: platform.signalingURL))
+            try await watcher.start(authToken: try platform.token(.auth))
+            let watched = try await watcher.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+            let renderer = watched.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+            #expect(await renderer.start() == .ok)
+            let viewerQuality = Values<DataQualityReason>(), publisherQuality = Values<DataQualityReason>()
+            renderer.setDataQualityChangedCallback { _, reason in viewerQuality.append(reason) }
+            publisher.setDataQualityChangedCallback { _, reason in publisherQuality.append(reason) }
+            let before = try await videoBitrate(publisher, over: 3)
+            var limit: Disposable? = stream.getVideoTracks()[0].limitBandwidth(300_000)
+            try await Task.sleep(for: .seconds(3))
+            let limited = try await videoBitrate(publisher, over: 5)
+            print("viewer limit: \(Int(before)) → \(Int(limited)) bit/s")
+            #expect(before > 1_000_000)
+            #expect(limited <= 300_000 * 1.15, "\(limited) bit/s under a 300 kbit/s viewer limit")
+            #expect(publisher.rtcStatsReport().stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }?.targetBitrate == 300_000)
+            // The viewers' request holds the publisher down: networkLimited for it and for the other viewer.
+            #expect(await eventually(.seconds(10)) { publisherQuality.all.last == .networkLimited && viewerQuality.all.last == .networkLimited },
+                    "publisher \(publisherQuality.all), other viewer \(viewerQuality.all)")
+            limit?.dispose()
+            limit = nil
+            try await Task.sleep(for: .seconds(3))
+            let released = try await videoBitrate(publisher, over: 3)
+            print("viewer limit released: \(Int(released)) bit/s")
+            #expect(released > 1_000_000)
+            #expect(await eventually(.seconds(10)) { publisherQuality.all.last == DataQualityReason.none && viewerQuality.all.last == DataQualityReason.none },
+                    "publisher \(publisherQuality.all), other viewer \(viewerQuality.all)")
+            await renderer.stop()
+            await watched.stop()
+            await watcher.stop()
+            await stream.stop()
+            await viewer.stop()
+            await publisher.stop()
+            await publisherSDK.stop()
+            await media.stop()
+            await platform.shutdown()
+        }
     }
 }
 
@@ -238,7 +242,7 @@ func videoBitrate(_ publisher: Publisher, over seconds: Double) async throws -> 
     return Double((publisher.bytesSent(.video) ?? 0) - before) * 8 / elapsed
 }
 
-extension NetworkQualityTests {
+extension OneAtATime.NetworkQualityTests {
     @Test("limitBandwidth(200 kbps) holds the published video under it (+15 %); the latest limit wins; releasing restores the configured bitrate")
     func limitBandwidth() async throws {
         let platform = try await LocalPlatform.start()
@@ -270,7 +274,7 @@ extension NetworkQualityTests {
     }
 }
 
-extension NetworkQualityTests {
+extension OneAtATime.NetworkQualityTests {
     @Test("a viewer's data quality: all/none on a clear leg, downloadLimited at 20 % loss while the session survives, noData in an outage, all again after")
     func dataQuality() async throws {
         let session = try await ImpairedViewing.start(seed: 20)
@@ -293,13 +297,16 @@ extension NetworkQualityTests {
     }
 }
 
-extension NetworkQualityTests {
+extension OneAtATime.NetworkQualityTests {
     @Test("a 500 kbit/s cap on the publisher's leg: the bitrate settles under it within 10 s (data quality all/uploadLimited) and recovers within 30 s after it is lifted")
     func adaptsToACap() async throws {
         let session = try await ImpairedPublishing.start(seed: 30)
         let (proxy, publisher) = (session.proxy, session.publisher)
         let reports = Values<String>()
         publisher.setDataQualityChangedCallback { status, reason in reports.append("\(status.rawValue)/\(reason.rawValue)") }
+        // The same reports as a sequence, which ends when the stream does.
+        let changes = publisher.dataQualityChanges
+        let streamed = Task { await changes.reduce(into: [String]()) { $0.append("\($1.status.rawValue)/\($1.reason.rawValue)") } }
         try await Task.sleep(for: .seconds(2))
         let before = try await videoBitrate(publisher, over: 2)
         #expect(!publisher.isUploadLimited)
@@ -319,10 +326,11 @@ extension NetworkQualityTests {
         print("adaptation: before \(Int(before / 1000)) kbps, capped \(Int(settled / 1000)) kbps, recovered \(Int(recovered / 1000)) kbps; estimate \(publisher.estimatedVideoBitrate ?? 0)")
         #expect(recovered >= 1_200_000, "\(recovered) bit/s 30 s after the cap was lifted")
         await session.stop()
+        #expect(await streamed.value == reports.all)
     }
 }
 
-extension NetworkQualityTests {
+extension OneAtATime.NetworkQualityTests {
     @Test("audio-only fallback: a viewer whose leg cannot carry the video (a 200 kbit/s cap) gets the audio alone (audioOnly/downloadLimited) while another viewer keeps the video; once the cap is lifted a probe brings the video back (all/none)")
     func audioOnlyFallback() async throws {
         let session = try await ImpairedViewing.start(seed: 40)
@@ -378,7 +386,7 @@ extension NetworkQualityTests {
     }
 }
 
-extension NetworkQualityTests {
+extension OneAtATime.NetworkQualityTests {
     @Test("a 500 kbit/s cap with a deep (1 s) queue on the publisher's leg: the relay's delay-based estimate (REMB) finds it before the queue overflows; the bitrate settles under it with a short queue, and recovers within 30 s once it is lifted")
     func rembFindsABloatedCap() async throws {
         let session = try await ImpairedPublishing.start(seed: 50)

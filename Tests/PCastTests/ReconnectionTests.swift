@@ -75,98 +75,100 @@ struct SignalingOutage {
     }
 }
 
-@Suite("Reconnection through a signaling outage", .serialized)
-struct ReconnectionTests {
-    @Test("a 5 s signaling outage: both SDKs go offline, frames keep flowing, and both are back online (same session, same stream) within 1 s of the network returning")
-    func fiveSecondOutage() async throws {
-        let session = try await SignalingOutage.start()
-        let (renderer, frames) = try await watch(session.stream)
-        #expect(await eventually(.seconds(20)) { frames.all.count >= 30 })
-        let sessions = (session.publisherSDK.sessionId, session.viewer.sessionId)
-        let ended = Values<StreamEndedReason>()
-        session.publisher.setPublisherEndedCallback { reason, _ in ended.append(reason) }
+extension OneAtATime {
+    @Suite("Reconnection through a signaling outage", .serialized)
+    struct ReconnectionTests {
+        @Test("a 5 s signaling outage: both SDKs go offline, frames keep flowing, and both are back online (same session, same stream) within 1 s of the network returning")
+        func fiveSecondOutage() async throws {
+            let session = try await SignalingOutage.start()
+            let (renderer, frames) = try await watch(session.stream)
+            #expect(await eventually(.seconds(20)) { frames.all.count >= 30 })
+            let sessions = (session.publisherSDK.sessionId, session.viewer.sessionId)
+            let ended = Values<StreamEndedReason>()
+            session.publisher.setPublisherEndedCallback { reason, _ in ended.append(reason) }
 
-        session.proxy.setOutage(true)
-        #expect(await eventually(.seconds(5)) { session.publisherLog.all.contains(.offline) && session.viewerLog.all.contains(.offline) })
-        #expect(!session.publisherSDK.isOnline && session.publisherSDK.isReconnecting)
-        // No new streams while offline: a typed error, at once.
-        await #expect(throws: PCastError.offline) {
-            _ = try await session.viewer.subscribe(streamToken: try session.platform.token(.stream, originStreamId: session.publisher.streamId))
+            session.proxy.setOutage(true)
+            #expect(await eventually(.seconds(5)) { session.publisherLog.all.contains(.offline) && session.viewerLog.all.contains(.offline) })
+            #expect(!session.publisherSDK.isOnline && session.publisherSDK.isReconnecting)
+            // No new streams while offline: a typed error, at once.
+            await #expect(throws: PCastError.offline) {
+                _ = try await session.viewer.subscribe(streamToken: try session.platform.token(.stream, originStreamId: session.publisher.streamId))
+            }
+            let before = frames.all.count
+            try await Task.sleep(for: .seconds(5))
+            let during = frames.all.count - before
+            print("signaling outage: \(during) frames decoded during 5 s offline")
+            #expect(during >= 100, "media must keep flowing while signaling is down (30 fps)")
+
+            session.proxy.setOutage(false)
+            let restored = ContinuousClock.now
+            #expect(await eventually(.seconds(10)) { session.publisherSDK.isOnline && session.viewer.isOnline })
+            for (name, log) in [("publisher", session.publisherLog), ("viewer", session.viewerLog)] {
+                guard let online = log.last(.online) else { Issue.record("\(name) never came back"); continue }
+                let took = online - restored
+                print("signaling outage: \(name) back online \(took) after the network returned")
+                #expect(took <= .seconds(1), "\(name) took \(took)")
+            }
+            #expect(session.publisherSDK.sessionId == sessions.0, "the publisher's session resumed")
+            #expect(session.viewer.sessionId == sessions.1, "the viewer's session resumed")
+            #expect(session.publisherLog.all.filter { $0 == .authenticated(.ok) }.count == 2)
+            #expect(ended.all.isEmpty, "the stream survived")
+            // Still the same stream, still flowing, and still controllable over signaling.
+            let after = frames.all.count
+            #expect(await eventually(.seconds(10)) { frames.all.count >= after + 30 })
+            #expect(session.platform.relay.statistics().streams == 1)
+            _ = renderer
+            await session.stream.stop()
+            #expect(await eventually(.seconds(5)) { session.platform.relay.statistics().subscribers == 0 })
+            await session.stop()
         }
-        let before = frames.all.count
-        try await Task.sleep(for: .seconds(5))
-        let during = frames.all.count - before
-        print("signaling outage: \(during) frames decoded during 5 s offline")
-        #expect(during >= 100, "media must keep flowing while signaling is down (30 fps)")
 
-        session.proxy.setOutage(false)
-        let restored = ContinuousClock.now
-        #expect(await eventually(.seconds(10)) { session.publisherSDK.isOnline && session.viewer.isOnline })
-        for (name, log) in [("publisher", session.publisherLog), ("viewer", session.viewerLog)] {
-            guard let online = log.last(.online) else { Issue.record("\(name) never came back"); continue }
-            let took = online - restored
-            print("signaling outage: \(name) back online \(took) after the network returned")
-            #expect(took <= .seconds(1), "\(name) took \(took)")
+        @Test("a silent outage of about 9 s (nothing moves, nothing is reset): keep-alives find it, frames keep flowing, and both SDKs resume their sessions once the path returns")
+        func silentOutage() async throws {
+            let session = try await SignalingOutage.start(keepAliveInterval: 1)
+            let (renderer, frames) = try await watch(session.stream)
+            #expect(await eventually(.seconds(20)) { frames.all.count >= 30 })
+            let sessions = (session.publisherSDK.sessionId, session.viewer.sessionId)
+            let ended = Values<StreamEndedReason>()
+            session.publisher.setPublisherEndedCallback { reason, _ in ended.append(reason) }
+
+            session.proxy.setOutage(true, mode: .silent)
+            // A keep-alive every second, unanswered after five: offline within about six seconds.
+            #expect(await eventually(.seconds(10)) { session.publisherLog.all.contains(.offline) && session.viewerLog.all.contains(.offline) })
+            let before = frames.all.count
+            try await Task.sleep(for: .seconds(3))
+            #expect(frames.all.count - before >= 60, "media keeps flowing while signaling is silent")
+            session.proxy.setOutage(false)
+            let restored = ContinuousClock.now
+            #expect(await eventually(.seconds(10)) { session.publisherSDK.isOnline && session.viewer.isOnline })
+            if let online = session.publisherLog.last(.online) { print("silent outage: publisher back \(online - restored) after the path returned") }
+            #expect(session.publisherSDK.sessionId == sessions.0 && session.viewer.sessionId == sessions.1, "both sessions resumed")
+            #expect(ended.all.isEmpty, "the stream survived")
+            let after = frames.all.count
+            #expect(await eventually(.seconds(10)) { frames.all.count >= after + 30 })
+            _ = renderer
+            await session.stop()
         }
-        #expect(session.publisherSDK.sessionId == sessions.0, "the publisher's session resumed")
-        #expect(session.viewer.sessionId == sessions.1, "the viewer's session resumed")
-        #expect(session.publisherLog.all.filter { $0 == .authenticated(.ok) }.count == 2)
-        #expect(ended.all.isEmpty, "the stream survived")
-        // Still the same stream, still flowing, and still controllable over signaling.
-        let after = frames.all.count
-        #expect(await eventually(.seconds(10)) { frames.all.count >= after + 30 })
-        #expect(session.platform.relay.statistics().streams == 1)
-        _ = renderer
-        await session.stream.stop()
-        #expect(await eventually(.seconds(5)) { session.platform.relay.statistics().subscribers == 0 })
-        await session.stop()
-    }
 
-    @Test("a silent outage of about 9 s (nothing moves, nothing is reset): keep-alives find it, frames keep flowing, and both SDKs resume their sessions once the path returns")
-    func silentOutage() async throws {
-        let session = try await SignalingOutage.start(keepAliveInterval: 1)
-        let (renderer, frames) = try await watch(session.stream)
-        #expect(await eventually(.seconds(20)) { frames.all.count >= 30 })
-        let sessions = (session.publisherSDK.sessionId, session.viewer.sessionId)
-        let ended = Values<StreamEndedReason>()
-        session.publisher.setPublisherEndedCallback { reason, _ in ended.append(reason) }
-
-        session.proxy.setOutage(true, mode: .silent)
-        // A keep-alive every second, unanswered after five: offline within about six seconds.
-        #expect(await eventually(.seconds(10)) { session.publisherLog.all.contains(.offline) && session.viewerLog.all.contains(.offline) })
-        let before = frames.all.count
-        try await Task.sleep(for: .seconds(3))
-        #expect(frames.all.count - before >= 60, "media keeps flowing while signaling is silent")
-        session.proxy.setOutage(false)
-        let restored = ContinuousClock.now
-        #expect(await eventually(.seconds(10)) { session.publisherSDK.isOnline && session.viewer.isOnline })
-        if let online = session.publisherLog.last(.online) { print("silent outage: publisher back \(online - restored) after the path returned") }
-        #expect(session.publisherSDK.sessionId == sessions.0 && session.viewer.sessionId == sessions.1, "both sessions resumed")
-        #expect(ended.all.isEmpty, "the stream survived")
-        let after = frames.all.count
-        #expect(await eventually(.seconds(10)) { frames.all.count >= after + 30 })
-        _ = renderer
-        await session.stop()
-    }
-
-    @Test("a token that expired during the outage: reconnection is refused as unauthorized, and the SDK's streams end")
-    func tokenExpiredDuringOutage() async throws {
-        let session = try await SignalingOutage.start(authLifetime: 4)
-        let ended = Values<StreamEndedReason>()
-        session.publisher.setPublisherEndedCallback { reason, _ in ended.append(reason) }
-        session.proxy.setOutage(true)
-        #expect(await eventually(.seconds(5)) { session.publisherLog.all.contains(.offline) })
-        try await Task.sleep(for: .seconds(5))
-        session.proxy.setOutage(false)
-        #expect(await eventually(.seconds(10)) { session.publisherLog.all.contains(.authenticated(.unauthorized)) })
-        #expect(await eventually(.seconds(5)) { session.viewerLog.all.contains(.authenticated(.unauthorized)) })
-        #expect(!session.publisherSDK.isOnline && !session.publisherSDK.isReconnecting)
-        #expect(await eventually(.seconds(5)) { ended.all == [.failed] })
-        // The platform drops the stream once its media stops.
-        #expect(await eventually(.seconds(15)) { session.platform.relay.statistics().streams == 0 })
-        await #expect(throws: PCastError.notStarted) {
-            _ = try await session.publisherSDK.publish(streamToken: try session.platform.token(.publish), mediaStream: session.media)
+        @Test("a token that expired during the outage: reconnection is refused as unauthorized, and the SDK's streams end")
+        func tokenExpiredDuringOutage() async throws {
+            let session = try await SignalingOutage.start(authLifetime: 4)
+            let ended = Values<StreamEndedReason>()
+            session.publisher.setPublisherEndedCallback { reason, _ in ended.append(reason) }
+            session.proxy.setOutage(true)
+            #expect(await eventually(.seconds(5)) { session.publisherLog.all.contains(.offline) })
+            try await Task.sleep(for: .seconds(5))
+            session.proxy.setOutage(false)
+            #expect(await eventually(.seconds(10)) { session.publisherLog.all.contains(.authenticated(.unauthorized)) })
+            #expect(await eventually(.seconds(5)) { session.viewerLog.all.contains(.authenticated(.unauthorized)) })
+            #expect(!session.publisherSDK.isOnline && !session.publisherSDK.isReconnecting)
+            #expect(await eventually(.seconds(5)) { ended.all == [.failed] })
+            // The platform drops the stream once its media stops.
+            #expect(await eventually(.seconds(15)) { session.platform.relay.statistics().streams == 0 })
+            await #expect(throws: PCastError.notStarted) {
+                _ = try await session.publisherSDK.publish(streamToken: try session.platform.token(.publish), mediaStream: session.media)
+            }
+            await session.stop()
         }
-        await session.stop()
     }
 }

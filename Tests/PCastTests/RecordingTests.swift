@@ -118,156 +118,158 @@ func httpGet(_ url: String, bearer: String? = nil, headers: [String: String] = [
     return (data, http)
 }
 
-@Suite("Recording: publish types live / record / append", .serialized)
-struct RecordingTests {
-    @Test("record → stop → append: one recording whose duration is the sum of both parts within a frame, playing end to end without a gap")
-    func recordThenAppend() async throws {
-        let platform = try await LocalPlatform.start()
-        let pcast = try await client(platform)
-        let path = platform.configuration.recordingsDirectory + "/show.mp4"
-        let frame = Duration.milliseconds(40)
+extension OneAtATime {
+    @Suite("Recording: publish types live / record / append", .serialized)
+    struct RecordingTests {
+        @Test("record → stop → append: one recording whose duration is the sum of both parts within a frame, playing end to end without a gap")
+        func recordThenAppend() async throws {
+            let platform = try await LocalPlatform.start()
+            let pcast = try await client(platform)
+            let path = platform.configuration.recordingsDirectory + "/show.mp4"
+            let frame = Duration.milliseconds(40)
 
-        let (first, firstMedia) = try await publishPattern(pcast, platform, type: .record, name: "show")
-        try await Task.sleep(for: .seconds(3))
-        await first.stop()
-        await firstMedia.stop()
-        #expect(try await finishedRecording(platform, "show") != nil)
-        let copy = FileManager.default.temporaryDirectory.appendingPathComponent("part1-\(UUID().uuidString).mp4").path
-        try FileManager.default.copyItem(atPath: path, toPath: copy)
-        defer { try? FileManager.default.removeItem(atPath: copy) }
-        let firstDuration = try discoveredDuration(copy)
-        let firstDecode = try await decodeRecording(copy, audio: true)
-        #expect(firstDuration > .seconds(1.5) && firstDuration < .seconds(4), "part 1: \(firstDuration)")
-        #expect(firstDecode.width == 640 && firstDecode.height == 360)
-        #expect(firstDecode.audioBuffers > 0)
+            let (first, firstMedia) = try await publishPattern(pcast, platform, type: .record, name: "show")
+            try await Task.sleep(for: .seconds(3))
+            await first.stop()
+            await firstMedia.stop()
+            #expect(try await finishedRecording(platform, "show") != nil)
+            let copy = FileManager.default.temporaryDirectory.appendingPathComponent("part1-\(UUID().uuidString).mp4").path
+            try FileManager.default.copyItem(atPath: path, toPath: copy)
+            defer { try? FileManager.default.removeItem(atPath: copy) }
+            let firstDuration = try discoveredDuration(copy)
+            let firstDecode = try await decodeRecording(copy, audio: true)
+            #expect(firstDuration > .seconds(1.5) && firstDuration < .seconds(4), "part 1: \(firstDuration)")
+            #expect(firstDecode.width == 640 && firstDecode.height == 360)
+            #expect(firstDecode.audioBuffers > 0)
 
-        // The publisher comes back after an interruption and appends.
-        try await Task.sleep(for: .seconds(1))
-        let (second, secondMedia) = try await publishPattern(pcast, platform, type: .append, name: "show")
-        try await Task.sleep(for: .seconds(3))
-        await second.stop()
-        await secondMedia.stop()
-        #expect(try await finishedRecording(platform, "show") != nil)
-        let total = try discoveredDuration(path)
-        let decoded = try await decodeRecording(path, audio: true)
-        let secondFrames = decoded.videoTimestamps.count - firstDecode.videoTimestamps.count
-        #expect(secondFrames > 25, "part 2 decoded \(secondFrames) frames")
-        let expected = firstDuration + frame * secondFrames
-        print("recording: part 1 \(firstDuration) (\(firstDecode.videoTimestamps.count) frames), total \(total) (\(decoded.videoTimestamps.count) frames), expected \(expected), largest gap \(decoded.largestVideoGap)")
-        #expect(abs((total - expected) / .milliseconds(1)) <= 40, "total \(total), part 1 \(firstDuration) + \(secondFrames) frames")
-        // Continuous: the interruption left no hole in the timeline.
-        #expect(decoded.largestVideoGap <= frame * 2, "largest gap between frames: \(decoded.largestVideoGap)")
-        #expect(decoded.width == 640 && decoded.height == 360)
-        await pcast.stop()
-        await platform.shutdown()
-    }
+            // The publisher comes back after an interruption and appends.
+            try await Task.sleep(for: .seconds(1))
+            let (second, secondMedia) = try await publishPattern(pcast, platform, type: .append, name: "show")
+            try await Task.sleep(for: .seconds(3))
+            await second.stop()
+            await secondMedia.stop()
+            #expect(try await finishedRecording(platform, "show") != nil)
+            let total = try discoveredDuration(path)
+            let decoded = try await decodeRecording(path, audio: true)
+            let secondFrames = decoded.videoTimestamps.count - firstDecode.videoTimestamps.count
+            #expect(secondFrames > 25, "part 2 decoded \(secondFrames) frames")
+            let expected = firstDuration + frame * secondFrames
+            print("recording: part 1 \(firstDuration) (\(firstDecode.videoTimestamps.count) frames), total \(total) (\(decoded.videoTimestamps.count) frames), expected \(expected), largest gap \(decoded.largestVideoGap)")
+            #expect(abs((total - expected) / .milliseconds(1)) <= 40, "total \(total), part 1 \(firstDuration) + \(secondFrames) frames")
+            // Continuous: the interruption left no hole in the timeline.
+            #expect(decoded.largestVideoGap <= frame * 2, "largest gap between frames: \(decoded.largestVideoGap)")
+            #expect(decoded.width == 640 && decoded.height == 360)
+            await pcast.stop()
+            await platform.shutdown()
+        }
 
-    @Test("traversal and malformed stream names are refused before anything is recorded")
-    func traversalNames() async throws {
-        let platform = try await LocalPlatform.start()
-        let pcast = try await client(platform)
-        var options = UserMediaOptions()
-        options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
-        options.audio.enabled = false
-        let media = try await UserMedia.getUserMedia(options)
-        for name in ["../escape", "..", ".hidden", "/etc/passwd", "a/b", "a\\b", "%2e%2e%2fescape", "a%00b", "a\u{0}b", "show\n", String(repeating: "x", count: 129), ""] {
-            let token = try platform.token(.publish)
-            do throws(PCastError) {
-                let publisher = try await pcast.publish(streamToken: token, mediaStream: media, publishType: .record, streamName: name)
-                Issue.record("published with stream name \(name.debugDescription)")
-                await publisher.stop()
-            } catch {
-                #expect(error.status == .badRequest, "\(name.debugDescription): \(error)")
+        @Test("traversal and malformed stream names are refused before anything is recorded")
+        func traversalNames() async throws {
+            let platform = try await LocalPlatform.start()
+            let pcast = try await client(platform)
+            var options = UserMediaOptions()
+            options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
+            options.audio.enabled = false
+            let media = try await UserMedia.getUserMedia(options)
+            for name in ["../escape", "..", ".hidden", "/etc/passwd", "a/b", "a\\b", "%2e%2e%2fescape", "a%00b", "a\u{0}b", "show\n", String(repeating: "x", count: 129), ""] {
+                let token = try platform.token(.publish)
+                do throws(PCastError) {
+                    let publisher = try await pcast.publish(streamToken: token, mediaStream: media, publishType: .record, streamName: name)
+                    Issue.record("published with stream name \(name.debugDescription)")
+                    await publisher.stop()
+                } catch {
+                    #expect(error.status == .badRequest, "\(name.debugDescription): \(error)")
+                }
             }
+            let files = (try? FileManager.default.contentsOfDirectory(atPath: platform.configuration.recordingsDirectory)) ?? []
+            #expect(files.isEmpty, "\(files)")
+            #expect(pcast.isOnline)
+            await media.stop()
+            await pcast.stop()
+            await platform.shutdown()
         }
-        let files = (try? FileManager.default.contentsOfDirectory(atPath: platform.configuration.recordingsDirectory)) ?? []
-        #expect(files.isEmpty, "\(files)")
-        #expect(pcast.isOnline)
-        await media.stop()
-        await pcast.stop()
-        await platform.shutdown()
-    }
 
-    @Test("recordings are listed and downloaded over authenticated HTTP, with byte ranges")
-    func httpEndpoints() async throws {
-        let platform = try await LocalPlatform.start()
-        let pcast = try await client(platform)
-        let (publisher, media) = try await publishPattern(pcast, platform, type: .record, name: "clip-1")
-        try await Task.sleep(for: .seconds(2))
-        // Listed while it records.
-        let live = try await recordingsList(platform).first { $0["name"] as? String == "clip-1" }
-        #expect(live?["recordingStreamId"] as? String == publisher.streamId)
-        await publisher.stop()
-        await media.stop()
-        let entry = try #require(try await finishedRecording(platform, "clip-1"))
-        let bytes = try #require(entry["bytes"] as? Int)
-        #expect((entry["durationMilliseconds"] as? Int ?? 0) > 1000)
-        let path = platform.configuration.recordingsDirectory + "/clip-1.mp4"
-        let onDisk = try Data(contentsOf: URL(fileURLWithPath: path))
-        #expect(onDisk.count == bytes)
+        @Test("recordings are listed and downloaded over authenticated HTTP, with byte ranges")
+        func httpEndpoints() async throws {
+            let platform = try await LocalPlatform.start()
+            let pcast = try await client(platform)
+            let (publisher, media) = try await publishPattern(pcast, platform, type: .record, name: "clip-1")
+            try await Task.sleep(for: .seconds(2))
+            // Listed while it records.
+            let live = try await recordingsList(platform).first { $0["name"] as? String == "clip-1" }
+            #expect(live?["recordingStreamId"] as? String == publisher.streamId)
+            await publisher.stop()
+            await media.stop()
+            let entry = try #require(try await finishedRecording(platform, "clip-1"))
+            let bytes = try #require(entry["bytes"] as? Int)
+            #expect((entry["durationMilliseconds"] as? Int ?? 0) > 1000)
+            let path = platform.configuration.recordingsDirectory + "/clip-1.mp4"
+            let onDisk = try Data(contentsOf: URL(fileURLWithPath: path))
+            #expect(onDisk.count == bytes)
 
-        let base = platform.httpURL + "/recordings"
-        let token = try platform.token(.auth, capabilities: ["recordings"])
-        // Refused: no credentials, a token without the capability, a forged or expired one.
-        for bearer in [nil, try platform.token(.auth), "forged", try platform.token(.auth, lifetime: -10, capabilities: ["recordings"])] {
-            #expect(try await httpGet(base, bearer: bearer).1.statusCode == 401)
-            #expect(try await httpGet(base + "/clip-1", bearer: bearer).1.statusCode == 401)
+            let base = platform.httpURL + "/recordings"
+            let token = try platform.token(.auth, capabilities: ["recordings"])
+            // Refused: no credentials, a token without the capability, a forged or expired one.
+            for bearer in [nil, try platform.token(.auth), "forged", try platform.token(.auth, lifetime: -10, capabilities: ["recordings"])] {
+                #expect(try await httpGet(base, bearer: bearer).1.statusCode == 401)
+                #expect(try await httpGet(base + "/clip-1", bearer: bearer).1.statusCode == 401)
+            }
+            let (whole, wholeResponse) = try await httpGet(base + "/clip-1.mp4", bearer: token)
+            #expect(wholeResponse.statusCode == 200)
+            #expect(whole == onDisk)
+            #expect(wholeResponse.value(forHTTPHeaderField: "Content-Type") == "video/mp4")
+            let (part, partResponse) = try await httpGet(base + "/clip-1", bearer: token, headers: ["Range": "bytes=4-11"])
+            #expect(partResponse.statusCode == 206)
+            #expect(part == onDisk.subdata(in: 4..<12))
+            #expect(String(decoding: part.prefix(4), as: UTF8.self) == "ftyp")
+            #expect(partResponse.value(forHTTPHeaderField: "Content-Range") == "bytes 4-11/\(bytes)")
+            let (_, beyond) = try await httpGet(base + "/clip-1", bearer: token, headers: ["Range": "bytes=\(bytes + 10)-"])
+            #expect(beyond.statusCode == 416)
+            // The query-string form, for players that cannot set headers.
+            #expect(try await httpGet(base + "/clip-1?token=\(token.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")").1.statusCode == 200)
+            #expect(try await httpGet(base + "/missing", bearer: token).1.statusCode == 404)
+            for bad in ["..%2Fsecret", "%2e%2e", ".hidden"] {
+                let status = try await httpGet(base + "/" + bad, bearer: token).1.statusCode
+                #expect(status == 400 || status == 404, "\(bad): \(status)")
+            }
+            await pcast.stop()
+            await platform.shutdown()
         }
-        let (whole, wholeResponse) = try await httpGet(base + "/clip-1.mp4", bearer: token)
-        #expect(wholeResponse.statusCode == 200)
-        #expect(whole == onDisk)
-        #expect(wholeResponse.value(forHTTPHeaderField: "Content-Type") == "video/mp4")
-        let (part, partResponse) = try await httpGet(base + "/clip-1", bearer: token, headers: ["Range": "bytes=4-11"])
-        #expect(partResponse.statusCode == 206)
-        #expect(part == onDisk.subdata(in: 4..<12))
-        #expect(String(decoding: part.prefix(4), as: UTF8.self) == "ftyp")
-        #expect(partResponse.value(forHTTPHeaderField: "Content-Range") == "bytes 4-11/\(bytes)")
-        let (_, beyond) = try await httpGet(base + "/clip-1", bearer: token, headers: ["Range": "bytes=\(bytes + 10)-"])
-        #expect(beyond.statusCode == 416)
-        // The query-string form, for players that cannot set headers.
-        #expect(try await httpGet(base + "/clip-1?token=\(token.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")").1.statusCode == 200)
-        #expect(try await httpGet(base + "/missing", bearer: token).1.statusCode == 404)
-        for bad in ["..%2Fsecret", "%2e%2e", ".hidden"] {
-            let status = try await httpGet(base + "/" + bad, bearer: token).1.statusCode
-            #expect(status == 400 || status == 404, "\(bad): \(status)")
-        }
-        await pcast.stop()
-        await platform.shutdown()
-    }
 
-    @Test("an interrupted channel publisher resumes with append: the channel's viewer follows the resumed stream; the recording continues")
-    func channelViewersFollowTheResumedStream() async throws {
-        let platform = try await LocalPlatform.start()
-        let viewer = ChannelExpress(roomExpress: RoomExpress(pcastExpress: express(platform)))
-        _ = try await viewer.createChannel(ChannelOptions(name: "Resume", alias: "resume"))
-        let viewed = Values<(RequestStatus, String?)>()
-        let viewerRooms = try await viewer.joinChannel(JoinChannelOptions(joinRoomOptions: JoinRoomOptions(roomAlias: "resume"))) { status, subscriber, _ in
-            viewed.append((status, subscriber?.streamId))
+        @Test("an interrupted channel publisher resumes with append: the channel's viewer follows the resumed stream; the recording continues")
+        func channelViewersFollowTheResumedStream() async throws {
+            let platform = try await LocalPlatform.start()
+            let viewer = ChannelExpress(roomExpress: RoomExpress(pcastExpress: express(platform)))
+            _ = try await viewer.createChannel(ChannelOptions(name: "Resume", alias: "resume"))
+            let viewed = Values<(RequestStatus, String?)>()
+            let viewerRooms = try await viewer.joinChannel(JoinChannelOptions(joinRoomOptions: JoinRoomOptions(roomAlias: "resume"))) { status, subscriber, _ in
+                viewed.append((status, subscriber?.streamId))
+            }
+            func publish(_ type: PublishType) async throws -> (ChannelExpress, RoomService, ExpressPublisher) {
+                var publishOptions = PublishOptions(mediaConstraints: smallMedia(), capabilities: ["real-time"])
+                publishOptions.publishType = type
+                publishOptions.streamName = "resume"
+                let express = ChannelExpress(roomExpress: RoomExpress(pcastExpress: express(platform)))
+                let (rooms, publisher) = try await express.publishToChannel(PublishToChannelOptions(
+                    channelOptions: ChannelOptions(name: "Resume", alias: "resume"), publishOptions: publishOptions))
+                return (express, rooms, publisher)
+            }
+            let (firstExpress, firstRooms, first) = try await publish(.record)
+            #expect(await eventually { viewed.all.last?.1 == first.streamId })
+            try await Task.sleep(for: .seconds(2))
+            // The interruption: the publisher goes away, then comes back appending to the same name.
+            await first.stop()
+            await firstExpress.pcastExpress.shutdown()
+            let (secondExpress, secondRooms, second) = try await publish(.append)
+            #expect(await eventually { viewed.all.last?.1 == second.streamId })
+            try await Task.sleep(for: .seconds(2))
+            await second.stop()
+            let entry = try await finishedRecording(platform, "resume")
+            let duration = entry?["durationMilliseconds"] as? Int ?? 0
+            #expect(duration > 3000, "the recording holds both parts: \(duration) ms")
+            _ = (viewerRooms, firstRooms, secondRooms)
+            for e in [viewer, secondExpress] { await e.pcastExpress.shutdown() }
+            await platform.shutdown()
         }
-        func publish(_ type: PublishType) async throws -> (ChannelExpress, RoomService, ExpressPublisher) {
-            var publishOptions = PublishOptions(mediaConstraints: smallMedia(), capabilities: ["real-time"])
-            publishOptions.publishType = type
-            publishOptions.streamName = "resume"
-            let express = ChannelExpress(roomExpress: RoomExpress(pcastExpress: express(platform)))
-            let (rooms, publisher) = try await express.publishToChannel(PublishToChannelOptions(
-                channelOptions: ChannelOptions(name: "Resume", alias: "resume"), publishOptions: publishOptions))
-            return (express, rooms, publisher)
-        }
-        let (firstExpress, firstRooms, first) = try await publish(.record)
-        #expect(await eventually { viewed.all.last?.1 == first.streamId })
-        try await Task.sleep(for: .seconds(2))
-        // The interruption: the publisher goes away, then comes back appending to the same name.
-        await first.stop()
-        await firstExpress.pcastExpress.shutdown()
-        let (secondExpress, secondRooms, second) = try await publish(.append)
-        #expect(await eventually { viewed.all.last?.1 == second.streamId })
-        try await Task.sleep(for: .seconds(2))
-        await second.stop()
-        let entry = try await finishedRecording(platform, "resume")
-        let duration = entry?["durationMilliseconds"] as? Int ?? 0
-        #expect(duration > 3000, "the recording holds both parts: \(duration) ms")
-        _ = (viewerRooms, firstRooms, secondRooms)
-        for e in [viewer, secondExpress] { await e.pcastExpress.shutdown() }
-        await platform.shutdown()
     }
 }

@@ -42,163 +42,165 @@ func temporaryFolder(_ name: String) throws -> URL {
     return directory
 }
 
-/// Every source kind the README, the CLI and `UserMediaOptions` advertise, published through the
-/// platform and decoded by a subscriber at the size asked for.
-@Suite("Every advertised source publishes through the platform", .serialized)
-struct SourcePublishTests {
-    /// Publishes what `options` captures and returns the frames a subscriber decoded in `seconds`
-    /// (after the first), and how the stream ended if it did.
-    func publishAndWatch(_ options: UserMediaOptions, seconds: Double = 2, platform given: LocalPlatform? = nil)
-        async throws -> (frames: [Dimensions], ended: MediaStreamEndReason?) {
-        let platform: LocalPlatform
-        if let given { platform = given } else { platform = try await LocalPlatform.start() }
-        let publisherClient = try await client(platform)
-        let media = try await UserMedia.getUserMedia(options)
-        let publisher = try await publisherClient.publish(streamToken: try platform.token(.publish), mediaStream: media)
-        let (viewer, stream, renderer, frames) = try await watchFrames(platform, publisher.streamId)
-        #expect(await eventually(.seconds(10)) { !frames.all.isEmpty }, "no frame decoded")
-        let counted = frames.all.count
-        try await Task.sleep(for: .seconds(seconds))
-        let window = Array(frames.all.dropFirst(counted))
-        let ended = stream.endReason
-        _ = renderer
-        await viewer.stop()
-        await publisher.stop()
-        await media.stop()
-        await publisherClient.stop()
-        if given == nil { await platform.shutdown() }
-        return (window, ended)
-    }
-
-    func video(_ source: MediaSourceOverride?, width: Int, height: Int, fps: Double, audio: MediaSourceOverride? = nil, audioEnabled: Bool = false) -> UserMediaOptions {
-        var options = UserMediaOptions()
-        if let source { options.video.source = source } else { options.video.deviceId = .exact(SourceDevices.syntheticVideoId) }
-        options.video.width = .exact(width)
-        options.video.height = .exact(height)
-        options.video.frameRate = .exact(fps)
-        options.audio.enabled = audioEnabled || audio != nil
-        if let audio { options.audio.source = audio }
-        return options
-    }
-
-    /// At the asked size, and about the asked rate (a 2 s window, loose for a loaded machine).
-    func expectPlayed(_ frames: [Dimensions], width: Int, height: Int, fps: Double, seconds: Double = 2) {
-        #expect(!frames.isEmpty)
-        #expect(Set(frames) == [Dimensions(width: width, height: height)], "\(Set(frames))")
-        let rate = Double(frames.count) / seconds
-        #expect(rate >= fps * 0.6 && rate <= fps * 1.25, "decoded \(frames.count) frames in \(seconds) s at \(fps) fps")
-    }
-
-    @Test("the test pattern and the null source")
-    func syntheticSources() async throws {
-        let test = try await publishAndWatch(video(nil, width: 640, height: 360, fps: 30))
-        expectPlayed(test.frames, width: 640, height: 360, fps: 30)
-        var null = video(nil, width: 320, height: 240, fps: 15)
-        null.video.deviceId = .exact(SourceDevices.nullVideoId)
-        let black = try await publishAndWatch(null)
-        expectPlayed(black.frames, width: 320, height: 240, fps: 15)
-    }
-
-    @Test("file URIs of several shapes play at real-time pace at the asked size: video only 25 fps High, video + audio 30 fps Baseline at an odd size")
-    func fileURIs() async throws {
-        let directory = try temporaryFolder("pcast-clips")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let high = try await TestClip(width: 640, height: 272, fps: 25, profile: .high, audio: false).make(in: directory)
-        let played = try await publishAndWatch(video(.uri("file://\(high)"), width: 640, height: 272, fps: 25))
-        expectPlayed(played.frames, width: 640, height: 272, fps: 25)
-        #expect(played.ended == nil, "a 4 s clip ended within 3 s: it did not play at real-time pace")
-
-        let odd = try await TestClip(width: 322, height: 182, fps: 30, profile: .baseline, audio: true).make(in: directory)
-        let scaled = try await publishAndWatch(video(.uri("file://\(odd)"), width: 480, height: 270, fps: 30, audio: .uri("file://\(odd)")))
-        expectPlayed(scaled.frames, width: 480, height: 270, fps: 30)
-        // Rate-converted: a 25 fps file asked for at 15 fps.
-        let slower = try await publishAndWatch(video(.uri("file://\(high)"), width: 320, height: 136, fps: 15))
-        expectPlayed(slower.frames, width: 320, height: 136, fps: 15)
-    }
-
-    @Test("a file's end ends the stream as ended")
-    func fileEnds() async throws {
-        let directory = try temporaryFolder("pcast-clips")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        var short = TestClip(width: 320, height: 240, fps: 25, profile: .baseline, audio: true)
-        short.seconds = 3
-        let path = try await short.make(in: directory)
-        let played = try await publishAndWatch(video(.uri("file://\(path)"), width: 320, height: 240, fps: 25, audio: .uri("file://\(path)")), seconds: 5)
-        guard case .remote(let reason, _)? = played.ended else {
-            Issue.record("the stream did not end with the file: \(String(describing: played.ended))")
-            return
+extension OneAtATime {
+    /// Every source kind the README, the CLI and `UserMediaOptions` advertise, published through the
+    /// platform and decoded by a subscriber at the size asked for.
+    @Suite("Every advertised source publishes through the platform", .serialized)
+    struct SourcePublishTests {
+        /// Publishes what `options` captures and returns the frames a subscriber decoded in `seconds`
+        /// (after the first), and how the stream ended if it did.
+        func publishAndWatch(_ options: UserMediaOptions, seconds: Double = 2, platform given: LocalPlatform? = nil)
+            async throws -> (frames: [Dimensions], ended: MediaStreamEndReason?) {
+            let platform: LocalPlatform
+            if let given { platform = given } else { platform = try await LocalPlatform.start() }
+            let publisherClient = try await client(platform)
+            let media = try await UserMedia.getUserMedia(options)
+            let publisher = try await publisherClient.publish(streamToken: try platform.token(.publish), mediaStream: media)
+            let (viewer, stream, renderer, frames) = try await watchFrames(platform, publisher.streamId)
+            #expect(await eventually(.seconds(10)) { !frames.all.isEmpty }, "no frame decoded")
+            let counted = frames.all.count
+            try await Task.sleep(for: .seconds(seconds))
+            let window = Array(frames.all.dropFirst(counted))
+            let ended = stream.endReason
+            _ = renderer
+            await viewer.stop()
+            await publisher.stop()
+            await media.stop()
+            await publisherClient.stop()
+            if given == nil { await platform.shutdown() }
+            return (window, ended)
         }
-        #expect(reason == .ended)
-        #expect(played.frames.count >= 20, "\(played.frames.count) frames before the end")
-    }
 
-    @Test("a looping file plays on past its end at real-time pace")
-    func fileLoops() async throws {
-        let directory = try temporaryFolder("pcast-clips")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        var short = TestClip(width: 320, height: 240, fps: 25, profile: .baseline, audio: true)
-        short.seconds = 2
-        let path = try await short.make(in: directory)
-        var options = video(.uri("file://\(path)"), width: 320, height: 240, fps: 25, audio: .uri("file://\(path)"))
-        options.video.loop = true
-        options.audio.loop = true
-        // Watched for 5 s of a 2 s clip.
-        let played = try await publishAndWatch(options, seconds: 5)
-        #expect(played.ended == nil, "the looping stream ended: \(String(describing: played.ended))")
-        expectPlayed(played.frames, width: 320, height: 240, fps: 25, seconds: 5)
-    }
+        func video(_ source: MediaSourceOverride?, width: Int, height: Int, fps: Double, audio: MediaSourceOverride? = nil, audioEnabled: Bool = false) -> UserMediaOptions {
+            var options = UserMediaOptions()
+            if let source { options.video.source = source } else { options.video.deviceId = .exact(SourceDevices.syntheticVideoId) }
+            options.video.width = .exact(width)
+            options.video.height = .exact(height)
+            options.video.frameRate = .exact(fps)
+            options.audio.enabled = audioEnabled || audio != nil
+            if let audio { options.audio.source = audio }
+            return options
+        }
 
-    @Test("an http URI (nginx) and an rtsp URI (GStreamer's RTSP server) publish at the asked size")
-    func networkURIs() async throws {
-        let directory = try temporaryFolder("pcast-clips")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        var long = TestClip(width: 640, height: 360, fps: 25, profile: .high, audio: true)
-        long.seconds = 10
-        let path = try await long.make(in: directory)
-        let http = try StaticHTTPServer.start(directory: directory.path)
-        defer { http.stop() }
-        let viaHTTP = try await publishAndWatch(video(.uri(http.url((path as NSString).lastPathComponent)), width: 480, height: 270, fps: 25))
-        expectPlayed(viaHTTP.frames, width: 480, height: 270, fps: 25)
-        let rtsp = try RTSPMediaServer.start(file: path)
-        defer { rtsp.stop() }
-        let viaRTSP = try await publishAndWatch(video(.uri(rtsp.url), width: 640, height: 360, fps: 25))
-        expectPlayed(viaRTSP.frames, width: 640, height: 360, fps: 25)
-    }
+        /// At the asked size, and about the asked rate (a 2 s window, loose for a loaded machine).
+        func expectPlayed(_ frames: [Dimensions], width: Int, height: Int, fps: Double, seconds: Double = 2) {
+            #expect(!frames.isEmpty)
+            #expect(Set(frames) == [Dimensions(width: width, height: height)], "\(Set(frames))")
+            let rate = Double(frames.count) / seconds
+            #expect(rate >= fps * 0.6 && rate <= fps * 1.25, "decoded \(frames.count) frames in \(seconds) s at \(fps) fps")
+        }
 
-    @Test("a gst-launch description that is not live plays at real-time pace")
-    func description() async throws {
-        let played = try await publishAndWatch(video(.pipeline("videotestsrc pattern=ball"), width: 320, height: 240, fps: 30))
-        expectPlayed(played.frames, width: 320, height: 240, fps: 30)
-    }
+        @Test("the test pattern and the null source")
+        func syntheticSources() async throws {
+            let test = try await publishAndWatch(video(nil, width: 640, height: 360, fps: 30))
+            expectPlayed(test.frames, width: 640, height: 360, fps: 30)
+            var null = video(nil, width: 320, height: 240, fps: 15)
+            null.video.deviceId = .exact(SourceDevices.nullVideoId)
+            let black = try await publishAndWatch(null)
+            expectPlayed(black.frames, width: 320, height: 240, fps: 15)
+        }
 
-    @Test("the X screen (Xvfb) and a PulseAudio microphone stand-in publish")
-    func screenAndMicrophone() async throws {
-        let display = try XvfbServer.start(width: 800, height: 600)
-        defer { display.stop() }
-        let pulse = try PulseAudioServer.start()
-        defer { pulse.stop() }
-        let options = video(.pipeline("ximagesrc display-name=\(display.name) use-damage=false show-pointer=false"), width: 640, height: 480, fps: 15,
-                            audio: .pipeline("pulsesrc server=unix:\(pulse.socket) device=pcast_null.monitor"))
-        let played = try await publishAndWatch(options)
-        expectPlayed(played.frames, width: 640, height: 480, fps: 15)
-    }
+        @Test("file URIs of several shapes play at real-time pace at the asked size: video only 25 fps High, video + audio 30 fps Baseline at an odd size")
+        func fileURIs() async throws {
+            let directory = try temporaryFolder("pcast-clips")
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let high = try await TestClip(width: 640, height: 272, fps: 25, profile: .high, audio: false).make(in: directory)
+            let played = try await publishAndWatch(video(.uri("file://\(high)"), width: 640, height: 272, fps: 25))
+            expectPlayed(played.frames, width: 640, height: 272, fps: 25)
+            #expect(played.ended == nil, "a 4 s clip ended within 3 s: it did not play at real-time pace")
 
-    @Test("a source that gives nothing is a typed error, not a silent stream: text as a file, a description that never emits")
-    func sourcesThatGiveNothing() async throws {
-        let directory = try temporaryFolder("pcast-clips")
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let text = directory.appendingPathComponent("not-a-clip.mp4")
-        try Data(String(repeating: "not media\n", count: 2000).utf8).write(to: text)
-        for source in [MediaSourceOverride.uri("file://\(text.path)"), .pipeline("videotestsrc is-live=true ! valve drop=true")] {
-            let begun = ContinuousClock.now
-            do throws(UserMediaError) {
-                let media = try await UserMedia.getUserMedia(video(source, width: 320, height: 240, fps: 25))
-                Issue.record("\(source) gave a stream")
-                await media.stop()
-            } catch {
-                #expect(!error.description.isEmpty)
+            let odd = try await TestClip(width: 322, height: 182, fps: 30, profile: .baseline, audio: true).make(in: directory)
+            let scaled = try await publishAndWatch(video(.uri("file://\(odd)"), width: 480, height: 270, fps: 30, audio: .uri("file://\(odd)")))
+            expectPlayed(scaled.frames, width: 480, height: 270, fps: 30)
+            // Rate-converted: a 25 fps file asked for at 15 fps.
+            let slower = try await publishAndWatch(video(.uri("file://\(high)"), width: 320, height: 136, fps: 15))
+            expectPlayed(slower.frames, width: 320, height: 136, fps: 15)
+        }
+
+        @Test("a file's end ends the stream as ended")
+        func fileEnds() async throws {
+            let directory = try temporaryFolder("pcast-clips")
+            defer { try? FileManager.default.removeItem(at: directory) }
+            var short = TestClip(width: 320, height: 240, fps: 25, profile: .baseline, audio: true)
+            short.seconds = 3
+            let path = try await short.make(in: directory)
+            let played = try await publishAndWatch(video(.uri("file://\(path)"), width: 320, height: 240, fps: 25, audio: .uri("file://\(path)")), seconds: 5)
+            guard case .remote(let reason, _)? = played.ended else {
+                Issue.record("the stream did not end with the file: \(String(describing: played.ended))")
+                return
             }
-            #expect(ContinuousClock.now - begun < .seconds(15))
+            #expect(reason == .ended)
+            #expect(played.frames.count >= 20, "\(played.frames.count) frames before the end")
+        }
+
+        @Test("a looping file plays on past its end at real-time pace")
+        func fileLoops() async throws {
+            let directory = try temporaryFolder("pcast-clips")
+            defer { try? FileManager.default.removeItem(at: directory) }
+            var short = TestClip(width: 320, height: 240, fps: 25, profile: .baseline, audio: true)
+            short.seconds = 2
+            let path = try await short.make(in: directory)
+            var options = video(.uri("file://\(path)"), width: 320, height: 240, fps: 25, audio: .uri("file://\(path)"))
+            options.video.loop = true
+            options.audio.loop = true
+            // Watched for 5 s of a 2 s clip.
+            let played = try await publishAndWatch(options, seconds: 5)
+            #expect(played.ended == nil, "the looping stream ended: \(String(describing: played.ended))")
+            expectPlayed(played.frames, width: 320, height: 240, fps: 25, seconds: 5)
+        }
+
+        @Test("an http URI (nginx) and an rtsp URI (GStreamer's RTSP server) publish at the asked size")
+        func networkURIs() async throws {
+            let directory = try temporaryFolder("pcast-clips")
+            defer { try? FileManager.default.removeItem(at: directory) }
+            var long = TestClip(width: 640, height: 360, fps: 25, profile: .high, audio: true)
+            long.seconds = 10
+            let path = try await long.make(in: directory)
+            let http = try StaticHTTPServer.start(directory: directory.path)
+            defer { http.stop() }
+            let viaHTTP = try await publishAndWatch(video(.uri(http.url((path as NSString).lastPathComponent)), width: 480, height: 270, fps: 25))
+            expectPlayed(viaHTTP.frames, width: 480, height: 270, fps: 25)
+            let rtsp = try RTSPMediaServer.start(file: path)
+            defer { rtsp.stop() }
+            let viaRTSP = try await publishAndWatch(video(.uri(rtsp.url), width: 640, height: 360, fps: 25))
+            expectPlayed(viaRTSP.frames, width: 640, height: 360, fps: 25)
+        }
+
+        @Test("a gst-launch description that is not live plays at real-time pace")
+        func description() async throws {
+            let played = try await publishAndWatch(video(.pipeline("videotestsrc pattern=ball"), width: 320, height: 240, fps: 30))
+            expectPlayed(played.frames, width: 320, height: 240, fps: 30)
+        }
+
+        @Test("the X screen (Xvfb) and a PulseAudio microphone stand-in publish")
+        func screenAndMicrophone() async throws {
+            let display = try XvfbServer.start(width: 800, height: 600)
+            defer { display.stop() }
+            let pulse = try PulseAudioServer.start()
+            defer { pulse.stop() }
+            let options = video(.pipeline("ximagesrc display-name=\(display.name) use-damage=false show-pointer=false"), width: 640, height: 480, fps: 15,
+                                audio: .pipeline("pulsesrc server=unix:\(pulse.socket) device=pcast_null.monitor"))
+            let played = try await publishAndWatch(options)
+            expectPlayed(played.frames, width: 640, height: 480, fps: 15)
+        }
+
+        @Test("a source that gives nothing is a typed error, not a silent stream: text as a file, a description that never emits")
+        func sourcesThatGiveNothing() async throws {
+            let directory = try temporaryFolder("pcast-clips")
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let text = directory.appendingPathComponent("not-a-clip.mp4")
+            try Data(String(repeating: "not media\n", count: 2000).utf8).write(to: text)
+            for source in [MediaSourceOverride.uri("file://\(text.path)"), .pipeline("videotestsrc is-live=true ! valve drop=true")] {
+                let begun = ContinuousClock.now
+                do throws(UserMediaError) {
+                    let media = try await UserMedia.getUserMedia(video(source, width: 320, height: 240, fps: 25))
+                    Issue.record("\(source) gave a stream")
+                    await media.stop()
+                } catch {
+                    #expect(!error.description.isEmpty)
+                }
+                #expect(ContinuousClock.now - begun < .seconds(15))
+            }
         }
     }
 }

@@ -1,3 +1,4 @@
+import PCastMedia
 import PCastProtocol
 
 /// The SDK's connection to the platform, as a pure state machine: `handle(event) -> [Action]`,

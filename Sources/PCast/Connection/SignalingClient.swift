@@ -4,6 +4,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import NIOWebSocket
+import PCastMedia
 import PCastProtocol
 import Synchronization
 

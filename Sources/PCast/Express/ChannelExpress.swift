@@ -1,4 +1,6 @@
 import Foundation
+import PCastMedia
+import PCastProtocol
 import Synchronization
 
 /// How a channel viewer picks the stream to view (the seed's stream selection strategies).

@@ -1,4 +1,6 @@
-import Foundation
+public import Foundation
+import PCastMedia
+import PCastProtocol
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -198,7 +200,7 @@ public final class PCastExpress: Sendable {
         } catch {
             state.withLock { $0.starting = nil }
             let failure = error as? PCastError ?? .connectionFailed("\(error)")
-            if case .refused(let status, let message) = failure { options.unrecoverableErrorCallback?(status, message) }
+            if failure.code == .refused { options.unrecoverableErrorCallback?(failure.status, failure.detail) }
             throw failure
         }
     }

@@ -1,4 +1,6 @@
 import Foundation
+import PCastMedia
+import PCastProtocol
 import Synchronization
 
 /// Options of ``RoomExpress/joinRoom(_:membersChanged:)`` (the seed's `JoinRoomOptionsBuilder`).

@@ -1,5 +1,7 @@
 import Foundation
 import GStreamer
+import PCastMedia
+import PCastProtocol
 import Synchronization
 
 /// Measures a stream end to end with frame stamps: the publisher side paints a counter into every

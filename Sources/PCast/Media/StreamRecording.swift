@@ -1,5 +1,6 @@
 import Foundation
 import PCastMedia
+import PCastProtocol
 
 /// A stream being recorded by this client into a fragmented MP4 file (``PCast/record(streamToken:to:mode:)``).
 /// The recording follows the stream: it finishes when the stream ends, or on ``stop()``.

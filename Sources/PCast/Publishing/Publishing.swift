@@ -1,6 +1,8 @@
 import Foundation
 import GStreamer
 import Logging
+import PCastMedia
+import PCastProtocol
 import Synchronization
 
 /// A published stream (the seed's Publisher).
@@ -20,6 +22,7 @@ public final class Publisher: Sendable {
 
     private let bandwidth: BandwidthLimiter
     private let quality = Mutex<(task: Task<Void, Never>?, callback: (@Sendable (DataQualityStatus, DataQualityReason) -> Void)?)>((nil, nil))
+    private let qualityEvents = EventBroadcast<DataQuality>()
 
     init(streamId: String, rtp: any RTPSource, socket: SocketSlot, pcast: PCast) {
         self.streamId = streamId
@@ -56,10 +59,27 @@ public final class Publisher: Sendable {
     /// publisher.setDataQualityChangedCallback { status, reason in print(status, reason) }
     /// ```
     public func setDataQualityChangedCallback(_ callback: (@Sendable (DataQualityStatus, DataQualityReason) -> Void)?) {
+        quality.withLock { $0.callback = callback }
+        if callback != nil { watchDataQuality() }
+    }
+
+    /// The same reports as ``setDataQualityChangedCallback(_:)``, for any number of consumers; each
+    /// sequence ends when the stream ends. Empty for an ingest.
+    ///
+    /// ```swift
+    /// for await quality in publisher.dataQualityChanges { statusLine.show(quality) }
+    /// ```
+    public var dataQualityChanges: AsyncStream<DataQuality> {
+        if rtp is RTPPublisher { qualityEvents.onFirstConsumer { [weak self] in self?.watchDataQuality() } }
+        else { qualityEvents.finish() }
+        return qualityEvents.stream()
+    }
+
+    /// Evaluates the data quality once a second while the stream lives and someone listens.
+    private func watchDataQuality() {
         guard let rtp = rtp as? RTPPublisher else { return }
         quality.withLock { quality in
-            quality.callback = callback
-            guard callback != nil, quality.task == nil else { return }
+            guard quality.task == nil else { return }
             quality.task = Task { [weak self] in
                 var evaluator = DataQualityEvaluator()
                 var previous = (rtp.packetsSent(.video), rtp.packetsSent(.audio))
@@ -72,6 +92,7 @@ public final class Publisher: Sendable {
                     previous = now
                     if let (status, reason) = evaluator.evaluate(assessed: assessed) {
                         self.quality.withLock { $0.callback }?(status, reason)
+                        self.qualityEvents.yield(DataQuality(status: status, reason: reason))
                     }
                 }
             }
@@ -158,6 +179,7 @@ public final class Publisher: Sendable {
         Task { await rtp.stop() }
         callbacks.forEach { $0(reason, description) }
         waiters.forEach { $0.resume(returning: (reason, description)) }
+        qualityEvents.finish()
     }
 }
 

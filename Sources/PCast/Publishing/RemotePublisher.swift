@@ -1,8 +1,12 @@
 import Foundation
+import PCastMedia
+import PCastProtocol
 import Synchronization
 
 /// Options of ``PCast/publishRemote(_:)`` (the seed's publish-remote options).
 public typealias RemotePublishRequest = ClientMessage.PublishRemote
+/// How far a remote publish got (the platform's progress reports).
+public typealias IngestProgress = ServerMessage.IngestProgress
 
 /// A remote source the platform pulls and publishes (the seed's publish remote media): the
 /// platform runs the ingest; this handle follows it. Releasing it does not stop the ingest (the
@@ -18,7 +22,7 @@ public final class RemotePublisher: Sendable {
     /// Whether the platform passes the video through without re-encoding.
     public let passthrough: Bool
     /// Position and duration, updated about once a second (nil before the first report).
-    public let progress: Observable<ServerMessage.IngestProgress?>
+    public let progress: Observable<IngestProgress?>
     private weak let pcast: PCast?
     private let ending = Mutex<(ended: (StreamEndedReason, String?)?, waiters: [CheckedContinuation<(StreamEndedReason, String?), Never>])>((nil, []))
     private let listener = Mutex<Disposable?>(nil)
@@ -62,7 +66,7 @@ public final class RemotePublisher: Sendable {
         do throws(PCastError) {
             _ = try await pcast.request(.stopIngest(.init(streamId: streamId)))
         } catch {
-            if case .refused(.notFound, _) = error { return }
+            if error.code == .refused, error.status == .notFound { return }
             throw error
         }
     }

@@ -1,4 +1,6 @@
-import Foundation
+public import Foundation
+import PCastMedia
+import PCastProtocol
 import Synchronization
 
 /// A chat message (the seed's `PhenixChatMessage`): id, platform timestamp, sender, text. The text

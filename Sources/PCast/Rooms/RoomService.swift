@@ -1,4 +1,6 @@
-import Foundation
+public import Foundation
+import PCastMedia
+import PCastProtocol
 import Synchronization
 
 /// The seed's room stream (`PhenixStream`): a URI shared with the room and its track states.
@@ -317,7 +319,7 @@ public final class RoomService: Sendable {
             _ = try await pcast.request(.leaveRoom(.init(roomId: room.roomId)))
         } catch {
             // The platform no longer has this member: left all the same.
-            if case .refused(.notFound, _) = error { return }
+            if error.code == .refused, error.status == .notFound { return }
             throw error
         }
     }
@@ -424,7 +426,7 @@ public final class RoomService: Sendable {
             _ = try await join(.init(roomId: room.roomId))
         } catch {
             pcast.logger.warning("could not rejoin room after reconnecting", metadata: ["room": "\(room.roomId)", "error": "\(error)"])
-            if case .refused = error { deactivate(room) }
+            if error.code == .refused { deactivate(room) }
         }
     }
 

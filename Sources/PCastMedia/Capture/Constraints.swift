@@ -173,28 +173,73 @@ public struct UserMediaOptions: Sendable, Hashable {
     }
 }
 
-/// Why user media could not be had. ``status`` is the seed's request status for it.
-public enum UserMediaError: Error, Sendable, Hashable, CustomStringConvertible {
-    /// No source can meet a hard constraint on `capability`.
-    case constraintNotSatisfied(DeviceCapability, String)
-    /// The requested device does not exist (for example a missing `/dev/video0`).
-    case deviceNotFound(String)
-    /// The device is in use by another application.
-    case deviceBusy(String)
-    /// No source of this kind exists at all.
-    case noSource(MediaType)
-    /// Options that contradict themselves (`min` above `max`, neither audio nor video enabled…).
-    case invalidOptions(String)
-    /// A GStreamer element the source needs is not installed (with the Debian package).
-    case missingElements(String)
-    /// The source failed to start or failed while running.
-    case sourceFailed(String)
-    /// The stream was stopped.
-    case stopped
+/// Why user media could not be had: a ``code`` to compare, the seed's request ``status``, a human
+/// ``description``, and what it concerns (a ``capability``, a ``kind``) where that matters.
+///
+/// A struct, not an enum, so that a new code breaks no `switch` in an application:
+///
+/// ```swift
+/// do {
+///     let media = try await UserMedia.getUserMedia(options)
+/// } catch where error.code == .deviceBusy {
+///     print("close the other application using the camera")
+/// }
+/// ```
+public struct UserMediaError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What kind of failure. New codes may be added in any release.
+    public struct Code: Sendable, Hashable, CustomStringConvertible {
+        private let name: String
+        private init(_ name: String) { self.name = name }
+
+        /// No source can meet a hard constraint on ``UserMediaError/capability``.
+        public static let constraintNotSatisfied = Code("constraintNotSatisfied")
+        /// The requested device does not exist (for example a missing `/dev/video0`).
+        public static let deviceNotFound = Code("deviceNotFound")
+        /// The device is in use by another application.
+        public static let deviceBusy = Code("deviceBusy")
+        /// No source of this ``UserMediaError/kind`` exists at all.
+        public static let noSource = Code("noSource")
+        /// Options that contradict themselves (`min` above `max`, neither audio nor video…).
+        public static let invalidOptions = Code("invalidOptions")
+        /// A GStreamer element the source needs is not installed (with the Debian package).
+        public static let missingElements = Code("missingElements")
+        /// The source failed to start or failed while running.
+        public static let sourceFailed = Code("sourceFailed")
+        /// The stream was stopped.
+        public static let stopped = Code("stopped")
+
+        public var description: String { name }
+    }
+
+    public let code: Code
+    /// The specifics: the device, the reason, the missing elements.
+    public let detail: String
+    /// The constrained capability, for ``Code/constraintNotSatisfied``.
+    public let capability: DeviceCapability?
+    /// The kind of source, for ``Code/noSource``.
+    public let kind: MediaType?
+
+    public init(code: Code, detail: String = "", capability: DeviceCapability? = nil, kind: MediaType? = nil) {
+        self.code = code
+        self.detail = detail
+        self.capability = capability
+        self.kind = kind
+    }
+
+    public static func constraintNotSatisfied(_ capability: DeviceCapability, _ why: String) -> UserMediaError {
+        UserMediaError(code: .constraintNotSatisfied, detail: why, capability: capability)
+    }
+    public static func deviceNotFound(_ id: String) -> UserMediaError { UserMediaError(code: .deviceNotFound, detail: id) }
+    public static func deviceBusy(_ id: String) -> UserMediaError { UserMediaError(code: .deviceBusy, detail: id) }
+    public static func noSource(_ kind: MediaType) -> UserMediaError { UserMediaError(code: .noSource, kind: kind) }
+    public static func invalidOptions(_ why: String) -> UserMediaError { UserMediaError(code: .invalidOptions, detail: why) }
+    public static func missingElements(_ what: String) -> UserMediaError { UserMediaError(code: .missingElements, detail: what) }
+    public static func sourceFailed(_ why: String) -> UserMediaError { UserMediaError(code: .sourceFailed, detail: why) }
+    public static let stopped = UserMediaError(code: .stopped)
 
     /// The seed's request status: `conflict` for a device in use, `failed` otherwise.
     public var status: RequestStatus {
-        switch self {
+        switch code {
         case .deviceBusy: return .conflict
         case .deviceNotFound: return .notFound
         case .invalidOptions: return .badRequest
@@ -203,15 +248,16 @@ public enum UserMediaError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     public var description: String {
-        switch self {
-        case .constraintNotSatisfied(let capability, let why): return "constraint on \(capability) cannot be met: \(why)"
-        case .deviceNotFound(let id): return "no device '\(id)'"
-        case .deviceBusy(let id): return "device '\(id)' is in use by another application"
-        case .noSource(let kind): return "no \(kind) source"
-        case .invalidOptions(let why): return "invalid options: \(why)"
-        case .missingElements(let what): return "missing GStreamer elements: \(what)"
-        case .sourceFailed(let why): return "source failed: \(why)"
+        switch code {
+        case .constraintNotSatisfied: return "constraint on \(capability.map { "\($0)" } ?? "a capability") cannot be met: \(detail)"
+        case .deviceNotFound: return "no device '\(detail)'"
+        case .deviceBusy: return "device '\(detail)' is in use by another application"
+        case .noSource: return "no \(kind.map { "\($0)" } ?? "media") source"
+        case .invalidOptions: return "invalid options: \(detail)"
+        case .missingElements: return "missing GStreamer elements: \(detail)"
+        case .sourceFailed: return "source failed: \(detail)"
         case .stopped: return "the stream was stopped"
+        default: return detail.isEmpty ? code.description : detail
         }
     }
 }

@@ -55,8 +55,8 @@ public enum SourceSelector {
                 let total = facingDistance(device, options.facingMode) * 1000 + Double(rank)
                 if best == nil || total < best!.1 { best = (selection, total) }
             } catch {
-                guard case .constraintNotSatisfied(let capability, let why) = error else { throw error }
-                if firstFailure == nil { firstFailure = (capability, "\(device.id): \(why)") }
+                guard error.code == .constraintNotSatisfied, let capability = error.capability else { throw error }
+                if firstFailure == nil { firstFailure = (capability, "\(device.id): \(error.detail)") }
             }
         }
         if let best { return best.0 }

@@ -113,6 +113,9 @@ public final class Renderer: Sendable {
     }
     private let state = Mutex(State())
     private let serial = AsyncSerial()
+    private let qualityEvents = EventBroadcast<DataQuality>()
+    private let dimensionEvents = EventBroadcast<Dimensions>()
+    private let surfaceEvents = EventBroadcast<RenderSurface>()
 
     init(stream: MediaStream, options: RendererOptions) {
         self.stream = stream
@@ -120,6 +123,7 @@ public final class Renderer: Sendable {
     }
 
     deinit {
+        endEvents(closing: true)
         let (branches, probes, task, tap) = state.withLock { ($0.branches, $0.probes, $0.busTask, $0.echoTap) }
         state.withLock { $0.qualityTask }?.cancel()
         probes.forEach { $0.remove() }
@@ -139,6 +143,29 @@ public final class Renderer: Sendable {
         state.withLock { $0.dataQualityChanged = callback }
     }
 
+    /// The viewer's data quality as it changes (what ``setDataQualityChangedCallback(_:)`` is
+    /// called with), for any number of consumers. Each sequence ends when the renderer stops.
+    ///
+    /// ```swift
+    /// for await quality in renderer.dataQualityChanges where quality.status == .noData { showSpinner() }
+    /// ```
+    public var dataQualityChanges: AsyncStream<DataQuality> { qualityEvents.stream() }
+
+    /// The video's dimensions whenever they change (the seed's
+    /// ``setVideoDisplayDimensionsChangedCallback(_:)``). Each sequence ends when the renderer stops.
+    public var videoDisplayDimensionsChanges: AsyncStream<Dimensions> { dimensionEvents.stream() }
+
+    /// Each surface the sink gets (the seed's ``setRenderSurfaceReadyCallback(_:)``). Each sequence
+    /// ends when the renderer stops.
+    public var renderSurfaces: AsyncStream<RenderSurface> { surfaceEvents.stream() }
+
+    /// Ends the event sequences' consumers (`closing`: for good).
+    private func endEvents(closing: Bool) {
+        qualityEvents.finish(closing: closing)
+        dimensionEvents.finish(closing: closing)
+        surfaceEvents.finish(closing: closing)
+    }
+
     private func watchDataQuality() {
         guard let receiver = stream.engine as? RTPReceiver else { return }
         let task = Task { [weak self] in
@@ -155,6 +182,7 @@ public final class Renderer: Sendable {
                 if let (status, reason) = evaluator.evaluate(sample, publisher: self.stream.publisherQuality,
                                                              videoSuspended: self.stream.isVideoSuspended) {
                     self.state.withLock { $0.dataQualityChanged }?(status, reason)
+                    self.qualityEvents.yield(DataQuality(status: status, reason: reason))
                 }
             }
         }
@@ -232,6 +260,7 @@ public final class Renderer: Sendable {
         watchDataQuality()
         if attached[.video] != nil, options.useNullVideoDevice {
             state.withLock { $0.surfaceReady }?(.offscreen)
+            surfaceEvents.yield(.offscreen)
         }
         return .ok
     }
@@ -255,6 +284,7 @@ public final class Renderer: Sendable {
             probes.forEach { $0.remove() }
             tap?.remove()
             for branch in branches.values { await self.stream.engine.pipeline.detach(branch) }
+            self.endEvents(closing: false)
         }
     }
 
@@ -325,6 +355,7 @@ public final class Renderer: Sendable {
             return state.dimensionsChanged
         }
         callback?(dimensions)
+        dimensionEvents.yield(dimensions)
     }
 
     private func sinkCapsChanged(_ caps: Caps) {
@@ -352,6 +383,7 @@ public final class Renderer: Sendable {
                 default: continue
                 }
                 self?.state.withLock { $0.surfaceReady }?(.window(handle: handle))
+                self?.surfaceEvents.yield(.window(handle: handle))
             }
         }
         state.withLock { $0.busTask = task }

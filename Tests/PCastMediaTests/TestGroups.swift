@@ -1,0 +1,18 @@
+// Test groups: a suite declared inside one of these namespaces runs in that group's own test
+// process (the Makefile's `test` target names groups, never suites); every other suite runs in the
+// main group. The same names are declared in each test target that has such suites.
+
+/// What the other groups need made first, alone (test media, made by ffmpeg once per machine).
+enum Prerequisites {}
+
+/// Many concurrent clients and threads, or CPU-heavy comparisons: in a process of their own so their load does not starve the frame-by-frame media suites of the main group.
+enum ManyClients {}
+
+/// CPU and network bursts (encoders run flat out, thousands of datagrams at once): apart from the realtime media suites.
+enum Bursts {}
+
+/// Realtime figures a loaded machine would blur (no frame missing, bitrate within a band), through a pipeline or a whole platform with several clients: one test at a time.
+enum OneAtATime {}
+
+/// The real-device stand-ins: they point this process's PulseAudio client at a private server, an environment change no other suite's device probing may race.
+enum Devices {}

@@ -1,0 +1,6 @@
+// Test groups: a suite declared inside one of these namespaces runs in that group's own test
+// process (the Makefile's `test` target names groups, never suites); every other suite runs in the
+// main group. The same names are declared in each test target that has such suites.
+
+/// Many concurrent clients and threads, or CPU-heavy comparisons: in a process of their own so their load does not starve the frame-by-frame media suites of the main group.
+enum ManyClients {}
