@@ -35,7 +35,8 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     case fmp4
     /// H.264 payload inspection (keyframe detection on RTP payloads, Annex-B NAL splitting).
     case h264
-    /// STUN connectivity checks (ICE-lite) and the first-byte demultiplexer: decode → encode →
+    /// STUN connectivity checks, the ICE-lite agent answering them, and the first-byte
+    /// demultiplexer: decode → encode →
     /// decode gives the same message; the integrity and fingerprint checks never trap, and an
     /// input's own re-encoding with a fingerprint verifies.
     case stun
@@ -76,6 +77,10 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
 
     private static func stun(_ bytes: [UInt8]) throws(Finding) {
         if let first = bytes.first { _ = DatagramKind(firstByte: first) }
+        // The ICE-lite agent answers whatever arrives on the relay's port without a trap.
+        var agent = ICELiteAgent(local: ICECredentials(ufrag: "fuzz", password: "fuzz-password-fuzz-password"), remoteUfrag: "peer", now: .now)
+        _ = agent.handle(.request(bytes, from: STUNAddress(address: [127, 0, 0, 1], port: 9), at: .now))
+        _ = ICELiteAgent.localUfrag(of: bytes)
         _ = STUNMessage.fingerprintIsValid(bytes)
         _ = STUNMessage.integrityIsValid(bytes, key: Array("fuzz-password".utf8))
         guard let message = try? STUNMessage(decoding: bytes) else { return }

@@ -1,7 +1,8 @@
 import Foundation
 
-/// Runs the `phenix-edge-auth` Python package as an independent oracle. Missing python3 or a
-/// missing package is an error (the tests fail), never a skip.
+/// Runs the `phenix-edge-auth` Python package as an independent oracle (and, through
+/// ``runScript(_:_:package:count:)``, the other Python oracles). Missing python3 or a missing
+/// package is an error (the tests fail), never a skip.
 enum PythonOracle {
     /// One builder call, encoded as `[name, args...]` for the Python side.
     enum Op: Encodable {
@@ -142,10 +143,23 @@ json.dump(out, sys.stdout)
     }
 
     private static func run<C: Encodable, R: Decodable>(_ request: Request<C>, count: Int) throws -> [R] {
-        let input = try JSONEncoder().encode(request)
+        try runScript(script, request, package: "phenix-edge-auth", count: count)
+    }
+
+    /// Runs `script` with `python` (`python3` from PATH, or a path: python3-gi imports only in
+    /// Debian's `/usr/bin/python3`), `input` as JSON on stdin, and decodes `count` results from
+    /// the JSON array it prints. The script exits 3 when it cannot import `package`.
+    static func runScript<Input: Encodable, R: Decodable>(_ script: String, _ input: Input, package: String, count: Int,
+                                                          python: String = "python3") throws -> [R] {
+        let input = try JSONEncoder().encode(input)
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script]
+        if python.hasPrefix("/") {
+            process.executableURL = URL(fileURLWithPath: python)
+            process.arguments = ["-c", script]
+        } else {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = [python, "-c", script]
+        }
         let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
         process.standardInput = stdin
         process.standardOutput = stdout
@@ -168,11 +182,11 @@ json.dump(out, sys.stdout)
         switch process.terminationStatus {
         case 0: break
         case 127:
-            throw TestFailure("python3 not found on PATH; the EdgeAuth oracle tests need python3 with `pip install phenix-edge-auth`. \(err)")
+            throw TestFailure("python3 not found on PATH; the oracle tests need python3 with `pip install \(package)`. \(err)")
         case 3:
-            throw TestFailure("python3 is present but the edgeauth package is missing: run `pip install phenix-edge-auth`. \(err)")
+            throw TestFailure("python3 is present but the \(package) package is missing: run `pip install \(package)` (scripts/setup.sh does). \(err)")
         default:
-            throw TestFailure("Python oracle failed with status \(process.terminationStatus): \(err)")
+            throw TestFailure("Python oracle (\(package)) failed with status \(process.terminationStatus): \(err)")
         }
         let results = try JSONDecoder().decode([R].self, from: output)
         guard results.count == count else { throw TestFailure("oracle returned \(results.count) results for \(count) cases") }
