@@ -8,14 +8,15 @@ seconds=${2:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 corpus="$root/Tests/Corpora/fuzz"
 failed=()
-for target in rtp rtcp rtmp amf0 signaling token fmp4 h264 stun; do
+for target in rtp rtcp rtmp amf0 signaling token fmp4 h264 stun sdp; do
   extra=()
   [ -d "$root/Tests/Corpora/$target" ] && extra=("$root/Tests/Corpora/$target")
   mkdir -p "$corpus/$target"
   before=$(ls "$corpus/$target" | wc -l)
   log=$(mktemp)
   echo "fuzz: $target for ${seconds}s"
-  PCAST_FUZZ_TARGET=$target "$fuzzer" -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+  # Swift's own crash reporter would end the process before libFuzzer saves the input: off.
+  SWIFT_BACKTRACE=enable=no PCAST_FUZZ_TARGET=$target "$fuzzer" -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="$corpus/$target/crash-" -print_final_stats=1 "$corpus/$target" "${extra[@]}" \
     > "$log" 2>&1
   status=$?

@@ -28,6 +28,9 @@ packages=(
   gir1.2-gstreamer-1.0
   gir1.2-gst-plugins-base-1.0
   gir1.2-gst-rtsp-server-1.0
+  # GStreamer's webrtcbin as an independent WebRTC peer (its typelib, and libnice for its ICE).
+  gir1.2-gst-plugins-bad-1.0
+  gstreamer1.0-nice
   gstreamer1.0-plugins-base-apps
   ffmpeg
   nginx

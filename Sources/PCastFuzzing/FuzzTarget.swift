@@ -40,6 +40,9 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     /// decode gives the same message; the integrity and fingerprint checks never trap, and an
     /// input's own re-encoding with a fingerprint verifies.
     case stun
+    /// Session descriptions (a WHIP / WHEP body) and the relay's answer to them: parse → text →
+    /// parse gives the same description; answering never traps, and an answer parses back.
+    case sdp
 
     /// A broken contract: what the harness expected and what it found.
     public struct Finding: Error, CustomStringConvertible, Sendable {
@@ -59,6 +62,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .fmp4: try Self.fmp4(bytes)
         case .h264: Self.h264(bytes)
         case .stun: try Self.stun(bytes)
+        case .sdp: try Self.sdp(bytes)
         }
     }
 
@@ -93,6 +97,20 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         }
         guard STUNMessage.fingerprintIsValid(signed), STUNMessage.integrityIsValid(signed, key: Array("fuzz-password".utf8)) else {
             throw Finding(description: "a STUN message encoded with integrity and fingerprint does not verify")
+        }
+    }
+
+    private static func sdp(_ bytes: [UInt8]) throws(Finding) {
+        guard let text = String(validating: bytes, as: UTF8.self), let offer = try? SessionDescription(parsing: text) else { return }
+        guard (try? SessionDescription(parsing: offer.text)) == offer else { throw Finding(description: "SDP parse → text → parse changed the description") }
+        let credentials = ICECredentials(ufrag: "fuzz", password: "fuzz-password-fuzz-password")
+        let fingerprint = [String](repeating: "AB", count: 32).joined(separator: ":")
+        for role in [WebRTCNegotiation.Role.publisher, .viewer(videoSSRC: 1, audioSSRC: 2, cname: "fuzz")] {
+            guard let result = try? WebRTCNegotiation.answer(offer, as: role, local: credentials, fingerprint: fingerprint,
+                                                              candidates: [STUNAddress(address: [127, 0, 0, 1], port: 9)], sessionID: 1) else { continue }
+            guard (try? SessionDescription(parsing: result.answer.text)) == result.answer else {
+                throw Finding(description: "the relay's answer does not parse back to itself")
+            }
         }
     }
 

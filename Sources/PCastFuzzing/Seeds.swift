@@ -16,6 +16,7 @@ extension FuzzTarget {
         case .fmp4: return Self.fmp4Seeds
         case .h264: return Self.h264Seeds
         case .stun: return Self.stunSeeds
+        case .sdp: return Self.sdpSeeds
         }
     }
 
@@ -147,5 +148,20 @@ extension FuzzTarget {
         let key = Array("fuzz-password".utf8)
         return [check.encoded(integrityKey: key), success.encoded(integrityKey: key), ipv6.encoded(),
                 refusal.encoded(), STUNMessage(kind: .indication, transactionID: transaction).encoded(fingerprint: false)]
+    }
+
+    private static var sdpSeeds: [[UInt8]] {
+        let fingerprint = [String](repeating: "C5", count: 32).joined(separator: ":")
+        let section = { (kind: String, mid: String, format: String, map: String, fmtp: String) in
+            "m=\(kind) 9 UDP/TLS/RTP/SAVPF \(format)\r\nc=IN IP4 0.0.0.0\r\na=mid:\(mid)\r\na=ice-ufrag:abcd\r\n"
+                + "a=ice-pwd:abcdefghijklmnopqrstuvwx\r\na=fingerprint:sha-256 \(fingerprint)\r\na=setup:actpass\r\n"
+                + "a=sendrecv\r\na=rtcp-mux\r\na=rtpmap:\(format) \(map)\r\na=fmtp:\(format) \(fmtp)\r\n"
+                + "a=rtcp-fb:\(format) nack pli\r\na=extmap:1 urn:ietf:params:rtp-hdrext:sdes:mid\r\na=ssrc:7 cname:x\r\n"
+        }
+        let head = "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0 1\r\n"
+        let both = head + section("audio", "0", "111", "opus/48000/2", "minptime=10;useinbandfec=1")
+            + section("video", "1", "102", "H264/90000", "level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f")
+        let audio = head + section("audio", "0", "111", "opus/48000/2", "useinbandfec=1")
+        return [Array(both.utf8), Array(audio.utf8), Array(both.replacingOccurrences(of: "sendrecv", with: "recvonly").utf8)]
     }
 }
