@@ -55,7 +55,7 @@ public struct PCastError: Error, Sendable, Hashable, CustomStringConvertible {
     public let detail: String
     /// The seed's request status for this failure.
     public let status: RequestStatus
-    /// The error underneath, kept as a value (a ``MediaError`` for ``Code/media``).
+    /// The error underneath, kept as a value (a `MediaError` for ``Code/media``).
     public let underlying: (any Error & Sendable)?
 
     public init(code: Code, detail: String = "", status: RequestStatus? = nil, underlying: (any Error & Sendable)? = nil) {
