@@ -1,9 +1,8 @@
 import Foundation
 
 /// The parser corpora the tests replay: the project's own (`Tests/Corpora`, written by
-/// `scripts/make-corpus.py` and grown by the fuzzers), always; the shared reading material's
-/// (`../shared/corpora`, from other projects' fuzzers), in addition when it sits beside the
-/// repository.
+/// `scripts/make-corpus.py` and grown by the fuzzers). Nothing outside the repository is read, so
+/// a clone alone runs exactly the same tests.
 public enum Corpora {
     static let package = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent()  // PCastTestSupport
@@ -12,13 +11,6 @@ public enum Corpora {
 
     /// `Tests/Corpora` in this repository.
     public static let own = package.appendingPathComponent("Tests/Corpora")
-
-    /// `../shared/corpora` beside the repository, when there.
-    public static var shared: URL? {
-        let url = package.appendingPathComponent("../shared/corpora").standardizedFileURL
-        var isDirectory: ObjCBool = false
-        return FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory) && isDirectory.boolValue ? url : nil
-    }
 
     /// Every regular file under `directory`, sorted.
     public static func files(in directory: URL) -> [URL] {
@@ -30,10 +22,8 @@ public enum Corpora {
         return files.sorted { $0.path < $1.path }
     }
 
-    /// The RTP and RTCP files of the own corpus, and of the shared one when present.
+    /// The RTP and RTCP files of the corpus.
     public static func packetFiles() -> [URL] {
-        ([own] + [shared].compactMap { $0 }).flatMap { root in
-            ["rtp", "rtcp"].flatMap { files(in: root.appendingPathComponent($0)) }
-        }
+        ["rtp", "rtcp"].flatMap { files(in: own.appendingPathComponent($0)) }
     }
 }

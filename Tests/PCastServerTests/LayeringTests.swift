@@ -171,4 +171,23 @@ import Testing
             #expect(selection.output[2].substring?.hasPrefix("$(") == true, "the test recipe selects tests by name: \(selection.output[0].substring ?? "")")
         }
     }
+
+    @Test("a clone alone builds and tests: nothing in the sources, tests, scripts or Makefile reads the reading material beside the repository")
+    func nothingReachesOutside() throws {
+        let root = Self.sources.deletingLastPathComponent()
+        let outside = ".." + "/shared"   // spelled in two parts so that this file does not match itself
+        var scanned = 0
+        for folder in ["Sources", "Tests", "scripts", "Examples"] {
+            let base = root.appendingPathComponent(folder)
+            for file in try FileManager.default.subpathsOfDirectory(atPath: base.path)
+            where [".swift", ".sh", ".py", ".c", ".h"].contains(where: file.hasSuffix) && !file.contains(".build") {
+                let text = try String(contentsOf: base.appendingPathComponent(file), encoding: .utf8)
+                scanned += 1
+                #expect(!text.contains(outside), "\(folder)/\(file) reads \(outside)")
+            }
+        }
+        let makefile = try String(contentsOf: root.appendingPathComponent("Makefile"), encoding: .utf8)
+        #expect(!makefile.contains(outside), "the Makefile reads \(outside)")
+        #expect(scanned > 200, "\(scanned) files scanned")
+    }
 }

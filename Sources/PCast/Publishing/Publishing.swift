@@ -30,6 +30,12 @@ public final class Publisher: Sendable {
         self.socket = socket
         self.pcast = pcast
         bandwidth = BandwidthLimiter { [weak rtp] bitsPerSecond in rtp?.limitVideoBitrate(bitsPerSecond) }
+        // The quality evaluation runs once someone listens; an ingest has none to report.
+        if rtp is RTPPublisher {
+            qualityEvents.onFirstConsumer { [weak self] in self?.watchDataQuality() }
+        } else {
+            qualityEvents.finish()
+        }
     }
 
     /// Limits the published video bitrate (bits per second) until the returned disposable is
@@ -70,9 +76,7 @@ public final class Publisher: Sendable {
     /// for await quality in publisher.dataQualityChanges { statusLine.show(quality) }
     /// ```
     public var dataQualityChanges: AsyncStream<DataQuality> {
-        if rtp is RTPPublisher { qualityEvents.onFirstConsumer { [weak self] in self?.watchDataQuality() } }
-        else { qualityEvents.finish() }
-        return qualityEvents.stream()
+        qualityEvents.stream()
     }
 
     /// Evaluates the data quality once a second while the stream lives and someone listens.
