@@ -15,6 +15,7 @@ import PackageDescription
 //   PCastRecording: fragmented-MP4 recordings (boxes, fragmenter, crash-safe file), Foundation only.
 //   PCastProtocol: wire formats (digest tokens, RTP/RTCP, signaling, RTMP), pure, no I/O.
 //   CSRTP: libsrtp2, used by the relay and reported by `pcast inspect`.
+//   DTLS (DTLS-SRTP over the system's OpenSSL 3, through CDTLSShim) → SRTP; used by the relay.
 let package = Package(
     name: "PCastKit",
     platforms: [.macOS(.v15)],
@@ -186,6 +187,18 @@ let package = Package(
             name: "SRTP",
             dependencies: ["CSRTP"]
         ),
+        // What Swift cannot do with the system's OpenSSL 3 (function-like macros, a datagram BIO,
+        // a verify callback, a variadic key generator); see its header.
+        .target(
+            name: "CDTLSShim",
+            linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]
+        ),
+        // DTLS-SRTP server endpoints (RFC 5764) over the system's OpenSSL 3: the relay's WebRTC
+        // handshake, keys handed to SRTP.
+        .target(
+            name: "DTLS",
+            dependencies: ["CDTLSShim", "SRTP"]
+        ),
         .executableTarget(
             name: "pcast",
             dependencies: [
@@ -252,7 +265,7 @@ let package = Package(
         ),
         .testTarget(
             name: "SRTPTests",
-            dependencies: ["SRTP"]
+            dependencies: ["SRTP", "DTLS", "PCastTestSupport"]
         ),
         // Runs the built `pcast` binary, as a user would.
         .testTarget(

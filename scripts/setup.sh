@@ -10,6 +10,9 @@ packages=(
   libgstreamer-plugins-base1.0-dev
   libgstreamer-plugins-bad1.0-dev
   libsrtp2-dev
+  # DTLS-SRTP for WebRTC peers (the relay's handshake) and the openssl command the tests use as a peer.
+  libssl-dev
+  openssl
   libsqlite3-dev
   gstreamer1.0-tools
   gstreamer1.0-plugins-base
@@ -31,6 +34,8 @@ packages=(
   # GStreamer's webrtcbin as an independent WebRTC peer (its typelib, and libnice for its ICE).
   gir1.2-gst-plugins-bad-1.0
   gstreamer1.0-nice
+  # Headless Chromium: the browser the WHIP/WHEP tests publish and view with.
+  chromium
   gstreamer1.0-plugins-base-apps
   ffmpeg
   nginx
