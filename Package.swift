@@ -7,7 +7,7 @@ import PackageDescription
 //   PCastServer (control plane: signaling, tokens, sessions, streams, rooms, chat, HTTP, store)
 //       → PCastContracts, PCastProtocol only: no media engine, no concrete relay
 //   PCastMediaServices (ingest, RTMP push, recording) → PCast (the SDK), PCastContracts
-//   PCastRelay (SFU) → PCastContracts, PCastProtocol, SRTP
+//   PCastRelay (SFU) → PCastContracts, PCastProtocol, SRTP, DTLS
 //   PCastContracts: what the control plane asks of the relay and the media services (RelayControl,
 //       IngestControl, RecordingControl, MediaServices), → PCastProtocol only
 //   PCast (client SDK) → PCastMedia (media engine) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer
@@ -111,6 +111,7 @@ let package = Package(
                 "PCastContracts",
                 "PCastProtocol",
                 "SRTP",
+                "DTLS",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -134,7 +135,9 @@ let package = Package(
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
-            ]
+            ],
+            // The browser page `pcast serve` answers at `/`: plain HTML in the repository, in the binary.
+            resources: [.embedInCode("Page/index.html")]
         ),
         // The media services: ingest of remote sources, the RTMP push endpoint, the recorder. They
         // run the SDK's publishers and recorders on a platform session of their own.

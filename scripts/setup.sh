@@ -34,6 +34,7 @@ packages=(
   # GStreamer's webrtcbin as an independent WebRTC peer (its typelib, and libnice for its ICE).
   gir1.2-gst-plugins-bad-1.0
   gstreamer1.0-nice
+  gir1.2-nice-0.1
   # Headless Chromium: the browser the WHIP/WHEP tests publish and view with.
   chromium
   gstreamer1.0-plugins-base-apps

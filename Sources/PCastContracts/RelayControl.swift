@@ -35,6 +35,93 @@ public protocol RelayControl: Sendable {
     /// Subscribers whose video the relay stopped or started sending again since the last call
     /// (the audio-only fallback), oldest first. The platform tells their sessions.
     func takeSubscriberVideoEvents() -> [SubscriberVideoEvent]
+
+    // MARK: Standard WebRTC peers (WHIP / WHEP)
+
+    /// What a WebRTC answer announces about the relay (its DTLS fingerprint and ICE candidates);
+    /// nil when this relay does not speak DTLS-SRTP.
+    var webRTC: WebRTCEndpoint? { get }
+
+    /// Opens a publisher flow for a WebRTC peer (WHIP): as ``addPublisher(streamId:tracks:)``,
+    /// but its keys come from the DTLS handshake the peer starts after ICE; its media flows once
+    /// that succeeds. `tracks` are the peer's, from its offer (SSRCs and payload types as sent).
+    func addWebRTCPublisher(streamId: String, tracks: [MediaTrackDescription], peer: WebRTCPeerParameters) throws(RelayError)
+
+    /// Opens a subscriber flow for a WebRTC peer (WHEP): as ``addSubscriber(streamId:subscriberId:)``,
+    /// keyed by DTLS; its RTCP is recognised by its address (browsers pick their own RTCP SSRCs)
+    /// and the relay asks for a keyframe once the peer is ready.
+    func addWebRTCViewer(streamId: String, subscriberId: String, peer: WebRTCPeerParameters) throws(RelayError)
+
+    /// WebRTC peers that connected or ended on their own (DTLS close or failure, consent
+    /// expired) since the last call, oldest first. An ended peer's flow is already closed on the
+    /// relay; the platform ends its stream or subscription.
+    func takeWebRTCEvents() -> [WebRTCPeerEvent]
+}
+
+extension RelayControl {
+    public var webRTC: WebRTCEndpoint? { nil }
+
+    public func addWebRTCPublisher(streamId: String, tracks: [MediaTrackDescription], peer: WebRTCPeerParameters) throws(RelayError) {
+        throw .webRTCUnavailable
+    }
+
+    public func addWebRTCViewer(streamId: String, subscriberId: String, peer: WebRTCPeerParameters) throws(RelayError) {
+        throw .webRTCUnavailable
+    }
+
+    public func takeWebRTCEvents() -> [WebRTCPeerEvent] { [] }
+}
+
+/// The relay as a WebRTC answer describes it.
+public struct WebRTCEndpoint: Sendable, Hashable {
+    /// SHA-256 fingerprint of the relay's DTLS certificate (`AB:CD:…`).
+    public var fingerprint: String
+    /// Host candidates: the announced or bound addresses, with the media port.
+    public var candidates: [STUNAddress]
+
+    public init(fingerprint: String, candidates: [STUNAddress]) {
+        self.fingerprint = fingerprint
+        self.candidates = candidates
+    }
+}
+
+/// One WebRTC peer's transport parameters, from the negotiation.
+public struct WebRTCPeerParameters: Sendable, Hashable {
+    /// The relay's ICE credentials for this peer (in the answer).
+    public var local: ICECredentials
+    /// The peer's ICE username fragment and DTLS certificate fingerprint (from its offer).
+    public var remoteUfrag: String
+    public var remoteFingerprint: String
+    /// For a viewer: the stream's payload types → the peer's (what it negotiated for each codec).
+    public var payloadTypes: [UInt8: UInt8]
+
+    public init(local: ICECredentials, remoteUfrag: String, remoteFingerprint: String, payloadTypes: [UInt8: UInt8] = [:]) {
+        self.local = local
+        self.remoteUfrag = remoteUfrag
+        self.remoteFingerprint = remoteFingerprint
+        self.payloadTypes = payloadTypes
+    }
+}
+
+/// A WebRTC peer's transport changed on its own.
+public struct WebRTCPeerEvent: Sendable, Hashable {
+    public enum Change: Sendable, Hashable {
+        /// ICE and DTLS succeeded: media flows (the SRTP profile negotiated).
+        case connected(srtpProfile: String)
+        /// The transport ended: why (DTLS close_notify, a failed handshake, consent expired).
+        case ended(String)
+    }
+
+    public var streamId: String
+    /// Nil for a publisher.
+    public var subscriberId: String?
+    public var change: Change
+
+    public init(streamId: String, subscriberId: String?, change: Change) {
+        self.streamId = streamId
+        self.subscriberId = subscriberId
+        self.change = change
+    }
 }
 
 /// Why the relay refused a request.
@@ -45,6 +132,10 @@ public enum RelayError: Error, Sendable, Hashable, CustomStringConvertible {
     case invalidTracks(String)
     case socket(operation: String, errno: Int32)
     case stopped
+    /// This relay does not speak DTLS-SRTP (WebRTC peers).
+    case webRTCUnavailable
+    /// Another WebRTC peer uses this ICE username fragment.
+    case iceUfragInUse(String)
 
     public var description: String {
         switch self {
@@ -54,6 +145,8 @@ public enum RelayError: Error, Sendable, Hashable, CustomStringConvertible {
         case .invalidTracks(let why): return "invalid tracks: \(why)"
         case .socket(let op, let code): return "\(op) failed: errno \(code)"
         case .stopped: return "the relay has stopped"
+        case .webRTCUnavailable: return "this relay does not accept WebRTC peers (no DTLS)"
+        case .iceUfragInUse(let ufrag): return "ICE username fragment '\(ufrag)' is already in use"
         }
     }
 }
@@ -84,6 +177,11 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     public var videoResumptions: UInt64 = 0
     /// REMB packets sent to publishers: the relay's delay-based estimate of their video uplink.
     public var rembsSent: UInt64 = 0
+    /// WebRTC peers open now (gauge), STUN checks refused (bad credentials, malformed, unknown
+    /// ufrag) and DTLS handshakes that failed (including certificate fingerprint mismatches).
+    public var webRTCPeers: Int = 0
+    public var stunRefusals: UInt64 = 0
+    public var dtlsFailures: UInt64 = 0
 
     public init() {}
 }

@@ -35,12 +35,16 @@ public enum PlatformNode {
     /// Runs the node until SIGINT or SIGTERM (see ``PlatformServer/run(configuration:relay:services:logger:backendPolicy:onListening:)``).
     /// The relay listens on ``PlatformConfiguration/mediaPort``, the RTMP push endpoint on
     /// ``PlatformConfiguration/rtmpPort`` when set.
+    /// `publicAddresses`: the IPv4 addresses WebRTC answers announce as the relay's candidates
+    /// (`pcast serve --public-address`), for a relay bound to 0.0.0.0 behind an address it cannot see.
     public static func run(configuration: PlatformConfiguration, logger: Logger = Logger(label: "pcast.server"),
-                           backendPolicy: (any BackendPolicy)? = nil,
+                           backendPolicy: (any BackendPolicy)? = nil, publicAddresses: [String] = [],
                            onListening: @escaping @Sendable (Listening) -> Void = { _ in }) async throws {
         let relay: Relay
         do throws(RelayError) {
-            relay = try Relay(configuration: RelayConfiguration(host: configuration.host, port: UInt16(clamping: configuration.mediaPort)))
+            var relayConfiguration = RelayConfiguration(host: configuration.host, port: UInt16(clamping: configuration.mediaPort))
+            relayConfiguration.announcedAddresses = publicAddresses
+            relay = try Relay(configuration: relayConfiguration)
         } catch {
             throw StartError.relay(error)
         }

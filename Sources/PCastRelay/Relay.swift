@@ -1,3 +1,4 @@
+import DTLS
 import Glibc
 import PCastContracts
 import PCastProtocol
@@ -45,6 +46,8 @@ public final class Relay: RelayControl {
 
         var stopped = false
         var streams: [String: Stream] = [:]
+        /// ICE ufrags of open WebRTC peers, by flow.
+        var ufrags: [WebRTCPeerKey: String] = [:]
         /// Every SSRC a flow is found by, and the relay's own.
         var ssrcs: Set<UInt32> = []
         var subscriberCount = 0
@@ -55,6 +58,8 @@ public final class Relay: RelayControl {
         case stopped
     }
 
+    /// What WebRTC answers say about this relay; nil if DTLS could not be set up.
+    public let webRTC: WebRTCEndpoint?
     private let engine: RelayEngine
     private let registry: Mutex<Registry>
     private let lifecycle: Mutex<Lifecycle>
@@ -65,8 +70,17 @@ public final class Relay: RelayControl {
         var generator = SystemRandomNumberGenerator()
         let relaySSRC = UInt32.random(in: 1...UInt32.max, using: &generator)
         self.relaySSRC = relaySSRC
-        engine = try RelayEngine(configuration: configuration, relaySSRC: relaySSRC)
-        mediaPort = engine.socket.localAddress.port
+        // One DTLS identity per relay run (a fresh certificate each start, as browsers expect of
+        // WebRTC endpoints). Without OpenSSL working the relay still serves the SDK's flows.
+        let dtls = try? DTLSContext(certificate: DTLSCertificate(commonName: "PCastKit relay"))
+        let engine = try RelayEngine(configuration: configuration, relaySSRC: relaySSRC, dtlsContext: dtls)
+        let port = engine.socket.localAddress.port
+        self.engine = engine
+        mediaPort = port
+        webRTC = dtls.map { context in
+            WebRTCEndpoint(fingerprint: context.certificate.fingerprint,
+                           candidates: HostCandidates.addresses(configuration: configuration).map { STUNAddress(RelayAddress(ipv4: $0, port: port)) })
+        }
         registry = Mutex(Registry(ssrcs: [relaySSRC]))
 
         var thread = pthread_t()
@@ -125,21 +139,39 @@ public final class Relay: RelayControl {
     // MARK: RelayControl
 
     public func addPublisher(streamId: String, tracks: [MediaTrackDescription]) throws(RelayError) -> MediaTransport {
-        try Self.validate(streamId: streamId, tracks: tracks)
         let keys = (client: SRTPKey.random(for: configuration.srtpProfile), server: SRTPKey.random(for: configuration.srtpProfile))
-        let crypto = try makeCrypto(client: keys.client, server: keys.server)
+        try registerPublisher(streamId: streamId, tracks: tracks, crypto: try makeCrypto(client: keys.client, server: keys.server), peer: nil)
+        return MediaTransport(
+            srtpProfile: configuration.srtpProfile.rawValue, port: mediaPort,
+            clientKey: keys.client.base64, serverKey: keys.server.base64)
+    }
+
+    public func addWebRTCPublisher(streamId: String, tracks: [MediaTrackDescription], peer: WebRTCPeerParameters) throws(RelayError) {
+        guard webRTC != nil else { throw .webRTCUnavailable }
+        // Random keys until DTLS supplies the real ones: nothing authenticates before that.
+        let crypto = try makeCrypto(client: .random(for: .aeadAES128GCM), server: .random(for: .aeadAES128GCM), stripsHeaderExtensions: true)
+        try registerPublisher(streamId: streamId, tracks: tracks, crypto: crypto, peer: peer)
+    }
+
+    private func registerPublisher(streamId: String, tracks: [MediaTrackDescription], crypto: FlowCrypto, peer: WebRTCPeerParameters?) throws(RelayError) {
+        try Self.validate(streamId: streamId, tracks: tracks)
         try registry.withLock { (registry: inout Registry) throws(RelayError) in
             guard !registry.stopped else { throw .stopped }
             guard registry.streams[streamId] == nil else { throw .streamExists(streamId) }
             for track in tracks where registry.ssrcs.contains(track.ssrc) { throw .ssrcInUse(track.ssrc) }
+            let key = WebRTCPeerKey(streamId: streamId, subscriberId: nil)
+            if let peer {
+                guard !registry.ufrags.values.contains(peer.local.ufrag) else { throw .iceUfragInUse(peer.local.ufrag) }
+                registry.ufrags[key] = peer.local.ufrag
+            }
             registry.streams[streamId] = Registry.Stream(trackSSRCs: tracks.map(\.ssrc), publisher: crypto)
             registry.ssrcs.formUnion(tracks.map(\.ssrc))
             // Enqueued under the registry lock so the I/O thread sees commands in registry order.
             engine.enqueue(.addStream(id: streamId, tracks: tracks, crypto: crypto))
+            if let peer {
+                engine.enqueue(.addWebRTC(WebRTCSetup(streamId: streamId, subscriberId: nil, rtcpSSRC: nil, parameters: peer, crypto: crypto)))
+            }
         }
-        return MediaTransport(
-            srtpProfile: configuration.srtpProfile.rawValue, port: mediaPort,
-            clientKey: keys.client.base64, serverKey: keys.server.base64)
     }
 
     /// Opens a subscriber flow. Subscribing again with the same `subscriberId` replaces the
@@ -147,9 +179,30 @@ public final class Relay: RelayControl {
     public func addSubscriber(streamId: String, subscriberId: String) throws(RelayError) -> MediaTransport {
         let keys = (client: SRTPKey.random(for: configuration.srtpProfile), server: SRTPKey.random(for: configuration.srtpProfile))
         let crypto = try makeCrypto(client: keys.client, server: keys.server)
-        let rtcpSSRC = try registry.withLock { (registry: inout Registry) throws(RelayError) -> UInt32 in
+        let rtcpSSRC = try registerSubscriber(streamId: streamId, subscriberId: subscriberId, crypto: crypto, peer: nil)
+        return MediaTransport(
+            srtpProfile: configuration.srtpProfile.rawValue, port: mediaPort,
+            clientKey: keys.client.base64, serverKey: keys.server.base64, rtcpSSRC: rtcpSSRC)
+    }
+
+    public func addWebRTCViewer(streamId: String, subscriberId: String, peer: WebRTCPeerParameters) throws(RelayError) {
+        guard webRTC != nil else { throw .webRTCUnavailable }
+        let crypto = try makeCrypto(client: .random(for: .aeadAES128GCM), server: .random(for: .aeadAES128GCM),
+                                    payloadTypes: RTPRewrite.table(peer.payloadTypes))
+        _ = try registerSubscriber(streamId: streamId, subscriberId: subscriberId, crypto: crypto, peer: peer)
+    }
+
+    private func registerSubscriber(streamId: String, subscriberId: String, crypto: FlowCrypto, peer: WebRTCPeerParameters?) throws(RelayError) -> UInt32 {
+        try registry.withLock { (registry: inout Registry) throws(RelayError) -> UInt32 in
             guard !registry.stopped else { throw .stopped }
             guard registry.streams[streamId] != nil else { throw .streamNotFound(streamId) }
+            let key = WebRTCPeerKey(streamId: streamId, subscriberId: subscriberId)
+            if let peer {
+                guard !registry.ufrags.contains(where: { $0.value == peer.local.ufrag && $0.key != key }) else { throw .iceUfragInUse(peer.local.ufrag) }
+                registry.ufrags[key] = peer.local.ufrag
+            } else {
+                registry.ufrags[key] = nil
+            }
             var generator = SystemRandomNumberGenerator()
             var ssrc = UInt32.random(in: 1...UInt32.max, using: &generator)
             while registry.ssrcs.contains(ssrc) { ssrc = UInt32.random(in: 1...UInt32.max, using: &generator) }
@@ -160,11 +213,11 @@ public final class Relay: RelayControl {
             }
             registry.ssrcs.insert(ssrc)
             engine.enqueue(.addSubscriber(streamId: streamId, subscriberId: subscriberId, rtcpSSRC: ssrc, crypto: crypto))
+            if let peer {
+                engine.enqueue(.addWebRTC(WebRTCSetup(streamId: streamId, subscriberId: subscriberId, rtcpSSRC: ssrc, parameters: peer, crypto: crypto)))
+            }
             return ssrc
         }
-        return MediaTransport(
-            srtpProfile: configuration.srtpProfile.rawValue, port: mediaPort,
-            clientKey: keys.client.base64, serverKey: keys.server.base64, rtcpSSRC: rtcpSSRC)
     }
 
     public func removeSubscriber(streamId: String, subscriberId: String) {
@@ -174,6 +227,7 @@ public final class Relay: RelayControl {
             else { return }
             registry.ssrcs.remove(ssrc)
             registry.subscriberCount -= 1
+            registry.ufrags[WebRTCPeerKey(streamId: streamId, subscriberId: subscriberId)] = nil
             engine.enqueue(.removeSubscriber(streamId: streamId, subscriberId: subscriberId))
         }
     }
@@ -184,6 +238,8 @@ public final class Relay: RelayControl {
             registry.ssrcs.subtract(stream.trackSSRCs)
             registry.ssrcs.subtract(stream.subscribers.values)
             registry.subscriberCount -= stream.subscribers.count
+            registry.ufrags[WebRTCPeerKey(streamId: streamId, subscriberId: nil)] = nil
+            for subscriberId in stream.subscribers.keys { registry.ufrags[WebRTCPeerKey(streamId: streamId, subscriberId: subscriberId)] = nil }
             engine.enqueue(.removeStream(id: streamId))
         }
     }
@@ -216,6 +272,9 @@ public final class Relay: RelayControl {
         result.videoProbes = c.videoProbes.load(ordering: .relaxed)
         result.videoResumptions = c.videoResumptions.load(ordering: .relaxed)
         result.rembsSent = c.rembsSent.load(ordering: .relaxed)
+        result.webRTCPeers = c.webRTCPeers.load(ordering: .relaxed)
+        result.stunRefusals = c.stunRefusals.load(ordering: .relaxed)
+        result.dtlsFailures = c.dtlsFailures.load(ordering: .relaxed)
         return result
     }
 
@@ -223,13 +282,29 @@ public final class Relay: RelayControl {
         engine.takeVideoEvents()
     }
 
+    /// WebRTC peers' changes; an ended peer's stream or subscription is closed here too (the
+    /// I/O thread already stopped its media), so its SSRCs and ufrag are free again.
+    public func takeWebRTCEvents() -> [WebRTCPeerEvent] {
+        let events = engine.takeWebRTCEvents()
+        for event in events {
+            guard case .ended = event.change else { continue }
+            if let subscriberId = event.subscriberId {
+                removeSubscriber(streamId: event.streamId, subscriberId: subscriberId)
+            } else {
+                removeStream(streamId: event.streamId)
+            }
+        }
+        return events
+    }
+
     // MARK: Helpers
 
-    private func makeCrypto(client: SRTPKey, server: SRTPKey) throws(RelayError) -> FlowCrypto {
+    private func makeCrypto(client: SRTPKey, server: SRTPKey, payloadTypes: [UInt8]? = nil, stripsHeaderExtensions: Bool = false) throws(RelayError) -> FlowCrypto {
         do {
             return FlowCrypto(
                 inbound: try SRTPSession(key: client, direction: .inbound),
-                outbound: try SRTPSession(key: server, direction: .outbound))
+                outbound: try SRTPSession(key: server, direction: .outbound),
+                payloadTypes: payloadTypes, stripsHeaderExtensions: stripsHeaderExtensions)
         } catch {
             // Fresh keys of the right length only fail if libsrtp itself cannot start.
             throw .socket(operation: "SRTP session (\(error))", errno: EIO)

@@ -1,3 +1,4 @@
+import PCastProtocol
 import SRTP
 
 /// How a ``Relay`` is set up: where it listens, which SRTP profile it hands out, and its timers
@@ -14,6 +15,14 @@ public struct RelayConfiguration: Sendable, Hashable {
     public var host: String = "127.0.0.1"
     /// UDP port; 0 picks an ephemeral one (read it back from ``Relay/mediaPort``).
     public var port: UInt16 = 0
+    /// IPv4 addresses WebRTC answers announce as host candidates (`pcast serve --public-address`):
+    /// needed when the relay binds 0.0.0.0 behind an address it cannot see (NAT, a load
+    /// balancer). Empty: the bound address, or every local IPv4 interface's when it binds 0.0.0.0.
+    public var announcedAddresses: [String] = []
+    /// A WebRTC peer silent this long after its last connectivity check is torn down (RFC 7675: 30 s).
+    public var webRTCConsentTimeout: Duration = ICELiteAgent.consentTimeout
+    /// A WebRTC peer that sends no valid check this long after its session was created is torn down.
+    public var webRTCConnectTimeout: Duration = ICELiteAgent.connectTimeout
     /// The profile of every flow's keys.
     public var srtpProfile: SRTPProfile = .aeadAES128GCM
     /// At most one keyframe request per publisher video SSRC in this window; requests inside it

@@ -1,3 +1,4 @@
+import DTLS
 import Glibc
 import PCastContracts
 import PCastProtocol
@@ -6,17 +7,43 @@ import Synchronization
 
 /// The two SRTP sessions of one flow: `inbound` unprotects what the client sends (its clientKey),
 /// `outbound` protects what the relay sends it (its serverKey).
-final class FlowCrypto: Sendable {
-    let inbound: SRTPSession
-    let outbound: SRTPSession
+///
+/// A WebRTC flow starts with random keys (nothing it sends authenticates, and it has no address to
+/// be sent anything) and is keyed again by the I/O thread when its DTLS handshake ends; the
+/// sessions are only touched by the I/O thread once the flow is handed over, hence
+/// `@unchecked Sendable`.
+final class FlowCrypto: @unchecked Sendable {
+    private(set) var inbound: SRTPSession
+    private(set) var outbound: SRTPSession
     /// Monotonic nanoseconds of the flow's latest authenticated RTP packet (its creation until
     /// one arrives); written by the I/O thread, read by control calls.
     let lastMedia: Atomic<UInt64>
+    /// A WebRTC viewer's payload types, indexed by the stream's (nil: sent as they are).
+    let payloadTypes: [UInt8]?
+    /// A WebRTC publisher's packets lose their header extension on arrival (see `RTPRewrite`).
+    let stripsHeaderExtensions: Bool
 
-    init(inbound: SRTPSession, outbound: SRTPSession) {
+    init(inbound: SRTPSession, outbound: SRTPSession, payloadTypes: [UInt8]? = nil, stripsHeaderExtensions: Bool = false) {
         self.inbound = inbound
         self.outbound = outbound
+        self.payloadTypes = payloadTypes
+        self.stripsHeaderExtensions = stripsHeaderExtensions
         lastMedia = Atomic(monotonicNanoseconds())
+    }
+
+    /// The keys a DTLS handshake produced (I/O thread).
+    func rekey(_ keys: DTLSSRTPKeys) throws(SRTPError) {
+        let inbound = try SRTPSession(key: keys.client, direction: .inbound)
+        let outbound = try SRTPSession(key: keys.server, direction: .outbound)
+        self.inbound = inbound
+        self.outbound = outbound
+    }
+
+    /// Rewrites the payload type of a plain RTP packet in a send slot for this flow.
+    @inline(__always)
+    func mapPayloadType(_ slot: UnsafeMutableRawBufferPointer) {
+        guard let payloadTypes else { return }
+        slot[1] = (slot[1] & 0x80) | payloadTypes[Int(slot[1] & 0x7F)]
     }
 }
 
@@ -26,6 +53,8 @@ enum RelayCommand: Sendable {
     case addSubscriber(streamId: String, subscriberId: String, rtcpSSRC: UInt32, crypto: FlowCrypto)
     case removeSubscriber(streamId: String, subscriberId: String)
     case removeStream(id: String)
+    /// A WebRTC peer's transport (after the flow it keys was added).
+    case addWebRTC(WebRTCSetup)
 }
 
 /// Counters written by the I/O thread after each batch, read by anyone.
@@ -44,6 +73,9 @@ final class SharedCounters: Sendable {
     let videoProbes = Atomic<UInt64>(0)
     let videoResumptions = Atomic<UInt64>(0)
     let rembsSent = Atomic<UInt64>(0)
+    let webRTCPeers = Atomic<Int>(0)
+    let stunRefusals = Atomic<UInt64>(0)
+    let dtlsFailures = Atomic<UInt64>(0)
 }
 
 /// The I/O side of the relay: the socket, the thread's loop, and the router it feeds.
@@ -65,6 +97,10 @@ final class RelayEngine: @unchecked Sendable {
     let finalCPUTime = Atomic<UInt64>(0)
     /// The I/O thread's kernel id once it runs (0 before).
     let threadID = Atomic<Int32>(0)
+    /// The DTLS identity WebRTC peers are answered with; nil: no WebRTC.
+    let dtlsContext: DTLSContext?
+    /// WebRTC peers' connections and ends, moved here by the I/O thread as they happen.
+    private let webRTCEvents = Mutex<[WebRTCPeerEvent]>([])
 
     // I/O thread only.
     private var router: RelayRouter<FlowCrypto>
@@ -78,13 +114,23 @@ final class RelayEngine: @unchecked Sendable {
     private var srtpFailures: UInt64 = 0
     private var unknownPackets: UInt64 = 0
     private var sendFailures: UInt64 = 0
+    private var stunRefusals: UInt64 = 0
+    private let webRTCConsentTimeout: Duration
+    private let webRTCConnectTimeout: Duration
+    private var dtlsFailures: UInt64 = 0
+    /// WebRTC peers (ICE-lite + DTLS-SRTP), and when their timers were last looked at.
+    private var webrtc = WebRTCPeerTable()
+    private var nextWebRTCService: UInt64 = 0
     /// Authenticated plain publisher packets of the current receive batch, fanned out together
     /// once the batch is read (see `fanOutPending`).
     private var pending: [(stream: Int, track: Int, video: Bool, packet: [UInt8])] = []
     /// Subscriber slots of the stream being fanned out whose video is not forwarded as it is.
     private var gatedSlots: [Int] = []
 
-    init(configuration: RelayConfiguration, relaySSRC: UInt32) throws(RelayError) {
+    init(configuration: RelayConfiguration, relaySSRC: UInt32, dtlsContext: DTLSContext?) throws(RelayError) {
+        webRTCConsentTimeout = configuration.webRTCConsentTimeout
+        webRTCConnectTimeout = configuration.webRTCConnectTimeout
+        self.dtlsContext = dtlsContext
         socket = try UDPSocket(host: configuration.host, port: configuration.port, bufferSize: configuration.socketBufferSize)
         var ends: [Int32] = [-1, -1]
         guard pipe(&ends) == 0 else {
@@ -145,6 +191,14 @@ final class RelayEngine: @unchecked Sendable {
         }
     }
 
+    /// WebRTC peers' transport changes since the last call.
+    func takeWebRTCEvents() -> [WebRTCPeerEvent] {
+        webRTCEvents.withLock { events in
+            defer { events.removeAll() }
+            return events
+        }
+    }
+
     /// Asks the loop to end; `run()` returns soon after.
     func stop() {
         stopping.store(true, ordering: .releasing)
@@ -183,11 +237,13 @@ final class RelayEngine: @unchecked Sendable {
                 fanOutPending()
             }
             if now >= nextTick { runTimers(now: now) }
+            if !webrtc.isEmpty, now >= nextWebRTCService { serviceWebRTC(now: now) }
             send.flush(descriptor: fd)
             publish()
             if received > 0 { continue }
 
-            let wait = nextTick > now ? min((nextTick - now) / 1_000_000 + 1, 1_000) : 0
+            let deadline = webrtc.isEmpty ? nextTick : min(nextTick, nextWebRTCService)
+            let wait = deadline > now ? min((deadline - now) / 1_000_000 + 1, 1_000) : 0
             descriptors[0].revents = 0
             descriptors[1].revents = 0
             _ = poll(&descriptors, 2, Int32(wait))
@@ -219,8 +275,12 @@ final class RelayEngine: @unchecked Sendable {
                 }
             case .removeSubscriber(let streamId, let subscriberId):
                 router.removeSubscriber(streamId: streamId, subscriberId: subscriberId)
+                if let peer = webrtc.peer(WebRTCPeerKey(streamId: streamId, subscriberId: subscriberId)) { close(peer) }
             case .removeStream(let id):
                 router.removeStream(id: id)
+                for peer in webrtc.peers(ofStream: id) { close(peer) }
+            case .addWebRTC(let setup):
+                openWebRTC(setup)
             }
         }
         nextTick = min(nextTick, router.nextDeadline)
@@ -251,6 +311,9 @@ final class RelayEngine: @unchecked Sendable {
         c.videoProbes.store(router.counters.videoProbes, ordering: .relaxed)
         c.videoResumptions.store(router.counters.videoResumptions, ordering: .relaxed)
         c.rembsSent.store(router.counters.rembsSent, ordering: .relaxed)
+        c.webRTCPeers.store(webrtc.count, ordering: .relaxed)
+        c.stunRefusals.store(stunRefusals, ordering: .relaxed)
+        c.dtlsFailures.store(dtlsFailures, ordering: .relaxed)
         if !router.videoEvents.isEmpty {
             let events = router.takeVideoEvents()
             videoEvents.withLock { queue in
@@ -271,15 +334,34 @@ final class RelayEngine: @unchecked Sendable {
     private func handleDatagram(_ index: Int, now: UInt64) {
         packetsIn &+= 1
         bytesIn &+= UInt64(receive.length(index))
-        guard let data = receive.datagram(index), let source = receive.source(index),
-              data.count >= 8, data[0] & 0xC0 == 0x80
-        else {
+        guard let data = receive.datagram(index), let source = receive.source(index), !data.isEmpty else {
+            unknownPackets &+= 1
+            return
+        }
+        // RFC 7983: the first byte tells STUN (0–3) and DTLS (20–63) from RTP/RTCP (128–191).
+        switch data[0] {
+        case 0...3:
+            handleSTUN(data, from: source, now: now)
+            return
+        case 20...63:
+            handleDTLS(data, from: source, now: now)
+            return
+        default:
+            break
+        }
+        guard data.count >= 8, data[0] & 0xC0 == 0x80 else {
             unknownPackets &+= 1
             return
         }
         // RFC 5761 §4: payload types 192–223 in the second byte are RTCP.
         let payloadType = data[1]
         if payloadType >= 192 && payloadType <= 223 {
+            // A WebRTC viewer's RTCP carries its own SSRCs: it is known by its address.
+            if let peer = webrtc.peer(at: source), peer.connected, peer.setup.subscriberId != nil,
+               let rtcpSSRC = peer.setup.rtcpSSRC, let stream = router.handle(streamId: peer.setup.streamId) {
+                subscriberRTCP(data, route: .subscriber(stream: stream, rtcpSSRC: rtcpSSRC), stream: stream, rtcpSSRC: rtcpSSRC, from: source, now: now)
+                return
+            }
             guard let route = router.route(ssrc: bigEndian32(data, 4)) else {
                 unknownPackets &+= 1
                 return
@@ -308,6 +390,7 @@ final class RelayEngine: @unchecked Sendable {
         }
         router.authenticated(route, from: source)
         crypto.lastMedia.store(now, ordering: .relaxed)
+        if crypto.stripsHeaderExtensions { RTPRewrite.stripHeaderExtension(&packet) }
         let layout: RTPPacketLayout
         do { layout = try RTPPacketLayout(parsing: packet) } catch {
             unknownPackets &+= 1
@@ -372,6 +455,7 @@ final class RelayEngine: @unchecked Sendable {
         packet.withUnsafeBytes { plain in
             let slot = send.nextSlot(descriptor: fd)
             slot.copyMemory(from: plain)
+            crypto.mapPayloadType(slot)
             if let renumbered {
                 slot[2] = UInt8(renumbered >> 8)
                 slot[3] = UInt8(renumbered & 0xFF)
@@ -449,6 +533,7 @@ final class RelayEngine: @unchecked Sendable {
                     continue
                 }
                 rtp.withUnsafeBytes { slot.copyMemory(from: $0) }
+                crypto.mapPayloadType(slot)
                 do {
                     let length = try crypto.outbound.protect(slot, length: rtp.count)
                     send.commit(length: length, to: address)
@@ -456,6 +541,145 @@ final class RelayEngine: @unchecked Sendable {
                     sendFailures &+= 1
                 }
             }
+        }
+    }
+
+    // MARK: WebRTC peers (I/O thread)
+
+    private func openWebRTC(_ setup: WebRTCSetup) {
+        guard let dtlsContext else {
+            ended(setup.streamId, setup.subscriberId, "this relay has no DTLS")
+            return
+        }
+        do {
+            webrtc.insert(try WebRTCPeer(setup: setup, context: dtlsContext, now: .now,
+                                         consentTimeout: webRTCConsentTimeout, connectTimeout: webRTCConnectTimeout))
+            nextWebRTCService = 0
+        } catch {
+            dtlsFailures &+= 1
+            ended(setup.streamId, setup.subscriberId, "\(error)")
+        }
+    }
+
+    /// A connectivity check (or other STUN) to one of the peers' ufrags.
+    private func handleSTUN(_ data: UnsafeRawBufferPointer, from source: RelayAddress, now: UInt64) {
+        let bytes = [UInt8](data)
+        guard let ufrag = ICELiteAgent.localUfrag(of: bytes), let peer = webrtc.peer(ufrag: ufrag) else {
+            stunRefusals &+= 1
+            return
+        }
+        let consentBefore = peer.agent.lastConsent
+        let actions = peer.agent.handle(.request(bytes, from: STUNAddress(source), at: .now))
+        if peer.agent.lastConsent != consentBefore { webrtc.bind(peer, to: source) }
+        for action in actions {
+            switch action {
+            case .send(let reply, let destination):
+                if let address = RelayAddress(destination) { send.append(reply, to: address, descriptor: socket.descriptor) }
+            case .selected(let nominated):
+                guard let address = RelayAddress(nominated) else { continue }
+                peer.address = address
+                // Media follows a nomination (a network change moves it); before DTLS ends there is none.
+                if peer.connected { perform(authenticate(peer, at: address, now: now)) }
+            case .refused:
+                stunRefusals &+= 1
+            case .expired:
+                end(peer, "ICE consent expired")
+            }
+        }
+    }
+
+    /// DTLS from an address a check passed at; anything else is dropped.
+    private func handleDTLS(_ data: UnsafeRawBufferPointer, from source: RelayAddress, now: UInt64) {
+        guard let peer = webrtc.peer(at: source) else {
+            unknownPackets &+= 1
+            return
+        }
+        if peer.address == nil { peer.address = source }
+        handle(peer.dtls.receive([UInt8](data)), of: peer, replyingTo: source, now: now)
+    }
+
+    private func handle(_ events: [DTLSServer.Event], of peer: WebRTCPeer, replyingTo address: RelayAddress?, now: UInt64) {
+        for event in events {
+            switch event {
+            case .send(let bytes):
+                if let address = address ?? peer.address { send.append(bytes, to: address, descriptor: socket.descriptor) }
+            case .connected(let keys):
+                do {
+                    try peer.setup.crypto.rekey(keys)
+                } catch {
+                    dtlsFailures &+= 1
+                    end(peer, "SRTP could not start: \(error)")
+                    return
+                }
+                peer.connected = true
+                guard let target = peer.address ?? address else { continue }
+                perform(authenticate(peer, at: target, now: now))
+                webRTCEvents.withLock { queue in
+                    queue.append(WebRTCPeerEvent(streamId: peer.setup.streamId, subscriberId: peer.setup.subscriberId,
+                                                 change: .connected(srtpProfile: keys.profile.rawValue)))
+                    if queue.count > 4_096 { queue.removeFirst(queue.count - 4_096) }
+                }
+            case .closed:
+                end(peer, "the peer closed its DTLS association")
+            case .failed(let error):
+                dtlsFailures &+= 1
+                end(peer, "\(error)")
+            }
+        }
+    }
+
+    /// The peer's flow can be sent to at `address` from now on (a viewer's first such moment asks
+    /// the publisher for a keyframe).
+    private func authenticate(_ peer: WebRTCPeer, at address: RelayAddress, now: UInt64) -> [RelayAction<FlowCrypto>] {
+        guard let stream = router.handle(streamId: peer.setup.streamId) else { return [] }
+        if let rtcpSSRC = peer.setup.rtcpSSRC {
+            return router.authenticated(.subscriber(stream: stream, rtcpSSRC: rtcpSSRC), from: address, now: now)
+        }
+        return router.authenticated(.track(stream: stream, track: 0), from: address, now: now)
+    }
+
+    /// Consent freshness and DTLS retransmissions.
+    private func serviceWebRTC(now: UInt64) {
+        var next = now &+ 1_000_000_000
+        let instant = ContinuousClock.now
+        for peer in webrtc.all {
+            for action in peer.agent.handle(.tick(instant)) where action == .expired {
+                end(peer, peer.agent.lastConsent == nil ? "ICE did not connect in time" : "ICE consent expired (no check for \(peer.agent.consentTimeout))")
+            }
+            guard webrtc.peer(peer.key) === peer, let milliseconds = peer.dtls.timeoutMilliseconds else { continue }
+            if milliseconds == 0 {
+                handle(peer.dtls.handleTimeout(), of: peer, replyingTo: nil, now: now)
+                if let again = peer.dtls.timeoutMilliseconds { next = min(next, now &+ UInt64(max(again, 1)) * 1_000_000) }
+            } else {
+                next = min(next, now &+ UInt64(milliseconds) * 1_000_000)
+            }
+        }
+        nextWebRTCService = next
+    }
+
+    /// The relay closes a peer (its stream or subscription was removed): close_notify, forgotten.
+    private func close(_ peer: WebRTCPeer) {
+        guard webrtc.remove(peer) else { return }
+        handle(peer.dtls.close(), of: peer, replyingTo: nil, now: 0)
+    }
+
+    /// A peer's transport ended on its own: its flow closes here at once, and the platform is told.
+    private func end(_ peer: WebRTCPeer, _ reason: String) {
+        guard webrtc.remove(peer) else { return }
+        _ = peer.dtls.close()
+        if let subscriberId = peer.setup.subscriberId {
+            router.removeSubscriber(streamId: peer.setup.streamId, subscriberId: subscriberId)
+        } else {
+            router.removeStream(id: peer.setup.streamId)
+            for viewer in webrtc.peers(ofStream: peer.setup.streamId) { close(viewer) }
+        }
+        ended(peer.setup.streamId, peer.setup.subscriberId, reason)
+    }
+
+    private func ended(_ streamId: String, _ subscriberId: String?, _ reason: String) {
+        webRTCEvents.withLock { queue in
+            queue.append(WebRTCPeerEvent(streamId: streamId, subscriberId: subscriberId, change: .ended(reason)))
+            if queue.count > 4_096 { queue.removeFirst(queue.count - 4_096) }
         }
     }
 }

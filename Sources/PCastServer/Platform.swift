@@ -25,15 +25,17 @@ actor Platform {
     let configuration: PlatformConfiguration
     let relay: any RelayControl
     let metrics: PlatformMetrics
-    private let clock: @Sendable () -> Date
-    private let logger: Logger
+    let clock: @Sendable () -> Date
+    let logger: Logger
     private let tokens: TokenAuthority
     /// Keyed by the id the connection was opened with (its first session id).
     private var connections: [String: Connection] = [:]
     /// Session id → connection id, and back, for sessions whose id changed by resumption.
     private var connectionOfSession: [String: String] = [:]
     private var sessionOfConnection: [String: String] = [:]
-    private var registry: StreamRegistry
+    var registry: StreamRegistry
+    /// WHIP and WHEP sessions (standard WebRTC peers), each a session of its own in the registry.
+    var webRTCSessions = WebRTCSessions()
     private var rooms: RoomRegistry
     private let persistence: RoomPersistence
     /// Sessions that can be resumed: SHA-256 of their resume key, and whether a connection holds them.
@@ -139,6 +141,8 @@ actor Platform {
         }
         // The relay's audio-only fallback, told to the viewers concerned.
         for event in relay.takeSubscriberVideoEvents() { perform(registry: .subscriberVideo(event)) }
+        // WebRTC peers whose transport ended on its own (DTLS closed or failed, consent expired).
+        webRTCTransportEvents(relay.takeWebRTCEvents())
         // A detached publisher whose media stopped as well is gone, not merely cut off.
         let timeout = Duration.milliseconds(Int64(configuration.detachedMediaTimeout * 1000))
         for streamId in registry.detachedStreamIds {
@@ -373,12 +377,14 @@ actor Platform {
         }
     }
 
-    private func perform(registry event: StreamRegistry.Event) {
+    func perform(registry event: StreamRegistry.Event) {
         var queue = [event]
         while !queue.isEmpty {
             let actions = registry.handle(queue.removeFirst())
             for action in actions {
                 switch action {
+                case .send(let sessionId, let envelope) where webRTCSessions.isWebRTC(sessionId):
+                    webRTCSessions.reply(envelope.message, to: sessionId)
                 case .send(let sessionId, let envelope):
                     // A session that closed gets nothing more (its writer has finished); a
                     // detached one gets it when it resumes.
@@ -391,11 +397,25 @@ actor Platform {
                     }
                 case .addPublisher(let streamId, let tracks):
                     let result: Result<MediaTransport, RelayError>
-                    do throws(RelayError) { result = .success(try relay.addPublisher(streamId: streamId, tracks: tracks)) } catch { result = .failure(error) }
+                    if let peer = webRTCSessions.takePendingPeer(streamId) {
+                        do throws(RelayError) {
+                            try relay.addWebRTCPublisher(streamId: streamId, tracks: tracks, peer: peer)
+                            result = .success(WebRTCSessions.dtlsTransport(port: relay.mediaPort))
+                        } catch { result = .failure(error) }
+                    } else {
+                        do throws(RelayError) { result = .success(try relay.addPublisher(streamId: streamId, tracks: tracks)) } catch { result = .failure(error) }
+                    }
                     queue.append(.publisherAdded(streamId: streamId, result))
                 case .addSubscriber(let streamId, let subscriberId):
                     let result: Result<MediaTransport, RelayError>
-                    do throws(RelayError) { result = .success(try relay.addSubscriber(streamId: streamId, subscriberId: subscriberId)) } catch { result = .failure(error) }
+                    if let peer = webRTCSessions.takePendingPeer(subscriberId) {
+                        do throws(RelayError) {
+                            try relay.addWebRTCViewer(streamId: streamId, subscriberId: subscriberId, peer: peer)
+                            result = .success(WebRTCSessions.dtlsTransport(port: relay.mediaPort))
+                        } catch { result = .failure(error) }
+                    } else {
+                        do throws(RelayError) { result = .success(try relay.addSubscriber(streamId: streamId, subscriberId: subscriberId)) } catch { result = .failure(error) }
+                    }
                     queue.append(.subscriberAdded(streamId: streamId, subscriberId: subscriberId, result))
                 case .removeSubscriber(let streamId, let subscriberId):
                     relay.removeSubscriber(streamId: streamId, subscriberId: subscriberId)

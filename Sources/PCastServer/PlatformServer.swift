@@ -252,6 +252,7 @@ public final class PlatformServer: Sendable {
         let router = Router(context: BasicRequestContext.self)
         let backend = backendPolicy.map { SampleBackend(applicationId: configuration.applicationId, secret: configuration.secret, policy: $0) }
         HTTPRoutes(platform: platform, configuration: configuration, relay: relay, metrics: metrics, backend: backend).register(on: router)
+        WebRTCRoutes(platform: platform).register(on: router)
 
         let limit = configuration.messageSizeLimit
         let webSocket = WebSocketServerConfiguration(

@@ -12,7 +12,7 @@ import Synchronization
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Run the platform: WebSocket signaling, tokens, the SRTP relay on one UDP port, /healthz /readyz /metrics.",
+        abstract: "Run the platform: WebSocket signaling, tokens, the SRTP relay on one UDP port (WebRTC peers too: WHIP, WHEP and a browser page at /), /healthz /readyz /metrics.",
         discussion: "Settings come from flags, then environment (PCAST_APPLICATION_ID, PCAST_SECRET, PCAST_HOST, PCAST_HTTP_PORT, PCAST_MEDIA_PORT, PCAST_DATA_DIR, PCAST_CONFIG), then a JSON file (--config), then defaults. A secret is required."
     )
 
@@ -46,8 +46,18 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "With --sample-backend: the password a client's authentication data must carry (moderatorPassword) to get the moderator role; without it no one gets moderator. Defaults to PCAST_MODERATOR_PASSWORD.")
     var moderatorPassword: String?
 
+    @Option(help: "IPv4 address browsers and other WebRTC peers reach the relay at, announced as its ICE candidate (repeatable); needed when --host is 0.0.0.0 behind NAT or a load balancer. Default: the bound address, or every interface's. PCAST_PUBLIC_ADDRESS, comma-separated.")
+    var publicAddress: [String] = []
+
     func run() async throws {
         PCastCommand.bootstrapLogging()
+        let environment = ProcessInfo.processInfo.environment
+        let announced = publicAddress.isEmpty
+            ? (environment["PCAST_PUBLIC_ADDRESS"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            : publicAddress
+        for address in announced where !Self.isIPv4(address) {
+            throw fail("--public-address '\(address)' is not an IPv4 address (dotted quad, e.g. 203.0.113.7)", code: 2)
+        }
         let overrides = PlatformConfiguration.Overrides(
             applicationId: applicationId, secret: secret, host: host, httpPort: httpPort, mediaPort: mediaPort,
             dataDirectory: dataDir, messageSizeLimit: messageSizeLimit, keepAliveInterval: keepaliveInterval,
@@ -70,16 +80,29 @@ struct ServeCommand: AsyncParsableCommand {
         let password = moderatorPassword ?? ProcessInfo.processInfo.environment["PCAST_MODERATOR_PASSWORD"]
         let policy: (any BackendPolicy)? = sampleBackend ? SampleBackendPolicy(moderatorPassword: password) : nil
         do {
-            try await PlatformNode.run(configuration: configuration, logger: Logger(label: "pcast.server"), backendPolicy: policy) { node in
+            try await PlatformNode.run(configuration: configuration, logger: Logger(label: "pcast.server"), backendPolicy: policy,
+                                       publicAddresses: announced) { node in
                 let host = node.host
+                let web = "http://\(announced.first ?? (host == "0.0.0.0" ? "127.0.0.1" : host)):\(node.httpPort)"
                 print("pcast serve: signaling ws://\(host):\(node.httpPort)/ws, media udp \(host):\(node.mediaPort)"
                       + (node.rtmpPort.map { ", rtmp://\(host):\($0)/live/<publish token>" } ?? "")
                       + (policy != nil ? ", backend http://\(host):\(node.httpPort)/backend/" : ""))
+                print("pcast serve: page \(web)/, WHIP \(web)/whip/<channel alias>, WHEP \(web)/whep/<channel alias or stream id>"
+                      + (announced.isEmpty ? "" : ", WebRTC candidates \(announced.joined(separator: " "))"))
                 fflush(nil)
             }
         } catch let error as PlatformNode.StartError {
             FileHandle.standardError.write(Data("error: \(error)\n".utf8))
             throw ExitCode(1)
+        }
+    }
+}
+
+extension ServeCommand {
+    static func isIPv4(_ text: String) -> Bool {
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts.allSatisfy { part in
+            !part.isEmpty && part.count <= 3 && part.allSatisfy(\.isASCII) && part.allSatisfy(\.isNumber) && Int(part).map { $0 <= 255 } == true
         }
     }
 }

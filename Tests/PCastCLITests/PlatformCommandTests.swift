@@ -81,6 +81,55 @@ struct PlatformCommandTests {
         #expect(refused.status == 1)
         #expect(refused.stderr.contains("unauthorized") || refused.stderr.contains("bad-request"), "\(refused.stderr)")
     }
+
+    @Test("pcast serve --public-address: WHIP answers announce that address as the relay's candidate, the page, WHIP and WHEP URLs are printed; a malformed address exits 2")
+    func publicAddress() async throws {
+        let bad = try runCommand(try pcastBinary(), ["serve", "--secret", "s", "--public-address", "relay.example", "--no-rtmp"])
+        #expect(bad.status == 2 && bad.stderr.contains("not an IPv4 address"), "\(bad.status) \(bad.stderr)")
+
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-serve-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let log = directory.appendingPathComponent("serve.out").path
+        var environment = ProcessInfo.processInfo.environment
+        environment["PCAST_SECRET"] = "cli-test-secret"
+        let server = try ChildProcess.spawn(try pcastBinary(), [
+            "serve", "--application-id", "cli-app", "--http-port", "0", "--media-port", "0", "--no-rtmp",
+            "--public-address", "127.0.0.9", "--data-dir", directory.appendingPathComponent("data").path], environment: environment, output: log)
+        defer { server.stop() }
+        var printed = ""
+        for _ in 0..<200 where !printed.contains("WHEP") {
+            printed = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            if !printed.contains("WHEP") { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        // "pcast serve: page http://127.0.0.9:PORT/, WHIP http://127.0.0.9:PORT/whip/<channel alias>, WHEP …"
+        let page = try #require(printed.split(whereSeparator: { $0 == " " || $0 == "\n" }).first { $0.hasPrefix("http://127.0.0.9:") },
+                                "no page URL printed: \(printed)")
+        #expect(printed.contains("/whip/<channel alias>") && printed.contains("/whep/<channel alias or stream id>"))
+        let port = try #require(page.dropFirst("http://127.0.0.9:".count).split(separator: "/").first)
+        let mediaPort = try #require(printed.split(whereSeparator: { $0 == " " || $0 == "\n" }).first { $0.hasPrefix("127.0.0.1:") && !$0.contains(port) }?
+            .dropFirst("127.0.0.1:".count).trimmingCharacters(in: CharacterSet(charactersIn: ",\n")))
+        let token = try runCommand(try pcastBinary(), ["token", "create", "--application-id", "cli-app", "--secret", "cli-test-secret",
+                                                       "--expires-in", "600", "--type", "publish"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let offer = directory.appendingPathComponent("offer.sdp")
+        try Self.offer.write(to: offer, atomically: true, encoding: .utf8)
+        let answer = try runCommand(try executable("curl"), ["-s", "-X", "POST", "-H", "Content-Type: application/sdp", "-H", "Authorization: Bearer \(token)",
+                                                             "--data-binary", "@\(offer.path)", "http://127.0.0.1:\(port)/whip/cli-room"])
+        #expect(answer.stdout.contains("a=candidate:1 1 udp 2130706431 127.0.0.9 \(mediaPort) typ host"), "\(answer.stdout)")
+        #expect(!answer.stdout.contains(" 127.0.0.1 \(mediaPort) typ host"))
+    }
+
+    /// A browser-style WHIP offer: Opus and H.264 42e01f, with SSRCs.
+    static let offer = [
+        "v=0", "o=- 1 2 IN IP4 127.0.0.1", "s=-", "t=0 0", "a=group:BUNDLE 0 1",
+        "m=audio 9 UDP/TLS/RTP/SAVPF 111", "c=IN IP4 0.0.0.0", "a=ice-ufrag:Fq3x", "a=ice-pwd:nd2pQ4mPTYgXzPZ2g2lCcx1N",
+        "a=fingerprint:sha-256 " + (0..<32).map { String(format: "%02X", $0) }.joined(separator: ":"), "a=setup:actpass", "a=mid:0",
+        "a=sendonly", "a=rtcp-mux", "a=rtpmap:111 opus/48000/2", "a=ssrc:1001 cname:cli",
+        "m=video 9 UDP/TLS/RTP/SAVPF 102", "c=IN IP4 0.0.0.0", "a=ice-ufrag:Fq3x", "a=ice-pwd:nd2pQ4mPTYgXzPZ2g2lCcx1N",
+        "a=fingerprint:sha-256 " + (0..<32).map { String(format: "%02X", $0) }.joined(separator: ":"), "a=setup:actpass", "a=mid:1",
+        "a=sendonly", "a=rtcp-mux", "a=rtpmap:102 H264/90000",
+        "a=fmtp:102 level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f", "a=ssrc:2002 cname:cli",
+    ].joined(separator: "\r\n") + "\r\n"
 }
 
 /// The fields of `pcast publish --stats` / `pcast subscribe --rtc-stats` lines these tests read.

@@ -24,6 +24,13 @@ import Testing
         logger.logLevel = .warning
         let now: @Sendable () -> Date
         if let clock { now = clock.function } else { now = { Date() } }
+        // A data directory of its own: suites run in parallel, and two servers migrating one room
+        // database at once collide ("table room already exists").
+        var configuration = configuration
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-server-test-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        configuration.dataDirectory = directory.path
         let server = try await PlatformServer.start(
             configuration: configuration, relay: relay, logger: logger, clock: now, tickInterval: .milliseconds(50))
         do {

@@ -169,6 +169,17 @@ public struct MediaDescription: Sendable, Hashable {
         return out
     }
 
+    /// The SSRCs of the media itself: ``ssrcs`` less those an `a=ssrc-group` names after its
+    /// first (the repair streams of `FID` retransmission and `FEC-FR`).
+    public var mediaSSRCs: [UInt32] {
+        var repair: Set<UInt32> = []
+        for group in values("ssrc-group") {
+            let members = group.split(separator: " ").dropFirst().compactMap { UInt32($0) }
+            repair.formUnion(members.dropFirst())
+        }
+        return ssrcs.filter { !repair.contains($0) }
+    }
+
     /// The SSRCs the sender announces (`a=ssrc:<id> …`), in order of first mention.
     public var ssrcs: [UInt32] {
         var seen: [UInt32] = []

@@ -39,7 +39,7 @@ public struct NegotiatedMedia: Sendable, Hashable {
     public var codec: RTPCodec
     /// Header extensions both sides use: id → URI (only the mid and abs-send-time).
     public var headerExtensions: [UInt8: String]
-    /// The SSRCs the offerer announced for what it sends (may be empty: then learned from media).
+    /// The SSRCs the offerer announced for its media (repair streams left out; may be empty).
     public var remoteSSRCs: [UInt32]
     /// For a viewer: the SSRC the relay sends this section's media with.
     public var localSSRC: UInt32?
@@ -140,7 +140,7 @@ public enum WebRTCNegotiation {
             var localSSRC: UInt32?
             if case .viewer(let video, let audio, _) = role { localSSRC = section.kind == "video" ? video : audio }
             negotiated.append(NegotiatedMedia(mid: mid, kind: section.kind, codec: codec, headerExtensions: extensions,
-                                              remoteSSRCs: role == .publisher ? section.ssrcs : [], localSSRC: localSSRC))
+                                              remoteSSRCs: role == .publisher ? section.mediaSSRCs : [], localSSRC: localSSRC))
 
             var attributes: [SDPAttribute] = [
                 SDPAttribute("mid", mid),

@@ -100,14 +100,22 @@ public struct ICELiteAgent: Sendable {
     public private(set) var selected: STUNAddress?
     public private(set) var lastConsent: ContinuousClock.Instant?
     public private(set) var hasExpired = false
+    /// Silence after the last valid check that ends consent (``consentTimeout`` unless a
+    /// deployment chooses otherwise).
+    public let consentTimeout: Duration
+    /// Time from creation to the first valid check.
+    public let connectTimeout: Duration
     private let created: ContinuousClock.Instant
     private let key: [UInt8]
 
-    public init(local: ICECredentials, remoteUfrag: String, now: ContinuousClock.Instant) {
+    public init(local: ICECredentials, remoteUfrag: String, now: ContinuousClock.Instant,
+                consentTimeout: Duration = ICELiteAgent.consentTimeout, connectTimeout: Duration = ICELiteAgent.connectTimeout) {
         self.local = local
         self.remoteUfrag = remoteUfrag
         self.created = now
         self.key = Array(local.password.utf8)
+        self.consentTimeout = consentTimeout
+        self.connectTimeout = connectTimeout
     }
 
     /// The local ufrag of a check's USERNAME (`local:remote`): how the relay finds the agent a
@@ -122,7 +130,7 @@ public struct ICELiteAgent: Sendable {
         switch event {
         case .tick(let now):
             guard !hasExpired else { return [] }
-            let deadline = lastConsent.map { $0 + Self.consentTimeout } ?? created + Self.connectTimeout
+            let deadline = lastConsent.map { $0 + consentTimeout } ?? created + connectTimeout
             guard now >= deadline else { return [] }
             hasExpired = true
             return [.expired]

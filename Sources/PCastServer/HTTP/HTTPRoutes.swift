@@ -4,7 +4,8 @@ import NIOCore
 import PCastContracts
 import PCastProtocol
 
-/// The plain HTTP routes: health, readiness, metrics and the operator's admin calls.
+/// The plain HTTP routes: the browser page (`/`: watch with WHEP, publish with WHIP), health,
+/// readiness, metrics and the operator's admin calls.
 struct HTTPRoutes: Sendable {
     let platform: Platform
     let configuration: PlatformConfiguration
@@ -17,6 +18,12 @@ struct HTTPRoutes: Sendable {
     static let adminBodyLimit = 16 * 1024
 
     func register(on router: Router<BasicRequestContext>) {
+        router.get("/") { _, _ in
+            var response = Response(status: .ok, body: ResponseBody(byteBuffer: ByteBuffer(bytes: PackageResources.index_html)))
+            response.headers[.contentType] = "text/html; charset=utf-8"
+            response.headers[.cacheControl] = "no-cache"
+            return response
+        }
         router.get("/healthz") { _, _ in
             Self.text("ok\n")
         }

@@ -10,7 +10,8 @@ import Synchronization
 /// `signaling_refusals_total`, `relay_packets_in_total`,
 /// `relay_bytes_in_total`, `relay_packets_out_total`, `relay_bytes_out_total`,
 /// `relay_srtp_failures_total`, `relay_unknown_packets_total`, `relay_nacks_served_total`,
-/// `relay_nacks_missed_total`, `relay_keyframe_requests_total`.
+/// `relay_nacks_missed_total`, `relay_keyframe_requests_total`, `relay_webrtc_peers`,
+/// `relay_stun_refusals_total`, `relay_dtls_failures_total`.
 ///
 /// ```swift
 /// let metrics = PlatformMetrics()
@@ -27,6 +28,7 @@ public final class PlatformMetrics: Sendable {
 
     private let relayStreams: Gauge
     private let relaySubscribers: Gauge
+    private let relayWebRTCPeers: Gauge
     private let relayCounters: [(KeyPath<RelayStatistics, UInt64> & Sendable, Counter)]
     /// What the relay counters were at the last scrape; counters only move by the difference.
     private let lastRelay = Mutex(RelayStatistics())
@@ -41,6 +43,7 @@ public final class PlatformMetrics: Sendable {
         refusals = registry.makeCounter(descriptor: Self.name("signaling_refusals", "total", "Signaling requests answered with an error"))
         relayStreams = registry.makeGauge(descriptor: Self.name("relay_streams", "", "Streams open on the relay"))
         relaySubscribers = registry.makeGauge(descriptor: Self.name("relay_subscribers", "", "Subscriber flows open on the relay"))
+        relayWebRTCPeers = registry.makeGauge(descriptor: Self.name("relay_webrtc_peers", "", "WebRTC peers (WHIP publishers and WHEP viewers) on the relay"))
         let counters: [(KeyPath<RelayStatistics, UInt64> & Sendable, String, String)] = [
             (\.packetsIn, "relay_packets_in", "Media packets received by the relay"),
             (\.bytesIn, "relay_bytes_in", "Media bytes received by the relay"),
@@ -51,6 +54,8 @@ public final class PlatformMetrics: Sendable {
             (\.nacksServed, "relay_nacks_served", "Retransmissions sent from the packet cache for NACKs"),
             (\.nacksMissed, "relay_nacks_missed", "NACKed packets no longer in the cache"),
             (\.keyframeRequests, "relay_keyframe_requests", "Keyframe requests (PLI/FIR) sent to publishers"),
+            (\.stunRefusals, "relay_stun_refusals", "STUN messages refused (unknown ufrag, failed integrity, malformed)"),
+            (\.dtlsFailures, "relay_dtls_failures", "WebRTC peers whose DTLS handshake failed (fingerprint, profile, malformed records)"),
         ]
         relayCounters = counters.map { ($0.0, registry.makeCounter(descriptor: Self.name($0.1, "total", $0.2))) }
     }
@@ -71,6 +76,7 @@ public final class PlatformMetrics: Sendable {
     public func render(relay statistics: RelayStatistics) -> String {
         relayStreams.set(to: Double(statistics.streams))
         relaySubscribers.set(to: Double(statistics.subscribers))
+        relayWebRTCPeers.set(to: Double(statistics.webRTCPeers))
         lastRelay.withLock { last in
             for (path, counter) in relayCounters {
                 let now = statistics[keyPath: path]

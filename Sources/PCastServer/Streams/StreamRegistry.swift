@@ -154,6 +154,11 @@ public struct StreamRegistry: Sendable {
         return Array(Set(session.published + session.subscriptions.values)).sorted()
     }
 
+    /// The newest stream carrying `tag`.
+    public func newestStream(tagged tag: String) -> StreamRecord? {
+        streams.values.filter { $0.tags.contains(tag) }.max { $0.sequence < $1.sequence }
+    }
+
     /// Whether the session is known and detached.
     public func isDetached(_ sessionId: String) -> Bool { sessions[sessionId]?.attached == false }
 
@@ -471,7 +476,8 @@ public struct StreamRegistry: Sendable {
     static func failure(for error: RelayError) -> ServerMessage.Failure {
         switch error {
         case .streamNotFound: return .init(status: .notFound, message: error.description)
-        case .streamExists, .ssrcInUse: return .init(status: .conflict, message: error.description)
+        case .streamExists, .ssrcInUse, .iceUfragInUse: return .init(status: .conflict, message: error.description)
+        case .webRTCUnavailable: return .init(status: .badRequest, message: error.description)
         case .invalidTracks: return .init(status: .badRequest, message: error.description)
         case .stopped: return .init(status: .capacity, message: error.description)
         case .socket: return .init(status: .failed, message: error.description)

@@ -1,0 +1,162 @@
+import Glibc
+import DTLS
+import PCastContracts
+import PCastProtocol
+import SRTP
+
+/// What a control call hands the I/O thread to open a WebRTC peer's transport.
+struct WebRTCSetup: Sendable {
+    let streamId: String
+    /// Nil for a publisher.
+    let subscriberId: String?
+    /// A viewer's relay-assigned RTCP route (its own RTCP SSRCs are the browser's choice).
+    let rtcpSSRC: UInt32?
+    let parameters: WebRTCPeerParameters
+    /// The flow's SRTP sessions, keyed again once DTLS finishes.
+    let crypto: FlowCrypto
+}
+
+/// One WebRTC peer's transport on the I/O thread: its ICE-lite agent, its DTLS server and the
+/// flow it keys. I/O thread only.
+final class WebRTCPeer {
+    let setup: WebRTCSetup
+    var agent: ICELiteAgent
+    let dtls: DTLSServer
+    /// Addresses that passed a connectivity check: DTLS is accepted from them (a peer may start
+    /// DTLS on a checked pair before it nominates one).
+    var checked: Set<RelayAddress> = []
+    /// Where media goes: the nominated address (or the one DTLS came from, if never nominated).
+    var address: RelayAddress?
+    var connected = false
+
+    init(setup: WebRTCSetup, context: DTLSContext, now: ContinuousClock.Instant,
+         consentTimeout: Duration, connectTimeout: Duration) throws(DTLSError) {
+        self.setup = setup
+        agent = ICELiteAgent(local: setup.parameters.local, remoteUfrag: setup.parameters.remoteUfrag, now: now,
+                             consentTimeout: consentTimeout, connectTimeout: connectTimeout)
+        dtls = try DTLSServer(context: context, peerFingerprint: setup.parameters.remoteFingerprint)
+    }
+
+    /// The key the engine files it under: one publisher per stream, one viewer per subscriber id.
+    var key: WebRTCPeerKey { WebRTCPeerKey(streamId: setup.streamId, subscriberId: setup.subscriberId) }
+}
+
+struct WebRTCPeerKey: Hashable {
+    let streamId: String
+    let subscriberId: String?
+}
+
+/// The I/O thread's index of WebRTC peers: by ICE ufrag (a check from a new address), by address
+/// (DTLS, and a viewer's RTCP), by flow (removal).
+struct WebRTCPeerTable {
+    private(set) var byFlow: [WebRTCPeerKey: WebRTCPeer] = [:]
+    private var byUfrag: [String: WebRTCPeer] = [:]
+    private(set) var byAddress: [RelayAddress: WebRTCPeer] = [:]
+
+    var isEmpty: Bool { byFlow.isEmpty }
+    var count: Int { byFlow.count }
+
+    func peer(ufrag: Substring) -> WebRTCPeer? { byUfrag[String(ufrag)] }
+
+    @inline(__always)
+    func peer(at address: RelayAddress) -> WebRTCPeer? { byAddress.isEmpty ? nil : byAddress[address] }
+
+    mutating func insert(_ peer: WebRTCPeer) {
+        if let old = byFlow[peer.key] { remove(old) }
+        byFlow[peer.key] = peer
+        byUfrag[peer.setup.parameters.local.ufrag] = peer
+    }
+
+    /// A peer is reachable at `address` (a check passed there).
+    mutating func bind(_ peer: WebRTCPeer, to address: RelayAddress) {
+        guard byFlow[peer.key] === peer else { return }
+        if let other = byAddress[address], other !== peer { other.checked.remove(address) }
+        peer.checked.insert(address)
+        byAddress[address] = peer
+    }
+
+    @discardableResult
+    mutating func remove(_ peer: WebRTCPeer) -> Bool {
+        guard byFlow[peer.key] === peer else { return false }
+        byFlow[peer.key] = nil
+        if byUfrag[peer.setup.parameters.local.ufrag] === peer { byUfrag[peer.setup.parameters.local.ufrag] = nil }
+        for address in peer.checked where byAddress[address] === peer { byAddress[address] = nil }
+        return true
+    }
+
+    /// Peers of one stream (its publisher and every viewer).
+    func peers(ofStream streamId: String) -> [WebRTCPeer] {
+        byFlow.values.filter { $0.setup.streamId == streamId }
+    }
+
+    func peer(_ key: WebRTCPeerKey) -> WebRTCPeer? { byFlow[key] }
+
+    var all: [WebRTCPeer] { Array(byFlow.values) }
+}
+
+extension STUNAddress {
+    init(_ address: RelayAddress) {
+        let v = address.ipv4
+        self.init(address: [UInt8(v >> 24), UInt8((v >> 16) & 0xFF), UInt8((v >> 8) & 0xFF), UInt8(v & 0xFF)], port: address.port)
+    }
+}
+
+extension RelayAddress {
+    /// IPv4 only (the relay's socket is IPv4).
+    init?(_ address: STUNAddress) {
+        guard address.address.count == 4 else { return nil }
+        let a = address.address
+        self.init(ipv4: UInt32(a[0]) << 24 | UInt32(a[1]) << 16 | UInt32(a[2]) << 8 | UInt32(a[3]), port: address.port)
+    }
+}
+
+/// RTP header surgery for WebRTC flows, on plain packets.
+enum RTPRewrite {
+    /// Removes the header extension (RFC 8285) of a plain RTP packet, in place: a WebRTC
+    /// publisher's extension ids (mid, abs-send-time) are its negotiation's, and mean nothing, or
+    /// the wrong thing, to viewers that negotiated their own.
+    static func stripHeaderExtension(_ packet: inout [UInt8]) {
+        guard packet.count >= 12, packet[0] & 0x10 != 0 else { return }
+        let csrcEnd = 12 + Int(packet[0] & 0x0F) * 4
+        guard packet.count >= csrcEnd + 4 else { return }
+        let words = Int(packet[csrcEnd + 2]) << 8 | Int(packet[csrcEnd + 3])
+        let extensionEnd = csrcEnd + 4 + words * 4
+        guard packet.count >= extensionEnd else { return }
+        packet.removeSubrange(csrcEnd..<extensionEnd)
+        packet[0] &= ~0x10
+    }
+
+    /// A 128-entry payload type table from a mapping (entries not named map to themselves).
+    static func table(_ mapping: [UInt8: UInt8]) -> [UInt8]? {
+        guard mapping.contains(where: { $0.key != $0.value }) else { return nil }
+        var table = (0..<128).map { UInt8($0) }
+        for (from, to) in mapping where from < 128 && to < 128 { table[Int(from)] = to }
+        return table
+    }
+}
+
+/// The IPv4 addresses a relay announces as WebRTC host candidates.
+enum HostCandidates {
+    /// The configured announced addresses; else the bound address; else (0.0.0.0) every IPv4
+    /// interface's address that is up, loopback last.
+    static func addresses(configuration: RelayConfiguration) -> [UInt32] {
+        let announced = configuration.announcedAddresses.compactMap { RelayAddress(host: $0, port: 0)?.ipv4 }
+        if !announced.isEmpty { return announced }
+        if let bound = RelayAddress(host: configuration.host, port: 0)?.ipv4, bound != 0 { return [bound] }
+        var list: UnsafeMutablePointer<ifaddrs>?
+        guard getifaddrs(&list) == 0, let first = list else { return [0x7F00_0001] }
+        defer { freeifaddrs(list) }
+        var found: [UInt32] = []
+        var cursor: UnsafeMutablePointer<ifaddrs>? = first
+        while let entry = cursor {
+            defer { cursor = entry.pointee.ifa_next }
+            guard let address = entry.pointee.ifa_addr, address.pointee.sa_family == sa_family_t(AF_INET),
+                  entry.pointee.ifa_flags & UInt32(IFF_UP) != 0 else { continue }
+            let ipv4 = address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt32(bigEndian: $0.pointee.sin_addr.s_addr) }
+            if !found.contains(ipv4) { found.append(ipv4) }
+        }
+        let loopback = found.filter { $0 >> 24 == 127 }
+        let others = found.filter { $0 >> 24 != 127 }
+        return others + (loopback.isEmpty ? [0x7F00_0001] : loopback)
+    }
+}

@@ -1,0 +1,132 @@
+import Foundation
+import Hummingbird
+import NIOCore
+
+/// WHIP (RFC 9725) and WHEP over the platform's HTTP: `POST /whip/<name>` publishes,
+/// `POST /whep/<name>` plays; each creates a resource (`Location`) that `DELETE` ends and `PATCH`
+/// (trickle ICE) accepts. CORS on every answer so a page served elsewhere can use them; errors
+/// are `application/problem+json` (RFC 9457).
+struct WebRTCRoutes: Sendable {
+    let platform: Platform
+
+    /// Largest SDP offer read (browsers' offers are a few kilobytes).
+    static let offerLimit = 64 * 1024
+
+    func register(on router: Router<BasicRequestContext>) {
+        for kind in Kind.allCases {
+            router.on("/\(kind.rawValue)/:name", method: .options) { _, _ in
+                var response = Response(status: .noContent)
+                Self.addCORS(&response)
+                response.headers[.init("Accept-Post")!] = "application/sdp"
+                return response
+            }
+            router.post("/\(kind.rawValue)/:name") { request, context in
+                try await create(kind, request, context: context)
+            }
+            router.on("/\(kind.rawValue)/:name/:resource", method: .options) { _, _ in
+                var response = Response(status: .noContent)
+                Self.addCORS(&response)
+                response.headers[.init("Accept-Patch")!] = "application/trickle-ice-sdpfrag"
+                return response
+            }
+            router.delete("/\(kind.rawValue)/:name/:resource") { _, context in
+                guard let resource = context.parameters.get("resource"), await platform.closeWebRTC(resourceId: resource) else {
+                    return Self.problem(WebRTCRefusal(404, "Not Found", "no such \(kind.rawValue.uppercased()) session"))
+                }
+                var response = Response(status: .ok)
+                Self.addCORS(&response)
+                return response
+            }
+            router.patch("/\(kind.rawValue)/:name/:resource") { request, context in
+                try await patch(kind, request, context: context)
+            }
+        }
+    }
+
+    enum Kind: String, CaseIterable, Sendable {
+        case whip, whep
+    }
+
+    private func create(_ kind: Kind, _ request: Request, context: BasicRequestContext) async throws -> Response {
+        guard let name = context.parameters.get("name"), !name.isEmpty else {
+            return Self.problem(WebRTCRefusal(400, "Bad Request", "no stream name in the URL"))
+        }
+        let type = request.headers[.contentType]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
+        guard type == "application/sdp" else {
+            return Self.problem(WebRTCRefusal(415, "Unsupported Media Type", "the offer must be sent as Content-Type: application/sdp"))
+        }
+        var request = request
+        let body: ByteBuffer
+        do {
+            body = try await request.collectBody(upTo: Self.offerLimit)
+        } catch {
+            return Self.problem(WebRTCRefusal(413, "Content Too Large", "the offer is larger than \(Self.offerLimit) bytes"))
+        }
+        let offer = String(decoding: body.readableBytesView, as: UTF8.self)
+        let token = Self.bearer(request.headers[.authorization])
+        let result = kind == .whip
+            ? await platform.openWHIP(name: name, token: token, offer: offer, remoteAddress: nil)
+            : await platform.openWHEP(name: name, token: token, offer: offer, remoteAddress: nil)
+        switch result {
+        case .failure(let refusal):
+            context.logger.notice("\(kind.rawValue.uppercased()) refused", metadata: ["pcast.status": "\(refusal.status)", "pcast.reason": .string(refusal.detail)])
+            return Self.problem(refusal)
+        case .success(let created):
+            var response = Response(status: .created, headers: [.contentType: "application/sdp"],
+                                    body: .init(byteBuffer: ByteBuffer(string: created.answer)))
+            Self.addCORS(&response)
+            let escaped = name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? name
+            response.headers[.location] = "/\(kind.rawValue)/\(escaped)/\(created.resourceId)"
+            response.headers[.init("X-PCast-Stream-Id")!] = created.streamId
+            return response
+        }
+    }
+
+    /// Trickle ICE: the relay is ICE-lite with host candidates, and learns the peer's addresses
+    /// from its checks, so the peer's candidates need nothing done: 204. An ICE restart (a new
+    /// ufrag) is not supported: 422.
+    private func patch(_ kind: Kind, _ request: Request, context: BasicRequestContext) async throws -> Response {
+        guard let resource = context.parameters.get("resource"), await platform.hasWebRTCResource(resource) else {
+            return Self.problem(WebRTCRefusal(404, "Not Found", "no such \(kind.rawValue.uppercased()) session"))
+        }
+        let type = request.headers[.contentType]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
+        guard type == "application/trickle-ice-sdpfrag" else {
+            return Self.problem(WebRTCRefusal(415, "Unsupported Media Type", "PATCH takes Content-Type: application/trickle-ice-sdpfrag"))
+        }
+        var request = request
+        let body = (try? await request.collectBody(upTo: Self.offerLimit)) ?? ByteBuffer()
+        let fragment = String(decoding: body.readableBytesView, as: UTF8.self)
+        if fragment.split(whereSeparator: \.isNewline).contains(where: { $0.hasPrefix("a=ice-ufrag:") }) && request.headers[.ifMatch] == "*" {
+            return Self.problem(WebRTCRefusal(422, "Unprocessable Content", "ICE restarts are not supported: start a new session"))
+        }
+        var response = Response(status: .noContent)
+        Self.addCORS(&response)
+        return response
+    }
+
+    static func bearer(_ header: String?) -> String? {
+        guard let header, header.lowercased().hasPrefix("bearer ") else { return nil }
+        return String(header.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
+    }
+
+    static func addCORS(_ response: inout Response) {
+        response.headers[.accessControlAllowOrigin] = "*"
+        response.headers[.accessControlAllowMethods] = "POST, DELETE, PATCH, OPTIONS"
+        response.headers[.accessControlAllowHeaders] = "Authorization, Content-Type, If-Match"
+        response.headers[.accessControlExposeHeaders] = "Location, Link, ETag, Accept-Patch, X-PCast-Stream-Id"
+    }
+
+    static func problem(_ refusal: WebRTCRefusal) -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let body: [String: String] = ["type": "about:blank", "title": refusal.title, "detail": refusal.detail, "status": String(refusal.status)]
+        let data = (try? encoder.encode(body)) ?? Data("{}".utf8)
+        // "status" is a number in RFC 9457.
+        let text = String(decoding: data, as: UTF8.self).replacingOccurrences(of: "\"status\":\"\(refusal.status)\"", with: "\"status\":\(refusal.status)")
+        var response = Response(status: HTTPResponse.Status(code: refusal.status), headers: [.contentType: "application/problem+json"],
+                                body: .init(byteBuffer: ByteBuffer(string: text)))
+        addCORS(&response)
+        if refusal.status == 401 { response.headers[.wwwAuthenticate] = "Bearer realm=\"pcast\"" }
+        return response
+    }
+}

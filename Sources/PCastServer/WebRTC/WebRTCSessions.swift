@@ -1,0 +1,268 @@
+import Foundation
+import PCastContracts
+import PCastProtocol
+
+/// The WHIP and WHEP sessions the platform holds: each is a session of its own in the
+/// ``StreamRegistry`` (so its token is checked exactly as an SDK session's is, and its stream or
+/// subscription lives and ends like any other), reached over HTTP by its resource id.
+struct WebRTCSessions: Sendable {
+    struct Resource: Sendable, Hashable {
+        let id: String
+        let sessionId: String
+        let streamId: String
+        /// Nil for a WHIP publisher.
+        let subscriberId: String?
+    }
+
+    private(set) var resources: [String: Resource] = [:]
+    private var sessions: Set<String> = []
+    /// What the registry answered each WebRTC session's request (read once the request is done).
+    private var replies: [String: ServerMessage] = [:]
+    /// Peer parameters waiting for the registry's relay call, by stream id (WHIP) or subscriber id (WHEP).
+    private var pendingPeers: [String: WebRTCPeerParameters] = [:]
+
+    static let sessionPrefixes = ["whip-", "whep-"]
+
+    func isWebRTC(_ sessionId: String) -> Bool { sessions.contains(sessionId) }
+
+    mutating func open(sessionId: String) {
+        sessions.insert(sessionId)
+    }
+
+    mutating func reply(_ message: ServerMessage, to sessionId: String) {
+        // The first reply is the request's; later ones are events (a stream ending) the resource
+        // learns about through the relay or DELETE.
+        if replies[sessionId] == nil { replies[sessionId] = message }
+    }
+
+    mutating func takeReply(_ sessionId: String) -> ServerMessage? {
+        replies.removeValue(forKey: sessionId)
+    }
+
+    mutating func expect(_ peer: WebRTCPeerParameters, for flowId: String) {
+        pendingPeers[flowId] = peer
+    }
+
+    mutating func takePendingPeer(_ flowId: String) -> WebRTCPeerParameters? {
+        pendingPeers.removeValue(forKey: flowId)
+    }
+
+    mutating func add(_ resource: Resource) {
+        resources[resource.id] = resource
+    }
+
+    /// Forgets a session (its resource, if it had one); returns the resource.
+    @discardableResult
+    mutating func close(sessionId: String) -> Resource? {
+        sessions.remove(sessionId)
+        replies[sessionId] = nil
+        guard let resource = resources.values.first(where: { $0.sessionId == sessionId }) else { return nil }
+        resources[resource.id] = nil
+        return resource
+    }
+
+    func resource(streamId: String, subscriberId: String?) -> Resource? {
+        resources.values.first { $0.streamId == streamId && $0.subscriberId == subscriberId }
+    }
+
+    /// What the registry is told a WebRTC flow's transport is: its keys come from DTLS, not signaling.
+    static func dtlsTransport(port: UInt16) -> MediaTransport {
+        MediaTransport(srtpProfile: "DTLS-SRTP", port: port, clientKey: "", serverKey: "")
+    }
+}
+
+/// Why a WHIP or WHEP request was refused: an HTTP status and an RFC 9457 problem.
+struct WebRTCRefusal: Error, Sendable, Hashable {
+    var status: Int
+    var title: String
+    var detail: String
+
+    init(_ status: Int, _ title: String, _ detail: String) {
+        self.status = status
+        self.title = title
+        self.detail = detail
+    }
+
+    /// The HTTP status for a registry refusal.
+    init(_ failure: ServerMessage.Failure) {
+        switch failure.status {
+        case .unauthorized: self.init(401, "Unauthorized", failure.message)
+        case .notFound, .noStreamPlaying: self.init(404, "Not Found", failure.message)
+        case .conflict: self.init(409, "Conflict", failure.message)
+        case .badRequest: self.init(400, "Bad Request", failure.message)
+        case .capacity: self.init(503, "Service Unavailable", failure.message)
+        default: self.init(500, "Internal Server Error", failure.message)
+        }
+    }
+
+    init(_ error: NegotiationError) {
+        self.init(error.httpStatus, error.httpStatus == 422 ? "Unprocessable Content" : "Bad Request", error.description)
+    }
+}
+
+/// A WHIP or WHEP session the platform created.
+struct WebRTCCreated: Sendable {
+    var resourceId: String
+    var answer: String
+    var streamId: String
+}
+
+extension Platform {
+    /// WHIP: publishes the offerer's media as a stream named `name` (its channel alias and stream
+    /// name), checked against `token` (a publish token) exactly as an SDK publish is.
+    func openWHIP(name: String, token: String?, offer: String, remoteAddress: String?) -> Result<WebRTCCreated, WebRTCRefusal> {
+        guard isAccepting else { return .failure(WebRTCRefusal(503, "Service Unavailable", "the platform is shutting down")) }
+        guard let endpoint = relay.webRTC else { return .failure(WebRTCRefusal(503, "Service Unavailable", "this relay does not accept WebRTC peers")) }
+        guard let token, !token.isEmpty else { return .failure(WebRTCRefusal(401, "Unauthorized", "no publish token (Authorization: Bearer <token>)")) }
+        let local = ICECredentials.random()
+        let negotiated: WebRTCNegotiation.Result
+        do {
+            let description = try SessionDescription(parsing: offer)
+            negotiated = try WebRTCNegotiation.answer(description, as: .publisher, local: local,
+                                                      fingerprint: endpoint.fingerprint, candidates: endpoint.candidates)
+        } catch let error as SDPError {
+            return .failure(WebRTCRefusal(400, "Bad Request", "malformed SDP offer: \(error)"))
+        } catch let error as NegotiationError {
+            return .failure(WebRTCRefusal(error))
+        } catch {
+            return .failure(WebRTCRefusal(400, "Bad Request", "\(error)"))
+        }
+        var tracks: [MediaTrackDescription] = []
+        for media in negotiated.media {
+            guard let ssrc = media.remoteSSRCs.first else {
+                return .failure(WebRTCRefusal(422, "Unprocessable Content",
+                                              "the \(media.kind) section \(media.mid) announces no SSRC (a=ssrc): the relay finds a publisher's media by it"))
+            }
+            tracks.append(MediaTrackDescription(kind: media.kind == "video" ? .video : .audio, codec: media.codec.name.uppercased(),
+                                                payloadType: media.codec.payloadType, clockRate: UInt32(media.codec.clockRate), ssrc: ssrc))
+        }
+        let sessionId = Self.makeId("whip")
+        let streamId = Self.makeId("stream")
+        let peer = WebRTCPeerParameters(local: local, remoteUfrag: negotiated.remote.iceUfrag,
+                                        remoteFingerprint: negotiated.remote.fingerprint?.digest ?? "")
+        webRTCSessions.open(sessionId: sessionId)
+        webRTCSessions.expect(peer, for: streamId)
+        perform(registry: .sessionOpened(sessionId: sessionId, remoteAddress: remoteAddress))
+        let publish = ClientMessage.Publish(streamToken: token, tags: ["channelAlias:\(name)"], publishType: .live, streamName: name, tracks: tracks)
+        perform(registry: .request(sessionId: sessionId, requestId: 1, .publish(publish), now: clock(), newId: streamId))
+        _ = webRTCSessions.takePendingPeer(streamId)
+        let reply = webRTCSessions.takeReply(sessionId)
+        guard case .published(let published)? = reply else {
+            let refusal = Self.refusal(reply, doing: "publish")
+            closeWebRTCSession(sessionId, how: .connectionLost)
+            return .failure(refusal)
+        }
+        let resource = WebRTCSessions.Resource(id: Self.makeId("whip"), sessionId: sessionId, streamId: published.streamId, subscriberId: nil)
+        webRTCSessions.add(resource)
+        logger.info("WHIP session opened", metadata: ["pcast.stream": .string(published.streamId), "pcast.name": .string(name)])
+        return .success(WebRTCCreated(resourceId: resource.id, answer: negotiated.answer.text, streamId: published.streamId))
+    }
+
+    /// WHEP: plays the stream `name` (a stream id, or a channel alias whose newest stream is
+    /// played) to the offerer, checked against `token` (a stream token) exactly as an SDK
+    /// subscribe is; the token must lead to that stream.
+    func openWHEP(name: String, token: String?, offer: String, remoteAddress: String?) -> Result<WebRTCCreated, WebRTCRefusal> {
+        guard isAccepting else { return .failure(WebRTCRefusal(503, "Service Unavailable", "the platform is shutting down")) }
+        guard let endpoint = relay.webRTC else { return .failure(WebRTCRefusal(503, "Service Unavailable", "this relay does not accept WebRTC peers")) }
+        guard let token, !token.isEmpty else { return .failure(WebRTCRefusal(401, "Unauthorized", "no stream token (Authorization: Bearer <token>)")) }
+        let description: SessionDescription
+        do {
+            description = try SessionDescription(parsing: offer)
+        } catch {
+            return .failure(WebRTCRefusal(400, "Bad Request", "malformed SDP offer: \(error)"))
+        }
+        guard let record = registry.stream(name) ?? registry.newestStream(tagged: "channelAlias:\(name)") else {
+            return .failure(WebRTCRefusal(404, "Not Found", "no stream or channel '\(name)' is live"))
+        }
+        let video = record.tracks.first { $0.kind == .video }
+        let audio = record.tracks.first { $0.kind == .audio }
+        if let video, video.codec.uppercased() != "H264" {
+            return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries \(video.codec) video; WebRTC viewers are sent H.264 only"))
+        }
+        if let audio, audio.codec.uppercased() != "OPUS" {
+            return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries \(audio.codec) audio; WebRTC viewers are sent Opus only"))
+        }
+        var generator = SystemRandomNumberGenerator()
+        let local = ICECredentials.random()
+        let negotiated: WebRTCNegotiation.Result
+        do {
+            negotiated = try WebRTCNegotiation.answer(
+                description,
+                as: .viewer(videoSSRC: video?.ssrc ?? UInt32.random(in: 1...UInt32.max, using: &generator),
+                            audioSSRC: audio?.ssrc ?? UInt32.random(in: 1...UInt32.max, using: &generator),
+                            cname: "pcast-\(record.streamId.suffix(8))"),
+                local: local, fingerprint: endpoint.fingerprint, candidates: endpoint.candidates)
+        } catch {
+            return .failure(WebRTCRefusal(error))
+        }
+        // The stream's payload types → the ones the viewer chose for each codec.
+        var payloadTypes: [UInt8: UInt8] = [:]
+        for media in negotiated.media {
+            if let track = media.kind == "video" ? video : audio { payloadTypes[track.payloadType] = media.codec.payloadType }
+        }
+        let sessionId = Self.makeId("whep")
+        let subscriberId = Self.makeId("whep-viewer")
+        let peer = WebRTCPeerParameters(local: local, remoteUfrag: negotiated.remote.iceUfrag,
+                                        remoteFingerprint: negotiated.remote.fingerprint?.digest ?? "", payloadTypes: payloadTypes)
+        webRTCSessions.open(sessionId: sessionId)
+        webRTCSessions.expect(peer, for: subscriberId)
+        perform(registry: .sessionOpened(sessionId: sessionId, remoteAddress: remoteAddress))
+        perform(registry: .request(sessionId: sessionId, requestId: 1, .subscribe(.init(streamToken: token)), now: clock(), newId: subscriberId))
+        _ = webRTCSessions.takePendingPeer(subscriberId)
+        let reply = webRTCSessions.takeReply(sessionId)
+        guard case .subscribed(let subscribed)? = reply else {
+            let refusal = Self.refusal(reply, doing: "subscribe")
+            closeWebRTCSession(sessionId, how: .connectionLost)
+            return .failure(refusal)
+        }
+        guard subscribed.streamId == record.streamId else {
+            closeWebRTCSession(sessionId, how: .connectionLost)
+            return .failure(WebRTCRefusal(401, "Unauthorized", "the stream token grants stream '\(subscribed.streamId)', not '\(name)'"))
+        }
+        let resource = WebRTCSessions.Resource(id: Self.makeId("whep"), sessionId: sessionId, streamId: record.streamId, subscriberId: subscriberId)
+        webRTCSessions.add(resource)
+        logger.info("WHEP session opened", metadata: ["pcast.stream": .string(record.streamId), "pcast.subscriber": .string(subscriberId)])
+        return .success(WebRTCCreated(resourceId: resource.id, answer: negotiated.answer.text, streamId: record.streamId))
+    }
+
+    /// DELETE of a WHIP or WHEP resource: a publisher's stream ends (`ended`), a viewer's
+    /// subscription goes. False for an unknown resource.
+    func closeWebRTC(resourceId: String) -> Bool {
+        guard let resource = webRTCSessions.resources[resourceId] else { return false }
+        closeWebRTCSession(resource.sessionId, how: .bye)
+        return true
+    }
+
+    func hasWebRTCResource(_ resourceId: String) -> Bool {
+        webRTCSessions.resources[resourceId] != nil
+    }
+
+    /// The relay's news of WebRTC transports: one that ended on its own ends its session (a
+    /// publisher's stream ends as `failed`, with the transport's reason).
+    func webRTCTransportEvents(_ events: [WebRTCPeerEvent]) {
+        for event in events {
+            guard let resource = webRTCSessions.resource(streamId: event.streamId, subscriberId: event.subscriberId) else { continue }
+            switch event.change {
+            case .connected(let profile):
+                logger.info("WebRTC peer connected", metadata: ["pcast.stream": .string(event.streamId), "pcast.srtp": .string(profile)])
+            case .ended(let reason):
+                logger.notice("WebRTC peer ended", metadata: ["pcast.stream": .string(event.streamId), "pcast.reason": .string(reason)])
+                if event.subscriberId == nil {
+                    perform(registry: .endStream(streamId: event.streamId, reason: .failed, description: reason))
+                }
+                closeWebRTCSession(resource.sessionId, how: .connectionLost)
+            }
+        }
+    }
+
+    private func closeWebRTCSession(_ sessionId: String, how: SessionEnd) {
+        perform(registry: .sessionClosed(sessionId: sessionId, how))
+        webRTCSessions.close(sessionId: sessionId)
+    }
+
+    private static func refusal(_ reply: ServerMessage?, doing what: String) -> WebRTCRefusal {
+        // The registry's failure went to the session as its reply.
+        if case .failure(let failure)? = reply { return WebRTCRefusal(failure) }
+        return WebRTCRefusal(500, "Internal Server Error", "the \(what) request got no answer")
+    }
+}

@@ -1,0 +1,414 @@
+import Foundation
+@testable import PCast
+import PCastNode
+import PCastProtocol
+import PCastImpairment
+import PCastRelay
+import PCastTestSupport
+import Synchronization
+import Testing
+
+/// Counts the frames a subscriber's renderer shows, and their size.
+final class FrameCount: Sendable {
+    private let state = Mutex<(count: Int, width: Int, height: Int)>((0, 0, 0))
+    var count: Int { state.withLock { $0.count } }
+    var size: (width: Int, height: Int) { state.withLock { ($0.width, $0.height) } }
+    func add(_ frame: VideoFrame) { state.withLock { $0 = ($0.count + 1, frame.width, frame.height) } }
+}
+
+func countFrames(_ stream: MediaStream) async throws -> (Renderer, FrameCount) {
+    let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+    let frames = FrameCount()
+    #expect(await renderer.start() == .ok)
+    try renderer.setFrameReadyCallback(stream.getVideoTracks()[0]) { notification in
+        if case .video(let frame)? = try? notification.read() { frames.add(frame) }
+    }
+    return (renderer, frames)
+}
+
+/// Subscribes to the newest stream of a channel alias, retrying while the WHIP peer is still
+/// getting its answer.
+func subscribeToChannel(_ sdk: PCast, _ platform: LocalPlatform, alias: String) async throws -> MediaStream {
+    let deadline = ContinuousClock.now + .seconds(20)
+    while true {
+        do {
+            return try await sdk.subscribe(streamToken: try platform.token(.stream, tag: .channelAlias(alias)))
+        } catch {
+            if ContinuousClock.now > deadline { throw error }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+    }
+}
+
+extension OneAtATime {
+    @Suite("Standard WebRTC peers (webrtcbin, Chromium) with WHIP and WHEP through the relay", .serialized)
+    struct WebRTCInteropTests {
+        @Test("webrtcbin publishes with WHIP (AES-CM-80): an SDK subscriber and a webrtcbin WHEP viewer decode its 320×240 frames; its DELETE ends the stream as ended and frees its peers")
+        func webrtcbinPublishes() async throws {
+            let platform = try await LocalPlatform.start()
+            let publisher = try WebRTCBinPeer.start(.whip, platform, name: "gst-room", token: try platform.token(.publish), seconds: 12)
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let stream = try await subscribeToChannel(sdk, platform, alias: "gst-room")
+            #expect(stream.getVideoTracks().count == 1 && stream.getAudioTracks().count == 1)
+            let (renderer, frames) = try await countFrames(stream)
+            let viewer = try WebRTCBinPeer.start(.whep, platform, name: "gst-room",
+                                                 token: try platform.token(.stream, tag: .channelAlias("gst-room")), seconds: 5)
+            let seen = try await viewer.outcome()
+            #expect(seen.status == 201 && seen.error == nil, "\(seen)")
+            #expect(seen.connection_state == "connected", "\(seen)")
+            #expect(seen.video_frames >= 60 && seen.audio_buffers >= 50, "\(seen)")
+            #expect(seen.width == 320 && seen.height == 240)
+            #expect(seen.delete_status == 200)
+            #expect(await eventually { frames.count >= 60 }, "the SDK subscriber decoded \(frames.count) frames")
+            #expect(frames.size == (320, 240))
+
+            let sent = try await publisher.outcome()
+            #expect(sent.status == 201 && sent.error == nil, "\(sent)")
+            #expect(sent.location?.hasPrefix("/whip/gst-room/") == true)
+            #expect(sent.connection_state == "connected")
+            #expect(sent.delete_status == 200)
+            // The DELETE ended the stream, as a publisher's stop does.
+            let reason = await stream.ended()
+            guard case .remote(.ended, _) = reason else {
+                Issue.record("the stream ended as \(reason), not as the publisher's end")
+                return
+            }
+            #expect(await eventually { platform.relay.statistics().webRTCPeers == 0 && platform.relay.statistics().streams == 0 })
+            let statistics = platform.relay.statistics()
+            #expect(statistics.dtlsFailures == 0 && statistics.srtpFailures == 0)
+            _ = renderer
+            await sdk.stop()
+            await platform.shutdown()
+        }
+
+        @Test("an SDK publisher's stream plays in webrtcbin over WHEP, found by its channel alias: video and Opus decoded, the publisher untouched by the viewer's DELETE")
+        func webrtcbinViews() async throws {
+            let platform = try await LocalPlatform.start()
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let media = try await stampedMedia(audio: true)
+            let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media, tags: ["channelAlias:whep-room"])
+            let viewer = try WebRTCBinPeer.start(.whep, platform, name: "whep-room",
+                                                 token: try platform.token(.stream, originStreamId: publisher.streamId), seconds: 5)
+            let seen = try await viewer.outcome()
+            #expect(seen.status == 201 && seen.error == nil, "\(seen)")
+            #expect(seen.video_frames >= 60 && seen.audio_buffers >= 50, "\(seen)")
+            #expect(seen.width == 640 && seen.height == 360)
+            #expect(seen.delete_status == 200)
+            #expect(await eventually { platform.relay.statistics().webRTCPeers == 0 })
+            #expect(!publisher.hasEnded)
+            #expect(platform.relay.statistics().dtlsFailures == 0)
+            await publisher.stop()
+            await sdk.stop()
+            await media.stop()
+            await platform.shutdown()
+        }
+
+        @Test("headless Chromium publishes with WHIP (AES-GCM) from the served page and watches itself back with WHEP; an SDK subscriber decodes the browser's 640×480 H.264")
+        func chromiumPublishesAndWatches() async throws {
+            let platform = try await LocalPlatform.start()
+            let page = try curlRequest("GET", platform.httpURL + "/", contentType: nil, token: nil, body: nil)
+            #expect(page.status == 200 && page.contentType.hasPrefix("text/html") && page.body.contains("RTCPeerConnection") && page.body.contains("application/sdp"))
+            let collector = try ReportCollector()
+            defer { collector.close() }
+            var query = URLComponents(string: platform.httpURL + "/")!
+            query.queryItems = [
+                URLQueryItem(name: "publish", value: "browser-room"),
+                URLQueryItem(name: "publishToken", value: try platform.token(.publish)),
+                URLQueryItem(name: "watch", value: "browser-room"),
+                URLQueryItem(name: "token", value: try platform.token(.stream, tag: .channelAlias("browser-room"))),
+                URLQueryItem(name: "report", value: collector.url),
+            ]
+            let browser = try HeadlessChromium.open(query.url!.absoluteString)
+            defer { browser.close() }
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let stream = try await subscribeToChannel(sdk, platform, alias: "browser-room")
+            let (renderer, frames) = try await countFrames(stream)
+            try await eventually("Chromium decoding 60 frames it published", within: .seconds(40)) {
+                collector.latest("watch").map { $0.number("framesDecoded") >= 60 } ?? false
+            }
+            let watched = try #require(collector.latest("watch"))
+            #expect(watched.string("dtlsState") == "connected" && watched.string("connectionState") == "connected", "\(watched)")
+            #expect(watched.string("srtpCipher") == "SRTP_AEAD_AES_128_GCM", "\(watched)")
+            #expect(watched.string("codec").lowercased() == "video/h264")
+            #expect(watched.number("width") == 640 && watched.number("height") == 480)
+            let published = try #require(collector.latest("publish"))
+            #expect(published.number("framesEncoded") >= 60 && published.string("dtlsState") == "connected", "\(published)")
+            #expect(collector.reports("watch").allSatisfy { $0["error"] == nil } && collector.reports("publish").allSatisfy { $0["error"] == nil })
+            #expect(await eventually { frames.count >= 30 }, "the SDK subscriber decoded \(frames.count) of the browser's frames")
+            #expect(frames.size == (640, 480))
+            let statistics = platform.relay.statistics()
+            #expect(statistics.webRTCPeers == 2 && statistics.dtlsFailures == 0 && statistics.srtpFailures == 0)
+            _ = renderer
+            await sdk.stop()
+            await platform.shutdown()
+        }
+
+        @Test("an SDK publisher plays in headless Chromium via WHEP with a token from the sample backend: frames decoded, DTLS connected, an SRTP cipher, a latency estimate")
+        func chromiumWatchesSDKPublisher() async throws {
+            let platform = try await LocalPlatform.start()
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let media = try await stampedMedia(audio: true)
+            let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media, tags: ["channelAlias:sdk-room"])
+            let collector = try ReportCollector()
+            defer { collector.close() }
+            var query = URLComponents(string: platform.httpURL + "/")!
+            // No token: the page asks the platform's sample backend for one, as a viewer's app would.
+            query.queryItems = [URLQueryItem(name: "watch", value: "sdk-room"), URLQueryItem(name: "report", value: collector.url)]
+            let browser = try HeadlessChromium.open(query.url!.absoluteString)
+            defer { browser.close() }
+            try await eventually("Chromium decoding 60 frames", within: .seconds(40)) {
+                collector.latest("watch").map { $0.number("framesDecoded") >= 60 } ?? false
+            }
+            let watched = try #require(collector.latest("watch"))
+            #expect(watched.string("dtlsState") == "connected", "\(watched)")
+            #expect(watched.string("srtpCipher").hasPrefix("SRTP_"), "\(watched)")
+            #expect(watched.number("width") == 640 && watched.number("height") == 360)
+            #expect(watched.number("audioPacketsReceived") > 0)
+            #expect(watched.number("latencyEstimateMs") > 0 && watched.number("latencyEstimateMs") < 1_000, "\(watched)")
+            #expect(!publisher.hasEnded)
+            await publisher.stop()
+            await sdk.stop()
+            await media.stop()
+            await platform.shutdown()
+        }
+
+        @Test("WHIP/WHEP refusals: no, forged, expired or wrong-type token → 401; garbage → 400; VP8 only → 422; no such stream → 404; not SDP → 415; all problem+json, nothing published")
+        func refusals() async throws {
+            let platform = try await LocalPlatform.start()
+            let whip = platform.httpURL + "/whip/refused"
+            let forged = try DigestTokenBuilder().expiresAt(Date().addingTimeInterval(60)).type(.publish)
+                .encode(applicationId: platform.configuration.applicationId, secret: "not-the-secret")
+            let cases: [(String?, String, Int, String)] = [
+                (nil, browserOffer(), 401, "no token"),
+                (forged, browserOffer(), 401, "forged"),
+                (try platform.token(.publish, lifetime: -60), browserOffer(), 401, "expired"),
+                (try platform.token(.stream, tag: .channelAlias("refused")), browserOffer(), 401, "a stream token to publish"),
+                (try platform.token(.publish), "this is not SDP", 400, "garbage"),
+                (try platform.token(.publish), String(browserOffer().prefix(120)), 400, "truncated"),
+                (try platform.token(.publish), browserOffer(video: ["a=rtpmap:96 VP8/90000"], videoPayloadTypes: "96"), 422, "VP8 only"),
+            ]
+            for (token, offer, status, what) in cases {
+                let reply = try curlRequest("POST", whip, token: token, body: offer)
+                #expect(reply.status == status, "\(what): \(reply.status) \(reply.body)")
+                #expect(reply.contentType.hasPrefix("application/problem+json"), "\(what): \(reply.contentType)")
+                let problem = try JSONSerialization.jsonObject(with: Data(reply.body.utf8)) as? [String: Any]
+                #expect((problem?["status"] as? Int) == status && !((problem?["detail"] as? String) ?? "").isEmpty, "\(what): \(reply.body)")
+                if status == 401 { #expect(reply.headers.lowercased().contains("www-authenticate: bearer"), "\(what)") }
+            }
+            let missing = try curlRequest("POST", platform.httpURL + "/whep/nobody-here", token: try platform.token(.stream, tag: .channelAlias("nobody-here")),
+                                          body: browserOffer(direction: "recvonly"))
+            #expect(missing.status == 404 && missing.contentType.hasPrefix("application/problem+json"), "\(missing)")
+            let notSDP = try curlRequest("POST", whip, contentType: "application/json", token: try platform.token(.publish), body: "{}")
+            #expect(notSDP.status == 415)
+            let options = try curlRequest("OPTIONS", whip, contentType: nil, token: nil, body: nil)
+            #expect(options.status == 204 && options.headers.lowercased().contains("accept-post: application/sdp"))
+            #expect(options.headers.lowercased().contains("access-control-allow-origin"))
+            #expect(try curlRequest("DELETE", whip + "/whip-unknown", contentType: nil, token: nil, body: nil).status == 404)
+            let statistics = platform.relay.statistics()
+            #expect(statistics.streams == 0 && statistics.webRTCPeers == 0)
+            await platform.shutdown()
+        }
+
+        @Test("a check with the wrong ice-pwd is answered 401 and opens nothing; an offer whose fingerprint is not the peer's certificate gets no keys: torn down, the stream failed, no media forwarded")
+        func iceAndFingerprintRefusals() async throws {
+            let platform = try await LocalPlatform.start()
+            // A WHIP session whose peer never connects: the relay's ufrag from the answer.
+            let created = try curlRequest("POST", platform.httpURL + "/whip/ice-room", token: try platform.token(.publish), body: browserOffer())
+            #expect(created.status == 201, "\(created)")
+            let ufrag = try #require(created.body.split(separator: "\r\n").first { $0.hasPrefix("a=ice-ufrag:") }?.dropFirst("a=ice-ufrag:".count))
+            var check = STUNMessage(kind: .request, transactionID: STUNMessage.newTransactionID())
+            check.username = "\(ufrag):Fq3x"
+            check.priority = 1_853_824_767
+            check.iceControlling = 42
+            check.useCandidate = true
+            let udp = try LoopbackUDPClient()
+            defer { udp.close() }
+            let answer = try udp.exchange(check.encoded(integrityKey: Array("not-the-ice-password-at-all".utf8), fingerprint: true),
+                                          with: platform.relay.mediaPort)
+            let response = try STUNMessage(decoding: try #require(answer, "no answer to the check"))
+            #expect(response.kind == .errorResponse && response.errorCode?.code == 401, "\(response)")
+            // The relay publishes its counters after each batch: wait for the refusal and its answer to show.
+            #expect(await eventually { platform.relay.statistics().stunRefusals >= 1 && platform.relay.statistics().packetsOut >= 1 })
+            // The same socket's DTLS is not accepted: it never passed a check.
+            let sentBefore = platform.relay.statistics().packetsOut
+            let unknownBefore = platform.relay.statistics().unknownPackets
+            let dtlsAnswer = try udp.exchange([22, 254, 253] + [UInt8](repeating: 0, count: 40), with: platform.relay.mediaPort, wait: .milliseconds(300))
+            #expect(dtlsAnswer == nil, "the relay answered DTLS from an address that passed no check")
+            #expect(await eventually { platform.relay.statistics().unknownPackets > unknownBefore })
+            #expect(platform.relay.statistics().packetsOut == sentBefore && platform.relay.statistics().dtlsFailures == 0)
+
+            // webrtcbin with a forged fingerprint in its offer.
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let forger = try WebRTCBinPeer.start(.whip, platform, name: "forged-room", token: try platform.token(.publish), seconds: 4, forgeFingerprint: true)
+            let outcome = try await forger.outcome()
+            #expect(outcome.status == 201)
+            #expect(outcome.video_frames == 0)
+            #expect(platform.relay.statistics().dtlsFailures >= 1)
+            // The stream was torn down with the handshake: no subscriber can find it.
+            await #expect(throws: (any Error).self) {
+                _ = try await sdk.subscribe(streamToken: try platform.token(.stream, tag: .channelAlias("forged-room")))
+            }
+            #expect(outcome.delete_status == 404, "the session was already gone: \(outcome)")
+            await sdk.stop()
+            await platform.shutdown()
+        }
+
+        @Test("2,000 fuzzed STUN and DTLS datagrams (bad lengths, truncated records, forged checks) are dropped and counted while a webrtcbin viewer keeps decoding")
+        func fuzzedDatagrams() async throws {
+            let platform = try await LocalPlatform.start()
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let media = try await stampedMedia(audio: true)
+            let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media, tags: ["channelAlias:fuzz-room"])
+            let viewer = try WebRTCBinPeer.start(.whep, platform, name: "fuzz-room",
+                                                 token: try platform.token(.stream, originStreamId: publisher.streamId), seconds: 6)
+            let before = platform.relay.statistics()
+            let udp = try LoopbackUDPClient()
+            defer { udp.close() }
+            var random = SeededRNG(seed: 19)
+            var check = STUNMessage(kind: .request, transactionID: STUNMessage.newTransactionID())
+            check.username = "nobody:Fq3x"
+            check.priority = 1
+            check.iceControlling = 1
+            let valid = check.encoded(integrityKey: Array("some-password-of-24-chars".utf8), fingerprint: true)
+            for index in 0..<2_000 {
+                var datagram: [UInt8]
+                switch index % 4 {
+                case 0: // STUN header with a random length and random attributes
+                    datagram = [0, 1] + (0..<Int.random(in: 0...200, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+                case 1: // a signed check truncated or with a byte flipped
+                    datagram = Array(valid.prefix(Int.random(in: 1...valid.count, using: &random)))
+                    let flip = Int.random(in: 0..<datagram.count, using: &random)
+                    datagram[flip] ^= UInt8.random(in: 1...255, using: &random)
+                    datagram[0] &= 0x03
+                case 2: // a DTLS record header with a random length field and body
+                    datagram = [22, 254, 253] + (0..<Int.random(in: 0...300, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+                default: // any first byte in the DTLS range, truncated
+                    datagram = [UInt8.random(in: 20...63, using: &random)] + (0..<Int.random(in: 0...12, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+                }
+                _ = try udp.exchange(datagram, with: platform.relay.mediaPort, wait: .zero)
+                if index % 100 == 99 { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            let seen = try await viewer.outcome()
+            #expect(seen.status == 201 && seen.video_frames >= 60 && seen.audio_buffers >= 50, "\(seen)")
+            let after = platform.relay.statistics()
+            let dropped = (after.stunRefusals - before.stunRefusals) + (after.unknownPackets - before.unknownPackets)
+            #expect(dropped >= 1_900, "only \(dropped) of 2,000 fuzzed datagrams counted as dropped")
+            #expect(after.dtlsFailures == before.dtlsFailures, "a fuzzed record reached a DTLS association")
+            #expect(!publisher.hasEnded)
+            await publisher.stop()
+            await sdk.stop()
+            await media.stop()
+            await platform.shutdown()
+        }
+
+        @Test("consent freshness: a WHIP peer killed without DELETE is torn down after the consent timeout; its SDK viewer sees the stream end as failed")
+        func consentExpiry() async throws {
+            var relay = RelayConfiguration()
+            relay.webRTCConsentTimeout = .seconds(2)
+            let platform = try await LocalPlatform.start(relayConfiguration: relay)
+            let publisher = try WebRTCBinPeer.start(.whip, platform, name: "vanishing", token: try platform.token(.publish), seconds: 60)
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let stream = try await subscribeToChannel(sdk, platform, alias: "vanishing")
+            let (renderer, frames) = try await countFrames(stream)
+            #expect(await eventually { frames.count >= 30 })
+            let killed = ContinuousClock.now
+            publisher.kill()
+            let reason = await stream.ended()
+            let after = ContinuousClock.now - killed
+            guard case .remote(let why, let description) = reason else {
+                Issue.record("the stream ended locally: \(reason)")
+                return
+            }
+            #expect(why == .failed)
+            #expect(description?.contains("consent") == true, "\(description ?? "")")
+            #expect(after < .seconds(10), "torn down \(after) after the peer vanished")
+            #expect(await eventually { platform.relay.statistics().webRTCPeers == 0 })
+            _ = renderer
+            await sdk.stop()
+            await platform.shutdown()
+        }
+    }
+}
+
+extension Leaks {
+    @Suite("WebRTC sessions free what they hold", .serialized)
+    struct WebRTCSessionLeakTests {
+        @Test("200 WHEP sessions deleted and 200 left to the connect timeout: no peer, subscriber, descriptor or thread left, memory flat")
+        func sessionsFreeEverything() async throws {
+            var relay = RelayConfiguration()
+            relay.webRTCConnectTimeout = .seconds(1)
+            let platform = try await LocalPlatform.start(relayConfiguration: relay)
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let media = try await stampedMedia()
+            let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media, tags: ["channelAlias:churn"])
+            let token = try platform.token(.stream, originStreamId: publisher.streamId)
+            let offer = browserOffer(direction: "recvonly")
+
+            func round(delete: Bool) async throws {
+                for index in 0..<200 {
+                    let created = try curlRequest("POST", platform.httpURL + "/whep/churn", token: token, body: offer)
+                    #expect(created.status == 201, "session \(index): \(created.status) \(created.body)")
+                    guard delete else { continue }
+                    let location = try #require(created.headers.split(separator: "\r\n").first { $0.lowercased().hasPrefix("location:") })
+                    let path = location.dropFirst("location:".count).trimmingCharacters(in: .whitespaces)
+                    #expect(try curlRequest("DELETE", platform.httpURL + path, contentType: nil, token: nil, body: nil).status == 200)
+                }
+                try await eventually("every WebRTC peer gone", within: .seconds(20)) {
+                    let statistics = platform.relay.statistics()
+                    return statistics.webRTCPeers == 0 && statistics.subscribers == 0
+                }
+            }
+            try await round(delete: true)
+            ProcessFootprint.releaseFreeMemory()
+            let before = ProcessFootprint.current()
+            try await round(delete: true)
+            try await round(delete: false)
+            ProcessFootprint.releaseFreeMemory()
+            let after = ProcessFootprint.current()
+            #expect(after.openDescriptors <= before.openDescriptors + 2, "descriptors \(before.openDescriptors) → \(after.openDescriptors)")
+            #expect(after.threads <= before.threads + 2, "threads \(before.threads) → \(after.threads)")
+            #expect(after.residentKiB - before.residentKiB < 8_192, "resident \(before.residentKiB) → \(after.residentKiB) KiB")
+            #expect(!publisher.hasEnded)
+            await publisher.stop()
+            await sdk.stop()
+            await media.stop()
+            await platform.shutdown()
+        }
+    }
+}
+
+/// A UDP socket on 127.0.0.1 that sends one datagram and waits for one answer.
+final class LoopbackUDPClient: Sendable {
+    let descriptor: Int32
+
+    init() throws {
+        descriptor = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        guard descriptor >= 0 else { throw StandInFailure(description: "no UDP socket: errno \(errno)") }
+    }
+
+    func exchange(_ bytes: [UInt8], with port: UInt16, wait: Duration = .seconds(2)) throws -> [UInt8]? {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = port.bigEndian
+        _ = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(descriptor, bytes, bytes.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        let milliseconds = Int32(wait.components.seconds * 1_000 + wait.components.attoseconds / 1_000_000_000_000_000)
+        guard poll(&poller, 1, milliseconds) == 1 else { return nil }
+        var buffer = [UInt8](repeating: 0, count: 2_048)
+        let count = recv(descriptor, &buffer, buffer.count, 0)
+        return count > 0 ? Array(buffer[0..<count]) : nil
+    }
+
+    func close() { Glibc.close(descriptor) }
+}
