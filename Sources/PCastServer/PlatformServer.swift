@@ -249,7 +249,7 @@ public final class PlatformServer: Sendable {
                                 logger: logger, store: store, snapshot: snapshot)
         let (ports, bound) = AsyncStream<Int>.makeStream(bufferingPolicy: .bufferingNewest(1))
 
-        let router = Router(context: BasicRequestContext.self)
+        let router = Router(context: PlatformRequestContext.self)
         let backend = backendPolicy.map { SampleBackend(applicationId: configuration.applicationId, secret: configuration.secret, policy: $0) }
         HTTPRoutes(platform: platform, configuration: configuration, relay: relay, metrics: metrics, backend: backend).register(on: router)
         WebRTCRoutes(platform: platform).register(on: router)

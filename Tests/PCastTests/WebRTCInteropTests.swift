@@ -176,7 +176,7 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
-        @Test("WHIP/WHEP refusals: no, forged, expired or wrong-type token → 401; garbage → 400; VP8 only → 422; no such stream → 404; not SDP → 415; all problem+json, nothing published")
+        @Test("WHIP/WHEP refusals: no, forged, expired, wrong-type or other-address token → 401 (a token bound to the caller's address is accepted); garbage → 400; VP8 only → 422; no such stream → 404; not SDP → 415; all problem+json, nothing published by a refused request")
         func refusals() async throws {
             let platform = try await LocalPlatform.start()
             let whip = platform.httpURL + "/whip/refused"
@@ -187,6 +187,9 @@ extension OneAtATime {
                 (forged, browserOffer(), 401, "forged"),
                 (try platform.token(.publish, lifetime: -60), browserOffer(), 401, "expired"),
                 (try platform.token(.stream, tag: .channelAlias("refused")), browserOffer(), 401, "a stream token to publish"),
+                (try DigestTokenBuilder().expiresAt(Date().addingTimeInterval(60)).type(.publish).remoteAddress("192.0.2.77")
+                    .encode(applicationId: platform.configuration.applicationId, secret: platform.configuration.secret), browserOffer(), 401,
+                 "bound to another remote address"),
                 (try platform.token(.publish), "this is not SDP", 400, "garbage"),
                 (try platform.token(.publish), String(browserOffer().prefix(120)), 400, "truncated"),
                 (try platform.token(.publish), browserOffer(video: ["a=rtpmap:96 VP8/90000"], videoPayloadTypes: "96"), 422, "VP8 only"),
@@ -208,8 +211,15 @@ extension OneAtATime {
             #expect(options.status == 204 && options.headers.lowercased().contains("accept-post: application/sdp"))
             #expect(options.headers.lowercased().contains("access-control-allow-origin"))
             #expect(try curlRequest("DELETE", whip + "/whip-unknown", contentType: nil, token: nil, body: nil).status == 404)
-            let statistics = platform.relay.statistics()
+            var statistics = platform.relay.statistics()
             #expect(statistics.streams == 0 && statistics.webRTCPeers == 0)
+            // The same binding to the address the request comes from is accepted.
+            let bound = try DigestTokenBuilder().expiresAt(Date().addingTimeInterval(60)).type(.publish).remoteAddress("127.0.0.1")
+                .encode(applicationId: platform.configuration.applicationId, secret: platform.configuration.secret)
+            let accepted = try curlRequest("POST", whip, token: bound, body: browserOffer())
+            #expect(accepted.status == 201 && accepted.contentType.hasPrefix("application/sdp"), "\(accepted.status) \(accepted.body)")
+            statistics = platform.relay.statistics()
+            #expect(statistics.streams == 1 && statistics.webRTCPeers == 1)
             await platform.shutdown()
         }
 

@@ -17,7 +17,7 @@ struct HTTPRoutes: Sendable {
     /// Largest admin request body read.
     static let adminBodyLimit = 16 * 1024
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<PlatformRequestContext>) {
         router.get("/") { _, _ in
             var response = Response(status: .ok, body: ResponseBody(byteBuffer: ByteBuffer(bytes: PackageResources.index_html)))
             response.headers[.contentType] = "text/html; charset=utf-8"
@@ -68,7 +68,7 @@ struct HTTPRoutes: Sendable {
         }
     }
 
-    private func endStream(_ request: Request, context: BasicRequestContext) async throws -> Response {
+    private func endStream(_ request: Request, context: PlatformRequestContext) async throws -> Response {
         guard AdminCredentials(applicationId: configuration.applicationId, secret: configuration.secret)
             .authorises(request.headers[.authorization])
         else {
@@ -118,7 +118,7 @@ struct HTTPRoutes: Sendable {
 
     /// `GET /recordings/{name}`: the recording's file (`<name>` or `<name>.mp4`), with single byte
     /// ranges. A recording in progress is served up to its current end.
-    private func downloadRecording(_ request: Request, context: BasicRequestContext) async throws -> Response {
+    private func downloadRecording(_ request: Request, context: PlatformRequestContext) async throws -> Response {
         guard recordingAccess.authorises(request) else { return Self.recordingsUnauthorized() }
         let raw = context.parameters.get("name") ?? ""
         let name: RecordingName
@@ -150,7 +150,7 @@ struct HTTPRoutes: Sendable {
         }
     }
 
-    private func token(_ backend: SampleBackend, route: String, _ request: Request, context: BasicRequestContext) async throws -> Response {
+    private func token(_ backend: SampleBackend, route: String, _ request: Request, context: PlatformRequestContext) async throws -> Response {
         var request = request
         let body: ByteBuffer
         do {

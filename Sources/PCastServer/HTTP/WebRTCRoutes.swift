@@ -12,7 +12,7 @@ struct WebRTCRoutes: Sendable {
     /// Largest SDP offer read (browsers' offers are a few kilobytes).
     static let offerLimit = 64 * 1024
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<PlatformRequestContext>) {
         for kind in Kind.allCases {
             router.on("/\(kind.rawValue)/:name", method: .options) { _, _ in
                 var response = Response(status: .noContent)
@@ -47,7 +47,7 @@ struct WebRTCRoutes: Sendable {
         case whip, whep
     }
 
-    private func create(_ kind: Kind, _ request: Request, context: BasicRequestContext) async throws -> Response {
+    private func create(_ kind: Kind, _ request: Request, context: PlatformRequestContext) async throws -> Response {
         guard let name = context.parameters.get("name"), !name.isEmpty else {
             return Self.problem(WebRTCRefusal(400, "Bad Request", "no stream name in the URL"))
         }
@@ -65,8 +65,8 @@ struct WebRTCRoutes: Sendable {
         let offer = String(decoding: body.readableBytesView, as: UTF8.self)
         let token = Self.bearer(request.headers[.authorization])
         let result = kind == .whip
-            ? await platform.openWHIP(name: name, token: token, offer: offer, remoteAddress: nil)
-            : await platform.openWHEP(name: name, token: token, offer: offer, remoteAddress: nil)
+            ? await platform.openWHIP(name: name, token: token, offer: offer, remoteAddress: context.remoteAddress?.ipAddress)
+            : await platform.openWHEP(name: name, token: token, offer: offer, remoteAddress: context.remoteAddress?.ipAddress)
         switch result {
         case .failure(let refusal):
             context.logger.notice("\(kind.rawValue.uppercased()) refused", metadata: ["pcast.status": "\(refusal.status)", "pcast.reason": .string(refusal.detail)])
@@ -85,7 +85,7 @@ struct WebRTCRoutes: Sendable {
     /// Trickle ICE: the relay is ICE-lite with host candidates, and learns the peer's addresses
     /// from its checks, so the peer's candidates need nothing done: 204. An ICE restart (a new
     /// ufrag) is not supported: 422.
-    private func patch(_ kind: Kind, _ request: Request, context: BasicRequestContext) async throws -> Response {
+    private func patch(_ kind: Kind, _ request: Request, context: PlatformRequestContext) async throws -> Response {
         guard let resource = context.parameters.get("resource"), await platform.hasWebRTCResource(resource) else {
             return Self.problem(WebRTCRefusal(404, "Not Found", "no such \(kind.rawValue.uppercased()) session"))
         }
