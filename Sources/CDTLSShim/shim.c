@@ -182,14 +182,65 @@ int pcast_ssl_ctx_set_min_proto_version(SSL_CTX *context, int version) {
     return (int)SSL_CTX_set_min_proto_version(context, version);
 }
 
-static int accept_any_certificate(int preverified, X509_STORE_CTX *store) {
+typedef struct {
+    unsigned char expected[32];
+    unsigned char received[32];
+    int mismatched;
+} pcast_fingerprint_check;
+
+static int fingerprint_index = -1;
+
+static void free_fingerprint_check(void *parent, void *pointer, CRYPTO_EX_DATA *data, int index, long argl, void *argp) {
+    (void)parent; (void)data; (void)index; (void)argl; (void)argp;
+    free(pointer);
+}
+
+static void create_fingerprint_index(void) {
+    fingerprint_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, free_fingerprint_check);
+}
+
+int pcast_ssl_expect_fingerprint(SSL *ssl, const unsigned char *sha256) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, create_fingerprint_index);
+    if (fingerprint_index < 0) return 0;
+    pcast_fingerprint_check *check = calloc(1, sizeof *check);
+    if (check == NULL) return 0;
+    memcpy(check->expected, sha256, sizeof check->expected);
+    if (!SSL_set_ex_data(ssl, fingerprint_index, check)) {
+        free(check);
+        return 0;
+    }
+    return 1;
+}
+
+int pcast_ssl_fingerprint_mismatch(SSL *ssl, unsigned char *received) {
+    if (fingerprint_index < 0) return 0;
+    pcast_fingerprint_check *check = SSL_get_ex_data(ssl, fingerprint_index);
+    if (check == NULL || !check->mismatched) return 0;
+    memcpy(received, check->received, sizeof check->received);
+    return 1;
+}
+
+// Self-signed certificates fail chain verification by nature: the leaf's digest decides.
+static int verify_peer_certificate(int preverified, X509_STORE_CTX *store) {
     (void)preverified;
-    (void)store;
+    if (X509_STORE_CTX_get_error_depth(store) != 0) return 1;
+    SSL *ssl = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx());
+    pcast_fingerprint_check *check = (ssl != NULL && fingerprint_index >= 0) ? SSL_get_ex_data(ssl, fingerprint_index) : NULL;
+    if (check == NULL) return 1;
+    X509 *certificate = X509_STORE_CTX_get_current_cert(store);
+    unsigned int length = 0;
+    if (certificate == NULL || !X509_digest(certificate, EVP_sha256(), check->received, &length) || length != 32) return 0;
+    if (CRYPTO_memcmp(check->received, check->expected, 32) != 0) {
+        check->mismatched = 1;
+        X509_STORE_CTX_set_error(store, X509_V_ERR_CERT_REJECTED);
+        return 0;
+    }
     return 1;
 }
 
 void pcast_ssl_ctx_request_any_client_certificate(SSL_CTX *context) {
-    SSL_CTX_set_verify(context, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, accept_any_certificate);
+    SSL_CTX_set_verify(context, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, verify_peer_certificate);
 }
 
 int pcast_dtls_make_certificate(const char *common_name, int days, EVP_PKEY **key_out, X509 **certificate_out) {

@@ -85,6 +85,18 @@ public enum DTLSFingerprint {
         return String(decoding: text, as: UTF8.self)
     }
 
+    /// The 32 bytes of a SHA-256 fingerprint written as colon-separated hex pairs; nil otherwise.
+    static func digest(_ text: String) -> [UInt8]? {
+        let pairs = text.split(separator: ":")
+        guard pairs.count == 32 else { return nil }
+        var bytes: [UInt8] = []
+        for pair in pairs {
+            guard pair.count == 2, let byte = UInt8(pair, radix: 16) else { return nil }
+            bytes.append(byte)
+        }
+        return bytes
+    }
+
     /// Whether two fingerprints name the same digest (hex case does not matter).
     public static func matches(_ a: String, _ b: String) -> Bool {
         a.uppercased() == b.uppercased()
@@ -94,7 +106,7 @@ public enum DTLSFingerprint {
 /// The relay's DTLS server configuration: its certificate, DTLS 1.2 (system OpenSSL 3.0 has no
 /// DTLS 1.3; a client offering 1.3 falls back to 1.2), `use_srtp` preferring AEAD AES-128-GCM over
 /// AES-CM-128 with HMAC-SHA1-80, and a client certificate required (checked against the offer's
-/// fingerprint once the handshake ends). One context serves every peer.
+/// fingerprint inside the handshake, and again once it ends). One context serves every peer.
 public final class DTLSContext: @unchecked Sendable {
     // OpenSSL's SSL_CTX may be shared by SSL objects on any thread once configured; it is never
     // changed after init.
@@ -184,6 +196,11 @@ public final class DTLSServer {
         self.ssl = ssl
         self.bio = bio
         expectedFingerprint = peerFingerprint
+        // Checked inside the handshake too (a forged peer gets bad_certificate, not a finished
+        // handshake); an unparsable fingerprint is left to the check after it, which fails.
+        if let digest = DTLSFingerprint.digest(peerFingerprint) {
+            _ = digest.withUnsafeBufferPointer { pcast_ssl_expect_fingerprint(ssl, $0.baseAddress) }
+        }
     }
 
     deinit {
@@ -252,7 +269,13 @@ public final class DTLSServer {
                 events += drain()
                 if code != SSL_ERROR_WANT_READ && code != SSL_ERROR_WANT_WRITE {
                     state = .failed
-                    events.append(.failed(.handshake(openSSLErrors(or: "error \(code)"))))
+                    var received = [UInt8](repeating: 0, count: 32)
+                    if pcast_ssl_fingerprint_mismatch(ssl, &received) == 1 {
+                        ERR_clear_error()
+                        events.append(.failed(.fingerprintMismatch(expected: expectedFingerprint, received: DTLSFingerprint.format(received))))
+                    } else {
+                        events.append(.failed(.handshake(openSSLErrors(or: "error \(code)"))))
+                    }
                 }
                 return events
             }

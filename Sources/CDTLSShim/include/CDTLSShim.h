@@ -36,10 +36,21 @@ void pcast_ssl_ctx_set_no_query_mtu(SSL_CTX *context);
 // SSL_CTX_set_min_proto_version is a function-like macro over SSL_CTX_ctrl.
 int pcast_ssl_ctx_set_min_proto_version(SSL_CTX *context, int version);
 
-// Asks the client for its certificate and accepts any: WebRTC certificates are self-signed, and
-// the peer is authenticated by comparing its certificate's fingerprint with the one its signaling
-// (the SDP offer) announced, after the handshake. The verify callback is a C function pointer.
+// Asks the client for its certificate: WebRTC certificates are self-signed, so the chain is not
+// verified; the peer is authenticated by its certificate's SHA-256 digest, which must be the one
+// its signaling (the SDP offer) announced when pcast_ssl_expect_fingerprint set one. The verify
+// callback is a C function pointer.
 void pcast_ssl_ctx_request_any_client_certificate(SSL_CTX *context);
+
+// The SHA-256 digest (32 bytes) the peer's certificate must have: checked inside the handshake by
+// the verify callback, so a peer with another certificate gets a bad_certificate alert and never a
+// finished handshake. Kept in the SSL's ex_data (SSL_get_ex_new_index is a macro; freed with the
+// SSL). Returns 1, or 0 when it could not be stored.
+int pcast_ssl_expect_fingerprint(SSL *ssl, const unsigned char *sha256);
+
+// Whether the verify callback refused the peer's certificate for its digest; if so, copies that
+// digest (32 bytes) to `received` and returns 1.
+int pcast_ssl_fingerprint_mismatch(SSL *ssl, unsigned char *received);
 
 // A fresh ECDSA P-256 key and a self-signed certificate for it (SHA-256 signature, valid from a
 // day ago for `days` days). EVP_EC_gen is a function-like macro over the variadic
