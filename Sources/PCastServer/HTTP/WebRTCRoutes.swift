@@ -14,20 +14,12 @@ struct WebRTCRoutes: Sendable {
 
     func register(on router: Router<PlatformRequestContext>) {
         for kind in Kind.allCases {
-            router.on("/\(kind.rawValue)/:name", method: .options) { _, _ in
-                var response = Response(status: .noContent)
-                Self.addCORS(&response)
-                response.headers[.init("Accept-Post")!] = "application/sdp"
-                return response
-            }
+            router.on("/\(kind.rawValue)/:name", method: .options) { _, _ in Self.preflight(accepting: "Accept-Post", "application/sdp") }
             router.post("/\(kind.rawValue)/:name") { request, context in
                 try await create(kind, request, context: context)
             }
             router.on("/\(kind.rawValue)/:name/:resource", method: .options) { _, _ in
-                var response = Response(status: .noContent)
-                Self.addCORS(&response)
-                response.headers[.init("Accept-Patch")!] = "application/trickle-ice-sdpfrag"
-                return response
+                Self.preflight(accepting: "Accept-Patch", "application/trickle-ice-sdpfrag")
             }
             router.delete("/\(kind.rawValue)/:name/:resource") { _, context in
                 guard let resource = context.parameters.get("resource"), await platform.closeWebRTC(resourceId: resource) else {
@@ -41,6 +33,14 @@ struct WebRTCRoutes: Sendable {
                 try await patch(kind, request, context: context)
             }
         }
+    }
+
+    /// An `OPTIONS` answer: CORS, and what the resource accepts (`Accept-Post` / `Accept-Patch`).
+    private static func preflight(accepting header: String, _ type: String) -> Response {
+        var response = Response(status: .noContent)
+        addCORS(&response)
+        response.headers[.init(header)!] = type
+        return response
     }
 
     enum Kind: String, CaseIterable, Sendable {

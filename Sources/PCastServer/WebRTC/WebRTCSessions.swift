@@ -136,17 +136,10 @@ extension Platform {
             tracks.append(MediaTrackDescription(kind: media.kind == "video" ? .video : .audio, codec: media.codec.name.uppercased(),
                                                 payloadType: media.codec.payloadType, clockRate: UInt32(media.codec.clockRate), ssrc: ssrc))
         }
-        let sessionId = Self.makeId("whip")
-        let streamId = Self.makeId("stream")
         let peer = WebRTCPeerParameters(local: local, remoteUfrag: negotiated.remote.iceUfrag,
                                         remoteFingerprint: negotiated.remote.fingerprint?.digest ?? "")
-        webRTCSessions.open(sessionId: sessionId)
-        webRTCSessions.expect(peer, for: streamId)
-        perform(registry: .sessionOpened(sessionId: sessionId, remoteAddress: remoteAddress))
         let publish = ClientMessage.Publish(streamToken: token, tags: ["channelAlias:\(name)"], publishType: .live, streamName: name, tracks: tracks)
-        perform(registry: .request(sessionId: sessionId, requestId: 1, .publish(publish), now: clock(), newId: streamId))
-        _ = webRTCSessions.takePendingPeer(streamId)
-        let reply = webRTCSessions.takeReply(sessionId)
+        let (sessionId, reply) = request(.publish(publish), as: "whip", flowId: Self.makeId("stream"), peer: peer, remoteAddress: remoteAddress)
         guard case .published(let published)? = reply else {
             let refusal = Self.refusal(reply, doing: "publish")
             closeWebRTCSession(sessionId, how: .connectionLost)
@@ -200,16 +193,11 @@ extension Platform {
         for media in negotiated.media {
             if let track = media.kind == "video" ? video : audio { payloadTypes[track.payloadType] = media.codec.payloadType }
         }
-        let sessionId = Self.makeId("whep")
         let subscriberId = Self.makeId("whep-viewer")
         let peer = WebRTCPeerParameters(local: local, remoteUfrag: negotiated.remote.iceUfrag,
                                         remoteFingerprint: negotiated.remote.fingerprint?.digest ?? "", payloadTypes: payloadTypes)
-        webRTCSessions.open(sessionId: sessionId)
-        webRTCSessions.expect(peer, for: subscriberId)
-        perform(registry: .sessionOpened(sessionId: sessionId, remoteAddress: remoteAddress))
-        perform(registry: .request(sessionId: sessionId, requestId: 1, .subscribe(.init(streamToken: token)), now: clock(), newId: subscriberId))
-        _ = webRTCSessions.takePendingPeer(subscriberId)
-        let reply = webRTCSessions.takeReply(sessionId)
+        let (sessionId, reply) = request(.subscribe(.init(streamToken: token)), as: "whep", flowId: subscriberId, peer: peer,
+                                         remoteAddress: remoteAddress)
         guard case .subscribed(let subscribed)? = reply else {
             let refusal = Self.refusal(reply, doing: "subscribe")
             closeWebRTCSession(sessionId, how: .connectionLost)
@@ -253,6 +241,20 @@ extension Platform {
                 closeWebRTCSession(resource.sessionId, how: .connectionLost)
             }
         }
+    }
+
+    /// Opens a registry session of its own for one WHIP or WHEP request and makes `message` on it,
+    /// with `peer` waiting for the relay call the request leads to (the flow `flowId`: the new
+    /// stream or subscriber id); returns the session and the registry's answer.
+    private func request(_ message: SessionStateMachine.Request, as kind: String, flowId: String, peer: WebRTCPeerParameters,
+                         remoteAddress: String?) -> (sessionId: String, reply: ServerMessage?) {
+        let sessionId = Self.makeId(kind)
+        webRTCSessions.open(sessionId: sessionId)
+        webRTCSessions.expect(peer, for: flowId)
+        perform(registry: .sessionOpened(sessionId: sessionId, remoteAddress: remoteAddress))
+        perform(registry: .request(sessionId: sessionId, requestId: 1, message, now: clock(), newId: flowId))
+        _ = webRTCSessions.takePendingPeer(flowId)
+        return (sessionId, webRTCSessions.takeReply(sessionId))
     }
 
     private func closeWebRTCSession(_ sessionId: String, how: SessionEnd) {
