@@ -66,6 +66,7 @@ bench: setup
 	.build/release/pcast bench --output $(BENCH_DIR)
 	MALLOC_ARENA_MAX=2 .build/release/pcast bench --cycles-only --output $(BENCH_DIR)
 	.build/release/pcast bench --connections-only --output $(BENCH_DIR)
+	.build/release/pcast bench --webrtc-only --output $(BENCH_DIR)
 	# Micro-benchmarks of the hot paths (Benchmarks/, ordo-one's package-benchmark): the run is kept
 	# as the baseline `latest`, written as markdown, and compared with the committed `reference`.
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark baseline update latest --no-progress

@@ -236,6 +236,7 @@ let package = Package(
                 "PCastContracts",
                 "PCastProtocol",
                 "SRTP",
+                "DTLS",
                 "GStreamer",
                 "PCastTestSupport",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),

@@ -44,13 +44,13 @@ packages=(
 )
 
 # Independent oracles the tests check against (PyPI): phenix-edge-auth for digest tokens, pylibsrtp for
-# SRTP, aioice (aiortc's ICE) for STUN connectivity checks.
+# SRTP, aioice (aiortc's ICE) for STUN connectivity checks, aiortc as a third WebRTC peer.
 ensure_python_oracle() {
   command -v python3 >/dev/null 2>&1 || return 0
-  python3 -c "import edgeauth, pylibsrtp, aioice" 2>/dev/null && return 0
-  echo "setup: installing phenix-edge-auth, pylibsrtp and aioice (PyPI)" >&2
-  python3 -m pip install -q phenix-edge-auth pylibsrtp aioice 2>/dev/null \
-    || python3 -m pip install -q --break-system-packages phenix-edge-auth pylibsrtp aioice
+  python3 -c "import edgeauth, pylibsrtp, aioice, aiortc" 2>/dev/null && return 0
+  echo "setup: installing phenix-edge-auth, pylibsrtp, aioice and aiortc (PyPI)" >&2
+  python3 -m pip install -q phenix-edge-auth pylibsrtp aioice aiortc 2>/dev/null \
+    || python3 -m pip install -q --break-system-packages phenix-edge-auth pylibsrtp aioice aiortc
 }
 
 missing=()

@@ -239,7 +239,7 @@ static int verify_peer_certificate(int preverified, X509_STORE_CTX *store) {
     return 1;
 }
 
-void pcast_ssl_ctx_request_any_client_certificate(SSL_CTX *context) {
+void pcast_ssl_ctx_require_peer_certificate(SSL_CTX *context) {
     SSL_CTX_set_verify(context, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, verify_peer_certificate);
 }
 

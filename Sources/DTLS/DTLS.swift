@@ -103,23 +103,31 @@ public enum DTLSFingerprint {
     }
 }
 
-/// The relay's DTLS server configuration: its certificate, DTLS 1.2 (system OpenSSL 3.0 has no
-/// DTLS 1.3; a client offering 1.3 falls back to 1.2), `use_srtp` preferring AEAD AES-128-GCM over
-/// AES-CM-128 with HMAC-SHA1-80, and a client certificate required (checked against the offer's
-/// fingerprint inside the handshake, and again once it ends). One context serves every peer.
+/// A DTLS configuration: its certificate and role, DTLS 1.2 (system OpenSSL 3.0 has no DTLS 1.3;
+/// a client offering 1.3 falls back to 1.2), `use_srtp` preferring AEAD AES-128-GCM over AES-CM-128
+/// with HMAC-SHA1-80, and the peer's certificate required (checked against its offer's fingerprint
+/// inside the handshake, and again once it ends). One context serves every peer of that role: the
+/// relay is a server to every WebRTC peer; the client role serves load generators and relays
+/// that dial another.
 public final class DTLSContext: @unchecked Sendable {
+    public enum Role: Sendable, Hashable { case server, client }
+
     // OpenSSL's SSL_CTX may be shared by SSL objects on any thread once configured; it is never
     // changed after init.
     let context: OpaquePointer
     public let certificate: DTLSCertificate
+    public let role: Role
 
     /// The SRTP profiles offered in `use_srtp`, the relay's preference first.
     public static let srtpProfiles = "SRTP_AEAD_AES_128_GCM:SRTP_AES128_CM_SHA1_80"
 
-    public init(certificate: DTLSCertificate) throws(DTLSError) {
-        guard let context = SSL_CTX_new(DTLS_server_method()) else { throw .setup("SSL_CTX_new: \(openSSLErrors())") }
+    public init(certificate: DTLSCertificate, role: Role = .server) throws(DTLSError) {
+        guard let context = SSL_CTX_new(role == .server ? DTLS_server_method() : DTLS_client_method()) else {
+            throw .setup("SSL_CTX_new: \(openSSLErrors())")
+        }
         self.context = context
         self.certificate = certificate
+        self.role = role
         guard pcast_ssl_ctx_set_min_proto_version(context, DTLS1_2_VERSION) == 1,
               SSL_CTX_use_certificate(context, certificate.certificate) == 1,
               SSL_CTX_use_PrivateKey(context, certificate.key) == 1,
@@ -128,7 +136,9 @@ public final class DTLSContext: @unchecked Sendable {
               SSL_CTX_set_tlsext_use_srtp(context, Self.srtpProfiles) == 0
         else { throw .setup("context: \(openSSLErrors())") }
         pcast_ssl_ctx_set_no_query_mtu(context)
-        pcast_ssl_ctx_request_any_client_certificate(context)
+        // Self-signed certificates are the rule in WebRTC: any chain is accepted and the leaf's
+        // digest is what is checked (both roles).
+        pcast_ssl_ctx_require_peer_certificate(context)
     }
 
     deinit {
@@ -145,11 +155,12 @@ public struct DTLSSRTPKeys: Sendable, Hashable {
     public var server: SRTPKey
 }
 
-/// One peer's DTLS server endpoint, fed datagrams by its owner (no socket, no thread): what it
-/// must send comes back as events. Not thread-safe: one owner thread.
+/// One peer's DTLS endpoint in its context's role, fed datagrams by its owner (no socket, no
+/// thread): what it must send comes back as events. Not thread-safe: one owner thread. A client
+/// starts the handshake with ``start()``; a server answers what it receives.
 ///
 /// ```swift
-/// let dtls = try DTLSServer(context: context, peerFingerprint: offer.fingerprint)
+/// let dtls = try DTLSEndpoint(context: context, peerFingerprint: offer.fingerprint)
 /// for event in dtls.receive(datagram) {
 ///     switch event {
 ///     case .send(let bytes): socket.send(bytes, to: peer)
@@ -158,7 +169,7 @@ public struct DTLSSRTPKeys: Sendable, Hashable {
 ///     }
 /// }
 /// ```
-public final class DTLSServer {
+public final class DTLSEndpoint {
     public enum State: Sendable, Hashable { case handshaking, connected, closed, failed }
 
     public enum Event: Sendable, Hashable {
@@ -191,7 +202,7 @@ public final class DTLSServer {
         // SSL_set_bio takes one reference per direction: the same BIO reads and writes.
         _ = BIO_up_ref(bio)
         SSL_set_bio(ssl, bio, bio)
-        SSL_set_accept_state(ssl)
+        if context.role == .server { SSL_set_accept_state(ssl) } else { SSL_set_connect_state(ssl) }
         _ = pcast_ssl_set_mtu(ssl, max(256, mtu))
         self.ssl = ssl
         self.bio = bio
@@ -206,6 +217,12 @@ public final class DTLSServer {
     deinit {
         // SSL_free releases the BIO's two references; ours (from BIO_up_ref) was handed over.
         SSL_free(ssl)
+    }
+
+    /// A client's first flight (its ClientHello); nothing for a server, which waits for one.
+    public func start() -> [Event] {
+        guard state == .handshaking, SSL_is_server(ssl) == 0 else { return [] }
+        return advance()
     }
 
     /// Handles one datagram from the peer (a DTLS record or several).

@@ -1,3 +1,4 @@
+import DTLS
 import Foundation
 import Glibc
 import PCastContracts
@@ -41,6 +42,11 @@ public struct RelayFanoutBenchmark: Sendable {
         public var warmUp: Double = 1
         /// Every n-th packet a subscriber receives from the relay is SRTP-unprotected.
         public var authenticationSampleInterval: Int = 50
+        /// Subscribers are WebRTC viewers, as a browser's WHEP session makes them: each passes an
+        /// ICE connectivity check and a DTLS-SRTP handshake (as client, with its own certificate)
+        /// before the stream starts, and gets its packets with a rewritten payload type. The
+        /// handshakes are measured too.
+        public var webRTCViewers: Bool = false
 
         public init(subscribers: Int = 100, duration: Double = 5) {
             self.subscribers = subscribers
@@ -80,9 +86,23 @@ public struct RelayFanoutBenchmark: Sendable {
         public var sendFailures: UInt64?
     }
 
+    /// The relay's side of WebRTC viewers' ICE + DTLS handshakes, done one after another.
+    public struct Handshakes: Sendable, Hashable, Codable {
+        public var count: Int
+        /// Relay I/O thread CPU over all the handshakes, per viewer (STUN check, DTLS with ECDHE
+        /// and ECDSA, key export), milliseconds.
+        public var relayCPUMillisecondsPerViewer: Double
+        /// Handshakes one core could do per second at that cost.
+        public var handshakesPerCoreSecond: Double
+        /// From the first connectivity check to the viewer holding its keys, milliseconds.
+        public var wallP50Milliseconds: Double
+        public var wallMaximumMilliseconds: Double
+    }
+
     public struct Result: Sendable, Hashable, Codable {
         public var configuration: Configuration
         public var packetsPerSecond: Double
+        public var handshakes: Handshakes?
         public var relay: Leg
         public var reference: Leg?
         /// Why there is no reference figure, when there is none.
@@ -120,8 +140,8 @@ public struct RelayFanoutBenchmark: Sendable {
         else { throw .invalidConfiguration("subscribers, duration, bitrate, frame rate and threads must be positive; packets 64–1400 bytes") }
         guard packetsPerSecond * c.duration < 30_000 else { throw .invalidConfiguration("the measured window must stay under 30,000 packets") }
 
-        let relay = try runRelay()
-        var result = Result(configuration: c, packetsPerSecond: packetsPerSecond, relay: relay)
+        let (relay, handshakes) = try runRelay()
+        var result = Result(configuration: c, packetsPerSecond: packetsPerSecond, handshakes: handshakes, relay: relay)
         if c.includeReference {
             do {
                 let reference = try runReference()
@@ -136,10 +156,14 @@ public struct RelayFanoutBenchmark: Sendable {
 
     // MARK: Our relay
 
-    private func runRelay() throws(Failure) -> Leg {
+    private func runRelay() throws(Failure) -> (Leg, Handshakes?) {
         let c = configuration
         let relay: Relay
-        do { relay = try Relay(configuration: RelayConfiguration()) } catch { throw .relay(error) }
+        var relayConfiguration = RelayConfiguration()
+        // The viewers send no consent checks after connecting (browsers do, every few seconds):
+        // long enough a consent window that a long run of handshakes keeps the first viewers.
+        relayConfiguration.webRTCConsentTimeout = .seconds(300)
+        do { relay = try Relay(configuration: relayConfiguration) } catch { throw .relay(error) }
         defer { relay.shutdown() }
         let ssrc: UInt32 = 0x5EED_0001
         let relayAddress = RelayAddress(ipv4: 0x7F00_0001, port: relay.mediaPort)
@@ -151,15 +175,25 @@ public struct RelayFanoutBenchmark: Sendable {
 
             var sockets: [UDPSocket] = []
             var checkers: [SRTPSession] = []
-            for index in 0..<c.subscribers {
-                let transport = try relay.addSubscriber(streamId: "bench", subscriberId: "s\(index)")
-                let socket = try UDPSocket(host: "127.0.0.1", port: 0, bufferSize: 1 << 20)
-                // The first authenticated RTCP tells the relay where this subscriber is.
-                var report = try RTCPPacket.receiverReport(RTCPReceiverReport(ssrc: transport.rtcpSSRC ?? 0)).serialized()
-                try SRTPSession(key: Self.key(transport.clientKey, profile: transport.srtpProfile), direction: .outbound).protectRTCP(&report)
-                socket.send(report, to: relayAddress)
-                sockets.append(socket)
-                checkers.append(try SRTPSession(key: Self.key(transport.serverKey, profile: transport.srtpProfile), direction: .inbound))
+            var handshakes: Handshakes?
+            if c.webRTCViewers {
+                let (connected, figures) = try connectWebRTCViewers(relay, count: c.subscribers, relayAddress: relayAddress)
+                for (socket, checker) in connected {
+                    sockets.append(socket)
+                    checkers.append(checker)
+                }
+                handshakes = figures
+            } else {
+                for index in 0..<c.subscribers {
+                    let transport = try relay.addSubscriber(streamId: "bench", subscriberId: "s\(index)")
+                    let socket = try UDPSocket(host: "127.0.0.1", port: 0, bufferSize: 1 << 20)
+                    // The first authenticated RTCP tells the relay where this subscriber is.
+                    var report = try RTCPPacket.receiverReport(RTCPReceiverReport(ssrc: transport.rtcpSSRC ?? 0)).serialized()
+                    try SRTPSession(key: Self.key(transport.clientKey, profile: transport.srtpProfile), direction: .outbound).protectRTCP(&report)
+                    socket.send(report, to: relayAddress)
+                    sockets.append(socket)
+                    checkers.append(try SRTPSession(key: Self.key(transport.serverKey, profile: transport.srtpProfile), direction: .inbound))
+                }
             }
             let receivers = FanoutReceivers(sockets: sockets, checkers: checkers, sampleInterval: c.authenticationSampleInterval)
             let window = publish(
@@ -170,14 +204,52 @@ public struct RelayFanoutBenchmark: Sendable {
                 }, alive: { true })
             var leg = receivers.finish(window: window, subscribers: c.subscribers)
             leg.sendFailures = relay.statistics().sendFailures
-            return leg
+            return (leg, handshakes)
         } catch let error as RelayError {
             throw .relay(error)
         } catch let error as SRTPError {
             throw .srtp(error)
+        } catch let error as Failure {
+            throw error
         } catch {
             throw .invalidConfiguration("\(error)")
         }
+    }
+
+    // MARK: WebRTC viewers
+
+    /// Opens `count` WebRTC viewers of the "bench" stream, one after another, each as a browser
+    /// does after its WHEP answer: a STUN check (USE-CANDIDATE, MESSAGE-INTEGRITY with the relay's
+    /// ice-pwd) until answered, then a DTLS client handshake with its own certificate. Returns
+    /// each viewer's socket with an SRTP session for what the relay sends it, and the handshakes'
+    /// figures (the relay I/O thread's CPU clock around them all).
+    private func connectWebRTCViewers(_ relay: Relay, count: Int, relayAddress: RelayAddress) throws -> ([(UDPSocket, SRTPSession)], Handshakes) {
+        guard let endpoint = relay.webRTC else { throw Failure.relay(.webRTCUnavailable) }
+        let certificate = try DTLSCertificate(commonName: "bench-viewer")
+        let context = try DTLSContext(certificate: certificate, role: .client)
+        var viewers: [(UDPSocket, SRTPSession)] = []
+        var walls: [Double] = []
+        let cpuBefore = relay.ioThreadCPUTime.nanoseconds
+        for index in 0..<count {
+            let local = ICECredentials.random()
+            let remoteUfrag = "v\(index)"
+            // The browser negotiated 102 for the stream's H.264 (96): the relay rewrites it.
+            try relay.addWebRTCViewer(streamId: "bench", subscriberId: "s\(index)",
+                                      peer: WebRTCPeerParameters(local: local, remoteUfrag: remoteUfrag,
+                                                                 remoteFingerprint: certificate.fingerprint, payloadTypes: [96: 102]))
+            let socket = try UDPSocket(host: "127.0.0.1", port: 0, bufferSize: 1 << 20)
+            let started = monotonicNanoseconds()
+            let keys = try WebRTCViewerHandshake(socket: socket, relay: relayAddress, credentials: local, remoteUfrag: remoteUfrag,
+                                                 dtls: try DTLSEndpoint(context: context, peerFingerprint: endpoint.fingerprint)).run()
+            walls.append(Double(monotonicNanoseconds() - started) / 1e6)
+            viewers.append((socket, try SRTPSession(key: keys.server, direction: .inbound)))
+        }
+        let cpu = Double(relay.ioThreadCPUTime.nanoseconds - cpuBefore) / 1e6 / Double(max(1, count))
+        walls.sort()
+        return (viewers, Handshakes(count: count, relayCPUMillisecondsPerViewer: cpu,
+                                    handshakesPerCoreSecond: cpu > 0 ? 1_000 / cpu : 0,
+                                    wallP50Milliseconds: walls.isEmpty ? 0 : walls[walls.count / 2],
+                                    wallMaximumMilliseconds: walls.last ?? 0))
     }
 
     static func key(_ base64: String, profile: String) throws(SRTPError) -> SRTPKey {

@@ -598,7 +598,7 @@ final class RelayEngine: @unchecked Sendable {
         handle(peer.dtls.receive([UInt8](data)), of: peer, replyingTo: source, now: now)
     }
 
-    private func handle(_ events: [DTLSServer.Event], of peer: WebRTCPeer, replyingTo address: RelayAddress?, now: UInt64) {
+    private func handle(_ events: [DTLSEndpoint.Event], of peer: WebRTCPeer, replyingTo address: RelayAddress?, now: UInt64) {
         for event in events {
             switch event {
             case .send(let bytes):

@@ -21,7 +21,7 @@ struct WebRTCSetup: Sendable {
 final class WebRTCPeer {
     let setup: WebRTCSetup
     var agent: ICELiteAgent
-    let dtls: DTLSServer
+    let dtls: DTLSEndpoint
     /// Addresses that passed a connectivity check: DTLS is accepted from them (a peer may start
     /// DTLS on a checked pair before it nominates one).
     var checked: Set<RelayAddress> = []
@@ -34,7 +34,7 @@ final class WebRTCPeer {
         self.setup = setup
         agent = ICELiteAgent(local: setup.parameters.local, remoteUfrag: setup.parameters.remoteUfrag, now: now,
                              consentTimeout: consentTimeout, connectTimeout: connectTimeout)
-        dtls = try DTLSServer(context: context, peerFingerprint: setup.parameters.remoteFingerprint)
+        dtls = try DTLSEndpoint(context: context, peerFingerprint: setup.parameters.remoteFingerprint)
     }
 
     /// The key the engine files it under: one publisher per stream, one viewer per subscriber id.

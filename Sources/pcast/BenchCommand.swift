@@ -49,6 +49,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Run only the connection-flood benchmark: 5,000 idle connections from one address against a pcast serve (writes connections.json and connections.md).")
     var connectionsOnly = false
 
+    @Flag(help: "Run only the standard-WebRTC benchmarks: WHEP → first frame and glass-to-glass in headless Chromium, relay cost per WebRTC viewer (writes webrtc.json and webrtc.md).")
+    var webrtcOnly = false
+
     @Flag(help: "Run only the reconnection benchmark (writes reconnect.json and reconnect.md).")
     var reconnectOnly = false
 
@@ -83,6 +86,13 @@ struct BenchCommand: AsyncParsableCommand {
         if connectionsOnly {
             let result = try await ConnectionFloodBenchmark().run()
             try write(result, markdown: ConnectionFloodBenchmark.markdown(result), as: "connections")
+            return
+        }
+        if webrtcOnly {
+            // make bench runs it with the default viewer counts; --fanout and --latency-seconds choose others.
+            let counts = fanout == [10, 100, 500, 1000] ? WebRTCBenchmark().fanoutCounts : fanout
+            let result = try await WebRTCBenchmark(seconds: latencySeconds, fanoutCounts: counts).run()
+            try write(result, markdown: WebRTCBenchmark.markdown(result), as: "webrtc")
             return
         }
         if reconnectOnly {

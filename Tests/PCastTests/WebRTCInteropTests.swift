@@ -41,18 +41,18 @@ func subscribeToChannel(_ sdk: PCast, _ platform: LocalPlatform, alias: String) 
 }
 
 extension OneAtATime {
-    @Suite("Standard WebRTC peers (webrtcbin, Chromium) with WHIP and WHEP through the relay", .serialized)
+    @Suite("Standard WebRTC peers (webrtcbin, aiortc, Chromium) with WHIP and WHEP through the relay", .serialized)
     struct WebRTCInteropTests {
         @Test("webrtcbin publishes with WHIP (AES-CM-80): an SDK subscriber and a webrtcbin WHEP viewer decode its 320×240 frames; its DELETE ends the stream as ended and frees its peers")
         func webrtcbinPublishes() async throws {
             let platform = try await LocalPlatform.start()
-            let publisher = try WebRTCBinPeer.start(.whip, platform, name: "gst-room", token: try platform.token(.publish), seconds: 12)
+            let publisher = try ScriptedPeer.start(.whip, platform, name: "gst-room", token: try platform.token(.publish), seconds: 12)
             let sdk = PCast(PCastOptions(uri: platform.signalingURL))
             try await sdk.start(authToken: try platform.token(.auth))
             let stream = try await subscribeToChannel(sdk, platform, alias: "gst-room")
             #expect(stream.getVideoTracks().count == 1 && stream.getAudioTracks().count == 1)
             let (renderer, frames) = try await countFrames(stream)
-            let viewer = try WebRTCBinPeer.start(.whep, platform, name: "gst-room",
+            let viewer = try ScriptedPeer.start(.whep, platform, name: "gst-room",
                                                  token: try platform.token(.stream, tag: .channelAlias("gst-room")), seconds: 5)
             let seen = try await viewer.outcome()
             #expect(seen.status == 201 && seen.error == nil, "\(seen)")
@@ -89,7 +89,7 @@ extension OneAtATime {
             try await sdk.start(authToken: try platform.token(.auth))
             let media = try await stampedMedia(audio: true)
             let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media, tags: ["channelAlias:whep-room"])
-            let viewer = try WebRTCBinPeer.start(.whep, platform, name: "whep-room",
+            let viewer = try ScriptedPeer.start(.whep, platform, name: "whep-room",
                                                  token: try platform.token(.stream, originStreamId: publisher.streamId), seconds: 5)
             let seen = try await viewer.outcome()
             #expect(seen.status == 201 && seen.error == nil, "\(seen)")
@@ -100,6 +100,53 @@ extension OneAtATime {
             #expect(!publisher.hasEnded)
             #expect(platform.relay.statistics().dtlsFailures == 0)
             await publisher.stop()
+            await sdk.stop()
+            await media.stop()
+            await platform.shutdown()
+        }
+
+        @Test("aiortc publishes with WHIP and another aiortc views it with WHEP (AES-128-GCM, H.264): aiortc → relay → aiortc and an SDK subscriber decode its 320×240 frames; an SDK publisher plays in aiortc too")
+        func aiortcPublishesAndViews() async throws {
+            let platform = try await LocalPlatform.start()
+            let publisher = try ScriptedPeer.start(.whip, platform, name: "aiortc-room", token: try platform.token(.publish), seconds: 14, stack: .aiortc)
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let stream = try await subscribeToChannel(sdk, platform, alias: "aiortc-room")
+            let (renderer, frames) = try await countFrames(stream)
+            let viewer = try ScriptedPeer.start(.whep, platform, name: "aiortc-room",
+                                                token: try platform.token(.stream, tag: .channelAlias("aiortc-room")), seconds: 5, stack: .aiortc)
+            let seen = try await viewer.outcome()
+            #expect(seen.status == 201 && seen.error == nil, "\(seen)")
+            #expect(seen.connection_state == "connected" && seen.srtp_profile == "SRTP_AEAD_AES_128_GCM", "\(seen)")
+            #expect(seen.video_codec == "video/H264", "\(seen)")
+            #expect(seen.video_frames >= 60 && seen.audio_buffers >= 50, "\(seen)")
+            #expect(seen.width == 320 && seen.height == 240)
+            #expect(seen.delete_status == 200)
+            #expect(await eventually { frames.count >= 60 }, "the SDK subscriber decoded \(frames.count) of aiortc's frames")
+            #expect(frames.size == (320, 240))
+
+            // The other way: an SDK publisher (640×360 with Opus) watched by aiortc.
+            let media = try await stampedMedia(audio: true)
+            let sdkPublisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media, tags: ["channelAlias:sdk-to-aiortc"])
+            let sdkViewer = try ScriptedPeer.start(.whep, platform, name: "sdk-to-aiortc",
+                                                   token: try platform.token(.stream, originStreamId: sdkPublisher.streamId), seconds: 5, stack: .aiortc)
+            let watched = try await sdkViewer.outcome()
+            #expect(watched.status == 201 && watched.error == nil, "\(watched)")
+            #expect(watched.video_frames >= 60 && watched.audio_buffers >= 50, "\(watched)")
+            #expect(watched.width == 640 && watched.height == 360)
+
+            let sent = try await publisher.outcome()
+            #expect(sent.status == 201 && sent.error == nil && sent.connection_state == "connected", "\(sent)")
+            #expect(sent.delete_status == 200)
+            let reason = await stream.ended()
+            guard case .remote(.ended, _) = reason else {
+                Issue.record("the stream ended as \(reason), not as the publisher's end")
+                return
+            }
+            await sdkPublisher.stop()
+            #expect(await eventually { platform.relay.statistics().webRTCPeers == 0 })
+            #expect(platform.relay.statistics().dtlsFailures == 0 && platform.relay.statistics().srtpFailures == 0)
+            _ = renderer
             await sdk.stop()
             await media.stop()
             await platform.shutdown()
@@ -146,7 +193,7 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
-        @Test("an SDK publisher plays in headless Chromium via WHEP with a token from the sample backend: frames decoded, DTLS connected, an SRTP cipher, a latency estimate")
+        @Test("an SDK publisher plays in headless Chromium via WHEP with a token from the sample backend: frames decoded, DTLS connected, an SRTP cipher, a latency estimate; a screenshot of the page shows the colour bars playing")
         func chromiumWatchesSDKPublisher() async throws {
             let platform = try await LocalPlatform.start()
             let sdk = PCast(PCastOptions(uri: platform.signalingURL))
@@ -169,6 +216,14 @@ extension OneAtATime {
             #expect(watched.number("width") == 640 && watched.number("height") == 360)
             #expect(watched.number("audioPacketsReceived") > 0)
             #expect(watched.number("latencyEstimateMs") > 0 && watched.number("latencyEstimateMs") < 1_000, "\(watched)")
+            // What a person would see: a screenshot of the page, its player showing the colour bars.
+            let shot = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-page-\(UUID().uuidString).png").path
+            defer { try? FileManager.default.removeItem(atPath: shot) }
+            try browser.screenshot(to: shot, repository: repositoryRoot)
+            let picture = try await decodePNG(shot)
+            #expect(picture.width == 1280 && picture.height > 600, "\(picture.width)×\(picture.height)")
+            // The page itself is black, white and grey; the bars' saturated colours are the video.
+            #expect(picture.saturatedShare > 0.05, "\(Int(picture.saturatedShare * 100)) % of the page is colourful: the player shows no picture")
             #expect(!publisher.hasEnded)
             await publisher.stop()
             await sdk.stop()
@@ -255,7 +310,7 @@ extension OneAtATime {
             let sdk = PCast(PCastOptions(uri: platform.signalingURL))
             try await sdk.start(authToken: try platform.token(.auth))
             let baseline = platform.relay.statistics()
-            let forger = try WebRTCBinPeer.start(.whip, platform, name: "forged-room", token: try platform.token(.publish), seconds: 4, forgeFingerprint: true)
+            let forger = try ScriptedPeer.start(.whip, platform, name: "forged-room", token: try platform.token(.publish), seconds: 4, forgeFingerprint: true)
             let outcome = try await forger.outcome()
             #expect(outcome.status == 201)
             #expect(outcome.video_frames == 0)
@@ -283,7 +338,7 @@ extension OneAtATime {
             try await sdk.start(authToken: try platform.token(.auth))
             let media = try await stampedMedia(audio: true)
             let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media, tags: ["channelAlias:fuzz-room"])
-            let viewer = try WebRTCBinPeer.start(.whep, platform, name: "fuzz-room",
+            let viewer = try ScriptedPeer.start(.whep, platform, name: "fuzz-room",
                                                  token: try platform.token(.stream, originStreamId: publisher.streamId), seconds: 6)
             let before = platform.relay.statistics()
             let udp = try LoopbackUDPClient()
@@ -330,7 +385,7 @@ extension OneAtATime {
             var relay = RelayConfiguration()
             relay.webRTCConsentTimeout = .seconds(2)
             let platform = try await LocalPlatform.start(relayConfiguration: relay)
-            let publisher = try WebRTCBinPeer.start(.whip, platform, name: "vanishing", token: try platform.token(.publish), seconds: 60)
+            let publisher = try ScriptedPeer.start(.whip, platform, name: "vanishing", token: try platform.token(.publish), seconds: 60)
             let sdk = PCast(PCastOptions(uri: platform.signalingURL))
             try await sdk.start(authToken: try platform.token(.auth))
             let stream = try await subscribeToChannel(sdk, platform, alias: "vanishing")

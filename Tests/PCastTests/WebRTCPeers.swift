@@ -1,17 +1,20 @@
 import Foundation
+import GStreamer
 import PCastNode
 import PCastTestSupport
 import Synchronization
 
-// Standard WebRTC clients that are not ours, driven from the tests: GStreamer's webrtcbin (a
-// Python script in scripts/peers) and headless Chromium on the platform's own page, which reports
-// its getStats() figures to a collector here.
+// Standard WebRTC clients that are not ours, driven from the tests: GStreamer's webrtcbin and
+// aiortc (Python scripts in scripts/peers); headless Chromium and its report collector live in
+// PCastTestSupport (the benchmarks drive it too).
 
 /// The repository's root (scripts live there).
 let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-/// `scripts/peers/webrtcbin-peer.py` as a WHIP publisher or a WHEP viewer, in a process of its own.
-struct WebRTCBinPeer: Sendable {
+/// A WHIP publisher or WHEP viewer scripted in Python over a WebRTC stack that is not ours, in a
+/// process of its own: GStreamer's webrtcbin (`scripts/peers/webrtcbin-peer.py`) or aiortc
+/// (`scripts/peers/aiortc-peer.py`). Both scripts take the same arguments and write the same result.
+struct ScriptedPeer: Sendable {
     /// What the script wrote when it was done.
     struct Outcome: Decodable, Sendable {
         var status: Int
@@ -25,29 +28,53 @@ struct WebRTCBinPeer: Sendable {
         var delete_status: Int
         var ice_state: String?
         var connection_state: String?
+        /// aiortc only: the negotiated video codec and SRTP protection profile.
+        var video_codec: String?
+        var srtp_profile: String?
     }
 
     enum Mode: String, Sendable { case whip, whep }
 
+    enum Stack: String, Sendable {
+        case webrtcbin, aiortc
+
+        var script: String { "scripts/peers/\(rawValue)-peer.py" }
+        /// python3-gi imports only in Debian's python3, not in a pyenv one first on PATH; aiortc is
+        /// installed (scripts/setup.sh) for the python3 on PATH.
+        var interpreter: (URL, [String]) {
+            switch self {
+            case .webrtcbin: (URL(fileURLWithPath: "/usr/bin/python3"), [])
+            case .aiortc: (URL(fileURLWithPath: "/usr/bin/env"), ["python3"])
+            }
+        }
+        var installHint: String {
+            switch self {
+            case .webrtcbin: "scripts/setup.sh installs python3-gi, gstreamer1.0-nice, gir1.2-nice-0.1"
+            case .aiortc: "scripts/setup.sh installs aiortc from PyPI"
+            }
+        }
+    }
+
+    let stack: Stack
     let process: ChildProcess
     let resultPath: String
     let logPath: String
 
     /// Starts it: `seconds` of media after the answer, then DELETE of the resource.
     static func start(_ mode: Mode, _ platform: LocalPlatform, name: String, token: String, seconds: Double,
-                      forgeFingerprint: Bool = false) throws -> WebRTCBinPeer {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-webrtcbin-\(UUID().uuidString)")
+                      forgeFingerprint: Bool = false, stack: Stack = .webrtcbin) throws -> ScriptedPeer {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-\(stack.rawValue)-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let script = repositoryRoot.appendingPathComponent("scripts/peers/webrtcbin-peer.py").path
+        let script = repositoryRoot.appendingPathComponent(stack.script).path
         let resultPath = directory.appendingPathComponent("result.json").path
         let logPath = directory.appendingPathComponent("peer.log").path
         var environment = ProcessInfo.processInfo.environment
         if forgeFingerprint { environment["PCAST_PEER_FORGE_FINGERPRINT"] = "1" }
-        // python3-gi imports only in Debian's python3, not in a pyenv one first on PATH.
-        let process = try ChildProcess.spawn(URL(fileURLWithPath: "/usr/bin/python3"),
-                                             ["-u", script, mode.rawValue, "\(platform.httpURL)/\(mode.rawValue)/\(name)", token, String(seconds), resultPath],
+        let (interpreter, leading) = stack.interpreter
+        let process = try ChildProcess.spawn(interpreter,
+                                             leading + ["-u", script, mode.rawValue, "\(platform.httpURL)/\(mode.rawValue)/\(name)", token, String(seconds), resultPath],
                                              environment: environment, output: logPath)
-        return WebRTCBinPeer(process: process, resultPath: resultPath, logPath: logPath)
+        return ScriptedPeer(stack: stack, process: process, resultPath: resultPath, logPath: logPath)
     }
 
     /// Waits for it to finish and reads its outcome; a missing peer (exit 3) or a crash fails loudly.
@@ -56,10 +83,11 @@ struct WebRTCBinPeer: Sendable {
         let status = await Task.detached { process.wait() }.value
         let log = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
         if status == 3 {
-            throw StandInFailure(description: "webrtcbin is not usable (scripts/setup.sh installs python3-gi, gstreamer1.0-nice, gir1.2-nice-0.1): \(log)")
+            throw StandInFailure(description: "\(stack.rawValue) is not usable (\(stack.installHint)): \(log)")
         }
         guard status == 0, let data = FileManager.default.contents(atPath: resultPath) else {
-            throw StandInFailure(description: "the webrtcbin peer exited with status \(status): \(log.suffix(2_000))")
+            let written = FileManager.default.contents(atPath: resultPath).map { String(decoding: $0, as: UTF8.self) } ?? "no result"
+            throw StandInFailure(description: "the \(stack.rawValue) peer exited with status \(status): \(written.suffix(1_000)) \(log.suffix(2_000))")
         }
         return try JSONDecoder().decode(Outcome.self, from: data)
     }
@@ -68,130 +96,27 @@ struct WebRTCBinPeer: Sendable {
     func kill() { process.stop() }
 }
 
-/// Headless Chromium (Debian's `chromium`) with a fake camera and microphone, on one page.
-struct HeadlessChromium: Sendable {
-    let process: ChildProcess
-    let profile: URL
-
-    static func open(_ url: String) throws -> HeadlessChromium {
-        let profile = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-chromium-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: profile, withIntermediateDirectories: true)
-        var environment = ProcessInfo.processInfo.environment
-        environment["HOME"] = profile.path
-        let process = try ChildProcess.spawn(try executable("chromium"), [
-            "--headless=new", "--no-sandbox", "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
-            "--autoplay-policy=no-user-gesture-required", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-            "--user-data-dir=\(profile.path)", url,
-        ], environment: environment)
-        return HeadlessChromium(process: process, profile: profile)
-    }
-
-    func close() {
-        process.interrupt(grace: .seconds(3))
-        try? FileManager.default.removeItem(at: profile)
-    }
-}
-
-/// A small HTTP server on 127.0.0.1 that keeps the JSON bodies POSTed to it (the page's figures,
-/// sent as simple `text/plain` requests so no CORS preflight is needed).
-final class ReportCollector: Sendable {
-    let port: UInt16
-    private let descriptor: Int32
-    private let reports = Mutex<[[String: any Sendable]]>([])
-    private let stopped = Atomic<Bool>(false)
-
-    init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var yes: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(fd, 16) == 0 else {
-            Glibc.close(fd)
-            throw StandInFailure(description: "the report collector cannot listen: errno \(errno)")
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        descriptor = fd
-        port = UInt16(bigEndian: address.sin_port)
-        let thread = Thread { [self] in self.serve() }
-        thread.start()
-    }
-
-    var url: String { "http://127.0.0.1:\(port)/" }
-
-    /// Every report so far from `panel` (`watch` or `publish`), oldest first.
-    func reports(_ panel: String) -> [[String: any Sendable]] {
-        reports.withLock { $0.filter { ($0["panel"] as? String) == panel } }
-    }
-
-    func latest(_ panel: String) -> [String: any Sendable]? { reports(panel).last }
-
-    func close() {
-        stopped.store(true, ordering: .relaxed)
-        shutdown(descriptor, Int32(SHUT_RDWR))
-        Glibc.close(descriptor)
-    }
-
-    private func serve() {
-        while !stopped.load(ordering: .relaxed) {
-            let client = accept(descriptor, nil, nil)
-            guard client >= 0 else {
-                if stopped.load(ordering: .relaxed) { return }
-                continue
+/// A PNG decoded to RGB by GStreamer's `pngdec`, with the share of its pixels in a saturated colour
+/// (channels more than 80 apart).
+func decodePNG(_ path: String) async throws -> (width: Int, height: Int, saturatedShare: Double) {
+    let pipeline = try Pipeline(description: "filesrc location=\(path) ! pngdec ! videoconvert ! video/x-raw,format=RGB ! appsink name=out sync=false")
+    let samples = try pipeline.appSink(named: "out").samples(limit: 4, dropping: .dropNewest)
+    try await pipeline.runToEnd(timeout: .seconds(20))
+    var first: Sample?
+    for await sample in samples where first == nil { first = sample }
+    guard let sample = first, let info = sample.videoInfo else { throw StandInFailure(description: "pngdec decoded nothing from \(path)") }
+    let saturated = try sample.buffer.withUnsafeBytes { bytes in
+        var count = 0
+        for y in 0..<info.height {
+            let row = info.offsets[0] + y * info.strides[0]
+            for x in 0..<info.width {
+                let r = Int(bytes[row + 3 * x]), g = Int(bytes[row + 3 * x + 1]), b = Int(bytes[row + 3 * x + 2])
+                if max(r, g, b) - min(r, g, b) > 80 { count += 1 }
             }
-            var timeout = timeval(tv_sec: 2, tv_usec: 0)
-            setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            var request = [UInt8]()
-            var buffer = [UInt8](repeating: 0, count: 16_384)
-            while true {
-                let count = read(client, &buffer, buffer.count)
-                if count <= 0 { break }
-                request += buffer[0..<count]
-                if let body = Self.body(of: request) {
-                    if let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] {
-                        let report = object.mapValues { Self.sendable($0) }
-                        reports.withLock { $0.append(report) }
-                    }
-                    break
-                }
-            }
-            let reply = "HTTP/1.1 204 No Content\r\nAccess-Control-Allow-Origin: *\r\nConnection: close\r\n\r\n"
-            _ = reply.withCString { write(client, $0, strlen($0)) }
-            Glibc.close(client)
         }
+        return count
     }
-
-    /// The body once the whole request (headers and Content-Length bytes) is in.
-    private static func body(of request: [UInt8]) -> [UInt8]? {
-        let separator: [UInt8] = [13, 10, 13, 10]
-        guard let end = (0...max(0, request.count - 4)).first(where: { request.count >= 4 && Array(request[$0..<$0 + 4]) == separator }) else { return nil }
-        let head = String(decoding: request[0..<end], as: UTF8.self).lowercased()
-        let length = head.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
-            .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
-        let body = request[(end + 4)...]
-        return body.count >= length ? Array(body.prefix(length)) : nil
-    }
-
-    private static func sendable(_ value: Any) -> any Sendable {
-        switch value {
-        case let number as NSNumber: return number.doubleValue
-        case let string as String: return string
-        default: return "\(value)"
-        }
-    }
-}
-
-extension Dictionary where Key == String, Value == any Sendable {
-    func number(_ key: String) -> Double { (self[key] as? Double) ?? 0 }
-    func string(_ key: String) -> String { (self[key] as? String) ?? "" }
+    return (info.width, info.height, Double(saturated) / Double(max(1, info.width * info.height)))
 }
 
 /// POSTs with curl (URLSession stalls on some refusals here): status, content type and body.

@@ -8,7 +8,7 @@ import Testing
 /// peer (DTLS client), over real UDP on loopback. The keys are checked against the ones s_client
 /// exports with `-keymatexport EXTRACTOR-dtls_srtp` (RFC 5764's layout, so SRTP sessions keyed
 /// with them interoperate: SRTPTests checks those against pylibsrtp).
-@Suite("DTLS-SRTP server against openssl s_client")
+@Suite("DTLS-SRTP server against openssl s_client; our client role against the server")
 struct DTLSTests {
     /// A client key and certificate made by the openssl command, and its SHA-256 fingerprint.
     struct ClientIdentity {
@@ -49,7 +49,7 @@ struct DTLSTests {
 
     /// What one handshake produced on each side.
     struct Outcome {
-        var events: [DTLSServer.Event] = []
+        var events: [DTLSEndpoint.Event] = []
         var clientOutput = ""
         var keys: DTLSSRTPKeys? {
             for case .connected(let keys) in events { return keys }
@@ -68,7 +68,7 @@ struct DTLSTests {
 
     static let context = Result { try DTLSContext(certificate: DTLSCertificate()) }
 
-    /// Runs `openssl s_client` against a `DTLSServer` on a UDP socket until the server connects or
+    /// Runs `openssl s_client` against a `DTLSEndpoint` on a UDP socket until the server connects or
     /// fails (or `seconds` pass), feeding it through `filter` (which may drop or alter datagrams).
     func handshake(
         offering profiles: String, materialLength: Int, expecting fingerprint: ((ClientIdentity) -> String)? = nil,
@@ -80,7 +80,7 @@ struct DTLSTests {
         defer { try? FileManager.default.removeItem(at: identity.directory) }
         let socket = try LoopbackUDP()
         defer { socket.close() }
-        let server = try DTLSServer(context: context, peerFingerprint: fingerprint?(identity) ?? identity.fingerprint)
+        let server = try DTLSEndpoint(context: context, peerFingerprint: fingerprint?(identity) ?? identity.fingerprint)
         let output = identity.directory.appendingPathComponent("client.out").path
         var arguments = ["s_client", "-dtls1_2", "-connect", "127.0.0.1:\(socket.port)", "-use_srtp", profiles,
                          "-keymatexport", "EXTRACTOR-dtls_srtp", "-keymatexportlen", "\(materialLength)", "-ign_eof", "-mtu", "1200"]
@@ -94,7 +94,7 @@ struct DTLSTests {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline, server.state == .handshaking {
             let wait = server.timeoutMilliseconds.map { min($0, 100) } ?? 100
-            var events: [DTLSServer.Event] = []
+            var events: [DTLSEndpoint.Event] = []
             if let (datagram, from) = socket.receive(timeoutMilliseconds: wait) {
                 peer = from
                 defer { received += 1 }
@@ -188,7 +188,7 @@ struct DTLSTests {
         let context = try Self.context.get()
         var generator = SystemRandomNumberGenerator()
         for round in 0..<500 {
-            let server = try DTLSServer(context: context, peerFingerprint: "00")
+            let server = try DTLSEndpoint(context: context, peerFingerprint: "00")
             let length = Int.random(in: 0...1_400, using: &generator)
             var datagram = (0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }
             if round % 2 == 0, length >= 13 {
@@ -204,6 +204,52 @@ struct DTLSTests {
             }
             #expect(server.state != .connected)
         }
+    }
+
+    /// Runs a client and a server against each other in memory until neither has anything to
+    /// send; returns each side's events.
+    static func handshake(_ client: DTLSEndpoint, _ server: DTLSEndpoint) -> (client: [DTLSEndpoint.Event], server: [DTLSEndpoint.Event]) {
+        var seenByClient: [DTLSEndpoint.Event] = [], seenByServer: [DTLSEndpoint.Event] = []
+        var toServer = client.start()
+        seenByClient += toServer
+        for _ in 0..<20 {
+            var toClient: [DTLSEndpoint.Event] = []
+            for case .send(let bytes) in toServer { toClient += server.receive(bytes) }
+            seenByServer += toClient
+            toServer = []
+            for case .send(let bytes) in toClient { toServer += client.receive(bytes) }
+            seenByClient += toServer
+            if toServer.isEmpty && toClient.allSatisfy({ if case .send = $0 { false } else { true } }) { break }
+        }
+        return (seenByClient, seenByServer)
+    }
+
+    @Test("the client role (the relay dialling out, the benchmarks' viewers) against the server: both derive the same AES-GCM keys")
+    func clientRole() throws {
+        let serverIdentity = try DTLSCertificate(), clientIdentity = try DTLSCertificate()
+        let client = try DTLSEndpoint(context: try DTLSContext(certificate: clientIdentity, role: .client), peerFingerprint: serverIdentity.fingerprint)
+        let server = try DTLSEndpoint(context: try DTLSContext(certificate: serverIdentity), peerFingerprint: clientIdentity.fingerprint)
+        #expect(server.start().isEmpty, "a server waits for a ClientHello")
+        let (clientEvents, serverEvents) = Self.handshake(client, server)
+        let clientKeys = clientEvents.compactMap { if case .connected(let keys) = $0 { keys } else { nil } }
+        let serverKeys = serverEvents.compactMap { if case .connected(let keys) = $0 { keys } else { nil } }
+        #expect(clientKeys.count == 1 && serverKeys.count == 1, "client \(clientEvents), server \(serverEvents)")
+        #expect(clientKeys.first == serverKeys.first)
+        #expect(clientKeys.first?.profile == .aeadAES128GCM)
+        #expect(client.state == .connected && server.state == .connected)
+    }
+
+    @Test("a client refuses a server whose certificate is not the one announced: no keys, a typed mismatch")
+    func clientChecksServer() throws {
+        let serverIdentity = try DTLSCertificate(), clientIdentity = try DTLSCertificate(), other = try DTLSCertificate()
+        let client = try DTLSEndpoint(context: try DTLSContext(certificate: clientIdentity, role: .client), peerFingerprint: other.fingerprint)
+        let server = try DTLSEndpoint(context: try DTLSContext(certificate: serverIdentity), peerFingerprint: clientIdentity.fingerprint)
+        let (clientEvents, serverEvents) = Self.handshake(client, server)
+        #expect(!clientEvents.contains { if case .connected = $0 { true } else { false } })
+        #expect(!serverEvents.contains { if case .connected = $0 { true } else { false } })
+        #expect(clientEvents.contains { if case .failed(.fingerprintMismatch(_, let received)) = $0 { received == serverIdentity.fingerprint } else { false } },
+                "\(clientEvents)")
+        #expect(client.state == .failed)
     }
 }
 

@@ -36,11 +36,11 @@ void pcast_ssl_ctx_set_no_query_mtu(SSL_CTX *context);
 // SSL_CTX_set_min_proto_version is a function-like macro over SSL_CTX_ctrl.
 int pcast_ssl_ctx_set_min_proto_version(SSL_CTX *context, int version);
 
-// Asks the client for its certificate: WebRTC certificates are self-signed, so the chain is not
-// verified; the peer is authenticated by its certificate's SHA-256 digest, which must be the one
+// Requires the peer's certificate (a server asks the client for one; a client checks the
+// server's): WebRTC certificates are self-signed, so the chain is not verified; the peer is authenticated by its certificate's SHA-256 digest, which must be the one
 // its signaling (the SDP offer) announced when pcast_ssl_expect_fingerprint set one. The verify
 // callback is a C function pointer.
-void pcast_ssl_ctx_request_any_client_certificate(SSL_CTX *context);
+void pcast_ssl_ctx_require_peer_certificate(SSL_CTX *context);
 
 // The SHA-256 digest (32 bytes) the peer's certificate must have: checked inside the handshake by
 // the verify callback, so a peer with another certificate gets a bad_certificate alert and never a
