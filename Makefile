@@ -25,7 +25,7 @@ in_targets = $(foreach t,$(1),'^$(t)\.')
 # The demo: the embedded platform in-process; a test pattern and tone published through its relay
 # to a subscriber (a window when there is a display, a null sink otherwise), with a status line.
 
-.PHONY: setup build demo test bench fuzz docs soak inspect clean
+.PHONY: setup build demo test bench fuzz docs soak inspect clean plugin install-plugin
 
 setup:
 	@bash scripts/setup.sh
@@ -60,6 +60,16 @@ test: setup
 	# Another package depends on PCastKit through a tagged git URL, builds, and publishes a test
 	# pattern through this build's `pcast serve`.
 	bash scripts/example.sh
+
+# The GStreamer plugin (pcastsink, pcastsrc): libgstpcast.so, loaded by any GStreamer application
+# from GST_PLUGIN_PATH. It links the Swift runtime from the toolchain it was built with.
+plugin: setup
+	$(SWIFT) build -c release --product gstpcast
+	@echo "export GST_PLUGIN_PATH=$(abspath .build/release)   # then: gst-inspect-1.0 pcast"
+
+install-plugin: plugin
+	install -D -m 644 .build/release/libgstpcast.so "$$(pkg-config --variable=pluginsdir gstreamer-1.0)/libgstpcast.so"
+	@echo "installed in $$(pkg-config --variable=pluginsdir gstreamer-1.0): gst-inspect-1.0 pcast"
 
 bench: setup
 	$(SWIFT) build -c release --product pcast

@@ -16,6 +16,31 @@ import PackageDescription
 //   PCastProtocol: wire formats (digest tokens, RTP/RTCP, signaling, RTMP), pure, no I/O.
 //   CSRTP: libsrtp2, used by the relay and reported by `pcast inspect`.
 //   DTLS (DTLS-SRTP over the system's OpenSSL 3, through CDTLSShim) → SRTP; used by the relay.
+//   PCastGstPlugin (the GStreamer plugin libgstpcast.so: pcastsink, pcastsrc) → PCast, PCastMedia, GStreamer;
+//       its GObject boilerplate is C (CPCastGstPlugin), reached through a seam of @_cdecl functions.
+/// Every `Sources/PCastMedia/Pipelines/*.pipeline`, named here (a listing of the folder would be
+/// cached with the manifest and miss a new file); StockPipelinesTests checks the list is whole.
+let stockPipelines = [
+    "decode-audio.pipeline",
+    "decode-video.pipeline",
+    "h264-loopback.pipeline",
+    "ingest.pipeline",
+    "pcast-camera-to-platform.pipeline",
+    "pcast-file-to-platform.pipeline",
+    "pcast-platform-to-display.pipeline",
+    "pcast-platform-to-file.pipeline",
+    "publish-audio.pipeline",
+    "publish-video.pipeline",
+    "record-audio.pipeline",
+    "record-video.pipeline",
+    "subscribe-audio.pipeline",
+    "subscribe-video.pipeline",
+    "subscribe.pipeline",
+    "test-pattern.pipeline",
+    "user-media-audio.pipeline",
+    "user-media-video.pipeline",
+]
+
 let package = Package(
     name: "PCastKit",
     platforms: [.macOS(.v15)],
@@ -32,6 +57,9 @@ let package = Package(
         .library(name: "PCastMediaServices", targets: ["PCastMediaServices"]),
         .library(name: "PCastNode", targets: ["PCastNode"]),
         .executable(name: "pcast", targets: ["pcast"]),
+        // The GStreamer plugin: SwiftPM names it libgstpcast.so, and GStreamer finds its entry
+        // point (gst_plugin_pcast_get_desc) from that file name. `make plugin` builds it.
+        .library(name: "gstpcast", type: .dynamic, targets: ["PCastGstPlugin"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -95,8 +123,10 @@ let package = Package(
                 "PCastRecording",
                 .product(name: "Logging", package: "swift-log"),
             ],
-            // The stock pipelines (`pipelines/` at the top is a link to them).
-            resources: [.copy("Pipelines")]
+            // The stock pipelines (`pipelines/` at the top is a link to them), built into the code:
+            // the SDK finds them wherever it runs (an installed pcast, a GStreamer plugin inside
+            // gst-launch-1.0 or Python), with no resource bundle to carry along.
+            resources: stockPipelines.map { .embedInCode("Pipelines/\($0)") }
         ),
         // What the control plane asks of the relay and of the media services: the seam between
         // the control plane and the media plane (no implementation, no I/O).
@@ -201,6 +231,15 @@ let package = Package(
         .target(
             name: "DTLS",
             dependencies: ["CDTLSShim", "SRTP"]
+        ),
+        // The plugin's GObject boilerplate (types, properties, pads, state changes) in C.
+        .target(
+            name: "CPCastGstPlugin",
+            dependencies: ["CGStreamer"]
+        ),
+        .target(
+            name: "PCastGstPlugin",
+            dependencies: ["CGStreamer", "CPCastGstPlugin", "GStreamer", "PCast", "PCastMedia"]
         ),
         .executableTarget(
             name: "pcast",

@@ -139,18 +139,26 @@ private let appSinkNewSample: @convention(c) (UnsafeMutablePointer<GstAppSink>?,
     // A sample is ready, so this pull returns at once.
     guard let sample = gst_app_sink_pull_sample(sink) else { return GST_FLOW_OK }
     defer { gst_mini_object_unref(UnsafeMutableRawPointer(sample).assumingMemoryBound(to: GstMiniObject.self)) }
-    guard let buffer = gst_sample_get_buffer(sample) else { return GST_FLOW_OK }
-    let caps = gst_sample_get_caps(sample).map { Caps(retaining: $0) }
-    var pts: Duration?, dts: Duration?
-    if let segment = gst_sample_get_segment(sample), segment.pointee.format == GST_FORMAT_TIME {
-        let toRunning = { (time: GstClockTime) -> Duration? in
-            time == GstClockTime.max ? nil : Duration(clockTime: gst_segment_to_running_time(segment, GST_FORMAT_TIME, time))
-        }
-        pts = toRunning(buffer.pointee.pts)
-        dts = toRunning(buffer.pointee.dts)
-    }
-    context.deliver(Sample(buffer: Buffer(retaining: buffer), caps: caps, presentationRunningTime: pts, decodingRunningTime: dts))
+    if let sample = Sample(borrowing: sample) { context.deliver(sample) }
     return GST_FLOW_OK
+}
+
+extension Sample {
+    /// A sample's buffer and caps, with its timestamps as running times; the GstSample stays the
+    /// caller's. Package only: what an element of ours hands over from its own appsink.
+    package convenience init?(borrowing sample: OpaquePointer) {
+        guard let buffer = gst_sample_get_buffer(sample) else { return nil }
+        let caps = gst_sample_get_caps(sample).map { Caps(retaining: $0) }
+        var pts: Duration?, dts: Duration?
+        if let segment = gst_sample_get_segment(sample), segment.pointee.format == GST_FORMAT_TIME {
+            let toRunning = { (time: GstClockTime) -> Duration? in
+                time == GstClockTime.max ? nil : Duration(clockTime: gst_segment_to_running_time(segment, GST_FORMAT_TIME, time))
+            }
+            pts = toRunning(buffer.pointee.pts)
+            dts = toRunning(buffer.pointee.dts)
+        }
+        self.init(buffer: Buffer(retaining: buffer), caps: caps, presentationRunningTime: pts, decodingRunningTime: dts)
+    }
 }
 
 private let appSinkEOS: @convention(c) (UnsafeMutablePointer<GstAppSink>?, gpointer?) -> Void = { _, userData in

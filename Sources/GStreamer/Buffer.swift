@@ -43,7 +43,7 @@ public final class Buffer: @unchecked Sendable {
         handle = Mutex(Handle(pointer: pointer))
     }
 
-    init(retaining pointer: UnsafeMutablePointer<GstBuffer>) {
+    package init(retaining pointer: UnsafeMutablePointer<GstBuffer>) {
         _ = gst_mini_object_ref(UnsafeMutableRawPointer(pointer).assumingMemoryBound(to: GstMiniObject.self))
         handle = Mutex(Handle(pointer: pointer))
     }
@@ -66,7 +66,7 @@ public final class Buffer: @unchecked Sendable {
     }
 
     /// A new reference for handing to GStreamer (transfer full).
-    func retainedPointer() -> UnsafeMutablePointer<GstBuffer> {
+    package func retainedPointer() -> UnsafeMutablePointer<GstBuffer> {
         handle.withLock { handle in
             _ = gst_mini_object_ref(UnsafeMutableRawPointer(handle.pointer).assumingMemoryBound(to: GstMiniObject.self))
             return handle.pointer

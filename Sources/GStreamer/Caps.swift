@@ -9,7 +9,7 @@ import CGStreamer
 ///
 /// Immutable once made, so it is safe to share between threads.
 public final class Caps: @unchecked Sendable, CustomStringConvertible, Hashable {
-    let pointer: UnsafeMutablePointer<GstCaps>
+    package let pointer: UnsafeMutablePointer<GstCaps>
 
     /// Parses GStreamer's caps syntax.
     public init(_ string: String) throws(GStreamerError) {

@@ -86,11 +86,17 @@ public final class UDPImpairmentProxy: Sendable {
         var queue: [Due] = []
     }
 
-    /// Listens on 127.0.0.1 (an ephemeral port unless `listenPort` is given) and forwards to
-    /// `server`:`serverPort` (an IPv4 address).
-    public init(server host: String, serverPort: Int, listenPort: Int = 0, seed: UInt64 = 1) throws {
+    /// Listens on `listenHost` (a loopback address: 127.0.0.1 unless another is given; an
+    /// ephemeral port unless `listenPort` is) and forwards to `server`:`serverPort` (an IPv4
+    /// address). Listening on another loopback address at the server's own port stands in for
+    /// the server to a client that only knows the server's port (a WebRTC peer given a candidate).
+    public init(server host: String, serverPort: Int, listenHost: String = "127.0.0.1", listenPort: Int = 0, seed: UInt64 = 1) throws {
         server = try ipv4Address(host, port: serverPort)
-        let (socket, bound) = try Self.bindLoopback(port: listenPort)
+        let listenAddress = try ipv4Address(listenHost, port: listenPort)
+        guard UInt32(bigEndian: listenAddress.sin_addr.s_addr) >> 24 == 127 else {
+            throw ImpairmentProxyError(description: "the proxy listens on loopback addresses only, not \(listenHost)")
+        }
+        let (socket, bound) = try Self.bindLoopback(listenAddress)
         listener = socket
         port = bound
         state = Mutex(State(toServer: ImpairmentModel(profile: .clear, generator: SeededGenerator(seed: seed)),
@@ -202,7 +208,7 @@ public final class UDPImpairmentProxy: Sendable {
     private func upstreamSocket(for client: sockaddr_in) -> Int32? {
         let key = UInt64(UInt32(bigEndian: client.sin_addr.s_addr)) << 16 | UInt64(UInt16(bigEndian: client.sin_port))
         if let known = state.withLock({ $0.upstream[key] }) { return known }
-        guard let (socket, _) = try? Self.bindLoopback(port: 0) else { return nil }
+        guard let (socket, _) = try? Self.bindLoopback(try ipv4Address("127.0.0.1", port: 0)) else { return nil }
         state.withLock { state in
             state.upstream[key] = socket
             state.clients[socket] = client
@@ -228,22 +234,19 @@ public final class UDPImpairmentProxy: Sendable {
         }
     }
 
-    private static func bindLoopback(port: Int) throws -> (Int32, Int) {
+    private static func bindLoopback(_ address: sockaddr_in) throws -> (Int32, Int) {
         let socket = Glibc.socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         guard socket >= 0 else { throw ImpairmentProxyError(description: "socket: errno \(errno)") }
         var size: Int32 = 4 << 20
         setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         setsockopt(socket, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        var address = address
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard bound == 0 else {
             close(socket)
-            throw ImpairmentProxyError(description: "bind 127.0.0.1:\(port): errno \(errno)")
+            throw ImpairmentProxyError(description: "bind to port \(UInt16(bigEndian: address.sin_port)): errno \(errno)")
         }
         var actual = sockaddr_in()
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)

@@ -15,14 +15,20 @@ import Synchronization
 public struct ChildProcess: Sendable {
     public let pid: pid_t
 
-    /// Starts `executable`; its standard output goes to `output` (a file path) when given.
-    public static func spawn(_ executable: URL, _ arguments: [String], environment: [String: String], output: String? = nil) throws -> ChildProcess {
+    /// Starts `executable`; its standard output goes to `output` (a file path) when given, its
+    /// standard error there too with `errorsToOutput`.
+    public static func spawn(_ executable: URL, _ arguments: [String], environment: [String: String], output: String? = nil,
+                             errorsToOutput: Bool = false) throws -> ChildProcess {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, output ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        if errorsToOutput {
+            posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        }
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }

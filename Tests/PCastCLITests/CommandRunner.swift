@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import PCastTestSupport
 
 /// The output and exit status of one command.
 struct CommandResult {
@@ -74,4 +75,54 @@ func python3() throws -> URL {
 struct CLITestFailure: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
+}
+
+/// `pcast serve` as a child process with a data directory of its own: the signaling URL it printed,
+/// and tokens for its application.
+struct ServeProcess {
+    static let applicationId = "cli-app", secret = "cli-test-secret"
+    let process: ChildProcess
+    let directory: URL
+    let signaling: String
+    let log: String
+    let environment: [String: String]
+
+    static func start() async throws -> ServeProcess {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-serve-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let log = directory.appendingPathComponent("serve.out").path
+        var environment = ProcessInfo.processInfo.environment
+        environment["PCAST_SECRET"] = secret
+        let server = try ChildProcess.spawn(try pcastBinary(), [
+            "serve", "--application-id", applicationId, "--http-port", "0", "--media-port", "0", "--rtmp-port", "0",
+            "--data-dir", directory.appendingPathComponent("data").path], environment: environment, output: log, errorsToOutput: true)
+        // "pcast serve: signaling ws://127.0.0.1:PORT/ws, media udp 127.0.0.1:PORT"
+        var url: String?
+        for _ in 0..<200 where url == nil {
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            url = text.split(separator: " ").first { $0.hasPrefix("ws://") }.map { String($0.trimmingCharacters(in: CharacterSet(charactersIn: ",\n"))) }
+            if url == nil { try await Task.sleep(for: .milliseconds(50)) }
+            guard server.isRunning || url != nil else { break }
+        }
+        guard let url else {
+            server.stop()
+            throw CLITestFailure("pcast serve printed no signaling URL: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+        }
+        return ServeProcess(process: server, directory: directory, signaling: url, log: log, environment: environment)
+    }
+
+    /// A token from `pcast token create` (`--type …` and the rest in `extra`).
+    func token(_ extra: [String]) throws -> String {
+        let result = try runCommand(try pcastBinary(), ["token", "create", "--application-id", Self.applicationId, "--secret", Self.secret,
+                                                        "--expires-in", "600"] + extra)
+        #expect(result.status == 0, "\(result.stderr)")
+        return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    var output: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+
+    func stop() {
+        process.stop()
+        try? FileManager.default.removeItem(at: directory)
+    }
 }

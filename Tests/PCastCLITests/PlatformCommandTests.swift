@@ -7,31 +7,10 @@ import Testing
 struct PlatformCommandTests {
     @Test("a stream published with the CLI is subscribed to with the CLI, screenshot of the published size")
     func serveComposeAndWatch() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-serve-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let log = directory.appendingPathComponent("serve.out").path
-        var environment = ProcessInfo.processInfo.environment
-        environment["PCAST_SECRET"] = "cli-test-secret"
-        let server = try ChildProcess.spawn(try pcastBinary(), [
-            "serve", "--application-id", "cli-app", "--http-port", "0", "--media-port", "0", "--rtmp-port", "0",
-            "--data-dir", directory.appendingPathComponent("data").path], environment: environment, output: log)
-        defer { server.stop() }
-        // "pcast serve: signaling ws://127.0.0.1:PORT/ws, media udp 127.0.0.1:PORT"
-        var url: String?
-        for _ in 0..<200 where url == nil {
-            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-            url = text.split(separator: " ").first { $0.hasPrefix("ws://") }.map { String($0.trimmingCharacters(in: CharacterSet(charactersIn: ",\n"))) }
-            if url == nil { try await Task.sleep(for: .milliseconds(50)) }
-            #expect(server.isRunning || url != nil, "pcast serve exited")
-        }
-        let signaling = try #require(url, "pcast serve printed no signaling URL")
-
-        func token(_ extra: [String]) throws -> String {
-            let result = try runCommand(try pcastBinary(), ["token", "create", "--application-id", "cli-app", "--secret", "cli-test-secret", "--expires-in", "600"] + extra)
-            #expect(result.status == 0, "\(result.stderr)")
-            return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        }
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        let directory = serve.directory, environment = serve.environment, signaling = serve.signaling
+        func token(_ extra: [String]) throws -> String { try serve.token(extra) }
         let auth = try token(["--type", "auth"])
         let publish = try token(["--type", "publish", "--channel-alias", "cli"])
         let stream = try token(["--type", "stream", "--channel-alias", "cli"])

@@ -62,7 +62,7 @@ import Testing
     }
 
     static let productTargets = ["GStreamer", "PCastProtocol", "PCastMedia", "PCastRelay", "PCast", "PCastContracts",
-                                 "PCastServer", "PCastMediaServices", "PCastNode"]
+                                 "PCastServer", "PCastMediaServices", "PCastNode", "PCastGstPlugin"]
 
     @Test("product libraries hold product code only: no benchmark, no test support, no unsafe flags")
     func productsHoldProductCode() throws {

@@ -231,6 +231,48 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
+        @Test("Chromium watching through 5 % loss on the relay → browser leg (our impairment proxy answering for the relay's candidate): the browser NACKs, the relay retransmits from its cache, the picture keeps moving")
+        func chromiumRecoversLoss() async throws {
+            // The answer announces 127.0.0.2 at the relay's port: the proxy listens there and
+            // forwards to the relay on 127.0.0.1, dropping 5 % of what comes back.
+            var relayConfiguration = RelayConfiguration()
+            relayConfiguration.announcedAddresses = ["127.0.0.2"]
+            let platform = try await LocalPlatform.start(relayConfiguration: relayConfiguration)
+            let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort),
+                                               listenHost: "127.0.0.2", listenPort: Int(platform.relay.mediaPort), seed: 19)
+            defer { proxy.stop() }
+            proxy.setProfile(ImpairmentProfile(loss: .uniform(0.05)), for: .toClient)
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let media = try await stampedMedia(audio: true)
+            let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media, tags: ["channelAlias:lossy-room"])
+            let collector = try ReportCollector()
+            defer { collector.close() }
+            var query = URLComponents(string: platform.httpURL + "/")!
+            query.queryItems = [
+                URLQueryItem(name: "watch", value: "lossy-room"),
+                URLQueryItem(name: "token", value: try platform.token(.stream, tag: .channelAlias("lossy-room"))),
+                URLQueryItem(name: "report", value: collector.url),
+            ]
+            let browser = try HeadlessChromium.open(query.url!.absoluteString)
+            defer { browser.close() }
+            try await eventually("Chromium decoding 300 frames through the loss", within: .seconds(45)) {
+                collector.latest("watch").map { $0.number("framesDecoded") >= 300 } ?? false
+            }
+            let watched = try #require(collector.latest("watch"))
+            #expect(proxy.counters(for: .toClient).lost > 20, "the proxy dropped \(proxy.counters(for: .toClient).lost) packets")
+            #expect(watched.number("nackCount") > 0, "\(watched)")
+            #expect(platform.relay.statistics().nacksServed > 0, "the relay answered no NACK")
+            // Recovered, not frozen: the frame rate over the last second stays near the source's 30.
+            #expect(watched.number("framesPerSecond") >= 20, "\(watched)")
+            #expect(watched.string("connectionState") == "connected")
+            #expect(!publisher.hasEnded)
+            await publisher.stop()
+            await sdk.stop()
+            await media.stop()
+            await platform.shutdown()
+        }
+
         @Test("WHIP/WHEP refusals: no, forged, expired, wrong-type or other-address token → 401 (a token bound to the caller's address is accepted); garbage → 400; VP8 only → 422; no such stream → 404; not SDP → 415; all problem+json, nothing published by a refused request")
         func refusals() async throws {
             let platform = try await LocalPlatform.start()

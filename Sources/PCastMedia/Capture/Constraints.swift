@@ -117,6 +117,8 @@ public enum MediaSourceOverride: Sendable, Hashable {
     /// A gst-launch description producing raw media of the track's kind
     /// (`videotestsrc pattern=ball`, `v4l2src device=/dev/video2 ! jpegdec`).
     case pipeline(String)
+    /// Frames the application pushes (``MediaFeed/push(_:)-(VideoFrame)``), live.
+    case feed(MediaFeed)
 }
 
 /// Video options of ``UserMediaOptions``.

@@ -58,11 +58,15 @@ struct CapturePlan: Sendable {
     var audio: AudioSelection?
     /// The kinds whose URI source plays again at its end.
     var looping: Set<MediaType> = []
+    /// Tracks whose frames the application pushes.
+    var feeds: [MediaType: MediaFeed] = [:]
 
     static func make(_ options: UserMediaOptions) async throws(UserMediaError) -> CapturePlan {
         var plan = CapturePlan()
         if case .uri? = options.video.source, options.video.enabled, options.video.loop { plan.looping.insert(.video) }
         if case .uri? = options.audio.source, options.audio.enabled, options.audio.loop { plan.looping.insert(.audio) }
+        if case .feed(let feed)? = options.video.source, options.video.enabled { plan.feeds[.video] = feed }
+        if case .feed(let feed)? = options.audio.source, options.audio.enabled { plan.feeds[.audio] = feed }
         if options.video.enabled {
             plan.video = try await selectVideo(options.video)
         }
@@ -83,6 +87,10 @@ struct CapturePlan: Sendable {
         case .pipeline(let description):
             devices = [SourceDeviceInfo(id: "pipeline", name: description, mediaType: .video, deviceType: .uri, sourceDescription: description)]
             constrained.deviceId = .exact("pipeline")
+        case .feed(let feed):
+            devices = [SourceDeviceInfo(id: feed.appSourceName, name: "frames pushed by the application", mediaType: .video, deviceType: .uri,
+                                        sourceDescription: feed.sourceDescription)]
+            constrained.deviceId = .exact(feed.appSourceName)
         case nil:
             // Only probe the device monitor when a physical device may be wanted.
             devices = SourceDevices.builtIn(.video)
@@ -105,6 +113,10 @@ struct CapturePlan: Sendable {
         case .pipeline(let description):
             devices = [SourceDeviceInfo(id: "pipeline", name: description, mediaType: .audio, deviceType: .uri, sourceDescription: description)]
             constrained.deviceId = .exact("pipeline")
+        case .feed(let feed):
+            devices = [SourceDeviceInfo(id: feed.appSourceName, name: "frames pushed by the application", mediaType: .audio, deviceType: .uri,
+                                        sourceDescription: feed.sourceDescription)]
+            constrained.deviceId = .exact(feed.appSourceName)
         case nil:
             devices = SourceDevices.builtIn(.audio)
             if let exact = options.deviceId?.exact, devices.contains(where: { $0.id == exact }) {

@@ -288,6 +288,13 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
             throw UserMediaError.from(error, device: device)
         }
         sources.withLock { $0[kind] = source }
+        if let feed = plan.withLock({ $0.feeds[kind] }) {
+            do {
+                feed.attach(try pipeline.appSource(named: feed.appSourceName))
+            } catch {
+                throw UserMediaError.from(error, device: device)
+            }
+        }
     }
 
     /// Whether a source bin produces live media (devices, `is-live=true` test sources).
@@ -429,8 +436,9 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
         videoGate?.remove()
         audioGate?.remove()
         await echoReference?.stop()
-        await pipeline.stop()
         let plan = self.plan.withLock { $0 }
+        for feed in plan.feeds.values { feed.detach() }
+        await pipeline.stop()
         DevicesInUse.release(plan.video?.device)
         DevicesInUse.release(plan.audio?.device)
     }

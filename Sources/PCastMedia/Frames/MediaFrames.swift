@@ -56,6 +56,8 @@ public struct VideoFrame: Sendable {
     public var planeCount: Int { strides.count }
     /// Size of the frame's bytes.
     public var byteCount: Int { storage.size }
+    /// The frame's GStreamer buffer (shared), for elements of ours that hand frames on.
+    package var buffer: Buffer { storage }
 
     /// A frame of the default layout for its format and size, every byte zero.
     ///
@@ -136,7 +138,7 @@ public enum AudioSampleFormat: String, Sendable, Hashable, CustomStringConvertib
     public var description: String { rawValue }
 
     /// GStreamer's name for the format on this machine.
-    var gstreamerName: String {
+    package var gstreamerName: String {
         1.littleEndian == 1 ? "S16LE" : "S16BE"
     }
 }
@@ -165,6 +167,8 @@ public struct AudioFrame: Sendable {
 
     /// Samples per channel (what the PCast SDK calls the number of samples).
     public var sampleCount: Int { storage.size / (2 * channels) }
+    /// The frame's GStreamer buffer (shared), for elements of ours that hand frames on.
+    package var buffer: Buffer { storage }
 
     /// The length the sample count and rate give.
     public var sampleDuration: Duration {

@@ -1,0 +1,238 @@
+// pcastsink: a GstBin that publishes what reaches its request pads `video` and `audio` (raw) to a
+// PCast platform. Each pad is a ghost pad onto `queue ! appsink` (synchronised, so a file plays at
+// its own pace); the appsink hands each sample to Swift, which feeds the SDK's publisher.
+#include <gst/app/app.h>
+#include "CPCastGstPlugin.h"
+#include "swift_seam.h"
+#include "elements.h"
+
+GST_DEBUG_CATEGORY_STATIC(pcast_sink_debug);
+#define GST_CAT_DEFAULT pcast_sink_debug
+
+struct _PCastSink {
+  GstBin parent;
+  // Properties, under GST_OBJECT_LOCK.
+  gchar *server, *auth_token, *token, *tags, *stream_name, *publish_type, *stream_id;
+  guint video_bitrate;
+  void *swift;  // the Swift context, owned
+};
+
+enum { PROP_0, PROP_SERVER, PROP_AUTH_TOKEN, PROP_TOKEN, PROP_TAGS, PROP_PUBLISH_TYPE, PROP_STREAM_NAME,
+       PROP_VIDEO_BITRATE, PROP_STREAM_ID, N_PROPS };
+static GParamSpec *props[N_PROPS];
+
+static GstStaticPadTemplate video_template = GST_STATIC_PAD_TEMPLATE(
+    "video", GST_PAD_SINK, GST_PAD_REQUEST, GST_STATIC_CAPS("video/x-raw"));
+static GstStaticPadTemplate audio_template = GST_STATIC_PAD_TEMPLATE(
+    "audio", GST_PAD_SINK, GST_PAD_REQUEST, GST_STATIC_CAPS("audio/x-raw"));
+
+G_DEFINE_TYPE(PCastSink, pcast_sink, GST_TYPE_BIN);
+
+static gchar **string_property(PCastSink *self, guint id) {
+  switch (id) {
+  case PROP_SERVER: return &self->server;
+  case PROP_AUTH_TOKEN: return &self->auth_token;
+  case PROP_TOKEN: return &self->token;
+  case PROP_TAGS: return &self->tags;
+  case PROP_PUBLISH_TYPE: return &self->publish_type;
+  case PROP_STREAM_NAME: return &self->stream_name;
+  case PROP_STREAM_ID: return &self->stream_id;
+  default: return NULL;
+  }
+}
+
+static void pcast_sink_set_property(GObject *object, guint id, const GValue *value, GParamSpec *spec) {
+  PCastSink *self = PCAST_SINK(object);
+  GST_OBJECT_LOCK(self);
+  if (id == PROP_VIDEO_BITRATE) {
+    self->video_bitrate = g_value_get_uint(value);
+  } else if (id == PROP_PUBLISH_TYPE) {
+    const char *type = g_value_get_string(value);
+    if (type && g_strcmp0(type, "live") && g_strcmp0(type, "record") && g_strcmp0(type, "append")) {
+      GST_OBJECT_UNLOCK(self);
+      g_warning("pcastsink: publish-type must be live, record or append, not '%s'", type);
+      return;
+    }
+    g_free(self->publish_type);
+    self->publish_type = g_strdup(type);
+  } else if (string_property(self, id)) {
+    gchar **field = string_property(self, id);
+    g_free(*field);
+    *field = g_value_dup_string(value);
+  } else {
+    G_OBJECT_WARN_INVALID_PROPERTY_ID(object, id, spec);
+  }
+  GST_OBJECT_UNLOCK(self);
+}
+
+static void pcast_sink_get_property(GObject *object, guint id, GValue *value, GParamSpec *spec) {
+  PCastSink *self = PCAST_SINK(object);
+  GST_OBJECT_LOCK(self);
+  if (id == PROP_VIDEO_BITRATE) {
+    g_value_set_uint(value, self->video_bitrate);
+  } else if (string_property(self, id)) {
+    g_value_set_string(value, *string_property(self, id));
+  } else {
+    G_OBJECT_WARN_INVALID_PROPERTY_ID(object, id, spec);
+  }
+  GST_OBJECT_UNLOCK(self);
+}
+
+static GstFlowReturn hand_over(GstAppSink *sink, PCastSink *self, PCastPadKind kind) {
+  GstSample *sample = gst_app_sink_pull_sample(sink);
+  if (sample == NULL) return GST_FLOW_OK;
+  pcast_swift_sink_sample(self->swift, kind, sample);
+  gst_sample_unref(sample);
+  return GST_FLOW_OK;
+}
+static GstFlowReturn on_video_sample(GstAppSink *sink, gpointer data) { return hand_over(sink, PCAST_SINK(data), PCAST_PAD_VIDEO); }
+static GstFlowReturn on_audio_sample(GstAppSink *sink, gpointer data) { return hand_over(sink, PCAST_SINK(data), PCAST_PAD_AUDIO); }
+
+// Block (bounded) until the stream's end is sent: the bin's EOS, and gst-launch's exit, wait for it.
+static void on_video_eos(GstAppSink *sink, gpointer data) { pcast_swift_sink_eos(PCAST_SINK(data)->swift, PCAST_PAD_VIDEO); }
+static void on_audio_eos(GstAppSink *sink, gpointer data) { pcast_swift_sink_eos(PCAST_SINK(data)->swift, PCAST_PAD_AUDIO); }
+
+static GstPad *pcast_sink_request_new_pad(GstElement *element, GstPadTemplate *templ, const gchar *unused, const GstCaps *caps) {
+  const gchar *kind = GST_PAD_TEMPLATE_NAME_TEMPLATE(templ);
+  GstPad *existing = gst_element_get_static_pad(element, kind);
+  if (existing) {
+    gst_object_unref(existing);
+    GST_WARNING_OBJECT(element, "pcastsink has one %s pad", kind);
+    return NULL;
+  }
+  gchar *queue_name = g_strdup_printf("%s-queue", kind), *sink_name = g_strdup_printf("%s-appsink", kind);
+  GstElement *queue = gst_element_factory_make("queue", queue_name);
+  GstElement *sink = gst_element_factory_make("appsink", sink_name);
+  g_free(queue_name);
+  g_free(sink_name);
+  if (!queue || !sink) {
+    if (queue) gst_object_unref(queue);
+    if (sink) gst_object_unref(sink);
+    return NULL;
+  }
+  // A few buffers of slack, not leaky: a file's demuxer must wait while the sink prerolls (a
+  // leaky queue let it race through the whole file before PLAYING). The appsink drops instead
+  // when Swift falls behind.
+  g_object_set(queue, "max-size-buffers", 4, "max-size-bytes", 0, "max-size-time", (guint64)0, NULL);
+  g_object_set(sink, "sync", TRUE, "max-buffers", 2, "drop", TRUE, "emit-signals", FALSE, NULL);
+  GstAppSinkCallbacks callbacks = {0};
+  gboolean audio = g_strcmp0(kind, "audio") == 0;
+  callbacks.new_sample = audio ? on_audio_sample : on_video_sample;
+  callbacks.eos = audio ? on_audio_eos : on_video_eos;
+  gst_app_sink_set_callbacks(GST_APP_SINK(sink), &callbacks, element, NULL);
+  gst_bin_add_many(GST_BIN(element), queue, sink, NULL);
+  gst_element_link(queue, sink);
+  GstPad *target = gst_element_get_static_pad(queue, "sink");
+  GstPad *ghost = gst_ghost_pad_new_from_template(kind, target, templ);
+  gst_object_unref(target);
+  // A pad requested while the bin runs: its elements catch up.
+  gst_element_sync_state_with_parent(sink);
+  gst_element_sync_state_with_parent(queue);
+  gst_pad_set_active(ghost, TRUE);
+  gst_element_add_pad(element, ghost);
+  return ghost;
+}
+
+static void pcast_sink_release_pad(GstElement *element, GstPad *pad) {
+  gchar *kind = gst_pad_get_name(pad);
+  gst_pad_set_active(pad, FALSE);
+  gst_ghost_pad_set_target(GST_GHOST_PAD(pad), NULL);
+  gst_element_remove_pad(element, pad);
+  const char *suffixes[] = {"-queue", "-appsink"};
+  for (guint i = 0; i < G_N_ELEMENTS(suffixes); i++) {
+    gchar *name = g_strconcat(kind, suffixes[i], NULL);
+    GstElement *child = gst_bin_get_by_name(GST_BIN(element), name);
+    g_free(name);
+    if (!child) continue;
+    gst_element_set_locked_state(child, TRUE);
+    gst_element_set_state(child, GST_STATE_NULL);
+    gst_bin_remove(GST_BIN(element), child);
+    gst_object_unref(child);
+  }
+  g_free(kind);
+}
+
+static gboolean has_pad(GstElement *element, const char *name) {
+  GstPad *pad = gst_element_get_static_pad(element, name);
+  if (pad) gst_object_unref(pad);
+  return pad != NULL;
+}
+
+static GstStateChangeReturn pcast_sink_change_state(GstElement *element, GstStateChange transition) {
+  PCastSink *self = PCAST_SINK(element);
+  if (transition == GST_STATE_CHANGE_READY_TO_PAUSED) {
+    GST_OBJECT_LOCK(self);
+    PCastSinkSettings settings = {
+      .server = g_strdup(self->server), .auth_token = g_strdup(self->auth_token), .token = g_strdup(self->token),
+      .tags = g_strdup(self->tags), .stream_name = g_strdup(self->stream_name),
+      .publish_type = g_strdup(self->publish_type), .video_bitrate = self->video_bitrate,
+    };
+    GST_OBJECT_UNLOCK(self);
+    settings.has_video = has_pad(element, "video");
+    settings.has_audio = has_pad(element, "audio");
+    gboolean started = pcast_swift_sink_start(self->swift, &settings);
+    g_free((gchar *)settings.server); g_free((gchar *)settings.auth_token); g_free((gchar *)settings.token);
+    g_free((gchar *)settings.tags); g_free((gchar *)settings.stream_name); g_free((gchar *)settings.publish_type);
+    if (!started) return GST_STATE_CHANGE_FAILURE;  // Swift posted the error
+  }
+  GstStateChangeReturn result = GST_ELEMENT_CLASS(pcast_sink_parent_class)->change_state(element, transition);
+  if (transition == GST_STATE_CHANGE_PAUSED_TO_READY ||
+      (transition == GST_STATE_CHANGE_READY_TO_PAUSED && result == GST_STATE_CHANGE_FAILURE)) {
+    pcast_swift_sink_stop(self->swift);
+  }
+  return result;
+}
+
+static void pcast_sink_finalize(GObject *object) {
+  PCastSink *self = PCAST_SINK(object);
+  pcast_swift_sink_free(self->swift);
+  g_free(self->server); g_free(self->auth_token); g_free(self->token); g_free(self->tags);
+  g_free(self->stream_name); g_free(self->publish_type); g_free(self->stream_id);
+  G_OBJECT_CLASS(pcast_sink_parent_class)->finalize(object);
+}
+
+static void pcast_sink_class_init(PCastSinkClass *klass) {
+  GObjectClass *object_class = G_OBJECT_CLASS(klass);
+  GstElementClass *element_class = GST_ELEMENT_CLASS(klass);
+  object_class->set_property = pcast_sink_set_property;
+  object_class->get_property = pcast_sink_get_property;
+  object_class->finalize = pcast_sink_finalize;
+  const GParamFlags settable = G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY;
+  props[PROP_SERVER] = g_param_spec_string("server", "Server", "The platform's signaling URL (ws://host:port/ws)", NULL, settable);
+  props[PROP_AUTH_TOKEN] = g_param_spec_string("auth-token", "Auth token", "Authentication token for the platform session", NULL, settable);
+  props[PROP_TOKEN] = g_param_spec_string("token", "Publish token", "Publish token (streamToken) for the stream", NULL, settable);
+  props[PROP_TAGS] = g_param_spec_string("tags", "Tags", "Comma-separated tags kept with the stream (channelAlias:NAME, …)", NULL, settable);
+  props[PROP_PUBLISH_TYPE] = g_param_spec_string("publish-type", "Publish type", "live, record (a recording named stream-name) or append (to it)", "live", settable);
+  props[PROP_STREAM_NAME] = g_param_spec_string("stream-name", "Stream name", "Name of the recording (record / append)", NULL, settable);
+  props[PROP_VIDEO_BITRATE] = g_param_spec_uint("video-bitrate", "Video bitrate", "H.264 bitrate in kbit/s (0: the SDK's default)", 0, 100000, 0, settable);
+  props[PROP_STREAM_ID] = g_param_spec_string("stream-id", "Stream id", "The stream's id, once published", NULL, G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
+  g_object_class_install_properties(object_class, N_PROPS, props);
+  gst_element_class_add_static_pad_template(element_class, &video_template);
+  gst_element_class_add_static_pad_template(element_class, &audio_template);
+  gst_element_class_set_static_metadata(element_class, "PCast publisher", "Sink/Network",
+      "Publishes raw video and audio to a PCast platform (H.264 and Opus, encoded by the PCastKit SDK); "
+      "posts pcast-stream-published and pcast-data-quality element messages; EOS ends the stream as ended",
+      "PCastKit engineers");
+  element_class->request_new_pad = GST_DEBUG_FUNCPTR(pcast_sink_request_new_pad);
+  element_class->release_pad = GST_DEBUG_FUNCPTR(pcast_sink_release_pad);
+  element_class->change_state = GST_DEBUG_FUNCPTR(pcast_sink_change_state);
+  GST_DEBUG_CATEGORY_INIT(pcast_sink_debug, "pcastsink", 0, "PCast publisher");
+}
+
+static void pcast_sink_init(PCastSink *self) {
+  GST_OBJECT_FLAG_SET(self, GST_ELEMENT_FLAG_SINK);
+  self->publish_type = g_strdup("live");
+  self->swift = pcast_swift_sink_new(GST_ELEMENT(self));
+}
+
+void pcast_element_stream_published(GstElement *element, const char *stream_id) {
+  if (PCAST_IS_SINK(element)) {
+    PCastSink *self = PCAST_SINK(element);
+    GST_OBJECT_LOCK(self);
+    g_free(self->stream_id);
+    self->stream_id = g_strdup(stream_id);
+    GST_OBJECT_UNLOCK(self);
+    g_object_notify_by_pspec(G_OBJECT(self), props[PROP_STREAM_ID]);
+  }
+  pcast_element_post(element, "pcast-stream-published", "stream-id", stream_id, NULL, NULL);
+}

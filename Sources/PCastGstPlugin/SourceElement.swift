@@ -1,0 +1,141 @@
+import CGStreamer
+import CPCastGstPlugin
+import Foundation
+import GStreamer
+import PCast
+import PCastMedia
+import Synchronization
+
+/// pcastsrc's behaviour: a platform session, a subscription, and a renderer without devices whose
+/// frame-ready hooks hand each decoded frame to the element's pads. Started at READY → PAUSED;
+/// the stream's end becomes a `pcast-stream-ended` message and EOS.
+final class SourceElement: @unchecked Sendable {
+    struct Settings: Sendable {
+        var server: String?
+        var authToken: String?
+        var token: String?
+        var playoutDelay: Duration?
+
+        init(_ c: PCastSourceSettings) {
+            server = String(settingsValue: c.server)
+            authToken = String(settingsValue: c.auth_token)
+            token = String(settingsValue: c.token)
+            playoutDelay = c.playout_delay > 0 ? .milliseconds(Int(c.playout_delay)) : nil
+        }
+    }
+
+    final class Run: Sendable {
+        let settings: Settings
+        let element: ElementReference
+        let task = Mutex<Task<Void, Never>?>(nil)
+        let live = Mutex<(sdk: PCast?, stream: MediaStream?, renderer: Renderer?)>((nil, nil, nil))
+
+        init(settings: Settings, element: ElementReference) {
+            self.settings = settings
+            self.element = element
+        }
+
+        func play() async {
+            guard let server = settings.server, let authToken = settings.authToken, let token = settings.token else { return }
+            var options = PCastOptions(uri: server)
+            if let delay = settings.playoutDelay { options.playoutDelay = delay }
+            let sdk = PCast(options)
+            live.withLock { $0.sdk = sdk }
+            do {
+                _ = try await sdk.start(authToken: authToken)
+            } catch {
+                element.fail("pcastsrc: no session with \(server): \(error.code) (\(error.status)) \(error.detail)", debug: "\(error)")
+                return
+            }
+            let stream: MediaStream
+            do {
+                stream = try await sdk.subscribe(streamToken: token)
+            } catch {
+                element.fail("pcastsrc: the platform refused the subscription: \(error.code) (\(error.status)) \(error.detail)", debug: "\(error)")
+                return
+            }
+            guard !Task.isCancelled else { return }
+            let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+            live.withLock { $0.stream = stream; $0.renderer = renderer }
+            let element = self.element
+            let video = stream.getVideoTracks().first, audio = stream.getAudioTracks().first
+            pcast_src_add_pads(element.element, video != nil ? 1 : 0, audio != nil ? 1 : 0)
+            // Hooks go on a started renderer; the first frames decoded before them are not missed
+            // by a viewer that joins anyway at a keyframe.
+            let status = await renderer.start()
+            guard status == .ok else {
+                element.fail("pcastsrc: the stream cannot be decoded (\(status))")
+                return
+            }
+            do {
+                if let video {
+                    try renderer.setFrameReadyCallback(video) { notification in
+                        guard case .video(let frame)? = try? notification.read(),
+                              let caps = try? Caps("video/x-raw,format=\(frame.format.rawValue),width=\(frame.width),height=\(frame.height),framerate=0/1")
+                        else { return }
+                        _ = pcast_src_push(element.element, PCAST_PAD_VIDEO, frame.buffer.retainedPointer(), caps.pointer)
+                    }
+                }
+                if let audio {
+                    try renderer.setFrameReadyCallback(audio) { notification in
+                        guard case .audio(let frame)? = try? notification.read(),
+                              let caps = try? Caps("audio/x-raw,format=\(frame.format.gstreamerName),layout=interleaved,rate=\(frame.sampleRate),channels=\(frame.channels)")
+                        else { return }
+                        _ = pcast_src_push(element.element, PCAST_PAD_AUDIO, frame.buffer.retainedPointer(), caps.pointer)
+                    }
+                }
+            } catch {
+                element.fail("pcastsrc: cannot take the decoded frames: \(error)", debug: "\(error)")
+                return
+            }
+            let reason = await stream.ended()
+            guard !Task.isCancelled else { return }
+            switch reason {
+            case .remote(let why, let description):
+                element.post("pcast-stream-ended", [("reason", "\(why)"), ("description", description ?? "")])
+            default:
+                element.post("pcast-stream-ended", [("reason", "\(reason)")])
+            }
+            pcast_src_end(element.element)
+        }
+
+        func finish() async {
+            task.withLock { $0?.cancel() }
+            let (sdk, stream, renderer) = live.withLock { live in
+                defer { live = (nil, nil, nil) }
+                return live
+            }
+            await renderer?.stop()
+            await stream?.stop()
+            await sdk?.stop()
+        }
+    }
+
+    private let element: UnsafeMutablePointer<GstElement>
+    private let run = Mutex<Run?>(nil)
+
+    init(element: UnsafeMutablePointer<GstElement>) {
+        self.element = element
+    }
+
+    func start(_ settings: Settings) -> Bool {
+        let reference = ElementReference(element)
+        var missing: [String] = []
+        if settings.server == nil { missing.append("server") }
+        if settings.authToken == nil { missing.append("auth-token") }
+        if settings.token == nil { missing.append("token") }
+        guard missing.isEmpty else {
+            reference.fail("pcastsrc: set \(missing.joined(separator: ", "))", debug: "properties missing at READY → PAUSED")
+            return false
+        }
+        let run = Run(settings: settings, element: reference)
+        run.task.withLock { $0 = Task { await run.play() } }
+        self.run.withLock { $0 = run }
+        return true
+    }
+
+    func stop() {
+        guard let run = run.withLock({ current in defer { current = nil }; return current }) else { return }
+        waitBriefly { await run.finish() }
+    }
+}

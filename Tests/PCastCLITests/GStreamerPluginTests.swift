@@ -1,0 +1,238 @@
+import Foundation
+import PCastTestSupport
+import Testing
+
+/// The GStreamer plugin (`libgstpcast.so`, built beside the tests) loaded by GStreamer's own
+/// `gst-launch-1.0` and `gst-inspect-1.0`, against a `pcast serve` child: no Swift host, a fresh
+/// registry each time (so `gst-plugin-scanner` loads the plugin too).
+@Suite("GStreamer plugin: pcastsink and pcastsrc in gst-launch-1.0")
+struct GStreamerPluginTests {
+    /// GST_PLUGIN_PATH at the build directory, a registry of the test's own.
+    static func environment(_ base: [String: String]) throws -> [String: String] {
+        let directory = try pcastBinary().deletingLastPathComponent()
+        guard FileManager.default.fileExists(atPath: directory.appendingPathComponent("libgstpcast.so").path) else {
+            throw CLITestFailure("libgstpcast.so is not in \(directory.path): swift build builds it (make plugin)")
+        }
+        var environment = base
+        environment["GST_PLUGIN_PATH"] = directory.path
+        environment["GST_REGISTRY"] = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-registry-\(UUID().uuidString).bin").path
+        return environment
+    }
+
+    /// Runs a GStreamer tool with the plugin's environment (through env: runCommand takes none).
+    static func gst(_ tool: String, _ arguments: [String], environment: [String: String], timeout: TimeInterval = 60) throws -> CommandResult {
+        let assignments = ["GST_PLUGIN_PATH", "GST_REGISTRY"].compactMap { key in environment[key].map { "\(key)=\($0)" } }
+        return try runCommand(URL(fileURLWithPath: "/usr/bin/env"), assignments + [try executable(tool).path] + arguments, timeout: timeout)
+    }
+
+    @Test("gst-inspect-1.0 lists the plugin with both elements, their properties, pad templates and metadata")
+    func inspect() throws {
+        let environment = try Self.environment(ProcessInfo.processInfo.environment)
+        let plugin = try Self.gst("gst-inspect-1.0", ["pcast"], environment: environment)
+        #expect(plugin.status == 0, "\(plugin.stderr)")
+        #expect(plugin.stdout.contains("pcastsink: PCast publisher") && plugin.stdout.contains("pcastsrc: PCast subscriber"), "\(plugin.stdout)")
+        #expect(plugin.stdout.contains("libgstpcast.so") && plugin.stdout.contains("PCastKit"))
+        let sink = try Self.gst("gst-inspect-1.0", ["pcastsink"], environment: environment)
+        #expect(sink.status == 0, "\(sink.stderr)")
+        for property in ["server", "auth-token", "token", "tags", "publish-type", "stream-name", "video-bitrate", "stream-id"] {
+            #expect(sink.stdout.contains("\(property) "), "pcastsink has no \(property) property")
+        }
+        #expect(sink.stdout.contains("SINK template: 'video'") && sink.stdout.contains("SINK template: 'audio'") && sink.stdout.contains("On request"))
+        let source = try Self.gst("gst-inspect-1.0", ["pcastsrc"], environment: environment)
+        #expect(source.status == 0, "\(source.stderr)")
+        for property in ["server", "auth-token", "token", "playout-delay"] {
+            #expect(source.stdout.contains("\(property) "), "pcastsrc has no \(property) property")
+        }
+        #expect(source.stdout.contains("SRC template: 'video'") && source.stdout.contains("Sometimes"))
+    }
+
+    @Test("videotestsrc 320×240 and a tone → pcastsink: published (element message with the stream id), pcast subscribe --screenshot gets a 320×240 picture, EOS ends the stream as ended and gst-launch exits 0")
+    func sinkPublishes() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        let environment = try Self.environment(serve.environment)
+        let auth = try serve.token(["--type", "auth"])
+        let publish = try serve.token(["--type", "publish"])
+        let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-sink"])
+        let output = serve.directory.appendingPathComponent("gst-launch.out").path
+        let launcher = try ChildProcess.spawn(try executable("gst-launch-1.0"), [
+            "-m", "videotestsrc", "is-live=true", "num-buffers=300", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!",
+            "pcastsink", "name=p", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(publish)", "tags=channelAlias:gst-sink",
+            "audiotestsrc", "is-live=true", "num-buffers=500", "!", "p.audio",
+        ], environment: environment, output: output)
+        defer { launcher.stop() }
+        var published: String?
+        for _ in 0..<400 where published == nil {
+            let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+            published = text.split(separator: "\n").first { $0.contains("pcast-stream-published") }.map(String.init)
+            if published == nil { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        let line = try #require(published, "no pcast-stream-published message: \((try? String(contentsOfFile: output, encoding: .utf8)) ?? "")")
+        let streamId = try #require(line.range(of: "stream-id=(string)").map { String(line[$0.upperBound...].prefix { $0.isLetter || $0.isNumber || $0 == "-" }) })
+        #expect(streamId.hasPrefix("stream-") && streamId.count > 10, "\(line)")
+
+        let shot = serve.directory.appendingPathComponent("shot.png").path
+        let watched = try runCommand(try pcastBinary(), [
+            "subscribe", "--server", serve.signaling, "--token", stream, "--auth-token", auth, "--sink", "null", "--seconds", "2", "--screenshot", shot,
+        ], timeout: 60)
+        #expect(watched.status == 0, "\(watched.stderr)")
+        let png = try Data(contentsOf: URL(fileURLWithPath: shot))
+        #expect(png[16..<20].reduce(0) { $0 << 8 | Int($1) } == 320 && png[20..<24].reduce(0) { $0 << 8 | Int($1) } == 240)
+
+        // 300 frames at 30 fps: EOS after 10 s ends the stream, then gst-launch exits by itself.
+        let status = await Task.detached { launcher.wait() }.value
+        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        #expect(status == 0, "\(text.suffix(2_000))")
+        #expect(text.contains("pcast-stream-ended, reason=(string)ended"), "\(text.suffix(2_000))")
+        #expect(text.contains("Got EOS from element"))
+        // The platform's own record of the end (its log): ended, by the end of stream.
+        #expect(serve.output.contains("pcast.stream=\(streamId) [PCastServer] stream ended (ended: end of stream)"), "\(serve.output.suffix(2_000))")
+    }
+
+    @Test("pcastsrc plays an SDK publisher's stream: gst-launch decodes its 320×180 video and its audio; the publisher's end is a pcast-stream-ended message and EOS")
+    func sourcePlays() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        let environment = try Self.environment(serve.environment)
+        let auth = try serve.token(["--type", "auth"])
+        let publish = try serve.token(["--type", "publish", "--channel-alias", "gst-src"])
+        let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-src"])
+        let published = serve.directory.appendingPathComponent("publish.out").path
+        let publisher = try ChildProcess.spawn(try pcastBinary(), [
+            "publish", "--server", serve.signaling, "--token", publish, "--auth-token", auth,
+            "--width", "320", "--height", "180", "--tag", "channelAlias:gst-src", "--seconds", "8"], environment: serve.environment, output: published)
+        defer { publisher.stop() }
+        for _ in 0..<200 where ((try? String(contentsOfFile: published, encoding: .utf8)) ?? "").isEmpty {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        // -v prints each buffer reaching the fakesinks; the stream's end (8 s) ends the run.
+        let played = try Self.gst("gst-launch-1.0", [
+            "-v", "-m", "pcastsrc", "name=s", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(stream)", "playout-delay=80",
+            "s.video", "!", "videoconvert", "!", "video/x-raw,format=RGB", "!", "fakesink", "name=v", "silent=false",
+            "s.audio", "!", "audioconvert", "!", "fakesink", "name=a", "silent=false",
+        ], environment: environment, timeout: 60)
+        #expect(played.status == 0, "\(played.stderr.suffix(2_000))")
+        let lines = played.stdout.split(separator: "\n")
+        let videoBuffers = lines.filter { $0.contains("/GstFakeSink:v: last-message = chain") }.count
+        let audioBuffers = lines.filter { $0.contains("/GstFakeSink:a: last-message = chain") }.count
+        #expect(videoBuffers >= 90, "\(videoBuffers) video frames decoded in about 8 s")
+        #expect(audioBuffers >= 90, "\(audioBuffers) audio buffers")
+        #expect(played.stdout.contains("width=(int)320, height=(int)180"), "\(played.stdout.prefix(3_000))")
+        #expect(played.stdout.contains("pcast-stream-ended, reason=(string)ended"), "\(played.stdout.suffix(2_000))")
+        #expect(played.stdout.contains("Got EOS from element"))
+    }
+
+    @Test("a Python application (python3-gi) loads the plugin, publishes with pcastsink until EOS, reads its stream-id property, and exits cleanly")
+    func pythonApplication() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        let environment = try Self.environment(serve.environment)
+        let auth = try serve.token(["--type", "auth"])
+        let publish = try serve.token(["--type", "publish"])
+        let script = """
+        import sys, gi
+        gi.require_version('Gst', '1.0')
+        from gi.repository import Gst, GLib
+        Gst.init(None)
+        pipeline = Gst.parse_launch('videotestsrc is-live=true num-buffers=90 ! video/x-raw,width=320,height=240 ! pcastsink name=p')
+        sink = pipeline.get_by_name('p')
+        sink.set_property('server', sys.argv[1]); sink.set_property('auth-token', sys.argv[2]); sink.set_property('token', sys.argv[3])
+        seen = {}
+        def on_message(bus, message):
+            if message.type == Gst.MessageType.ELEMENT and message.get_structure().get_name() == 'pcast-stream-published':
+                seen['message'] = message.get_structure().get_string('stream-id')
+            elif message.type in (Gst.MessageType.EOS, Gst.MessageType.ERROR):
+                if message.type == Gst.MessageType.ERROR: seen['error'] = message.parse_error()[0].message
+                loop.quit()
+        bus = pipeline.get_bus(); bus.add_signal_watch(); bus.connect('message', on_message)
+        loop = GLib.MainLoop(); pipeline.set_state(Gst.State.PLAYING); loop.run()
+        seen['property'] = sink.get_property('stream-id')
+        pipeline.set_state(Gst.State.NULL)
+        print(seen)
+        sys.exit(0 if 'error' not in seen and seen.get('message') and seen.get('message') == seen.get('property') else 4)
+        """
+        let assignments = ["GST_PLUGIN_PATH", "GST_REGISTRY"].compactMap { key in environment[key].map { "\(key)=\($0)" } }
+        // python3-gi imports only in Debian's python3.
+        let result = try runCommand(URL(fileURLWithPath: "/usr/bin/env"), assignments + ["/usr/bin/python3", "-c", script, serve.signaling, auth, publish],
+                                    timeout: 60)
+        #expect(result.status == 0, "\(result.stdout) \(result.stderr.suffix(2_000))")
+        #expect(result.stdout.contains("'property': 'stream-"), "\(result.stdout)")
+    }
+
+    /// The `gst-launch-1.0 …` line of a stock description's header, with its placeholders for the
+    /// platform, tokens and paths replaced, as arguments.
+    static func header(_ name: String, _ replacements: [String: String]) throws -> [String] {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("pipelines/\(name).pipeline")
+        let text = try String(contentsOf: file, encoding: .utf8)
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("#   gst-launch-1.0 ") }) else {
+            throw CLITestFailure("\(name).pipeline has no gst-launch-1.0 line")
+        }
+        var command = String(line.dropFirst("#   gst-launch-1.0 ".count))
+        for (placeholder, value) in replacements { command = command.replacingOccurrences(of: placeholder, with: value) }
+        return command.split(separator: " ").map(String.init)
+    }
+
+    @Test("the stock descriptions run as their headers say: a clip published from a file (pcast-file-to-platform) is recorded by a viewer (pcast-platform-to-file) to an MP4 with H.264 and AAC")
+    func stockDescriptions() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        let environment = try Self.environment(serve.environment)
+        let clip = try await TestMedia.clip720p()
+        let auth = try serve.token(["--type", "auth"])
+        let publish = try serve.token(["--type", "publish"])
+        let stream = try serve.token(["--type", "stream", "--channel-alias", "lobby"])
+        let recording = serve.directory.appendingPathComponent("recording.mp4").path
+        let common = ["ws://127.0.0.1:8080/ws": serve.signaling, "$AUTH": auth]
+        let publisher = try ChildProcess.spawn(try executable("gst-launch-1.0"),
+                                               try Self.header("pcast-file-to-platform", common.merging(["$PUBLISH": publish, "file:///path/clip.mp4": URL(fileURLWithPath: clip).absoluteString]) { $1 }),
+                                               environment: environment, output: serve.directory.appendingPathComponent("publisher.out").path, errorsToOutput: true)
+        defer { publisher.stop() }
+        // The viewer retries until the file's stream is up; the 5.3 s clip's end ends the stream,
+        // which ends the viewer's pipeline with EOS (the MP4 is finished); Ctrl-C after 15 s otherwise.
+        var recorded = false
+        for _ in 0..<20 where !recorded {
+            try await Task.sleep(for: .milliseconds(500))
+            let viewer = try ChildProcess.spawn(try executable("gst-launch-1.0"),
+                                                try Self.header("pcast-platform-to-file", common.merging(["$STREAM": stream, "recording.mp4": recording]) { $1 }),
+                                                environment: environment, output: serve.directory.appendingPathComponent("viewer.out").path, errorsToOutput: true)
+            let deadline = ContinuousClock.now + .seconds(15)
+            while viewer.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+            if viewer.isRunning { viewer.interrupt(grace: .seconds(10)) }
+            let size = (try? FileManager.default.attributesOfItem(atPath: recording)[.size] as? Int) ?? 0
+            recorded = size > 10_000
+        }
+        #expect(recorded, "the viewer never got the stream: \((try? String(contentsOfFile: serve.directory.appendingPathComponent("viewer.out").path, encoding: .utf8)) ?? "") publisher: \((try? String(contentsOfFile: serve.directory.appendingPathComponent("publisher.out").path, encoding: .utf8))?.suffix(3_000) ?? "")")
+        let probe = try runCommand(try executable("ffprobe"), ["-v", "error", "-show_entries", "stream=codec_name:format=duration", "-of", "csv=p=0", recording])
+        #expect(probe.status == 0, "\(probe.stderr)")
+        #expect(probe.stdout.contains("h264") && probe.stdout.contains("aac"), "\(probe.stdout)")
+        let duration = probe.lines.compactMap { Double($0.trimmingCharacters(in: .whitespaces)) }.last ?? 0
+        #expect(duration >= 2, "\(probe.stdout)")
+    }
+
+    @Test("refusals are element errors with the platform's status: a forged token (unauthorized), an unreachable platform (connectionFailed), missing properties named; gst-launch exits 1")
+    func refusals() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        let environment = try Self.environment(serve.environment)
+        let auth = try serve.token(["--type", "auth"])
+        let source = ["videotestsrc", "is-live=true", "num-buffers=60", "!", "video/x-raw,width=320,height=240", "!"]
+        let forged = try Self.gst("gst-launch-1.0", source + ["pcastsink", "server=\(serve.signaling)", "auth-token=\(auth)", "token=DIGEST:forged"],
+                                  environment: environment)
+        #expect(forged.status == 1)
+        #expect((forged.stdout + forged.stderr).contains("unauthorized") || (forged.stdout + forged.stderr).contains("badRequest"),
+                "\(forged.stdout) \(forged.stderr)")
+        let unreachable = try Self.gst("gst-launch-1.0", source + ["pcastsink", "server=ws://127.0.0.1:1/ws", "auth-token=\(auth)", "token=x"],
+                                       environment: environment)
+        #expect(unreachable.status == 1)
+        #expect((unreachable.stdout + unreachable.stderr).contains("connectionFailed"), "\(unreachable.stdout) \(unreachable.stderr)")
+        let missing = try Self.gst("gst-launch-1.0", source + ["pcastsink", "server=\(serve.signaling)"], environment: environment)
+        // Refused at READY → PAUSED: gst-launch says the pipeline would not pause and exits 255.
+        #expect(missing.status != 0)
+        #expect((missing.stdout + missing.stderr).contains("set auth-token, token"), "\(missing.stdout) \(missing.stderr)")
+        let refusedViewer = try Self.gst("gst-launch-1.0", ["pcastsrc", "server=\(serve.signaling)", "auth-token=\(auth)", "token=DIGEST:forged", "!", "fakesink"],
+                                         environment: environment)
+        #expect(refusedViewer.status == 1)
+        #expect((refusedViewer.stdout + refusedViewer.stderr).contains("pcastsrc: the platform refused"), "\(refusedViewer.stdout) \(refusedViewer.stderr)")
+    }
+}
