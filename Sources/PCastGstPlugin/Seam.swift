@@ -94,6 +94,16 @@ final class ElementReference: @unchecked Sendable {
         pcast_element_post(element, name, first?.0, first?.1, second?.0, second?.1)
     }
 
+    /// Whether every property has a value; else an element error naming the missing ones.
+    func requireProperties(_ element: String, _ values: KeyValuePairs<String, String?>) -> Bool {
+        let missing = values.filter { $0.value == nil }.map(\.key)
+        guard missing.isEmpty else {
+            fail("\(element): set \(missing.joined(separator: ", "))", debug: "properties missing at READY → PAUSED")
+            return false
+        }
+        return true
+    }
+
     /// An element error: gst-launch prints `message` and exits non-zero.
     func fail(_ message: String, debug: String = "") {
         pcast_element_post_error(element, message, debug)

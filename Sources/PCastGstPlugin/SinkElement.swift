@@ -159,12 +159,7 @@ final class SinkElement: @unchecked Sendable {
 
     func start(_ settings: Settings) -> Bool {
         let reference = ElementReference(element)
-        var missing: [String] = []
-        if settings.server == nil { missing.append("server") }
-        if settings.authToken == nil { missing.append("auth-token") }
-        if settings.token == nil { missing.append("token") }
-        guard missing.isEmpty else {
-            reference.fail("pcastsink: set \(missing.joined(separator: ", "))", debug: "properties missing at READY → PAUSED")
+        guard reference.requireProperties("pcastsink", ["server": settings.server, "auth-token": settings.authToken, "token": settings.token]) else {
             return false
         }
         guard settings.video || settings.audio else {

@@ -120,12 +120,7 @@ final class SourceElement: @unchecked Sendable {
 
     func start(_ settings: Settings) -> Bool {
         let reference = ElementReference(element)
-        var missing: [String] = []
-        if settings.server == nil { missing.append("server") }
-        if settings.authToken == nil { missing.append("auth-token") }
-        if settings.token == nil { missing.append("token") }
-        guard missing.isEmpty else {
-            reference.fail("pcastsrc: set \(missing.joined(separator: ", "))", debug: "properties missing at READY → PAUSED")
+        guard reference.requireProperties("pcastsrc", ["server": settings.server, "auth-token": settings.authToken, "token": settings.token]) else {
             return false
         }
         let run = Run(settings: settings, element: reference)

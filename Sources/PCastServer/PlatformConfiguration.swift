@@ -57,6 +57,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// request head may take (see ``ConnectionLimits``).
     public var connectionLimits = ConnectionLimits()
     /// Ingests running at once, per session and in all.
+    /// STUN/TURN servers WHIP and WHEP clients are told about (`Link: …; rel="ice-server"`, RFC
+    /// 9725 §4.6): for clients behind NATs that the relay's host candidates alone do not get through.
+    public var iceServers: [ICEServer] = []
     public var maximumIngestsPerSession = 4
     public var maximumIngests = 32
 
@@ -386,4 +389,53 @@ public enum ConfigurationError: Error, Sendable, Hashable, CustomStringConvertib
         case .invalidValue(let name, let value, let reason): return "invalid \(name) '\(value)': \(reason)"
         }
     }
+}
+
+/// A STUN or TURN server announced to WebRTC clients.
+///
+/// ```swift
+/// let turn = try ICEServer(parsing: "turn:turn.example.net:3478?transport=udp,alice,secret")
+/// turn.linkHeader   // <turn:turn.example.net:3478?transport=udp>; rel="ice-server"; username="alice"; credential="secret"; credential-type="password"
+/// ```
+public struct ICEServer: Sendable, Hashable, CustomStringConvertible {
+    public var url: String
+    public var username: String?
+    public var credential: String?
+
+    public struct Invalid: Error, Sendable, CustomStringConvertible {
+        public let description: String
+    }
+
+    public init(url: String, username: String? = nil, credential: String? = nil) throws(Invalid) {
+        let scheme = url.split(separator: ":", maxSplits: 1).first.map { $0.lowercased() } ?? ""
+        guard ["stun", "stuns", "turn", "turns"].contains(scheme), url.count > scheme.count + 1 else {
+            throw Invalid(description: "'\(url)' is not a stun:, stuns:, turn: or turns: URI")
+        }
+        // Quotes and line breaks would end the header's parameters early.
+        for part in [url, username ?? "", credential ?? ""] where part.contains(where: { $0 == "\"" || $0 == ">" || $0.isNewline }) {
+            throw Invalid(description: "'\(part)' holds a quote, '>' or a line break")
+        }
+        guard (username == nil) == (credential == nil) else { throw Invalid(description: "a TURN username needs a credential, and the reverse") }
+        self.url = url
+        self.username = username
+        self.credential = credential
+    }
+
+    /// `URL` or `URL,USERNAME,CREDENTIAL` (what `pcast serve --ice-server` takes).
+    public init(parsing text: String) throws(Invalid) {
+        let parts = text.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        guard parts.count == 1 || parts.count == 3 else { throw Invalid(description: "'\(text)': give URL or URL,USERNAME,CREDENTIAL") }
+        try self.init(url: parts[0], username: parts.count == 3 ? parts[1] : nil, credential: parts.count == 3 ? parts[2] : nil)
+    }
+
+    /// The `Link` header value (RFC 9725 §4.6).
+    public var linkHeader: String {
+        var value = "<\(url)>; rel=\"ice-server\""
+        if let username, let credential {
+            value += "; username=\"\(username)\"; credential=\"\(credential)\"; credential-type=\"password\""
+        }
+        return value
+    }
+
+    public var description: String { url }
 }

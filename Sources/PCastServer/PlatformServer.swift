@@ -252,7 +252,7 @@ public final class PlatformServer: Sendable {
         let router = Router(context: PlatformRequestContext.self)
         let backend = backendPolicy.map { SampleBackend(applicationId: configuration.applicationId, secret: configuration.secret, policy: $0) }
         HTTPRoutes(platform: platform, configuration: configuration, relay: relay, metrics: metrics, backend: backend).register(on: router)
-        WebRTCRoutes(platform: platform).register(on: router)
+        WebRTCRoutes(platform: platform, iceServers: configuration.iceServers).register(on: router)
 
         let limit = configuration.messageSizeLimit
         let webSocket = WebSocketServerConfiguration(

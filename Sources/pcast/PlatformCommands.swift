@@ -49,9 +49,23 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "IPv4 address browsers and other WebRTC peers reach the relay at, announced as its ICE candidate (repeatable); needed when --host is 0.0.0.0 behind NAT or a load balancer. Default: the bound address, or every interface's. PCAST_PUBLIC_ADDRESS, comma-separated.")
     var publicAddress: [String] = []
 
+    @Option(help: "A STUN or TURN server WHIP/WHEP clients are told about with a Link header (repeatable): URL, or URL,USERNAME,CREDENTIAL for TURN. PCAST_ICE_SERVERS, semicolon-separated.")
+    var iceServer: [String] = []
+
     func run() async throws {
         PCastCommand.bootstrapLogging()
         let environment = ProcessInfo.processInfo.environment
+        var iceServers: [ICEServer] = []
+        let iceServerTexts = iceServer.isEmpty
+            ? (environment["PCAST_ICE_SERVERS"] ?? "").split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            : iceServer
+        for text in iceServerTexts {
+            do {
+                iceServers.append(try ICEServer(parsing: text))
+            } catch {
+                throw fail("--ice-server: \(error)", code: 2)
+            }
+        }
         let announced = publicAddress.isEmpty
             ? (environment["PCAST_PUBLIC_ADDRESS"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             : publicAddress
@@ -77,6 +91,7 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.resumeWindow = resumeWindow
         }
         configuration.rtmpPort = noRTMP ? nil : rtmpPort
+        configuration.iceServers = iceServers
         let password = moderatorPassword ?? ProcessInfo.processInfo.environment["PCAST_MODERATOR_PASSWORD"]
         let policy: (any BackendPolicy)? = sampleBackend ? SampleBackendPolicy(moderatorPassword: password) : nil
         do {

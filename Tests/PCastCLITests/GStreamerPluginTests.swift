@@ -4,8 +4,9 @@ import Testing
 
 /// The GStreamer plugin (`libgstpcast.so`, built beside the tests) loaded by GStreamer's own
 /// `gst-launch-1.0` and `gst-inspect-1.0`, against a `pcast serve` child: no Swift host, a fresh
-/// registry each time (so `gst-plugin-scanner` loads the plugin too).
-@Suite("GStreamer plugin: pcastsink and pcastsrc in gst-launch-1.0")
+/// registry each time (so `gst-plugin-scanner` loads the plugin too). One test at a time: each runs
+/// a platform, encoders and decoders, which would starve each other's frame counts on two cores.
+@Suite("GStreamer plugin: pcastsink and pcastsrc in gst-launch-1.0", .serialized)
 struct GStreamerPluginTests {
     /// GST_PLUGIN_PATH at the build directory, a registry of the test's own.
     static func environment(_ base: [String: String]) throws -> [String: String] {

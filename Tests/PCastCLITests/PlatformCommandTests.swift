@@ -61,10 +61,12 @@ struct PlatformCommandTests {
         #expect(refused.stderr.contains("unauthorized") || refused.stderr.contains("bad-request"), "\(refused.stderr)")
     }
 
-    @Test("pcast serve --public-address: WHIP answers announce that address as the relay's candidate, the page, WHIP and WHEP URLs are printed; a malformed address exits 2")
+    @Test("pcast serve --public-address and --ice-server: WHIP answers announce that address as the relay's candidate and the STUN/TURN servers as Link headers, the page, WHIP and WHEP URLs are printed; a malformed address or server exits 2")
     func publicAddress() async throws {
         let bad = try runCommand(try pcastBinary(), ["serve", "--secret", "s", "--public-address", "relay.example", "--no-rtmp"])
         #expect(bad.status == 2 && bad.stderr.contains("not an IPv4 address"), "\(bad.status) \(bad.stderr)")
+        let badICE = try runCommand(try pcastBinary(), ["serve", "--secret", "s", "--ice-server", "http://stun.example", "--no-rtmp"])
+        #expect(badICE.status == 2 && badICE.stderr.contains("is not a stun:, stuns:, turn: or turns: URI"), "\(badICE.status) \(badICE.stderr)")
 
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-serve-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -74,7 +76,9 @@ struct PlatformCommandTests {
         environment["PCAST_SECRET"] = "cli-test-secret"
         let server = try ChildProcess.spawn(try pcastBinary(), [
             "serve", "--application-id", "cli-app", "--http-port", "0", "--media-port", "0", "--no-rtmp",
-            "--public-address", "127.0.0.9", "--data-dir", directory.appendingPathComponent("data").path], environment: environment, output: log)
+            "--public-address", "127.0.0.9", "--ice-server", "stun:stun.example.net:3478",
+            "--ice-server", "turn:turn.example.net:3478?transport=udp,alice,s3cret",
+            "--data-dir", directory.appendingPathComponent("data").path], environment: environment, output: log)
         defer { server.stop() }
         var printed = ""
         for _ in 0..<200 where !printed.contains("WHEP") {
@@ -92,9 +96,14 @@ struct PlatformCommandTests {
                                                        "--expires-in", "600", "--type", "publish"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let offer = directory.appendingPathComponent("offer.sdp")
         try Self.offer.write(to: offer, atomically: true, encoding: .utf8)
-        let answer = try runCommand(try executable("curl"), ["-s", "-X", "POST", "-H", "Content-Type: application/sdp", "-H", "Authorization: Bearer \(token)",
+        let answer = try runCommand(try executable("curl"), ["-s", "-i", "-X", "POST", "-H", "Content-Type: application/sdp", "-H", "Authorization: Bearer \(token)",
                                                              "--data-binary", "@\(offer.path)", "http://127.0.0.1:\(port)/whip/cli-room"])
         #expect(answer.stdout.contains("a=candidate:1 1 udp 2130706431 127.0.0.9 \(mediaPort) typ host"), "\(answer.stdout)")
+        // --ice-server: one Link header each on the new session (RFC 9725 §4.6), TURN with its credential.
+        // Header lines end in CRLF, one Character in Swift: split on any line break.
+        let links = answer.stdout.split(whereSeparator: \.isNewline).filter { $0.lowercased().hasPrefix("link:") }
+        #expect(links.contains { $0.contains("<stun:stun.example.net:3478>; rel=\"ice-server\"") }, "\(answer.stdout.prefix(1_000))")
+        #expect(links.contains { $0.contains("<turn:turn.example.net:3478?transport=udp>; rel=\"ice-server\"; username=\"alice\"; credential=\"s3cret\"; credential-type=\"password\"") }, "\(links)")
         #expect(!answer.stdout.contains(" 127.0.0.1 \(mediaPort) typ host"))
     }
 

@@ -8,13 +8,19 @@ import NIOCore
 /// are `application/problem+json` (RFC 9457).
 struct WebRTCRoutes: Sendable {
     let platform: Platform
+    /// Announced with `Link` headers on each new session and on `OPTIONS` (RFC 9725 §4.6).
+    var iceServers: [ICEServer] = []
 
     /// Largest SDP offer read (browsers' offers are a few kilobytes).
     static let offerLimit = 64 * 1024
 
     func register(on router: Router<PlatformRequestContext>) {
         for kind in Kind.allCases {
-            router.on("/\(kind.rawValue)/:name", method: .options) { _, _ in Self.preflight(accepting: "Accept-Post", "application/sdp") }
+            router.on("/\(kind.rawValue)/:name", method: .options) { _, _ in
+                var response = Self.preflight(accepting: "Accept-Post", "application/sdp")
+                addICEServers(&response)
+                return response
+            }
             router.post("/\(kind.rawValue)/:name") { request, context in
                 try await create(kind, request, context: context)
             }
@@ -78,6 +84,7 @@ struct WebRTCRoutes: Sendable {
             let escaped = name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? name
             response.headers[.location] = "/\(kind.rawValue)/\(escaped)/\(created.resourceId)"
             response.headers[.init("X-PCast-Stream-Id")!] = created.streamId
+            addICEServers(&response)
             return response
         }
     }
@@ -102,6 +109,12 @@ struct WebRTCRoutes: Sendable {
         var response = Response(status: .noContent)
         Self.addCORS(&response)
         return response
+    }
+
+    /// One `Link` header per configured STUN/TURN server.
+    private func addICEServers(_ response: inout Response) {
+        guard !iceServers.isEmpty else { return }
+        response.headers[values: .init("Link")!] = iceServers.map(\.linkHeader)
     }
 
     static func bearer(_ header: String?) -> String? {
