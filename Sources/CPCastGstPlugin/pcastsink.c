@@ -14,6 +14,7 @@ struct _PCastSink {
   // Properties, under GST_OBJECT_LOCK.
   gchar *server, *auth_token, *token, *tags, *stream_name, *publish_type, *stream_id;
   guint video_bitrate;
+  gboolean chains_built;  // the elements after each pad's queue exist (from READY -> PAUSED on)
   void *swift;  // the Swift context, owned
 };
 
@@ -25,6 +26,9 @@ static GstStaticPadTemplate video_template = GST_STATIC_PAD_TEMPLATE(
     "video", GST_PAD_SINK, GST_PAD_REQUEST, GST_STATIC_CAPS("video/x-raw"));
 static GstStaticPadTemplate audio_template = GST_STATIC_PAD_TEMPLATE(
     "audio", GST_PAD_SINK, GST_PAD_REQUEST, GST_STATIC_CAPS("audio/x-raw"));
+// Already-encoded H.264: passed through (parsed, muxed to FLV for the SDK's ingest), never decoded.
+static GstStaticPadTemplate h264_template = GST_STATIC_PAD_TEMPLATE(
+    "video_h264", GST_PAD_SINK, GST_PAD_REQUEST, GST_STATIC_CAPS("video/x-h264"));
 
 G_DEFINE_TYPE(PCastSink, pcast_sink, GST_TYPE_BIN);
 
@@ -88,45 +92,133 @@ static GstFlowReturn hand_over(GstAppSink *sink, PCastSink *self, PCastPadKind k
 static GstFlowReturn on_video_sample(GstAppSink *sink, gpointer data) { return hand_over(sink, PCAST_SINK(data), PCAST_PAD_VIDEO); }
 static GstFlowReturn on_audio_sample(GstAppSink *sink, gpointer data) { return hand_over(sink, PCAST_SINK(data), PCAST_PAD_AUDIO); }
 
+static GstFlowReturn on_flv_sample(GstAppSink *sink, gpointer data) {
+  PCastSink *self = PCAST_SINK(data);
+  GstSample *sample = gst_app_sink_pull_sample(sink);
+  if (sample == NULL) return GST_FLOW_OK;
+  pcast_swift_sink_flv(self->swift, sample);
+  gst_sample_unref(sample);
+  return GST_FLOW_OK;
+}
+static void on_flv_eos(GstAppSink *sink, gpointer data) {
+  pcast_swift_sink_eos(PCAST_SINK(data)->swift, PCAST_PAD_VIDEO);
+  pcast_swift_sink_eos(PCAST_SINK(data)->swift, PCAST_PAD_AUDIO);
+}
+
 // Block (bounded) until the stream's end is sent: the bin's EOS, and gst-launch's exit, wait for it.
 static void on_video_eos(GstAppSink *sink, gpointer data) { pcast_swift_sink_eos(PCAST_SINK(data)->swift, PCAST_PAD_VIDEO); }
 static void on_audio_eos(GstAppSink *sink, gpointer data) { pcast_swift_sink_eos(PCAST_SINK(data)->swift, PCAST_PAD_AUDIO); }
 
-static GstPad *pcast_sink_request_new_pad(GstElement *element, GstPadTemplate *templ, const gchar *unused, const GstCaps *caps) {
-  const gchar *kind = GST_PAD_TEMPLATE_NAME_TEMPLATE(templ);
-  GstPad *existing = gst_element_get_static_pad(element, kind);
-  if (existing) {
-    gst_object_unref(existing);
-    GST_WARNING_OBJECT(element, "pcastsink has one %s pad", kind);
-    return NULL;
-  }
-  gchar *queue_name = g_strdup_printf("%s-queue", kind), *sink_name = g_strdup_printf("%s-appsink", kind);
-  GstElement *queue = gst_element_factory_make("queue", queue_name);
-  GstElement *sink = gst_element_factory_make("appsink", sink_name);
-  g_free(queue_name);
-  g_free(sink_name);
-  if (!queue || !sink) {
-    if (queue) gst_object_unref(queue);
-    if (sink) gst_object_unref(sink);
-    return NULL;
-  }
-  // A few buffers of slack, not leaky: a file's demuxer must wait while the sink prerolls (a
-  // leaky queue let it race through the whole file before PLAYING). The appsink drops instead
-  // when Swift falls behind.
-  g_object_set(queue, "max-size-buffers", 4, "max-size-bytes", 0, "max-size-time", (guint64)0, NULL);
+static gboolean has_pad(GstElement *element, const char *name) {
+  GstPad *pad = gst_element_get_static_pad(element, name);
+  if (pad) gst_object_unref(pad);
+  return pad != NULL;
+}
+
+static GstElement *child(GstElement *element, const char *kind, const char *suffix) {
+  gchar *name = g_strconcat(kind, suffix, NULL);
+  GstElement *found = gst_bin_get_by_name(GST_BIN(element), name);
+  g_free(name);
+  return found;  // transfer full, or NULL
+}
+
+static GstElement *make(GstElement *bin, const char *factory, const char *kind, const char *suffix) {
+  gchar *name = g_strconcat(kind, suffix, NULL);
+  GstElement *made = gst_element_factory_make(factory, name);
+  g_free(name);
+  if (made) gst_bin_add(GST_BIN(bin), made);
+  else GST_ELEMENT_ERROR(bin, CORE, MISSING_PLUGIN, ("pcastsink needs the GStreamer element %s", factory), (NULL));
+  return made;
+}
+
+// queue -> appsink for raw media: each sample goes to Swift, which feeds the SDK's encoders.
+static gboolean build_raw_chain(GstElement *element, const char *kind) {
+  GstElement *queue = child(element, kind, "-queue");
+  GstElement *sink = make(element, "appsink", kind, "-appsink");
+  if (!queue || !sink) { if (queue) gst_object_unref(queue); return FALSE; }
   g_object_set(sink, "sync", TRUE, "max-buffers", 2, "drop", TRUE, "emit-signals", FALSE, NULL);
   GstAppSinkCallbacks callbacks = {0};
   gboolean audio = g_strcmp0(kind, "audio") == 0;
   callbacks.new_sample = audio ? on_audio_sample : on_video_sample;
   callbacks.eos = audio ? on_audio_eos : on_video_eos;
   gst_app_sink_set_callbacks(GST_APP_SINK(sink), &callbacks, element, NULL);
-  gst_bin_add_many(GST_BIN(element), queue, sink, NULL);
-  gst_element_link(queue, sink);
+  gboolean linked = gst_element_link(queue, sink);
+  gst_element_sync_state_with_parent(sink);
+  gst_object_unref(queue);
+  return linked;
+}
+
+// H.264 passed through: h264parse -> flvmux (with the audio, encoded to AAC) -> appsink; Swift
+// pushes the FLV into the SDK's ingest, which re-payloads the H.264 and makes Opus of the AAC.
+static gboolean build_passthrough_chain(GstElement *element, gboolean audio) {
+  GstElement *queue = child(element, "video_h264", "-queue");
+  GstElement *parse = make(element, "h264parse", "video_h264", "-parse");
+  GstElement *mux = make(element, "flvmux", "flv", "-mux");
+  GstElement *sink = make(element, "appsink", "flv", "-appsink");
+  gboolean ok = queue && parse && mux && sink;
+  if (ok) {
+    g_object_set(parse, "config-interval", -1, NULL);
+    g_object_set(mux, "streamable", TRUE, NULL);
+    g_object_set(sink, "sync", FALSE, "emit-signals", FALSE, NULL);
+    GstAppSinkCallbacks callbacks = {0};
+    callbacks.new_sample = on_flv_sample;
+    callbacks.eos = on_flv_eos;
+    gst_app_sink_set_callbacks(GST_APP_SINK(sink), &callbacks, element, NULL);
+    GstCaps *avc = gst_caps_from_string("video/x-h264,stream-format=avc,alignment=au");
+    ok = gst_element_link(queue, parse) && gst_element_link_filtered(parse, mux, avc) && gst_element_link(mux, sink);
+    gst_caps_unref(avc);
+  }
+  if (ok && audio) {
+    GstElement *audio_queue = child(element, "audio", "-queue");
+    GstElement *convert = make(element, "audioconvert", "audio", "-convert");
+    GstElement *resample = make(element, "audioresample", "audio", "-resample");
+    GstElement *encoder = make(element, "avenc_aac", "audio", "-aac");
+    GstElement *aacparse = make(element, "aacparse", "audio", "-aacparse");
+    ok = audio_queue && convert && resample && encoder && aacparse
+      && gst_element_link_many(audio_queue, convert, resample, encoder, aacparse, mux, NULL);
+    if (audio_queue) gst_object_unref(audio_queue);
+  }
+  if (queue) gst_object_unref(queue);
+  return ok;
+}
+
+static gboolean build_chains(PCastSink *self) {
+  GstElement *element = GST_ELEMENT(self);
+  if (self->chains_built) return TRUE;
+  self->chains_built = TRUE;
+  gboolean ok = TRUE;
+  if (has_pad(element, "video_h264")) {
+    ok = build_passthrough_chain(element, has_pad(element, "audio"));
+  } else {
+    if (has_pad(element, "video")) ok = build_raw_chain(element, "video");
+    if (ok && has_pad(element, "audio")) ok = build_raw_chain(element, "audio");
+  }
+  return ok;
+}
+
+static GstPad *pcast_sink_request_new_pad(GstElement *element, GstPadTemplate *templ, const gchar *unused, const GstCaps *caps) {
+  PCastSink *self = PCAST_SINK(element);
+  const gchar *kind = GST_PAD_TEMPLATE_NAME_TEMPLATE(templ);
+  gboolean video = g_str_has_prefix(kind, "video");
+  if (has_pad(element, kind) || (video && (has_pad(element, "video") || has_pad(element, "video_h264")))) {
+    GST_WARNING_OBJECT(element, "pcastsink has one video pad (raw or H.264) and one audio pad");
+    return NULL;
+  }
+  if (self->chains_built && (g_strcmp0(kind, "video_h264") == 0 || has_pad(element, "video_h264"))) {
+    GST_WARNING_OBJECT(element, "H.264 passthrough pads are requested before the element starts");
+    return NULL;
+  }
+  GstElement *queue = make(element, "queue", kind, "-queue");
+  if (!queue) return NULL;
+  // A few buffers of slack, not leaky: a file's demuxer must wait while the sink prerolls (a
+  // leaky queue let it race through the whole file before PLAYING). The appsink drops instead
+  // when Swift falls behind.
+  g_object_set(queue, "max-size-buffers", 4, "max-size-bytes", 0, "max-size-time", (guint64)0, NULL);
   GstPad *target = gst_element_get_static_pad(queue, "sink");
   GstPad *ghost = gst_ghost_pad_new_from_template(kind, target, templ);
   gst_object_unref(target);
-  // A pad requested while the bin runs: its elements catch up.
-  gst_element_sync_state_with_parent(sink);
+  // A pad requested while the bin runs: its chain is made now, and its elements catch up.
+  if (self->chains_built) build_raw_chain(element, kind);
   gst_element_sync_state_with_parent(queue);
   gst_pad_set_active(ghost, TRUE);
   gst_element_add_pad(element, ghost);
@@ -138,24 +230,16 @@ static void pcast_sink_release_pad(GstElement *element, GstPad *pad) {
   gst_pad_set_active(pad, FALSE);
   gst_ghost_pad_set_target(GST_GHOST_PAD(pad), NULL);
   gst_element_remove_pad(element, pad);
-  const char *suffixes[] = {"-queue", "-appsink"};
+  const char *suffixes[] = {"-queue", "-appsink", "-parse", "-convert", "-resample", "-aac", "-aacparse"};
   for (guint i = 0; i < G_N_ELEMENTS(suffixes); i++) {
-    gchar *name = g_strconcat(kind, suffixes[i], NULL);
-    GstElement *child = gst_bin_get_by_name(GST_BIN(element), name);
-    g_free(name);
-    if (!child) continue;
-    gst_element_set_locked_state(child, TRUE);
-    gst_element_set_state(child, GST_STATE_NULL);
-    gst_bin_remove(GST_BIN(element), child);
-    gst_object_unref(child);
+    GstElement *found = child(element, kind, suffixes[i]);
+    if (!found) continue;
+    gst_element_set_locked_state(found, TRUE);
+    gst_element_set_state(found, GST_STATE_NULL);
+    gst_bin_remove(GST_BIN(element), found);
+    gst_object_unref(found);
   }
   g_free(kind);
-}
-
-static gboolean has_pad(GstElement *element, const char *name) {
-  GstPad *pad = gst_element_get_static_pad(element, name);
-  if (pad) gst_object_unref(pad);
-  return pad != NULL;
 }
 
 static GstStateChangeReturn pcast_sink_change_state(GstElement *element, GstStateChange transition) {
@@ -168,8 +252,15 @@ static GstStateChangeReturn pcast_sink_change_state(GstElement *element, GstStat
       .publish_type = g_strdup(self->publish_type), .video_bitrate = self->video_bitrate,
     };
     GST_OBJECT_UNLOCK(self);
-    settings.has_video = has_pad(element, "video");
+    settings.passthrough = has_pad(element, "video_h264");
+    settings.has_video = has_pad(element, "video") || settings.passthrough;
     settings.has_audio = has_pad(element, "audio");
+    if (!build_chains(self)) {
+      g_free((gchar *)settings.server); g_free((gchar *)settings.auth_token); g_free((gchar *)settings.token);
+      g_free((gchar *)settings.tags); g_free((gchar *)settings.stream_name); g_free((gchar *)settings.publish_type);
+      GST_ELEMENT_ERROR(self, CORE, NEGOTIATION, ("pcastsink could not link its internal elements"), (NULL));
+      return GST_STATE_CHANGE_FAILURE;
+    }
     gboolean started = pcast_swift_sink_start(self->swift, &settings);
     g_free((gchar *)settings.server); g_free((gchar *)settings.auth_token); g_free((gchar *)settings.token);
     g_free((gchar *)settings.tags); g_free((gchar *)settings.stream_name); g_free((gchar *)settings.publish_type);
@@ -209,8 +300,10 @@ static void pcast_sink_class_init(PCastSinkClass *klass) {
   g_object_class_install_properties(object_class, N_PROPS, props);
   gst_element_class_add_static_pad_template(element_class, &video_template);
   gst_element_class_add_static_pad_template(element_class, &audio_template);
+  gst_element_class_add_static_pad_template(element_class, &h264_template);
   gst_element_class_set_static_metadata(element_class, "PCast publisher", "Sink/Network",
-      "Publishes raw video and audio to a PCast platform (H.264 and Opus, encoded by the PCastKit SDK); "
+      "Publishes to a PCast platform: raw video and audio (encoded by the PCastKit SDK: H.264, Opus), or H.264 "
+      "passed through untouched (pad video_h264; its audio becomes Opus); "
       "posts pcast-stream-published and pcast-data-quality element messages; EOS ends the stream as ended",
       "PCastKit engineers");
   element_class->request_new_pad = GST_DEBUG_FUNCPTR(pcast_sink_request_new_pad);

@@ -24,6 +24,9 @@ final class SinkElement: @unchecked Sendable {
         var videoBitrate: Int
         var video: Bool
         var audio: Bool
+        /// H.264 comes in already encoded: it is muxed to FLV and published through the SDK's
+        /// ingest, which passes it through.
+        var passthrough: Bool
 
         init(_ c: PCastSinkSettings) {
             server = String(settingsValue: c.server)
@@ -35,6 +38,7 @@ final class SinkElement: @unchecked Sendable {
             videoBitrate = Int(c.video_bitrate)
             video = c.has_video != 0
             audio = c.has_audio != 0
+            passthrough = c.passthrough != 0
         }
     }
 
@@ -49,6 +53,10 @@ final class SinkElement: @unchecked Sendable {
         let ended = Mutex<Set<PadKind>>([])
         let task = Mutex<Task<Void, Never>?>(nil)
         let live = Mutex<(sdk: PCast?, media: UserMediaStream?, publisher: Publisher?)>((nil, nil, nil))
+        /// Passthrough: the FLV made before the stream is published (its header and the codecs'
+        /// configuration come first and must not be lost), bounded.
+        let pendingFLV = Mutex<(bytes: [UInt8], flushed: Bool)>(([], false))
+        static let pendingLimit = 16 << 20
 
         init(settings: Settings, element: ElementReference) {
             self.settings = settings
@@ -75,6 +83,23 @@ final class SinkElement: @unchecked Sendable {
             feeds[kind]?.push(sample)
         }
 
+        /// Passthrough: FLV bytes for the ingest, held until it exists.
+        func flv(_ pointer: OpaquePointer) {
+            guard let sample = Sample(borrowing: pointer), let bytes = try? sample.buffer.withUnsafeBytes({ Array($0) }) else { return }
+            let ingest = live.withLock { $0.publisher?.ingest }
+            let ready: [UInt8]? = pendingFLV.withLock { pending in
+                if pending.flushed, ingest != nil { return bytes }
+                if ingest != nil {
+                    pending.flushed = true
+                    defer { pending.bytes = [] }
+                    return pending.bytes + bytes
+                }
+                if pending.bytes.count + bytes.count <= Self.pendingLimit { pending.bytes += bytes }
+                return nil
+            }
+            if let ready, let ingest { ingest.pushFLV(ready) }
+        }
+
         func publish() async {
             let settings = self.settings
             guard let server = settings.server, let authToken = settings.authToken, let token = settings.token else { return }
@@ -84,6 +109,10 @@ final class SinkElement: @unchecked Sendable {
                 _ = try await sdk.start(authToken: authToken)
             } catch {
                 element.fail("pcastsink: no session with \(server): \(error.code) (\(error.status)) \(error.detail)", debug: "\(error)")
+                return
+            }
+            if settings.passthrough {
+                await publishPassthrough(sdk, token: token)
                 return
             }
             // Wait for every requested pad's caps.
@@ -125,12 +154,38 @@ final class SinkElement: @unchecked Sendable {
                 return
             }
             live.withLock { $0.publisher = publisher }
+            observe(publisher)
+        }
+
+        /// H.264 as it came: the SDK's ingest takes the FLV the bin muxes, parses and re-payloads
+        /// the video without decoding it, and encodes the audio to Opus.
+        func publishPassthrough(_ sdk: PCast, token: String) async {
+            let publisher: Publisher
+            do {
+                publisher = try await sdk.publish(streamToken: token, ingest: .pushedFLV, tags: settings.tags,
+                                                  publishType: settings.publishType, streamName: settings.streamName)
+            } catch {
+                element.fail("pcastsink: the platform refused the publish: \(error.code) (\(error.status)) \(error.detail)", debug: "\(error)")
+                return
+            }
+            live.withLock { $0.publisher = publisher }
+            // What was muxed meanwhile goes first.
+            let held = pendingFLV.withLock { pending -> [UInt8] in
+                pending.flushed = true
+                defer { pending.bytes = [] }
+                return pending.bytes
+            }
+            if !held.isEmpty { publisher.ingest?.pushFLV(held) }
+            observe(publisher)
+        }
+
+        /// Messages for the publisher's quality and end; the published message.
+        func observe(_ publisher: Publisher) {
             let element = self.element
             publisher.setDataQualityChangedCallback { status, reason in
                 element.post("pcast-data-quality", [("status", "\(status)"), ("reason", "\(reason)")])
             }
             publisher.setPublisherEndedCallback { reason, description in
-                // Ended by the platform (an administrator, a failure), not by this pipeline.
                 element.post("pcast-stream-ended", [("reason", "\(reason)"), ("description", description ?? "")])
             }
             pcast_element_stream_published(element.element, publisher.streamId)
@@ -144,7 +199,14 @@ final class SinkElement: @unchecked Sendable {
                 defer { live = (nil, nil, nil) }
                 return live
             }
-            if let publisher, !publisher.hasEnded { await publisher.stop(reason: .ended, description: description) }
+            if let publisher, !publisher.hasEnded {
+                if settings.passthrough, let ingest = publisher.ingest {
+                    // The ingest plays out what it holds, then ends the stream as the end of its source.
+                    ingest.endPushedStream()
+                    for _ in 0..<40 where !publisher.hasEnded { try? await Task.sleep(for: .milliseconds(50)) }
+                }
+                if !publisher.hasEnded { await publisher.stop(reason: .ended, description: description) }
+            }
             await media?.stop()
             await sdk?.stop()
         }
@@ -174,6 +236,10 @@ final class SinkElement: @unchecked Sendable {
 
     func sample(_ kind: PCastPadKind, _ sample: OpaquePointer) {
         run.withLock { $0 }?.sample(PadKind(kind), sample)
+    }
+
+    func flv(_ sample: OpaquePointer) {
+        run.withLock { $0 }?.flv(sample)
     }
 
     /// EOS on a pad: once every requested pad has ended, the stream ends as `ended`; the

@@ -38,7 +38,7 @@ struct GStreamerPluginTests {
         for property in ["server", "auth-token", "token", "tags", "publish-type", "stream-name", "video-bitrate", "stream-id"] {
             #expect(sink.stdout.contains("\(property) "), "pcastsink has no \(property) property")
         }
-        #expect(sink.stdout.contains("SINK template: 'video'") && sink.stdout.contains("SINK template: 'audio'") && sink.stdout.contains("On request"))
+        #expect(sink.stdout.contains("SINK template: 'video'") && sink.stdout.contains("SINK template: 'audio'") && sink.stdout.contains("SINK template: 'video_h264'") && sink.stdout.contains("On request"))
         let source = try Self.gst("gst-inspect-1.0", ["pcastsrc"], environment: environment)
         #expect(source.status == 0, "\(source.stderr)")
         for property in ["server", "auth-token", "token", "playout-delay"] {
@@ -88,6 +88,43 @@ struct GStreamerPluginTests {
         #expect(text.contains("Got EOS from element"))
         // The platform's own record of the end (its log): ended, by the end of stream.
         #expect(serve.output.contains("pcast.stream=\(streamId) [PCastServer] stream ended (ended: end of stream)"), "\(serve.output.suffix(2_000))")
+    }
+
+    @Test("H.264 from x264enc into pcastsink is passed through: the viewer's screenshot is 320×240, and the publishing process made one x264enc (its own) and no H.264 decoder; EOS ends the stream as ended")
+    func sinkPassesH264Through() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        var environment = try Self.environment(serve.environment)
+        // Every element the process creates is logged: the encoder count is read from it.
+        environment["GST_DEBUG"] = "GST_ELEMENT_FACTORY:4"
+        let auth = try serve.token(["--type", "auth"])
+        let publish = try serve.token(["--type", "publish"])
+        let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-h264"])
+        let output = serve.directory.appendingPathComponent("gst-launch.out").path
+        let launcher = try ChildProcess.spawn(try executable("gst-launch-1.0"), [
+            "-m", "videotestsrc", "is-live=true", "num-buffers=240", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!",
+            "x264enc", "tune=zerolatency", "key-int-max=30", "!",
+            "pcastsink", "name=p", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(publish)", "tags=channelAlias:gst-h264",
+            "audiotestsrc", "is-live=true", "num-buffers=400", "!", "p.audio",
+        ], environment: environment, output: output, errorsToOutput: true)
+        defer { launcher.stop() }
+        for _ in 0..<400 where !((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").contains("pcast-stream-published") {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let shot = serve.directory.appendingPathComponent("shot.png").path
+        let watched = try runCommand(try pcastBinary(), [
+            "subscribe", "--server", serve.signaling, "--token", stream, "--auth-token", auth, "--sink", "null", "--seconds", "2", "--screenshot", shot,
+        ], timeout: 60)
+        #expect(watched.status == 0, "\(watched.stderr)")
+        let png = try Data(contentsOf: URL(fileURLWithPath: shot))
+        #expect(png[16..<20].reduce(0) { $0 << 8 | Int($1) } == 320 && png[20..<24].reduce(0) { $0 << 8 | Int($1) } == 240)
+        let status = await Task.detached { launcher.wait() }.value
+        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        #expect(status == 0, "\(text.suffix(2_000))")
+        let encoders = text.components(separatedBy: "creating element \"x264enc\"").count - 1
+        let decoders = text.components(separatedBy: "creating element \"avdec_h264\"").count - 1
+        #expect(encoders == 1 && decoders == 0, "\(encoders) x264enc and \(decoders) avdec_h264 made in the publishing process")
+        #expect(text.contains("pcast-stream-ended, reason=(string)ended"), "\(text.suffix(2_000))")
     }
 
     @Test("pcastsrc plays an SDK publisher's stream: gst-launch decodes its 320×180 video and its audio; the publisher's end is a pcast-stream-ended message and EOS")

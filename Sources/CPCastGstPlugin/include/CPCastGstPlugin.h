@@ -21,8 +21,9 @@ typedef struct {
   const char *stream_name;
   const char *publish_type;  // "live", "record", "append"
   guint video_bitrate;       // kbit/s, 0: the SDK's default
-  gboolean has_video;        // a video pad was requested
+  gboolean has_video;        // a video pad was requested (raw, or H.264 with passthrough)
   gboolean has_audio;
+  gboolean passthrough;      // the video pad is video_h264: FLV samples come, not raw ones
 } PCastSinkSettings;
 
 // pcastsrc's properties when it starts.
