@@ -41,7 +41,7 @@ struct GStreamerPluginTests {
         #expect(sink.stdout.contains("SINK template: 'video'") && sink.stdout.contains("SINK template: 'audio'") && sink.stdout.contains("SINK template: 'video_h264'") && sink.stdout.contains("On request"))
         let source = try Self.gst("gst-inspect-1.0", ["pcastsrc"], environment: environment)
         #expect(source.status == 0, "\(source.stderr)")
-        for property in ["server", "auth-token", "token", "playout-delay"] {
+        for property in ["server", "auth-token", "token", "playout-delay", "decode"] {
             #expect(source.stdout.contains("\(property) "), "pcastsrc has no \(property) property")
         }
         #expect(source.stdout.contains("SRC template: 'video'") && source.stdout.contains("Sometimes"))
@@ -102,18 +102,19 @@ struct GStreamerPluginTests {
         let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-h264"])
         let output = serve.directory.appendingPathComponent("gst-launch.out").path
         let launcher = try ChildProcess.spawn(try executable("gst-launch-1.0"), [
-            "-m", "videotestsrc", "is-live=true", "num-buffers=240", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!",
+            "-m", "videotestsrc", "is-live=true", "num-buffers=300", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!",
             "x264enc", "tune=zerolatency", "key-int-max=30", "!",
             "pcastsink", "name=p", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(publish)", "tags=channelAlias:gst-h264",
-            "audiotestsrc", "is-live=true", "num-buffers=400", "!", "p.audio",
+            "audiotestsrc", "is-live=true", "num-buffers=500", "!", "p.audio",
         ], environment: environment, output: output, errorsToOutput: true)
         defer { launcher.stop() }
         for _ in 0..<400 where !((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").contains("pcast-stream-published") {
             try await Task.sleep(for: .milliseconds(50))
         }
+        // A viewer of passed-through H.264 starts at the publisher's next keyframe (every second here).
         let shot = serve.directory.appendingPathComponent("shot.png").path
         let watched = try runCommand(try pcastBinary(), [
-            "subscribe", "--server", serve.signaling, "--token", stream, "--auth-token", auth, "--sink", "null", "--seconds", "2", "--screenshot", shot,
+            "subscribe", "--server", serve.signaling, "--token", stream, "--auth-token", auth, "--sink", "null", "--seconds", "4", "--screenshot", shot,
         ], timeout: 60)
         #expect(watched.status == 0, "\(watched.stderr)")
         let png = try Data(contentsOf: URL(fileURLWithPath: shot))
@@ -246,6 +247,41 @@ struct GStreamerPluginTests {
         #expect(probe.stdout.contains("h264") && probe.stdout.contains("aac"), "\(probe.stdout)")
         let duration = probe.lines.compactMap { Double($0.trimmingCharacters(in: .whitespaces)) }.last ?? 0
         #expect(duration >= 2, "\(probe.stdout)")
+    }
+
+    @Test("pcastsrc decode=false hands over the stream as it came: H.264 access units (320×180, byte-stream) and Opus packets, no decoder made in the process; the end is EOS")
+    func sourceEncoded() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        var environment = try Self.environment(serve.environment)
+        environment["GST_DEBUG"] = "GST_ELEMENT_FACTORY:4"
+        let auth = try serve.token(["--type", "auth"])
+        let publish = try serve.token(["--type", "publish", "--channel-alias", "gst-encoded"])
+        let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-encoded"])
+        let published = serve.directory.appendingPathComponent("publish.out").path
+        let publisher = try ChildProcess.spawn(try pcastBinary(), [
+            "publish", "--server", serve.signaling, "--token", publish, "--auth-token", auth,
+            "--width", "320", "--height", "180", "--tag", "channelAlias:gst-encoded", "--seconds", "8"], environment: serve.environment, output: published)
+        defer { publisher.stop() }
+        for _ in 0..<200 where ((try? String(contentsOfFile: published, encoding: .utf8)) ?? "").isEmpty {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let output = serve.directory.appendingPathComponent("gst-launch.out").path
+        let player = try ChildProcess.spawn(try executable("gst-launch-1.0"), [
+            "-v", "-m", "pcastsrc", "name=s", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(stream)", "decode=false",
+            "s.video", "!", "fakesink", "name=v", "silent=false", "s.audio", "!", "fakesink", "name=a", "silent=false",
+        ], environment: environment, output: output, errorsToOutput: true)
+        defer { player.stop() }
+        let status = await Task.detached { player.wait() }.value
+        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        #expect(status == 0, "\(text.suffix(2_000))")
+        let units = text.components(separatedBy: "/GstFakeSink:v: last-message = chain").count - 1
+        let packets = text.components(separatedBy: "/GstFakeSink:a: last-message = chain").count - 1
+        #expect(units >= 60 && packets >= 100, "\(units) H.264 access units, \(packets) Opus packets")
+        #expect(text.contains("video/x-h264, stream-format=(string)byte-stream, alignment=(string)au") && text.contains("width=(int)320, height=(int)180"))
+        #expect(text.contains("audio/x-opus"))
+        #expect(!text.contains("creating element \"avdec_h264\"") && !text.contains("creating element \"opusdec\""), "a decoder was made")
+        #expect(text.contains("pcast-stream-ended, reason=(string)ended") && text.contains("Got EOS from element"))
     }
 
     @Test("refusals are element errors with the platform's status: a forged token (unauthorized), an unreachable platform (connectionFailed), missing properties named; gst-launch exits 1")
