@@ -55,7 +55,7 @@ final class SinkElement: @unchecked Sendable {
         let live = Mutex<(sdk: PCast?, media: UserMediaStream?, publisher: Publisher?)>((nil, nil, nil))
         /// Passthrough: the FLV made before the stream is published (its header and the codecs'
         /// configuration come first and must not be lost), bounded.
-        let pendingFLV = Mutex<(bytes: [UInt8], flushed: Bool)>(([], false))
+        let pendingFLV = Mutex<[UInt8]>([])
         static let pendingLimit = 16 << 20
 
         init(settings: Settings, element: ElementReference) {
@@ -83,21 +83,21 @@ final class SinkElement: @unchecked Sendable {
             feeds[kind]?.push(sample)
         }
 
-        /// Passthrough: FLV bytes for the ingest, held until it exists.
+        /// Passthrough: FLV bytes for the ingest, held until it exists. Held bytes and new ones
+        /// are pushed under one lock, so the FLV header always goes first.
         func flv(_ pointer: OpaquePointer) {
             guard let sample = Sample(borrowing: pointer), let bytes = try? sample.buffer.withUnsafeBytes({ Array($0) }) else { return }
-            let ingest = live.withLock { $0.publisher?.ingest }
-            let ready: [UInt8]? = pendingFLV.withLock { pending in
-                if pending.flushed, ingest != nil { return bytes }
-                if ingest != nil {
-                    pending.flushed = true
-                    defer { pending.bytes = [] }
-                    return pending.bytes + bytes
+            pendingFLV.withLock { pending in
+                if let ingest = live.withLock({ $0.publisher?.ingest }) {
+                    if !pending.isEmpty {
+                        ingest.pushFLV(pending)
+                        pending = []
+                    }
+                    ingest.pushFLV(bytes)
+                } else if pending.count + bytes.count <= Self.pendingLimit {
+                    pending += bytes
                 }
-                if pending.bytes.count + bytes.count <= Self.pendingLimit { pending.bytes += bytes }
-                return nil
             }
-            if let ready, let ingest { ingest.pushFLV(ready) }
         }
 
         func publish() async {
@@ -168,14 +168,14 @@ final class SinkElement: @unchecked Sendable {
                 element.fail("pcastsink: the platform refused the publish: \(error.code) (\(error.status)) \(error.detail)", debug: "\(error)")
                 return
             }
-            live.withLock { $0.publisher = publisher }
-            // What was muxed meanwhile goes first.
-            let held = pendingFLV.withLock { pending -> [UInt8] in
-                pending.flushed = true
-                defer { pending.bytes = [] }
-                return pending.bytes
+            // What was muxed meanwhile goes first: under the lock the streaming thread pushes with.
+            pendingFLV.withLock { pending in
+                live.withLock { $0.publisher = publisher }
+                if !pending.isEmpty {
+                    publisher.ingest?.pushFLV(pending)
+                    pending = []
+                }
             }
-            if !held.isEmpty { publisher.ingest?.pushFLV(held) }
             observe(publisher)
         }
 

@@ -26,6 +26,43 @@ struct GStreamerPluginTests {
         return try runCommand(URL(fileURLWithPath: "/usr/bin/env"), assignments + [try executable(tool).path] + arguments, timeout: timeout)
     }
 
+    /// Starts `gst-launch-1.0 -m …` (output and errors to a file in the serve's folder) and waits
+    /// for pcastsink's `pcast-stream-published` message; returns the process, its output file and
+    /// the stream id the message names.
+    static func launchPublisher(_ arguments: [String], environment: [String: String], serve: ServeProcess) async throws -> (ChildProcess, String, String) {
+        let output = serve.directory.appendingPathComponent("gst-launch.out").path
+        let launcher = try ChildProcess.spawn(try executable("gst-launch-1.0"), ["-m"] + arguments, environment: environment, output: output, errorsToOutput: true)
+        var published: String?
+        for _ in 0..<400 where published == nil {
+            let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+            published = text.split(separator: "\n").first { $0.contains("pcast-stream-published") }.map(String.init)
+            if published == nil { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        guard let line = published, let range = line.range(of: "stream-id=(string)") else {
+            launcher.stop()
+            throw CLITestFailure("no pcast-stream-published message: \((try? String(contentsOfFile: output, encoding: .utf8)) ?? "")")
+        }
+        return (launcher, output, String(line[range.upperBound...].prefix { $0.isLetter || $0.isNumber || $0 == "-" }))
+    }
+
+    /// `pcast subscribe --screenshot` for `seconds`: the picture's width and height.
+    static func screenshotSize(_ serve: ServeProcess, stream: String, auth: String, seconds: Int) throws -> (width: Int, height: Int) {
+        let shot = serve.directory.appendingPathComponent("shot.png").path
+        let watched = try runCommand(try pcastBinary(), [
+            "subscribe", "--server", serve.signaling, "--token", stream, "--auth-token", auth, "--sink", "null", "--seconds", String(seconds), "--screenshot", shot,
+        ], timeout: 60)
+        guard watched.status == 0, let png = FileManager.default.contents(atPath: shot), png.count > 24 else {
+            throw CLITestFailure("no screenshot (status \(watched.status)): \(watched.stderr.suffix(1_000))")
+        }
+        return (png[16..<20].reduce(0) { $0 << 8 | Int($1) }, png[20..<24].reduce(0) { $0 << 8 | Int($1) })
+    }
+
+    /// Waits for the process to end by itself: its exit status and everything it wrote.
+    static func finish(_ process: ChildProcess, output: String) async -> (status: Int32, text: String) {
+        let status = await Task.detached { process.wait() }.value
+        return (status, (try? String(contentsOfFile: output, encoding: .utf8)) ?? "")
+    }
+
     @Test("gst-inspect-1.0 lists the plugin with both elements, their properties, pad templates and metadata")
     func inspect() throws {
         let environment = try Self.environment(ProcessInfo.processInfo.environment)
@@ -41,7 +78,7 @@ struct GStreamerPluginTests {
         #expect(sink.stdout.contains("SINK template: 'video'") && sink.stdout.contains("SINK template: 'audio'") && sink.stdout.contains("SINK template: 'video_h264'") && sink.stdout.contains("On request"))
         let source = try Self.gst("gst-inspect-1.0", ["pcastsrc"], environment: environment)
         #expect(source.status == 0, "\(source.stderr)")
-        for property in ["server", "auth-token", "token", "playout-delay", "decode"] {
+        for property in ["server", "auth-token", "token", "playout-delay"] {
             #expect(source.stdout.contains("\(property) "), "pcastsrc has no \(property) property")
         }
         #expect(source.stdout.contains("SRC template: 'video'") && source.stdout.contains("Sometimes"))
@@ -55,34 +92,17 @@ struct GStreamerPluginTests {
         let auth = try serve.token(["--type", "auth"])
         let publish = try serve.token(["--type", "publish"])
         let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-sink"])
-        let output = serve.directory.appendingPathComponent("gst-launch.out").path
-        let launcher = try ChildProcess.spawn(try executable("gst-launch-1.0"), [
-            "-m", "videotestsrc", "is-live=true", "num-buffers=300", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!",
+        let (launcher, output, streamId) = try await Self.launchPublisher([
+            "videotestsrc", "is-live=true", "num-buffers=300", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!",
             "pcastsink", "name=p", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(publish)", "tags=channelAlias:gst-sink",
             "audiotestsrc", "is-live=true", "num-buffers=500", "!", "p.audio",
-        ], environment: environment, output: output)
+        ], environment: environment, serve: serve)
         defer { launcher.stop() }
-        var published: String?
-        for _ in 0..<400 where published == nil {
-            let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
-            published = text.split(separator: "\n").first { $0.contains("pcast-stream-published") }.map(String.init)
-            if published == nil { try await Task.sleep(for: .milliseconds(50)) }
-        }
-        let line = try #require(published, "no pcast-stream-published message: \((try? String(contentsOfFile: output, encoding: .utf8)) ?? "")")
-        let streamId = try #require(line.range(of: "stream-id=(string)").map { String(line[$0.upperBound...].prefix { $0.isLetter || $0.isNumber || $0 == "-" }) })
-        #expect(streamId.hasPrefix("stream-") && streamId.count > 10, "\(line)")
-
-        let shot = serve.directory.appendingPathComponent("shot.png").path
-        let watched = try runCommand(try pcastBinary(), [
-            "subscribe", "--server", serve.signaling, "--token", stream, "--auth-token", auth, "--sink", "null", "--seconds", "2", "--screenshot", shot,
-        ], timeout: 60)
-        #expect(watched.status == 0, "\(watched.stderr)")
-        let png = try Data(contentsOf: URL(fileURLWithPath: shot))
-        #expect(png[16..<20].reduce(0) { $0 << 8 | Int($1) } == 320 && png[20..<24].reduce(0) { $0 << 8 | Int($1) } == 240)
+        #expect(streamId.hasPrefix("stream-") && streamId.count > 10, "\(streamId)")
+        #expect(try Self.screenshotSize(serve, stream: stream, auth: auth, seconds: 2) == (320, 240))
 
         // 300 frames at 30 fps: EOS after 10 s ends the stream, then gst-launch exits by itself.
-        let status = await Task.detached { launcher.wait() }.value
-        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        let (status, text) = await Self.finish(launcher, output: output)
         #expect(status == 0, "\(text.suffix(2_000))")
         #expect(text.contains("pcast-stream-ended, reason=(string)ended"), "\(text.suffix(2_000))")
         #expect(text.contains("Got EOS from element"))
@@ -100,28 +120,17 @@ struct GStreamerPluginTests {
         let auth = try serve.token(["--type", "auth"])
         let publish = try serve.token(["--type", "publish"])
         let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-h264"])
-        let output = serve.directory.appendingPathComponent("gst-launch.out").path
-        let launcher = try ChildProcess.spawn(try executable("gst-launch-1.0"), [
-            "-m", "videotestsrc", "is-live=true", "num-buffers=360", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!",
+        let (launcher, output, _) = try await Self.launchPublisher([
+            "videotestsrc", "is-live=true", "num-buffers=360", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!",
             "x264enc", "tune=zerolatency", "key-int-max=30", "!",
             "pcastsink", "name=p", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(publish)", "tags=channelAlias:gst-h264",
             "audiotestsrc", "is-live=true", "num-buffers=600", "!", "p.audio",
-        ], environment: environment, output: output, errorsToOutput: true)
+        ], environment: environment, serve: serve)
         defer { launcher.stop() }
-        for _ in 0..<400 where !((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").contains("pcast-stream-published") {
-            try await Task.sleep(for: .milliseconds(50))
-        }
         // A viewer of passed-through H.264 starts at the publisher's next keyframe (every second
         // here); on a loaded machine the first can take a few seconds.
-        let shot = serve.directory.appendingPathComponent("shot.png").path
-        let watched = try runCommand(try pcastBinary(), [
-            "subscribe", "--server", serve.signaling, "--token", stream, "--auth-token", auth, "--sink", "null", "--seconds", "6", "--screenshot", shot,
-        ], timeout: 60)
-        #expect(watched.status == 0, "\(watched.stderr)")
-        let png = try Data(contentsOf: URL(fileURLWithPath: shot))
-        #expect(png[16..<20].reduce(0) { $0 << 8 | Int($1) } == 320 && png[20..<24].reduce(0) { $0 << 8 | Int($1) } == 240)
-        let status = await Task.detached { launcher.wait() }.value
-        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        #expect(try Self.screenshotSize(serve, stream: stream, auth: auth, seconds: 6) == (320, 240))
+        let (status, text) = await Self.finish(launcher, output: output)
         #expect(status == 0, "\(text.suffix(2_000))")
         let encoders = text.components(separatedBy: "creating element \"x264enc\"").count - 1
         let decoders = text.components(separatedBy: "creating element \"avdec_h264\"").count - 1
@@ -248,41 +257,6 @@ struct GStreamerPluginTests {
         #expect(probe.stdout.contains("h264") && probe.stdout.contains("aac"), "\(probe.stdout)")
         let duration = probe.lines.compactMap { Double($0.trimmingCharacters(in: .whitespaces)) }.last ?? 0
         #expect(duration >= 2, "\(probe.stdout)")
-    }
-
-    @Test("pcastsrc decode=false hands over the stream as it came: H.264 access units (320×180, byte-stream) and Opus packets, no decoder made in the process; the end is EOS")
-    func sourceEncoded() async throws {
-        let serve = try await ServeProcess.start()
-        defer { serve.stop() }
-        var environment = try Self.environment(serve.environment)
-        environment["GST_DEBUG"] = "GST_ELEMENT_FACTORY:4"
-        let auth = try serve.token(["--type", "auth"])
-        let publish = try serve.token(["--type", "publish", "--channel-alias", "gst-encoded"])
-        let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-encoded"])
-        let published = serve.directory.appendingPathComponent("publish.out").path
-        let publisher = try ChildProcess.spawn(try pcastBinary(), [
-            "publish", "--server", serve.signaling, "--token", publish, "--auth-token", auth,
-            "--width", "320", "--height", "180", "--tag", "channelAlias:gst-encoded", "--seconds", "8"], environment: serve.environment, output: published)
-        defer { publisher.stop() }
-        for _ in 0..<200 where ((try? String(contentsOfFile: published, encoding: .utf8)) ?? "").isEmpty {
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        let output = serve.directory.appendingPathComponent("gst-launch.out").path
-        let player = try ChildProcess.spawn(try executable("gst-launch-1.0"), [
-            "-v", "-m", "pcastsrc", "name=s", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(stream)", "decode=false",
-            "s.video", "!", "fakesink", "name=v", "silent=false", "s.audio", "!", "fakesink", "name=a", "silent=false",
-        ], environment: environment, output: output, errorsToOutput: true)
-        defer { player.stop() }
-        let status = await Task.detached { player.wait() }.value
-        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
-        #expect(status == 0, "\(text.suffix(2_000))")
-        let units = text.components(separatedBy: "/GstFakeSink:v: last-message = chain").count - 1
-        let packets = text.components(separatedBy: "/GstFakeSink:a: last-message = chain").count - 1
-        #expect(units >= 60 && packets >= 100, "\(units) H.264 access units, \(packets) Opus packets")
-        #expect(text.contains("video/x-h264, stream-format=(string)byte-stream, alignment=(string)au") && text.contains("width=(int)320, height=(int)180"))
-        #expect(text.contains("audio/x-opus"))
-        #expect(!text.contains("creating element \"avdec_h264\"") && !text.contains("creating element \"opusdec\""), "a decoder was made")
-        #expect(text.contains("pcast-stream-ended, reason=(string)ended") && text.contains("Got EOS from element"))
     }
 
     @Test("refusals are element errors with the platform's status: a forged token (unauthorized), an unreachable platform (connectionFailed), missing properties named; gst-launch exits 1")

@@ -32,7 +32,6 @@ typedef struct {
   const char *auth_token;
   const char *token;
   guint playout_delay;       // milliseconds, 0: the SDK's default
-  gboolean decode;           // FALSE: the encoded media as it came
 } PCastSourceSettings;
 
 // Sets pcastsink's read-only `stream-id` (notify::stream-id) and posts the element message
@@ -49,7 +48,7 @@ void pcast_element_post_error(GstElement *element, const char *message, const ch
 // pcastsrc: exposes the sometimes pads of the tracks the stream has, then no-more-pads.
 void pcast_src_add_pads(GstElement *element, gboolean video, gboolean audio);
 
-// pcastsrc: pushes a frame (decoded, or an encoded unit) out of a pad (transfer full of `buffer`; `caps` stays the
+// pcastsrc: pushes a decoded frame out of a pad (transfer full of `buffer`; `caps` stays the
 // caller's and is set when it changed). FALSE when it was not taken (not linked, flushing).
 gboolean pcast_src_push(GstElement *element, PCastPadKind kind, GstBuffer *buffer, GstCaps *caps);
 
