@@ -69,17 +69,19 @@ final class SourceElement: @unchecked Sendable {
             }
             do {
                 if let video {
+                    let videoCaps = CapsCache()
                     try renderer.setFrameReadyCallback(video) { notification in
                         guard case .video(let frame)? = try? notification.read(),
-                              let caps = try? Caps("video/x-raw,format=\(frame.format.rawValue),width=\(frame.width),height=\(frame.height),framerate=0/1")
+                              let caps = videoCaps.caps(for: "video/x-raw,format=\(frame.format.rawValue),width=\(frame.width),height=\(frame.height),framerate=0/1")
                         else { return }
                         _ = pcast_src_push(element.element, PCAST_PAD_VIDEO, frame.buffer.retainedPointer(), caps.pointer)
                     }
                 }
                 if let audio {
+                    let audioCaps = CapsCache()
                     try renderer.setFrameReadyCallback(audio) { notification in
                         guard case .audio(let frame)? = try? notification.read(),
-                              let caps = try? Caps("audio/x-raw,format=\(frame.format.gstreamerName),layout=interleaved,rate=\(frame.sampleRate),channels=\(frame.channels)")
+                              let caps = audioCaps.caps(for: "audio/x-raw,format=\(frame.format.gstreamerName),layout=interleaved,rate=\(frame.sampleRate),channels=\(frame.channels)")
                         else { return }
                         _ = pcast_src_push(element.element, PCAST_PAD_AUDIO, frame.buffer.retainedPointer(), caps.pointer)
                     }
@@ -132,5 +134,18 @@ final class SourceElement: @unchecked Sendable {
     func stop() {
         guard let run = run.withLock({ current in defer { current = nil }; return current }) else { return }
         waitBriefly { await run.finish() }
+    }
+}
+
+/// The caps of a track's frames, parsed once and again only when their description changes (the
+/// frame-ready hooks run for every frame).
+final class CapsCache: Sendable {
+    private let last = Mutex<(description: String, caps: Caps)?>(nil)
+
+    func caps(for description: String) -> Caps? {
+        if let cached = last.withLock({ $0 }), cached.description == description { return cached.caps }
+        guard let caps = try? Caps(description) else { return nil }
+        last.withLock { $0 = (description, caps) }
+        return caps
     }
 }

@@ -18,7 +18,7 @@ import Synchronization
 public final class MediaFeed: Sendable, Hashable {
     private struct State {
         var source: AppSource?
-        var caps: String?
+        var caps: Caps?
         var ended = false
     }
 
@@ -79,10 +79,10 @@ public final class MediaFeed: Sendable, Hashable {
     private func push(_ buffer: Buffer, caps: Caps) -> Bool {
         let source: AppSource? = state.withLock { state in
             guard !state.ended, let source = state.source else { return nil }
-            let described = caps.description
-            if state.caps != described {
+            // Compared, not printed: this runs for every frame.
+            if state.caps != caps {
                 guard (try? source.setCaps(caps)) != nil else { return nil }
-                state.caps = described
+                state.caps = caps
             }
             return source
         }
