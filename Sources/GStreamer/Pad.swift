@@ -96,6 +96,26 @@ public final class Pad: @unchecked Sendable, CustomStringConvertible {
         return PadProbe(pad: self, id: id)
     }
 
+    /// Calls `handler`, on the thread that sends it, with the structure of every custom upstream
+    /// event named `name` that passes the pad (an element asking the one before it for something:
+    /// `GstRTPRetransmissionRequest` from a jitter buffer, `GstForceKeyUnit` from a muxer, …).
+    /// ``PadProbeAction/drop`` consumes the event: the upstream element never sees it.
+    ///
+    /// ```swift
+    /// let pad = try jitterBuffer.staticPad("sink")
+    /// pad.addUpstreamEventProbe(named: "GstRTPRetransmissionRequest") { request in
+    ///     print(request["seqnum"] ?? "?")
+    ///     return .pass
+    /// }
+    /// ```
+    @discardableResult
+    public func addUpstreamEventProbe(named name: String, _ handler: @escaping @Sendable (Structure) -> PadProbeAction) -> PadProbe {
+        let probeContext = EventProbeContext(name: name, handler)
+        let context = Unmanaged.passRetained(probeContext).toOpaque()
+        let id = gst_pad_add_probe(pointer, GST_PAD_PROBE_TYPE_EVENT_UPSTREAM, upstreamEventTrampoline, context, releaseRetainedContext)
+        return PadProbe(pad: self, id: id, removed: probeContext.removed)
+    }
+
     /// Counts the buffers (including those inside buffer lists) that pass the pad.
     public func countBuffers() -> BufferCounter {
         let counter = BufferCounter()
@@ -165,6 +185,16 @@ private final class BufferProbeContext {
     init(_ handler: @escaping @Sendable (inout Buffer) -> PadProbeAction) { self.handler = handler }
 }
 
+private final class EventProbeContext {
+    let name: String
+    let handler: @Sendable (Structure) -> PadProbeAction
+    let removed = ProbeRemoved()
+    init(name: String, _ handler: @escaping @Sendable (Structure) -> PadProbeAction) {
+        self.name = name
+        self.handler = handler
+    }
+}
+
 // C callbacks: file-scope and nonisolated, since GStreamer calls them from streaming threads.
 
 private let releaseRetainedContext: GDestroyNotify = { context in
@@ -204,6 +234,21 @@ private let bufferProbeTrampoline: GstPadProbeCallback = { _, info, userData in
     case .remove:
         // Once marked, the handle's remove() leaves it alone; if the handle got there first it
         // has already removed the probe, and GStreamer ignores this REMOVE.
+        context.removed.flag.store(true, ordering: .releasing)
+        return GST_PAD_PROBE_REMOVE
+    }
+}
+
+private let upstreamEventTrampoline: GstPadProbeCallback = { _, info, userData in
+    guard let info, let userData, let data = info.pointee.data else { return GST_PAD_PROBE_OK }
+    let event = data.assumingMemoryBound(to: GstEvent.self)
+    guard event.pointee.type == GST_EVENT_CUSTOM_UPSTREAM, let structure = gst_event_get_structure(event) else { return GST_PAD_PROBE_OK }
+    let context = Unmanaged<EventProbeContext>.fromOpaque(userData).takeUnretainedValue()
+    guard gst_structure_has_name(structure, context.name) != 0 else { return GST_PAD_PROBE_OK }
+    switch context.handler(Structure(copying: structure)) {
+    case .pass: return GST_PAD_PROBE_OK
+    case .drop: return GST_PAD_PROBE_DROP
+    case .remove:
         context.removed.flag.store(true, ordering: .releasing)
         return GST_PAD_PROBE_REMOVE
     }

@@ -124,4 +124,37 @@ struct ProbeTests {
         #expect(counter.value > 10)
         await pipeline.stop()
     }
+    @Test("an upstream event probe sees a jitter buffer's retransmission request for the missing packet; dropped, the element upstream never gets it")
+    func upstreamEvents() async throws {
+        let caps = "application/x-rtp,media=video,clock-rate=90000,encoding-name=H264,payload=96"
+        let pipeline = try Pipeline(description: """
+            appsrc name=in is-live=true do-timestamp=true format=time caps=\(caps) \
+            ! rtpjitterbuffer name=jb latency=200 do-retransmission=true rtx-next-seqnum=false ! fakesink sync=false
+            """)
+        let requested = Mutex<[UInt64]>([])
+        try pipeline.element(named: "jb").staticPad("sink").addUpstreamEventProbe(named: "GstRTPRetransmissionRequest") { request in
+            if case .uint(let sequence)? = request["seqnum"] { requested.withLock { $0.append(sequence) } }
+            return .drop
+        }
+        let reachedSource = Counter()
+        try pipeline.element(named: "in").staticPad("src").addUpstreamEventProbe(named: "GstRTPRetransmissionRequest") { _ in
+            reachedSource.increment()
+            return .pass
+        }
+        let source = try pipeline.appSource(named: "in")
+        // Nothing reaches the sink before the first push, so do not wait for preroll.
+        try await pipeline.play(timeout: nil)
+        // Sequence numbers 0…19 every 20 ms, without 7.
+        for sequence in 0..<20 where sequence != 7 {
+            let timestamp = UInt32(sequence * 1800)
+            let packet: [UInt8] = [0x80, 96, 0, UInt8(sequence), UInt8(timestamp >> 24), UInt8(timestamp >> 16 & 0xFF), UInt8(timestamp >> 8 & 0xFF),
+                                   UInt8(timestamp & 0xFF), 0, 0, 0x12, 0x34, 0x65, 0x88, 0x84, 0x00]
+            try await source.push(Buffer(bytes: packet))
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(await eventually(.seconds(5)) { requested.withLock { $0.contains(7) } }, "requested \(requested.withLock { $0 })")
+        #expect(Set(requested.withLock { $0 }) == [7])
+        #expect(reachedSource.value == 0)
+        await pipeline.stop()
+    }
 }

@@ -142,10 +142,12 @@ extension OneAtATime {
             let statistics = stream.networkStatistics()
             print("10 % loss: \(statistics)")
             let video = try #require(statistics.first { $0.kind == .video })
-            // The loss reported is the loss applied (± 3 points); the jitter buffer repaired most of it.
+            // The loss reported is the loss applied (± 3 points); retransmissions repaired nearly all
+            // of it (each NACK leaves at once, retried every 5 ms for the 40 ms playout delay:
+            // 0–1 packet in 3,300 stayed lost here, 2 % when NACKs waited for RTCP's early slot).
             #expect(abs(video.lossBeforeRepair - 0.10) <= 0.03, "reported \(video.lossBeforeRepair * 100) % before repair")
             #expect(video.nacksSent > 0 && video.packetsReceived > 1000)
-            #expect(video.lossAfterRepair < video.lossBeforeRepair / 4, "after repair \(video.lossAfterRepair * 100) %")
+            #expect(video.lossAfterRepair < 0.005, "after repair \(video.lossAfterRepair * 100) %")
             #expect(statistics.contains { $0.kind == .audio && $0.packetsReceived > 0 })
             let gap = longestAudioGap(Array(audio.all.dropFirst(25)))
             print("10 % loss: longest audio gap \(gap) over \(audio.all.count) buffers")
