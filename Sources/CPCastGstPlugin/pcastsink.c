@@ -26,9 +26,12 @@ static GstStaticPadTemplate video_template = GST_STATIC_PAD_TEMPLATE(
     "video", GST_PAD_SINK, GST_PAD_REQUEST, GST_STATIC_CAPS("video/x-raw"));
 static GstStaticPadTemplate audio_template = GST_STATIC_PAD_TEMPLATE(
     "audio", GST_PAD_SINK, GST_PAD_REQUEST, GST_STATIC_CAPS("audio/x-raw"));
-// Already-encoded H.264: passed through (parsed, muxed to FLV for the SDK's ingest), never decoded.
+// Already-encoded H.264 and Opus: passed through (parsed, muxed to Matroska for the SDK's ingest),
+// never decoded.
 static GstStaticPadTemplate h264_template = GST_STATIC_PAD_TEMPLATE(
     "video_h264", GST_PAD_SINK, GST_PAD_REQUEST, GST_STATIC_CAPS("video/x-h264"));
+static GstStaticPadTemplate opus_template = GST_STATIC_PAD_TEMPLATE(
+    "audio_opus", GST_PAD_SINK, GST_PAD_REQUEST, GST_STATIC_CAPS("audio/x-opus"));
 
 G_DEFINE_TYPE(PCastSink, pcast_sink, GST_TYPE_BIN);
 
@@ -92,15 +95,15 @@ static GstFlowReturn hand_over(GstAppSink *sink, PCastSink *self, PCastPadKind k
 static GstFlowReturn on_video_sample(GstAppSink *sink, gpointer data) { return hand_over(sink, PCAST_SINK(data), PCAST_PAD_VIDEO); }
 static GstFlowReturn on_audio_sample(GstAppSink *sink, gpointer data) { return hand_over(sink, PCAST_SINK(data), PCAST_PAD_AUDIO); }
 
-static GstFlowReturn on_flv_sample(GstAppSink *sink, gpointer data) {
+static GstFlowReturn on_mkv_sample(GstAppSink *sink, gpointer data) {
   PCastSink *self = PCAST_SINK(data);
   GstSample *sample = gst_app_sink_pull_sample(sink);
   if (sample == NULL) return GST_FLOW_OK;
-  pcast_swift_sink_flv(self->swift, sample);
+  pcast_swift_sink_muxed(self->swift, sample);
   gst_sample_unref(sample);
   return GST_FLOW_OK;
 }
-static void on_flv_eos(GstAppSink *sink, gpointer data) {
+static void on_mkv_eos(GstAppSink *sink, gpointer data) {
   pcast_swift_sink_eos(PCAST_SINK(data)->swift, PCAST_PAD_VIDEO);
   pcast_swift_sink_eos(PCAST_SINK(data)->swift, PCAST_PAD_AUDIO);
 }
@@ -148,38 +151,71 @@ static gboolean build_raw_chain(GstElement *element, const char *kind) {
   return linked;
 }
 
-// H.264 passed through: h264parse -> flvmux (with the audio, encoded to AAC) -> appsink; Swift
-// pushes the FLV into the SDK's ingest, which re-payloads the H.264 and makes Opus of the AAC.
-static gboolean build_passthrough_chain(GstElement *element, gboolean audio) {
-  GstElement *queue = child(element, "video_h264", "-queue");
-  GstElement *parse = make(element, "h264parse", "video_h264", "-parse");
-  GstElement *mux = make(element, "flvmux", "flv", "-mux");
-  GstElement *sink = make(element, "appsink", "flv", "-appsink");
-  gboolean ok = queue && parse && mux && sink;
-  if (ok) {
-    g_object_set(parse, "config-interval", -1, NULL);
-    g_object_set(mux, "streamable", TRUE, NULL);
-    g_object_set(sink, "sync", FALSE, "emit-signals", FALSE, NULL);
-    GstAppSinkCallbacks callbacks = {0};
-    callbacks.new_sample = on_flv_sample;
-    callbacks.eos = on_flv_eos;
-    gst_app_sink_set_callbacks(GST_APP_SINK(sink), &callbacks, element, NULL);
-    GstCaps *avc = gst_caps_from_string("video/x-h264,stream-format=avc,alignment=au");
-    ok = gst_element_link(queue, parse) && gst_element_link_filtered(parse, mux, avc) && gst_element_link(mux, sink);
-    gst_caps_unref(avc);
+// Encoded media passed through: every pad's chain ends in one streamable Matroska muxer whose
+// bytes Swift pushes into the SDK's ingest, which re-payloads H.264 and Opus without decoding
+// them. H.264 (pad video_h264) and Opus (pad audio_opus) are only parsed; a raw pad beside them
+// is encoded here (x264enc zerolatency, opusenc), since the ingest takes one muxed stream.
+static gboolean build_encoded_chain(PCastSink *self) {
+  GstElement *element = GST_ELEMENT(self);
+  GstElement *mux = make(element, "matroskamux", "mkv", "-mux");
+  GstElement *sink = make(element, "appsink", "mkv", "-appsink");
+  if (!mux || !sink) return FALSE;
+  g_object_set(mux, "streamable", TRUE, NULL);
+  g_object_set(sink, "sync", FALSE, "emit-signals", FALSE, NULL);
+  GstAppSinkCallbacks callbacks = {0};
+  callbacks.new_sample = on_mkv_sample;
+  callbacks.eos = on_mkv_eos;
+  gst_app_sink_set_callbacks(GST_APP_SINK(sink), &callbacks, element, NULL);
+  gboolean ok = gst_element_link(mux, sink);
+  if (ok && has_pad(element, "video_h264")) {
+    GstElement *queue = child(element, "video_h264", "-queue");
+    GstElement *parse = make(element, "h264parse", "video_h264", "-parse");
+    ok = queue && parse;
+    if (ok) {
+      g_object_set(parse, "config-interval", -1, NULL);
+      GstCaps *avc = gst_caps_from_string("video/x-h264,stream-format=avc,alignment=au");
+      ok = gst_element_link(queue, parse) && gst_element_link_filtered(parse, mux, avc);
+      gst_caps_unref(avc);
+    }
+    if (queue) gst_object_unref(queue);
+  } else if (ok && has_pad(element, "video")) {
+    GstElement *queue = child(element, "video", "-queue");
+    GstElement *convert = make(element, "videoconvert", "video", "-convert");
+    GstElement *encoder = make(element, "x264enc", "video", "-encoder");
+    GstElement *parse = make(element, "h264parse", "video", "-parse");
+    ok = queue && convert && encoder && parse;
+    if (ok) {
+      GST_OBJECT_LOCK(self);
+      guint bitrate = self->video_bitrate > 0 ? self->video_bitrate : 2000;
+      GST_OBJECT_UNLOCK(self);
+      gst_util_set_object_arg(G_OBJECT(encoder), "tune", "zerolatency");
+      gst_util_set_object_arg(G_OBJECT(encoder), "speed-preset", "ultrafast");
+      g_object_set(encoder, "bitrate", bitrate, "key-int-max", 60, NULL);
+      GstCaps *baseline = gst_caps_from_string("video/x-h264,profile=constrained-baseline");
+      ok = gst_element_link_many(queue, convert, encoder, NULL) && gst_element_link_filtered(encoder, parse, baseline)
+        && gst_element_link(parse, mux);
+      gst_caps_unref(baseline);
+    }
+    if (queue) gst_object_unref(queue);
   }
-  if (ok && audio) {
-    GstElement *audio_queue = child(element, "audio", "-queue");
+  if (ok && has_pad(element, "audio_opus")) {
+    GstElement *queue = child(element, "audio_opus", "-queue");
+    GstElement *parse = make(element, "opusparse", "audio_opus", "-parse");
+    ok = queue && parse && gst_element_link_many(queue, parse, mux, NULL);
+    if (queue) gst_object_unref(queue);
+  } else if (ok && has_pad(element, "audio")) {
+    GstElement *queue = child(element, "audio", "-queue");
     GstElement *convert = make(element, "audioconvert", "audio", "-convert");
     GstElement *resample = make(element, "audioresample", "audio", "-resample");
-    GstElement *encoder = make(element, "avenc_aac", "audio", "-aac");
-    GstElement *aacparse = make(element, "aacparse", "audio", "-aacparse");
-    ok = audio_queue && convert && resample && encoder && aacparse
-      && gst_element_link_many(audio_queue, convert, resample, encoder, aacparse, mux, NULL);
-    if (audio_queue) gst_object_unref(audio_queue);
+    GstElement *encoder = make(element, "opusenc", "audio", "-encoder");
+    ok = queue && convert && resample && encoder && gst_element_link_many(queue, convert, resample, encoder, mux, NULL);
+    if (queue) gst_object_unref(queue);
   }
-  if (queue) gst_object_unref(queue);
   return ok;
+}
+
+static gboolean passes_through(GstElement *element) {
+  return has_pad(element, "video_h264") || has_pad(element, "audio_opus");
 }
 
 static gboolean build_chains(PCastSink *self) {
@@ -187,8 +223,8 @@ static gboolean build_chains(PCastSink *self) {
   if (self->chains_built) return TRUE;
   self->chains_built = TRUE;
   gboolean ok = TRUE;
-  if (has_pad(element, "video_h264")) {
-    ok = build_passthrough_chain(element, has_pad(element, "audio"));
+  if (passes_through(element)) {
+    ok = build_encoded_chain(self);
   } else {
     if (has_pad(element, "video")) ok = build_raw_chain(element, "video");
     if (ok && has_pad(element, "audio")) ok = build_raw_chain(element, "audio");
@@ -200,12 +236,14 @@ static GstPad *pcast_sink_request_new_pad(GstElement *element, GstPadTemplate *t
   PCastSink *self = PCAST_SINK(element);
   const gchar *kind = GST_PAD_TEMPLATE_NAME_TEMPLATE(templ);
   gboolean video = g_str_has_prefix(kind, "video");
-  if (has_pad(element, kind) || (video && (has_pad(element, "video") || has_pad(element, "video_h264")))) {
-    GST_WARNING_OBJECT(element, "pcastsink has one video pad (raw or H.264) and one audio pad");
+  if (video ? (has_pad(element, "video") || has_pad(element, "video_h264"))
+            : (has_pad(element, "audio") || has_pad(element, "audio_opus"))) {
+    GST_WARNING_OBJECT(element, "pcastsink has one video pad (raw or H.264) and one audio pad (raw or Opus)");
     return NULL;
   }
-  if (self->chains_built && (g_strcmp0(kind, "video_h264") == 0 || has_pad(element, "video_h264"))) {
-    GST_WARNING_OBJECT(element, "H.264 passthrough pads are requested before the element starts");
+  // The passthrough's muxer takes its inputs as the element starts.
+  if (self->chains_built && (g_str_has_suffix(kind, "_h264") || g_str_has_suffix(kind, "_opus") || passes_through(element))) {
+    GST_WARNING_OBJECT(element, "pcastsink: with a passed-through pad, every pad is requested before the element starts");
     return NULL;
   }
   GstElement *queue = make(element, "queue", kind, "-queue");
@@ -230,7 +268,7 @@ static void pcast_sink_release_pad(GstElement *element, GstPad *pad) {
   gst_pad_set_active(pad, FALSE);
   gst_ghost_pad_set_target(GST_GHOST_PAD(pad), NULL);
   gst_element_remove_pad(element, pad);
-  const char *suffixes[] = {"-queue", "-appsink", "-parse", "-convert", "-resample", "-aac", "-aacparse"};
+  const char *suffixes[] = {"-queue", "-appsink", "-parse", "-convert", "-resample", "-encoder"};
   for (guint i = 0; i < G_N_ELEMENTS(suffixes); i++) {
     GstElement *found = child(element, kind, suffixes[i]);
     if (!found) continue;
@@ -252,9 +290,9 @@ static GstStateChangeReturn pcast_sink_change_state(GstElement *element, GstStat
       .publish_type = g_strdup(self->publish_type), .video_bitrate = self->video_bitrate,
     };
     GST_OBJECT_UNLOCK(self);
-    settings.passthrough = has_pad(element, "video_h264");
-    settings.has_video = has_pad(element, "video") || settings.passthrough;
-    settings.has_audio = has_pad(element, "audio");
+    settings.passthrough = passes_through(element);
+    settings.has_video = has_pad(element, "video") || has_pad(element, "video_h264");
+    settings.has_audio = has_pad(element, "audio") || has_pad(element, "audio_opus");
     if (!build_chains(self)) {
       g_free((gchar *)settings.server); g_free((gchar *)settings.auth_token); g_free((gchar *)settings.token);
       g_free((gchar *)settings.tags); g_free((gchar *)settings.stream_name); g_free((gchar *)settings.publish_type);
@@ -301,9 +339,10 @@ static void pcast_sink_class_init(PCastSinkClass *klass) {
   gst_element_class_add_static_pad_template(element_class, &video_template);
   gst_element_class_add_static_pad_template(element_class, &audio_template);
   gst_element_class_add_static_pad_template(element_class, &h264_template);
+  gst_element_class_add_static_pad_template(element_class, &opus_template);
   gst_element_class_set_static_metadata(element_class, "PCast publisher", "Sink/Network",
       "Publishes to a PCast platform: raw video and audio (encoded by the PCastKit SDK: H.264, Opus), or H.264 "
-      "passed through untouched (pad video_h264; its audio becomes Opus); "
+      "and Opus passed through untouched (pads video_h264, audio_opus; a raw pad beside them is encoded in the bin); "
       "posts pcast-stream-published and pcast-data-quality element messages; EOS ends the stream as ended",
       "PCastKit engineers");
   element_class->request_new_pad = GST_DEBUG_FUNCPTR(pcast_sink_request_new_pad);

@@ -13,18 +13,20 @@ struct _PCastSrc {
   GstBin parent;
   gchar *server, *auth_token, *token;  // GST_OBJECT_LOCK
   guint playout_delay;
+  gboolean decode;
   GstElement *sources[2];              // the appsrcs, owned by the bin
   gboolean exposed[2];                 // GST_OBJECT_LOCK
   void *swift;
 };
 
-enum { PROP_0, PROP_SERVER, PROP_AUTH_TOKEN, PROP_TOKEN, PROP_PLAYOUT_DELAY, N_PROPS };
+enum { PROP_0, PROP_SERVER, PROP_AUTH_TOKEN, PROP_TOKEN, PROP_PLAYOUT_DELAY, PROP_DECODE, N_PROPS };
 static GParamSpec *props[N_PROPS];
 
 static GstStaticPadTemplate video_template = GST_STATIC_PAD_TEMPLATE(
-    "video", GST_PAD_SRC, GST_PAD_SOMETIMES, GST_STATIC_CAPS("video/x-raw"));
+    "video", GST_PAD_SRC, GST_PAD_SOMETIMES,
+    GST_STATIC_CAPS("video/x-raw; video/x-h264, stream-format=(string)byte-stream, alignment=(string)au"));
 static GstStaticPadTemplate audio_template = GST_STATIC_PAD_TEMPLATE(
-    "audio", GST_PAD_SRC, GST_PAD_SOMETIMES, GST_STATIC_CAPS("audio/x-raw"));
+    "audio", GST_PAD_SRC, GST_PAD_SOMETIMES, GST_STATIC_CAPS("audio/x-raw; audio/x-opus"));
 
 G_DEFINE_TYPE(PCastSrc, pcast_src, GST_TYPE_BIN);
 
@@ -36,6 +38,7 @@ static void pcast_src_set_property(GObject *object, guint id, const GValue *valu
   case PROP_AUTH_TOKEN: g_free(self->auth_token); self->auth_token = g_value_dup_string(value); break;
   case PROP_TOKEN: g_free(self->token); self->token = g_value_dup_string(value); break;
   case PROP_PLAYOUT_DELAY: self->playout_delay = g_value_get_uint(value); break;
+  case PROP_DECODE: self->decode = g_value_get_boolean(value); break;
   default: G_OBJECT_WARN_INVALID_PROPERTY_ID(object, id, spec);
   }
   GST_OBJECT_UNLOCK(self);
@@ -49,6 +52,7 @@ static void pcast_src_get_property(GObject *object, guint id, GValue *value, GPa
   case PROP_AUTH_TOKEN: g_value_set_string(value, self->auth_token); break;
   case PROP_TOKEN: g_value_set_string(value, self->token); break;
   case PROP_PLAYOUT_DELAY: g_value_set_uint(value, self->playout_delay); break;
+  case PROP_DECODE: g_value_set_boolean(value, self->decode); break;
   default: G_OBJECT_WARN_INVALID_PROPERTY_ID(object, id, spec);
   }
   GST_OBJECT_UNLOCK(self);
@@ -60,7 +64,7 @@ static GstStateChangeReturn pcast_src_change_state(GstElement *element, GstState
     GST_OBJECT_LOCK(self);
     PCastSourceSettings settings = {
       .server = g_strdup(self->server), .auth_token = g_strdup(self->auth_token), .token = g_strdup(self->token),
-      .playout_delay = self->playout_delay,
+      .playout_delay = self->playout_delay, .decode = self->decode,
     };
     GST_OBJECT_UNLOCK(self);
     gboolean started = pcast_swift_src_start(self->swift, &settings);
@@ -93,11 +97,13 @@ static void pcast_src_class_init(PCastSrcClass *klass) {
   props[PROP_AUTH_TOKEN] = g_param_spec_string("auth-token", "Auth token", "Authentication token for the platform session", NULL, settable);
   props[PROP_TOKEN] = g_param_spec_string("token", "Stream token", "Stream token of the stream to play", NULL, settable);
   props[PROP_PLAYOUT_DELAY] = g_param_spec_uint("playout-delay", "Playout delay", "Jitter buffer in milliseconds (0: the SDK's default)", 0, 10000, 0, settable);
+  props[PROP_DECODE] = g_param_spec_boolean("decode", "Decode", "Raw frames (true), or the H.264 access units and Opus packets as they came (false)", TRUE, settable);
   g_object_class_install_properties(object_class, N_PROPS, props);
   gst_element_class_add_static_pad_template(element_class, &video_template);
   gst_element_class_add_static_pad_template(element_class, &audio_template);
   gst_element_class_set_static_metadata(element_class, "PCast subscriber", "Source/Network",
-      "Plays a stream of a PCast platform: decoded video and audio on sometimes pads; EOS when the stream "
+      "Plays a stream of a PCast platform: decoded video and audio (or, with decode=false, its H.264 and Opus) on "
+      "sometimes pads; EOS when the stream "
       "ends, after a pcast-stream-ended element message with the reason",
       "PCastKit engineers");
   element_class->change_state = GST_DEBUG_FUNCPTR(pcast_src_change_state);
@@ -106,6 +112,7 @@ static void pcast_src_class_init(PCastSrcClass *klass) {
 
 static void pcast_src_init(PCastSrc *self) {
   GST_OBJECT_FLAG_SET(self, GST_ELEMENT_FLAG_SOURCE);
+  self->decode = TRUE;
   const char *names[2] = {"video-appsrc", "audio-appsrc"};
   for (int i = 0; i < 2; i++) {
     GstElement *source = gst_element_factory_make("appsrc", names[i]);

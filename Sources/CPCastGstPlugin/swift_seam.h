@@ -16,8 +16,9 @@ void pcast_swift_sink_free(void *context);
 gboolean pcast_swift_sink_start(void *context, const PCastSinkSettings *settings);
 // A sample from the pad's appsink (transfer none), on its streaming thread.
 void pcast_swift_sink_sample(void *context, PCastPadKind kind, GstSample *sample);
-// An FLV sample (H.264 passed through, AAC audio) from the passthrough chain (transfer none).
-void pcast_swift_sink_flv(void *context, GstSample *sample);
+// A Matroska sample (H.264 and Opus passed through or encoded in the bin) from the passthrough
+// chain (transfer none).
+void pcast_swift_sink_muxed(void *context, GstSample *sample);
 // The pad's end of stream, on its streaming thread: once every pad has ended, ends the stream
 // (reason `ended`) and returns when the platform has it, or after a bounded wait.
 void pcast_swift_sink_eos(void *context, PCastPadKind kind);

@@ -26,8 +26,11 @@ public enum GStreamerRuntime {
             if let state { return state }
             var error: UnsafeMutablePointer<GError>?
             let result: Result<Void, GStreamerError>
+            // Already initialised: this code runs inside someone else's GStreamer process (our
+            // plugin in gst-launch-1.0 or a Python application), whose logging stays its own.
+            let hosted = gst_is_initialized() != 0
             if gst_init_check(nil, nil, &error) != 0 {
-                installLogBridge()
+                if !hosted { installLogBridge() }
                 result = .success(())
             } else {
                 let message = error.map { String(cString: $0.pointee.message) } ?? "unknown reason"
@@ -95,7 +98,9 @@ private let gstreamerLogFunction: GstLogFunction = { category, level, file, _, l
     case GST_LEVEL_DEBUG: swiftLevel = .debug
     default: swiftLevel = .trace
     }
-    var metadata: Logger.Metadata = ["category": .string(String(cString: gst_debug_category_get_name(category)))]
+    // The category's name is NULL once GStreamer is deinitialised (a host's gst_deinit while a
+    // thread of ours still logs): seen as a crash at gst-launch-1.0's exit.
+    var metadata: Logger.Metadata = ["category": .string(gst_debug_category_get_name(category).map { String(cString: $0) } ?? "unknown")]
     // Read the name field directly, as GStreamer's own logger does: GStreamer often logs while holding
     // the object's lock, so gst_object_get_name (which takes it) would deadlock.
     if let object, g_type_check_instance_is_a(UnsafeMutableRawPointer(object).assumingMemoryBound(to: GTypeInstance.self), gst_object_get_type()) != 0,

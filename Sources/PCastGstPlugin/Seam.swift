@@ -34,9 +34,9 @@ func sinkSample(_ context: UnsafeMutableRawPointer, _ kind: PCastPadKind, _ samp
     sink(context).sample(kind, sample)
 }
 
-@_cdecl("pcast_swift_sink_flv")
-func sinkFLV(_ context: UnsafeMutableRawPointer, _ sample: OpaquePointer) {
-    sink(context).flv(sample)
+@_cdecl("pcast_swift_sink_muxed")
+func sinkMuxed(_ context: UnsafeMutableRawPointer, _ sample: OpaquePointer) {
+    sink(context).muxed(sample)
 }
 
 @_cdecl("pcast_swift_sink_eos")

@@ -24,8 +24,8 @@ final class SinkElement: @unchecked Sendable {
         var videoBitrate: Int
         var video: Bool
         var audio: Bool
-        /// H.264 comes in already encoded: it is muxed to FLV and published through the SDK's
-        /// ingest, which passes it through.
+        /// H.264 or Opus comes in already encoded: the bin muxes everything to Matroska, published
+        /// through the SDK's ingest, which passes it through.
         var passthrough: Bool
 
         init(_ c: PCastSinkSettings) {
@@ -53,9 +53,9 @@ final class SinkElement: @unchecked Sendable {
         let ended = Mutex<Set<PadKind>>([])
         let task = Mutex<Task<Void, Never>?>(nil)
         let live = Mutex<(sdk: PCast?, media: UserMediaStream?, publisher: Publisher?)>((nil, nil, nil))
-        /// Passthrough: the FLV made before the stream is published (its header and the codecs'
-        /// configuration come first and must not be lost), bounded.
-        let pendingFLV = Mutex<[UInt8]>([])
+        /// Passthrough: the Matroska made before the stream is published (its header and the
+        /// codecs' configuration come first and must not be lost), bounded.
+        let pendingMuxed = Mutex<[UInt8]>([])
         static let pendingLimit = 16 << 20
 
         init(settings: Settings, element: ElementReference) {
@@ -83,17 +83,17 @@ final class SinkElement: @unchecked Sendable {
             feeds[kind]?.push(sample)
         }
 
-        /// Passthrough: FLV bytes for the ingest, held until it exists. Held bytes and new ones
-        /// are pushed under one lock, so the FLV header always goes first.
-        func flv(_ pointer: OpaquePointer) {
+        /// Passthrough: Matroska bytes for the ingest, held until it exists. Held bytes and new
+        /// ones are pushed under one lock, so the header always goes first.
+        func muxed(_ pointer: OpaquePointer) {
             guard let sample = Sample(borrowing: pointer), let bytes = try? sample.buffer.withUnsafeBytes({ Array($0) }) else { return }
-            pendingFLV.withLock { pending in
+            pendingMuxed.withLock { pending in
                 if let ingest = live.withLock({ $0.publisher?.ingest }) {
                     if !pending.isEmpty {
-                        ingest.pushFLV(pending)
+                        ingest.push(pending)
                         pending = []
                     }
-                    ingest.pushFLV(bytes)
+                    ingest.push(bytes)
                 } else if pending.count + bytes.count <= Self.pendingLimit {
                     pending += bytes
                 }
@@ -157,22 +157,22 @@ final class SinkElement: @unchecked Sendable {
             observe(publisher)
         }
 
-        /// H.264 as it came: the SDK's ingest takes the FLV the bin muxes, parses and re-payloads
-        /// the video without decoding it, and encodes the audio to Opus.
+        /// H.264 and Opus as they came: the SDK's ingest takes the Matroska the bin muxes, parses
+        /// and re-payloads both without decoding them.
         func publishPassthrough(_ sdk: PCast, token: String) async {
             let publisher: Publisher
             do {
-                publisher = try await sdk.publish(streamToken: token, ingest: .pushedFLV, tags: settings.tags,
+                publisher = try await sdk.publish(streamToken: token, ingest: .pushedMatroska, tags: settings.tags,
                                                   publishType: settings.publishType, streamName: settings.streamName)
             } catch {
                 element.fail("pcastsink: the platform refused the publish: \(error.code) (\(error.status)) \(error.detail)", debug: "\(error)")
                 return
             }
             // What was muxed meanwhile goes first: under the lock the streaming thread pushes with.
-            pendingFLV.withLock { pending in
+            pendingMuxed.withLock { pending in
                 live.withLock { $0.publisher = publisher }
                 if !pending.isEmpty {
-                    publisher.ingest?.pushFLV(pending)
+                    publisher.ingest?.push(pending)
                     pending = []
                 }
             }
@@ -228,6 +228,11 @@ final class SinkElement: @unchecked Sendable {
             reference.fail("pcastsink: nothing to publish", debug: "link a video or audio pad before PAUSED")
             return false
         }
+        guard !settings.passthrough || settings.video else {
+            // The ingest that passes media through carries a video track.
+            reference.fail("pcastsink: an audio_opus pad needs a video pad (video or video_h264) beside it", debug: "audio-only passthrough is not supported")
+            return false
+        }
         let run = Run(settings: settings, element: reference)
         run.task.withLock { $0 = Task { await run.publish() } }
         self.run.withLock { $0 = run }
@@ -238,8 +243,8 @@ final class SinkElement: @unchecked Sendable {
         run.withLock { $0 }?.sample(PadKind(kind), sample)
     }
 
-    func flv(_ sample: OpaquePointer) {
-        run.withLock { $0 }?.flv(sample)
+    func muxed(_ sample: OpaquePointer) {
+        run.withLock { $0 }?.muxed(sample)
     }
 
     /// EOS on a pad: once every requested pad has ended, the stream ends as `ended`; the

@@ -15,12 +15,14 @@ final class SourceElement: @unchecked Sendable {
         var authToken: String?
         var token: String?
         var playoutDelay: Duration?
+        var decode: Bool
 
         init(_ c: PCastSourceSettings) {
             server = String(settingsValue: c.server)
             authToken = String(settingsValue: c.auth_token)
             token = String(settingsValue: c.token)
             playoutDelay = c.playout_delay > 0 ? .milliseconds(Int(c.playout_delay)) : nil
+            decode = c.decode != 0
         }
     }
 
@@ -45,6 +47,10 @@ final class SourceElement: @unchecked Sendable {
                 _ = try await sdk.start(authToken: authToken)
             } catch {
                 element.fail("pcastsrc: no session with \(server): \(error.code) (\(error.status)) \(error.detail)", debug: "\(error)")
+                return
+            }
+            if !settings.decode {
+                await playEncoded(sdk, token: token)
                 return
             }
             let stream: MediaStream
@@ -90,6 +96,31 @@ final class SourceElement: @unchecked Sendable {
                 element.fail("pcastsrc: cannot take the decoded frames: \(error)", debug: "\(error)")
                 return
             }
+            await endWhenDone(stream)
+        }
+
+        /// decode=false: the H.264 access units and Opus packets as they came, with their caps.
+        func playEncoded(_ sdk: PCast, token: String) async {
+            let element = self.element
+            let stream: MediaStream
+            do {
+                stream = try await sdk.subscribeEncoded(streamToken: token, playoutDelay: settings.playoutDelay, onTracks: { kinds in
+                    // The pads exist before the first unit arrives.
+                    pcast_src_add_pads(element.element, kinds.contains(.video) ? 1 : 0, kinds.contains(.audio) ? 1 : 0)
+                }, onSample: { kind, sample in
+                    guard let caps = sample.caps else { return }
+                    _ = pcast_src_push(element.element, kind == .video ? PCAST_PAD_VIDEO : PCAST_PAD_AUDIO, sample.buffer.retainedPointer(), caps.pointer)
+                })
+            } catch {
+                element.fail("pcastsrc: the platform refused the subscription: \(error.code) (\(error.status)) \(error.detail)", debug: "\(error)")
+                return
+            }
+            live.withLock { $0.stream = stream }
+            await endWhenDone(stream)
+        }
+
+        /// The stream's end: a message with the reason, then EOS on the pads.
+        func endWhenDone(_ stream: MediaStream) async {
             let reason = await stream.ended()
             guard !Task.isCancelled else { return }
             switch reason {

@@ -97,7 +97,7 @@ actor IngestService: IngestControl {
     }
 
     /// Starts an ingest fed with pushed FLV (the RTMP endpoint): the publish token is checked by
-    /// the platform as for any publish. Feed it with ``IngestPublisher/pushFLV(_:)`` and end it
+    /// the platform as for any publish. Feed it with ``IngestPublisher/push(_:)`` and end it
     /// with ``IngestPublisher/endPushedStream()``.
     func startPushed(streamToken: String, publishType: PublishType, streamName: String?, remote: String?) async -> Result<Publisher, ServerMessage.Failure> {
         let pcast: PCast

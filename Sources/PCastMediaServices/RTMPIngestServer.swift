@@ -163,7 +163,7 @@ struct RTMPPushConnection {
                         case .audio, .video, .metadata:
                             guard let ingest = publisher?.ingest else { continue }
                             let bytes = try flv.write(action)
-                            if !bytes.isEmpty, !ingest.pushFLV(bytes) {
+                            if !bytes.isEmpty, !ingest.push(bytes) {
                                 logger.warning("rtmp push: the ingest refused media (it ended or its queue is full)")
                             }
                         case .ended(let reason):

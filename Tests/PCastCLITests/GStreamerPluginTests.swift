@@ -75,10 +75,10 @@ struct GStreamerPluginTests {
         for property in ["server", "auth-token", "token", "tags", "publish-type", "stream-name", "video-bitrate", "stream-id"] {
             #expect(sink.stdout.contains("\(property) "), "pcastsink has no \(property) property")
         }
-        #expect(sink.stdout.contains("SINK template: 'video'") && sink.stdout.contains("SINK template: 'audio'") && sink.stdout.contains("SINK template: 'video_h264'") && sink.stdout.contains("On request"))
+        #expect(sink.stdout.contains("SINK template: 'video'") && sink.stdout.contains("SINK template: 'audio'") && sink.stdout.contains("SINK template: 'video_h264'") && sink.stdout.contains("SINK template: 'audio_opus'") && sink.stdout.contains("On request"))
         let source = try Self.gst("gst-inspect-1.0", ["pcastsrc"], environment: environment)
         #expect(source.status == 0, "\(source.stderr)")
-        for property in ["server", "auth-token", "token", "playout-delay"] {
+        for property in ["server", "auth-token", "token", "playout-delay", "decode"] {
             #expect(source.stdout.contains("\(property) "), "pcastsrc has no \(property) property")
         }
         #expect(source.stdout.contains("SRC template: 'video'") && source.stdout.contains("Sometimes"))
@@ -138,6 +138,42 @@ struct GStreamerPluginTests {
         #expect(text.contains("pcast-stream-ended, reason=(string)ended"), "\(text.suffix(2_000))")
     }
 
+    @Test("H.264 and Opus from their encoders into pcastsink (pads video_h264, audio_opus) pass through: a viewer gets a 320×240 picture and Opus packets; the publishing process made one x264enc, one opusenc (both its own) and no decoder")
+    func sinkPassesOpusThrough() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        var environment = try Self.environment(serve.environment)
+        environment["GST_DEBUG"] = "GST_ELEMENT_FACTORY:4"
+        let auth = try serve.token(["--type", "auth"])
+        let publish = try serve.token(["--type", "publish"])
+        let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-opus"])
+        let (launcher, output, _) = try await Self.launchPublisher([
+            "videotestsrc", "is-live=true", "num-buffers=360", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!",
+            "x264enc", "tune=zerolatency", "key-int-max=30", "!",
+            "pcastsink", "name=p", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(publish)", "tags=channelAlias:gst-opus",
+            "audiotestsrc", "is-live=true", "num-buffers=600", "!", "opusenc", "!", "p.audio_opus",
+        ], environment: environment, serve: serve)
+        defer { launcher.stop() }
+        let shot = serve.directory.appendingPathComponent("shot.png").path
+        let watched = try runCommand(try pcastBinary(), [
+            "subscribe", "--server", serve.signaling, "--token", stream, "--auth-token", auth, "--sink", "null", "--seconds", "6",
+            "--screenshot", shot, "--stats",
+        ], timeout: 60)
+        #expect(watched.status == 0, "\(watched.stderr.suffix(1_000))")
+        let png = try #require(FileManager.default.contents(atPath: shot))
+        #expect(png.count > 24 && png[16..<20].reduce(0) { $0 << 8 | Int($1) } == 320 && png[20..<24].reduce(0) { $0 << 8 | Int($1) } == 240)
+        let statistics = try #require(watched.stdout.split(whereSeparator: \.isNewline).last { $0.hasPrefix("{\"audio\"") })
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(statistics.utf8)) as? [String: [String: Any]])
+        let audioPackets = object["audio"]?["packetsReceived"] as? Int ?? 0
+        #expect(audioPackets >= 100, "\(statistics)")
+        let (status, text) = await Self.finish(launcher, output: output)
+        #expect(status == 0, "\(text.suffix(2_000))")
+        func made(_ factory: String) -> Int { text.components(separatedBy: "creating element \"\(factory)\"").count - 1 }
+        #expect(made("x264enc") == 1 && made("opusenc") == 1, "\(made("x264enc")) x264enc, \(made("opusenc")) opusenc")
+        #expect(made("avdec_h264") == 0 && made("opusdec") == 0 && made("decodebin") == 0, "a decoder was made in the publishing process")
+        #expect(text.contains("pcast-stream-ended, reason=(string)ended"), "\(text.suffix(2_000))")
+    }
+
     @Test("pcastsrc plays an SDK publisher's stream: gst-launch decodes its 320×180 video and its audio; the publisher's end is a pcast-stream-ended message and EOS")
     func sourcePlays() async throws {
         let serve = try await ServeProcess.start()
@@ -169,6 +205,40 @@ struct GStreamerPluginTests {
         #expect(played.stdout.contains("width=(int)320, height=(int)180"), "\(played.stdout.prefix(3_000))")
         #expect(played.stdout.contains("pcast-stream-ended, reason=(string)ended"), "\(played.stdout.suffix(2_000))")
         #expect(played.stdout.contains("Got EOS from element"))
+    }
+
+    @Test("pcastsrc decode=false hands over the stream as it came: H.264 access units (320×180, byte-stream) and Opus packets, no decoder made in the process; the end is EOS")
+    func sourceEncoded() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        var environment = try Self.environment(serve.environment)
+        environment["GST_DEBUG"] = "GST_ELEMENT_FACTORY:4"
+        let auth = try serve.token(["--type", "auth"])
+        let publish = try serve.token(["--type", "publish", "--channel-alias", "gst-encoded"])
+        let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-encoded"])
+        let published = serve.directory.appendingPathComponent("publish.out").path
+        let publisher = try ChildProcess.spawn(try pcastBinary(), [
+            "publish", "--server", serve.signaling, "--token", publish, "--auth-token", auth,
+            "--width", "320", "--height", "180", "--tag", "channelAlias:gst-encoded", "--seconds", "8"], environment: serve.environment, output: published)
+        defer { publisher.stop() }
+        for _ in 0..<200 where ((try? String(contentsOfFile: published, encoding: .utf8)) ?? "").isEmpty {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let output = serve.directory.appendingPathComponent("gst-launch.out").path
+        let player = try ChildProcess.spawn(try executable("gst-launch-1.0"), [
+            "-v", "-m", "pcastsrc", "name=s", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(stream)", "decode=false",
+            "s.video", "!", "fakesink", "name=v", "silent=false", "s.audio", "!", "fakesink", "name=a", "silent=false",
+        ], environment: environment, output: output, errorsToOutput: true)
+        defer { player.stop() }
+        let (status, text) = await Self.finish(player, output: output)
+        #expect(status == 0, "\(text.suffix(2_000))")
+        let units = text.components(separatedBy: "/GstFakeSink:v: last-message = chain").count - 1
+        let packets = text.components(separatedBy: "/GstFakeSink:a: last-message = chain").count - 1
+        #expect(units >= 60 && packets >= 100, "\(units) H.264 access units, \(packets) Opus packets")
+        #expect(text.contains("video/x-h264, stream-format=(string)byte-stream, alignment=(string)au") && text.contains("width=(int)320, height=(int)180"))
+        #expect(text.contains("audio/x-opus"))
+        #expect(!text.contains("creating element \"avdec_h264\"") && !text.contains("creating element \"opusdec\""), "a decoder was made")
+        #expect(text.contains("pcast-stream-ended, reason=(string)ended") && text.contains("Got EOS from element"))
     }
 
     @Test("a Python application (python3-gi) loads the plugin, publishes with pcastsink until EOS, reads its stream-id property, and exits cleanly")

@@ -21,9 +21,9 @@ typedef struct {
   const char *stream_name;
   const char *publish_type;  // "live", "record", "append"
   guint video_bitrate;       // kbit/s, 0: the SDK's default
-  gboolean has_video;        // a video pad was requested (raw, or H.264 with passthrough)
+  gboolean has_video;        // a video pad was requested (raw, or H.264)
   gboolean has_audio;
-  gboolean passthrough;      // the video pad is video_h264: FLV samples come, not raw ones
+  gboolean passthrough;      // a pad is video_h264 or audio_opus: Matroska samples come, not raw ones
 } PCastSinkSettings;
 
 // pcastsrc's properties when it starts.
@@ -32,6 +32,7 @@ typedef struct {
   const char *auth_token;
   const char *token;
   guint playout_delay;       // milliseconds, 0: the SDK's default
+  gboolean decode;           // FALSE: the encoded media as it came
 } PCastSourceSettings;
 
 // Sets pcastsink's read-only `stream-id` (notify::stream-id) and posts the element message
@@ -48,7 +49,7 @@ void pcast_element_post_error(GstElement *element, const char *message, const ch
 // pcastsrc: exposes the sometimes pads of the tracks the stream has, then no-more-pads.
 void pcast_src_add_pads(GstElement *element, gboolean video, gboolean audio);
 
-// pcastsrc: pushes a decoded frame out of a pad (transfer full of `buffer`; `caps` stays the
+// pcastsrc: pushes a frame (decoded, or an encoded unit) out of a pad (transfer full of `buffer`; `caps` stays the
 // caller's and is set when it changed). FALSE when it was not taken (not linked, flushing).
 gboolean pcast_src_push(GstElement *element, PCastPadKind kind, GstBuffer *buffer, GstCaps *caps);
 

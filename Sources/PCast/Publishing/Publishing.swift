@@ -1,5 +1,5 @@
 import Foundation
-import GStreamer
+package import GStreamer
 import Logging
 import PCastMedia
 import PCastProtocol
@@ -354,6 +354,20 @@ extension PCast {
         let delay = playoutDelay ?? options.playoutDelay, impairment = options.receiveImpairment
         return try await openSubscription(streamToken: streamToken) { tracks, sendRTCP throws(MediaError) in
             try await RTPReceiver.start(tracks: tracks, playoutDelay: delay, impairment: impairment, sendRTCP: sendRTCP)
+        }.stream
+    }
+
+    /// Subscribes without decoding: each H.264 access unit and Opus packet goes to `onSample`
+    /// (on a streaming thread) as it arrives, with its caps. For elements of ours that hand the
+    /// encoded media on (`pcastsrc decode=false`). Stopping the stream unsubscribes.
+    /// `onTracks` hears the stream's kinds before the first sample.
+    package func subscribeEncoded(streamToken: String, playoutDelay: Duration? = nil,
+                                  onTracks: (Set<MediaType>) -> Void,
+                                  onSample: @escaping @Sendable (MediaType, Sample) -> Void) async throws(PCastError) -> MediaStream {
+        let delay = playoutDelay ?? options.playoutDelay
+        return try await openSubscription(streamToken: streamToken) { tracks, sendRTCP throws(MediaError) in
+            onTracks(Set(tracks.map { $0.kind == .video ? MediaType.video : .audio }))
+            return try await RTPReceiver.startEncoded(tracks: tracks, playoutDelay: delay, onSample: onSample, sendRTCP: sendRTCP)
         }.stream
     }
 

@@ -4,11 +4,18 @@ import Logging
 import PCastProtocol
 import Synchronization
 
-/// What an ingest reads: a URI GStreamer can pull (http(s) mp4, rtmp, rtsp, file), or FLV bytes
-/// pushed in (what an RTMP push endpoint receives).
+/// What an ingest reads: a URI GStreamer can pull (http(s) mp4, rtmp, rtsp, file), or bytes
+/// pushed in.
 public enum IngestSource: Sendable, Hashable {
     case uri(String)
+    /// FLV (what an RTMP push endpoint receives): H.264 passes through, AAC becomes Opus.
     case pushedFLV
+    /// Streamable Matroska with H.264 and Opus (what `pcastsink` muxes encoded pads into): both
+    /// pass through, nothing is decoded.
+    case pushedMatroska
+
+    /// Whether the bytes are pushed in (``IngestPublisher/push(_:)``) rather than pulled.
+    public var isPushed: Bool { self == .pushedFLV || self == .pushedMatroska }
 }
 
 /// How an ingest runs (the seed's publish-remote options, plus the platform's limits).
@@ -95,7 +102,7 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
     package let source: IngestSource
     let pipeline: Pipeline
     private let rtcpInputs: [AppSource]
-    private let flvInput: AppSource?
+    private let pushedInput: AppSource?
     private let state = Mutex<(end: IngestEnd?, waiters: [CheckedContinuation<IngestEnd, Never>])>((nil, []))
     private let lastPacket = Atomic<UInt64>(0)
     private let bytesRead = Atomic<Int>(0)
@@ -119,13 +126,13 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
     static let logger = Logger(label: "pcast.ingest")
 
     private init(tracks: [MediaTrackDescription], options: IngestOptions, source: IngestSource, pipeline: Pipeline,
-                 rtcpInputs: [AppSource], flvInput: AppSource?) {
+                 rtcpInputs: [AppSource], pushedInput: AppSource?) {
         self.tracks = tracks
         self.options = options
         self.source = source
         self.pipeline = pipeline
         self.rtcpInputs = rtcpInputs
-        self.flvInput = flvInput
+        self.pushedInput = pushedInput
     }
 
     static func isRTSP(_ uri: String) -> Bool {
@@ -158,8 +165,15 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
                 sourceDescription = "urisourcebin name=\(prefix)-uri uri=\"\(uri)\" ! parsebin"
             }
         case .pushedFLV:
-            sourceDescription = "appsrc name=\(prefix)-flv-in is-live=true format=bytes block=false max-bytes=8388608 caps=video/x-flv ! parsebin"
+            sourceDescription = "appsrc name=\(prefix)-pushed-in is-live=true format=bytes block=false max-bytes=8388608 caps=video/x-flv ! parsebin"
+        case .pushedMatroska:
+            sourceDescription = "appsrc name=\(prefix)-pushed-in is-live=true format=bytes block=false max-bytes=8388608 caps=video/x-matroska ! parsebin"
         }
+        // Audio: Opus passes through; anything else (AAC from files and RTMP) is decoded and
+        // encoded to Opus, which is what the transport carries.
+        let (audioCaps, audioChain) = source == .pushedMatroska
+            ? ("audio/x-opus", "opusparse")
+            : ("audio/mpeg", "decodebin ! audioconvert ! audioresample ! audio/x-raw,rate=48000,channels=2 ! opusenc name=\(prefix)-opus frame-size=10")
         var videoChain = "identity"
         if !options.passthrough {
             let rate = options.exactFrameRate ?? options.maximumFrameRate ?? 30
@@ -173,7 +187,7 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
         let pipeline: Pipeline
         do {
             let description = try StockPipelines.template("ingest").render([
-                "prefix": prefix, "source": sourceDescription, "videochain": videoChain,
+                "prefix": prefix, "source": sourceDescription, "videochain": videoChain, "audiocaps": audioCaps, "audiochain": audioChain,
                 "videossrc": String(videoSSRC), "audiossrc": String(audioSSRC)])
             pipeline = try Pipeline(description: description)
         } catch {
@@ -186,14 +200,16 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
         let ingest: IngestPublisher
         do {
             let rtcpInputs = [try pipeline.appSource(named: "\(prefix)-video-rtcp-in"), try pipeline.appSource(named: "\(prefix)-audio-rtcp-in")]
-            let flvInput = source == .pushedFLV ? try pipeline.appSource(named: "\(prefix)-flv-in") : nil
+            let pushedInput = source.isPushed ? try pipeline.appSource(named: "\(prefix)-pushed-in") : nil
             if case .uri(let uri) = source {
                 try Self.configureSource(try pipeline.element(named: Self.isRTSP(uri) ? "\(prefix)-parse" : "\(prefix)-uri"), options: options)
             }
-            ingest = IngestPublisher(tracks: tracks, options: options, source: source, pipeline: pipeline, rtcpInputs: rtcpInputs, flvInput: flvInput)
+            ingest = IngestPublisher(tracks: tracks, options: options, source: source, pipeline: pipeline, rtcpInputs: rtcpInputs, pushedInput: pushedInput)
             // Set here rather than in the description: an integer property in this description was
             // intermittently misparsed under load (GStreamer reported a garbage value for it).
-            try pipeline.element(named: "\(prefix)-opus").set("bitrate", Int32(clamping: options.settings.audioBitrate))
+            if source != .pushedMatroska {
+                try pipeline.element(named: "\(prefix)-opus").set("bitrate", Int32(clamping: options.settings.audioBitrate))
+            }
             for kind in ["video", "audio"] {
                 let sink = try pipeline.appSink(named: "\(prefix)-\(kind)-rtp-out")
                 sink.onSample { [weak ingest] sample in
@@ -278,7 +294,7 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
             // Pushed FLV arrives only once the pusher is told the publish started, which waits
             // for this: do not wait for the pipeline to reach PLAYING (the watchdog's connect
             // timeout covers a pusher that never sends).
-            try await pipeline.play(timeout: source == .pushedFLV ? nil : options.connectTimeout)
+            try await pipeline.play(timeout: source.isPushed ? nil : options.connectTimeout)
         } catch {
             throw .gstreamer(error)
         }
@@ -340,17 +356,18 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
         (pipeline.position, pipeline.mediaDuration)
     }
 
-    /// Pushed FLV bytes (``IngestSource/pushedFLV``). False when the ingest is not taking them.
+    /// Pushed bytes (``IngestSource/pushedFLV``, ``IngestSource/pushedMatroska``). False when the
+    /// ingest is not taking them.
     @discardableResult
-    package func pushFLV(_ bytes: [UInt8]) -> Bool {
-        guard let input = flvInput, !hasEnded else { return false }
+    package func push(_ bytes: [UInt8]) -> Bool {
+        guard let input = pushedInput, !hasEnded else { return false }
         return input.pushNow(Buffer(bytes: bytes))
     }
 
     /// The pushed source ended (the publisher stopped): the ingest ends as `endOfStream` once the
     /// queued media played out.
     package func endPushedStream() {
-        try? flvInput?.endOfStream()
+        try? pushedInput?.endOfStream()
     }
 
     package func receiveRTCP(_ packet: Buffer) {

@@ -500,6 +500,27 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         return (receiver, stream)
     }
 
+    /// Builds and starts a receive pipeline that hands over the media as it came, without
+    /// decoding: H.264 access units (byte-stream, SPS/PPS before keyframes; from the first
+    /// keyframe) and Opus packets, each with its caps, to `onSample` on a streaming thread.
+    package static func startEncoded(tracks: [MediaTrackDescription], playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay,
+                                     onSample: @escaping @Sendable (MediaType, Sample) -> Void,
+                                     sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
+        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: nil, purpose: .record, sendRTCP: sendRTCP)
+        do {
+            for kind in [MediaType.video, .audio] where (kind == .video ? receiver.hasVideo : receiver.hasAudio) {
+                try receiver.pipeline.appSink(named: kind == .video ? "video-record" : "audio-record").onSample { onSample(kind, $0) }
+            }
+            try await receiver.pipeline.play(timeout: nil)
+        } catch {
+            throw .gstreamer(error)
+        }
+        let stream = MediaStream(engine: receiver, tracks: [])
+        receiver.ends.attach { [weak stream] reason in stream?.finish(reason) }
+        receiver.watchBus()
+        return (receiver, stream)
+    }
+
     /// What a receive pipeline does with the media: decode it for renderers, or record it.
     enum Purpose { case play, record }
 
