@@ -280,6 +280,35 @@ struct GStreamerPluginTests {
 
     /// The `gst-launch-1.0 …` line of a stock description's header, with its placeholders for the
     /// platform, tokens and paths replaced, as arguments.
+    @Test("a Python application builds pcastsink and pcastsrc 200 times, takes them through their states (every tenth publishes and plays a frame) and tears them down: threads, descriptors and memory stay flat over the last 100 cycles; it exits cleanly")
+    func pythonCycles() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        var environment = try Self.environment(serve.environment)
+        // Two malloc arenas: resident memory then shows what is kept, not where threads landed.
+        environment["MALLOC_ARENA_MAX"] = "2"
+        let auth = try serve.token(["--type", "auth"])
+        let publish = try serve.token(["--type", "publish"])
+        let stream = try serve.token(["--type", "stream", "--channel-alias", "cycles"])
+        let script = repositoryRoot.appendingPathComponent("scripts/peers/gst-plugin-cycles.py").path
+        let assignments = ["GST_PLUGIN_PATH", "GST_REGISTRY", "MALLOC_ARENA_MAX"].compactMap { key in environment[key].map { "\(key)=\($0)" } }
+        let result = try runCommand(URL(fileURLWithPath: "/usr/bin/env"), assignments + ["/usr/bin/python3", script, serve.signaling, auth, publish, stream, "200", "10"],
+                                    timeout: 300)
+        #expect(result.status == 0, "\(result.stdout) \(result.stderr.suffix(2_000))")
+        let line = try #require(result.stdout.split(whereSeparator: \.isNewline).last { $0.hasPrefix("{") }, "\(result.stderr.suffix(2_000))")
+        print("plugin cycles: \(line)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(report["published"] as? Int == 20 && report["played"] as? Int == 20, "\(line)")
+        #expect((report["failures"] as? [String])?.isEmpty == true, "\(line)")
+        let warm = try #require(report["warm"] as? [String: Int]), middle = try #require(report["middle"] as? [String: Int])
+        let end = try #require(report["end"] as? [String: Int])
+        #expect(end["threads"]! <= warm["threads"]! + 2, "threads \(warm["threads"]!) → \(end["threads"]!)")
+        #expect(end["fds"]! <= warm["fds"]! + 2, "descriptors \(warm["fds"]!) → \(end["fds"]!)")
+        // Measured here: 0.5–1.4 MB over the last 100 cycles (allocator settling); a kept session
+        // or pipeline per cycle would be several MB.
+        #expect(end["rssKB"]! - middle["rssKB"]! <= 4_096, "resident \(middle["rssKB"]!) KB → \(end["rssKB"]!) KB over the last 100 cycles")
+    }
+
     static func header(_ name: String, _ replacements: [String: String]) throws -> [String] {
         let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("pipelines/\(name).pipeline")
