@@ -35,6 +35,7 @@ build: setup
 
 demo: setup
 	$(SWIFT) build -c release --product pcast
+	$(SWIFT) build -c release --product gstpcast
 	.build/release/pcast demo --seconds $(DEMO_SECONDS)
 
 test: setup
@@ -73,10 +74,12 @@ install-plugin: plugin
 
 bench: setup
 	$(SWIFT) build -c release --product pcast
+	$(SWIFT) build -c release --product gstpcast
 	.build/release/pcast bench --output $(BENCH_DIR)
 	MALLOC_ARENA_MAX=2 .build/release/pcast bench --cycles-only --output $(BENCH_DIR)
 	.build/release/pcast bench --connections-only --output $(BENCH_DIR)
 	.build/release/pcast bench --webrtc-only --output $(BENCH_DIR)
+	.build/release/pcast bench --plugin-only --output $(BENCH_DIR)
 	# Micro-benchmarks of the hot paths (Benchmarks/, ordo-one's package-benchmark): the run is kept
 	# as the baseline `latest`, written as markdown, and compared with the committed `reference`.
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark baseline update latest --no-progress
@@ -95,6 +98,7 @@ fuzz: setup
 # 30 minutes of publish/subscribe with churn; fails if memory, threads or descriptors grow (not part of test).
 soak: setup
 	$(SWIFT) build -c release --product pcast
+	$(SWIFT) build -c release --product gstpcast
 	MALLOC_ARENA_MAX=2 .build/release/pcast soak --minutes $(SOAK_MINUTES) --output $(BENCH_DIR)
 # The DocC catalogs of the product libraries (Sources/<target>/<target>.docc), built into .build/docs.
 docs: setup

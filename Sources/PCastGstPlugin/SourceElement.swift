@@ -61,7 +61,8 @@ final class SourceElement: @unchecked Sendable {
                 return
             }
             guard !Task.isCancelled else { return }
-            let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+            // Not synchronised: frames go on as they are decoded, and the pipeline's own sink times them.
+            let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true, synchronized: false))
             live.withLock { $0.stream = stream; $0.renderer = renderer }
             let element = self.element
             let video = stream.getVideoTracks().first, audio = stream.getAudioTracks().first

@@ -52,6 +52,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Run only the standard-WebRTC benchmarks: WHEP → first frame and glass-to-glass in headless Chromium, relay cost per WebRTC viewer (writes webrtc.json and webrtc.md).")
     var webrtcOnly = false
 
+    @Flag(help: "Run only the GStreamer plugin benchmarks: CPU of gst-launch-1.0 … ! pcastsink against pcast publish, glass-to-glass through pcastsink → relay → pcastsrc against the SDK's (writes plugin.json and plugin.md; needs libgstpcast.so beside pcast).")
+    var pluginOnly = false
+
     @Flag(help: "Run only the reconnection benchmark (writes reconnect.json and reconnect.md).")
     var reconnectOnly = false
 
@@ -93,6 +96,11 @@ struct BenchCommand: AsyncParsableCommand {
             let counts = fanout == [10, 100, 500, 1000] ? WebRTCBenchmark().fanoutCounts : fanout
             let result = try await WebRTCBenchmark(seconds: latencySeconds, fanoutCounts: counts).run()
             try write(result, markdown: WebRTCBenchmark.markdown(result), as: "webrtc")
+            return
+        }
+        if pluginOnly {
+            let result = try await PluginBenchmark(seconds: latencySeconds).run()
+            try write(result, markdown: PluginBenchmark.markdown(result), as: "plugin")
             return
         }
         if reconnectOnly {

@@ -36,13 +36,21 @@ public struct RendererOptions: Sendable, Hashable {
     /// this size in the pipeline; without it, a window sink sizes the video itself and keeps its
     /// aspect ratio for `letterbox` (and for `fill`, which needs the surface's size to crop).
     public var displaySize: Dimensions?
+    /// Whether the sinks wait for each frame's time (the playout delay) before taking the next.
+    /// Off, frames reach the frame-ready hooks as soon as they are decoded: for a consumer that
+    /// times them itself (our `pcastsrc` element hands them to a pipeline whose sink does). With it
+    /// on, a hook fires only once the sink has shown the frame before, so a hook that forwards
+    /// frames adds the playout delay again (measured: 74 ms instead of 8 ms, a third of the frames
+    /// dropped by the branch's leaky queue).
+    public var synchronized = true
 
     public init(aspectRatioMode: AspectRatioMode = .automatic, useNullVideoDevice: Bool = false,
-                useNullAudioDevice: Bool = false, displaySize: Dimensions? = nil) {
+                useNullAudioDevice: Bool = false, displaySize: Dimensions? = nil, synchronized: Bool = true) {
         self.aspectRatioMode = aspectRatioMode
         self.useNullVideoDevice = useNullVideoDevice
         self.useNullAudioDevice = useNullAudioDevice
         self.displaySize = displaySize
+        self.synchronized = synchronized
     }
 }
 
@@ -309,10 +317,11 @@ public final class Renderer: Sendable {
         } else {
             parts.append("videoscale")
         }
+        let sync = options.synchronized ? "true" : "false"
         if options.useNullVideoDevice {
-            parts.append("fakesink name=\(id)-video-sink sync=true async=false")
+            parts.append("fakesink name=\(id)-video-sink sync=\(sync) async=false")
         } else {
-            parts.append("autovideosink name=\(id)-video-sink sync=true")
+            parts.append("autovideosink name=\(id)-video-sink sync=\(sync)")
         }
         return parts.joined(separator: " ! ")
     }
@@ -324,7 +333,8 @@ public final class Renderer: Sendable {
         // A null audio device plays nothing anyone hears: its queue leaks, so a sink that waits for
         // the clock (a file source decoded ahead of it) can never hold back the demuxer that feeds
         // the video too.
-        let sink = options.useNullAudioDevice ? "fakesink sync=true async=false" : "autoaudiosink"
+        let sync = options.synchronized ? "true" : "false"
+        let sink = options.useNullAudioDevice ? "fakesink sync=\(sync) async=false" : "autoaudiosink sync=\(sync)"
         let leak = options.useNullAudioDevice ? " leaky=downstream" : ""
         return "queue name=\(id)-audio-queue\(leak) max-size-time=200000000 max-size-buffers=0 max-size-bytes=0 ! identity name=\(id)-audio-hook ! audioconvert ! volume name=\(id)-volume ! \(sink) name=\(id)-audio-sink"
     }
