@@ -191,11 +191,16 @@ static gboolean build_encoded_chain(PCastSink *self) {
     if (queue) gst_object_unref(queue);
   } else if (ok && has_pad(element, "video")) {
     GstElement *queue = child(element, "video", "-queue");
+    GstElement *prefer = make(element, "capsfilter", "video", "-prefer");
     GstElement *convert = make(element, "videoconvert", "video", "-convert");
     GstElement *encoder = make(element, "x264enc", "video", "-encoder");
     GstElement *parse = make(element, "h264parse", "video", "-parse");
-    ok = queue && convert && encoder && parse;
+    ok = queue && prefer && convert && encoder && parse;
     if (ok) {
+      // As build_raw_chain: the encoder's formats first, so a source that can make them does.
+      GstCaps *preferred = gst_caps_from_string("video/x-raw,format=I420; video/x-raw,format=NV12; video/x-raw");
+      g_object_set(prefer, "caps", preferred, NULL);
+      gst_caps_unref(preferred);
       GST_OBJECT_LOCK(self);
       guint bitrate = self->video_bitrate > 0 ? self->video_bitrate : 2000;
       GST_OBJECT_UNLOCK(self);
@@ -203,7 +208,7 @@ static gboolean build_encoded_chain(PCastSink *self) {
       gst_util_set_object_arg(G_OBJECT(encoder), "speed-preset", "ultrafast");
       g_object_set(encoder, "bitrate", bitrate, "key-int-max", 60, NULL);
       GstCaps *baseline = gst_caps_from_string("video/x-h264,profile=constrained-baseline");
-      ok = gst_element_link_many(queue, convert, encoder, NULL) && gst_element_link_filtered(encoder, parse, baseline)
+      ok = gst_element_link_many(queue, prefer, convert, encoder, NULL) && gst_element_link_filtered(encoder, parse, baseline)
         && gst_element_link(parse, mux);
       gst_caps_unref(baseline);
     }
@@ -279,7 +284,7 @@ static void pcast_sink_release_pad(GstElement *element, GstPad *pad) {
   gst_pad_set_active(pad, FALSE);
   gst_ghost_pad_set_target(GST_GHOST_PAD(pad), NULL);
   gst_element_remove_pad(element, pad);
-  const char *suffixes[] = {"-queue", "-appsink", "-parse", "-convert", "-resample", "-encoder"};
+  const char *suffixes[] = {"-queue", "-appsink", "-parse", "-prefer", "-convert", "-resample", "-encoder"};
   for (guint i = 0; i < G_N_ELEMENTS(suffixes); i++) {
     GstElement *found = child(element, kind, suffixes[i]);
     if (!found) continue;

@@ -110,9 +110,26 @@ struct GStreamerPluginTests {
         #expect(serve.output.contains("pcast.stream=\(streamId) [PCastServer] stream ended (ended: end of stream)"), "\(serve.output.suffix(2_000))")
     }
 
-    @Test("H.264 from x264enc into pcastsink passes through, beside raw audio (encoded to Opus in the bin) or Opus from opusenc (pad audio_opus, passed through): the viewer's picture is 320×240 and Opus packets reach it; the publishing process made one x264enc and one opusenc and no decoder; EOS ends the stream as ended",
-          arguments: [false, true])
-    func sinkPassesThrough(opus: Bool) async throws {
+    /// What the passthrough test feeds pcastsink: encoded H.264 beside raw audio or Opus, or raw
+    /// video beside Opus.
+    enum EncodedInput: String, CaseIterable, Sendable {
+        case h264WithRawAudio, h264WithOpus, rawVideoWithOpus
+
+        var arguments: [String] {
+            let video = ["videotestsrc", "is-live=true", "num-buffers=360", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!"]
+            let sink = ["pcastsink", "name=p"]
+            let tone = ["audiotestsrc", "is-live=true", "num-buffers=600", "!"]
+            switch self {
+            case .h264WithRawAudio: return video + ["x264enc", "tune=zerolatency", "key-int-max=30", "!"] + sink + tone + ["p.audio"]
+            case .h264WithOpus: return video + ["x264enc", "tune=zerolatency", "key-int-max=30", "!"] + sink + tone + ["opusenc", "!", "p.audio_opus"]
+            case .rawVideoWithOpus: return video + sink + tone + ["opusenc", "!", "p.audio_opus"]
+            }
+        }
+    }
+
+    @Test("encoded media into pcastsink passes through (H.264 from x264enc beside raw audio or Opus from opusenc; raw video beside Opus): the viewer's picture is 320×240 and Opus packets reach it; the publishing process made one x264enc and one opusenc (the application's, or the bin's for a raw pad) and no decoder; EOS ends the stream as ended",
+          arguments: EncodedInput.allCases)
+    func sinkPassesThrough(input: EncodedInput) async throws {
         let serve = try await ServeProcess.start()
         defer { serve.stop() }
         var environment = try Self.environment(serve.environment)
@@ -121,13 +138,10 @@ struct GStreamerPluginTests {
         let auth = try serve.token(["--type", "auth"])
         let publish = try serve.token(["--type", "publish"])
         let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-encoded"])
-        let audio = opus ? ["audiotestsrc", "is-live=true", "num-buffers=600", "!", "opusenc", "!", "p.audio_opus"]
-                         : ["audiotestsrc", "is-live=true", "num-buffers=600", "!", "p.audio"]
-        let (launcher, output, _) = try await Self.launchPublisher([
-            "videotestsrc", "is-live=true", "num-buffers=360", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!",
-            "x264enc", "tune=zerolatency", "key-int-max=30", "!",
-            "pcastsink", "name=p", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(publish)", "tags=channelAlias:gst-encoded",
-        ] + audio, environment: environment, serve: serve)
+        let settings = ["server=\(serve.signaling)", "auth-token=\(auth)", "token=\(publish)", "tags=channelAlias:gst-encoded"]
+        var arguments = input.arguments
+        arguments.insert(contentsOf: settings, at: arguments.firstIndex(of: "name=p")! + 1)
+        let (launcher, output, _) = try await Self.launchPublisher(arguments, environment: environment, serve: serve)
         defer { launcher.stop() }
         // A viewer of passed-through H.264 starts at the publisher's next keyframe (every second
         // here); on a loaded machine the first can take a few seconds.
@@ -145,7 +159,7 @@ struct GStreamerPluginTests {
         let (status, text) = await Self.finish(launcher, output: output)
         #expect(status == 0, "\(text.suffix(2_000))")
         func made(_ factory: String) -> Int { text.components(separatedBy: "creating element \"\(factory)\"").count - 1 }
-        // Raw audio: the bin's own opusenc; Opus: the application's, and none in the bin.
+        // A raw pad's encoder is the bin's own; an encoded pad's is the application's, none in the bin.
         #expect(made("x264enc") == 1 && made("opusenc") == 1, "\(made("x264enc")) x264enc, \(made("opusenc")) opusenc")
         #expect(made("avdec_h264") == 0 && made("opusdec") == 0 && made("decodebin") == 0, "a decoder was made in the publishing process")
         #expect(text.contains("pcast-stream-ended, reason=(string)ended"), "\(text.suffix(2_000))")
