@@ -349,7 +349,7 @@ struct GStreamerPluginTests {
         #expect(duration >= 2, "\(probe.stdout)")
     }
 
-    @Test("refusals are element errors with the platform's status: a forged token (unauthorized), an unreachable platform (connectionFailed), missing properties named; gst-launch exits 1")
+    @Test("refusals are element errors with the platform's status: a forged token (unauthorized), an unreachable platform (connectionFailed), missing properties named, Opus without video; gst-launch exits non-zero")
     func refusals() async throws {
         let serve = try await ServeProcess.start()
         defer { serve.stop() }
@@ -369,6 +369,10 @@ struct GStreamerPluginTests {
         // Refused at READY → PAUSED: gst-launch says the pipeline would not pause and exits 255.
         #expect(missing.status != 0)
         #expect((missing.stdout + missing.stderr).contains("set auth-token, token"), "\(missing.stdout) \(missing.stderr)")
+        let opusAlone = try Self.gst("gst-launch-1.0", ["audiotestsrc", "num-buffers=50", "!", "opusenc", "!",
+                                                        "pcastsink", "server=\(serve.signaling)", "auth-token=\(auth)", "token=x"], environment: environment)
+        #expect(opusAlone.status != 0)
+        #expect((opusAlone.stdout + opusAlone.stderr).contains("an audio_opus pad needs a video pad"), "\(opusAlone.stdout) \(opusAlone.stderr)")
         let refusedViewer = try Self.gst("gst-launch-1.0", ["pcastsrc", "server=\(serve.signaling)", "auth-token=\(auth)", "token=DIGEST:forged", "!", "fakesink"],
                                          environment: environment)
         #expect(refusedViewer.status == 1)

@@ -667,13 +667,18 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     /// in half a million. (GStreamer's automatic timing waits
     /// for an RTT it learns only from RTX-flagged answers; the relay answers with the packet
     /// itself, so that estimate never comes.)
-    static func retransmissionTiming(latency: Duration) -> (retryTimeout: Int32, retryPeriod: Int32) {
+    /// The first NACK goes `max(2 ms, latency / 20)` after the packet was due: GStreamer's automatic
+    /// delay is half the packet spacing, which for video is half a frame (17 ms at 30 fps), and
+    /// left a 40 ms playout delay room for only a few tries (on a loaded machine, 7 packets in
+    /// 2,700 stayed lost at 10 % loss, and 7 % of frames with them).
+    static func retransmissionTiming(latency: Duration) -> (firstDelay: Int32, retryTimeout: Int32, retryPeriod: Int32) {
         let milliseconds = Int32(clamping: Int64(latency / .milliseconds(1)))
-        return (max(5, milliseconds / 8), max(milliseconds, 10))
+        return (max(2, milliseconds / 20), max(5, milliseconds / 8), max(milliseconds, 10))
     }
 
     static func applyRetransmissionTiming(to element: Element, latency: Duration) {
         let timing = retransmissionTiming(latency: latency)
+        try? element.set("rtx-delay", timing.firstDelay)
         try? element.set("rtx-retry-timeout", timing.retryTimeout)
         try? element.set("rtx-min-retry-timeout", timing.retryTimeout)
         try? element.set("rtx-retry-period", timing.retryPeriod)
