@@ -36,7 +36,7 @@ actor Platform {
     var registry: StreamRegistry
     /// WHIP and WHEP sessions (standard WebRTC peers), each a session of its own in the registry.
     var webRTCSessions = WebRTCSessions()
-    private var rooms: RoomRegistry
+    private(set) var rooms: RoomRegistry
     private let persistence: RoomPersistence
     /// Sessions that can be resumed: SHA-256 of their resume key, and whether a connection holds them.
     private var resumable: [String: (keyHash: String, attached: Bool, deadline: Date?)] = [:]
@@ -329,7 +329,7 @@ actor Platform {
         updateGauges()
     }
 
-    private func perform(rooms event: RoomRegistry.Event) {
+    func perform(rooms event: RoomRegistry.Event) {
         let actions = rooms.handle(event)
         for action in actions {
             switch action {

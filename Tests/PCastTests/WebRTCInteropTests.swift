@@ -82,6 +82,61 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
+        @Test("a WHIP stream is a stream like any other: published with ?type=record it is recorded (H.264 and Opus, decodable), and its channel, created by the WHIP publish, shows it to a ChannelExpress viewer until its DELETE")
+        func whipStreamInChannelAndRecording() async throws {
+            let platform = try await LocalPlatform.start()
+            let publisher = try ScriptedPeer.start(.whip, platform, name: "whip-show?type=record",
+                                                    token: try platform.token(.publish, streamName: "whip-show"), seconds: 8)
+            // The WHIP publish created the channel: it is live once the stream is.
+            let deadline = ContinuousClock.now + .seconds(20)
+            while platform.relay.statistics().streams == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+            guard platform.relay.statistics().streams == 1 else {
+                Issue.record("the WHIP stream never started: \(try await publisher.outcome())")
+                await platform.shutdown()
+                return
+            }
+            let viewer = ChannelExpress(roomExpress: RoomExpress(pcastExpress: express(platform)))
+            let viewed = Values<(RequestStatus, String?)>()
+            let watching = Mutex<ExpressSubscriber?>(nil)
+            let rooms = try await viewer.joinChannel(JoinChannelOptions(joinRoomOptions: JoinRoomOptions(roomAlias: "whip-show"),
+                                                                        renderer: RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))) { status, subscriber, _ in
+                viewed.append((status, subscriber?.streamId))
+                if let subscriber { watching.withLock { $0 = subscriber } }
+            }
+            #expect(await eventually(.seconds(10)) { viewed.all.contains { $0.0 == .ok && $0.1 != nil } }, "\(viewed.all)")
+            let subscriber = try #require(watching.withLock { $0 })
+            #expect(await eventually { subscriber.renderer?.videoDimensions == Dimensions(width: 320, height: 240) })
+            let member = try #require(rooms.activeRoom.value?.members.value.first)
+            #expect(member.role.value == .presenter)
+            #expect(member.streams.value.first?.pcastStreamId == subscriber.streamId)
+
+            let sent = try await publisher.outcome()
+            #expect(sent.status == 201 && sent.error == nil, "\(sent)")
+            #expect(sent.delete_status == 200)
+            // DELETE ended the stream and the member left: nothing is left to view.
+            #expect(await eventually(.seconds(10)) { viewed.all.last?.0 == .noStreamPlaying }, "\(viewed.all)")
+            #expect(await eventually { rooms.activeRoom.value?.members.value.isEmpty == true })
+
+            let entry = try #require(try await finishedRecording(platform, "whip-show"))
+            #expect(entry["name"] as? String == "whip-show")
+            let decoded = try await decodeRecording(platform.configuration.recordingsDirectory + "/whip-show.mp4", audio: true)
+            #expect(decoded.width == 320 && decoded.height == 240)
+            #expect(decoded.videoTimestamps.count >= 150, "\(decoded.videoTimestamps.count) frames recorded of ~8 s at 30 fps")
+            #expect(decoded.audioBuffers >= 100, "\(decoded.audioBuffers) Opus buffers recorded")
+            await viewer.roomExpress.pcastExpress.shutdown()
+            await platform.shutdown()
+        }
+
+        @Test("WHIP ?type= other than live, record or append is refused with 400 before anything is published")
+        func whipUnknownPublishType() async throws {
+            let platform = try await LocalPlatform.start()
+            let answer = try curlRequest("POST", "\(platform.httpURL)/whip/x?type=archive", token: try platform.token(.publish), body: "v=0\r\n")
+            #expect(answer.status == 400 && answer.contentType == "application/problem+json", "\(answer)")
+            #expect(answer.body.contains("archive"))
+            #expect(platform.relay.statistics().streams == 0)
+            await platform.shutdown()
+        }
+
         @Test("an SDK publisher's stream plays in webrtcbin over WHEP, found by its channel alias: video and Opus decoded, the publisher untouched by the viewer's DELETE")
         func webrtcbinViews() async throws {
             let platform = try await LocalPlatform.start()

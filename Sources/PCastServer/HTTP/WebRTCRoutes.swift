@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import NIOCore
+import PCastProtocol
 
 /// WHIP (RFC 9725) and WHEP over the platform's HTTP: `POST /whip/<name>` publishes,
 /// `POST /whep/<name>` plays; each creates a resource (`Location`) that `DELETE` ends and `PATCH`
@@ -70,8 +71,16 @@ struct WebRTCRoutes: Sendable {
         }
         let offer = String(decoding: body.readableBytesView, as: UTF8.self)
         let token = Self.bearer(request.headers[.authorization])
+        // `?type=record|append` records a WHIP stream under its name, as the SDK's publish type does.
+        var publishType = PublishType.live
+        if kind == .whip, let requested = request.uri.queryParameters.get("type") {
+            guard let type = PublishType(rawValue: requested) else {
+                return Self.problem(WebRTCRefusal(400, "Bad Request", "unknown publish type '\(requested)' (live, record or append)"))
+            }
+            publishType = type
+        }
         let result = kind == .whip
-            ? await platform.openWHIP(name: name, token: token, offer: offer, remoteAddress: context.remoteAddress?.ipAddress)
+            ? await platform.openWHIP(name: name, token: token, offer: offer, publishType: publishType, remoteAddress: context.remoteAddress?.ipAddress)
             : await platform.openWHEP(name: name, token: token, offer: offer, remoteAddress: context.remoteAddress?.ipAddress)
         switch result {
         case .failure(let refusal):

@@ -109,9 +109,17 @@ struct WebRTCCreated: Sendable {
 
 extension Platform {
     /// WHIP: publishes the offerer's media as a stream named `name` (its channel alias and stream
-    /// name), checked against `token` (a publish token) exactly as an SDK publish is.
-    func openWHIP(name: String, token: String?, offer: String, remoteAddress: String?) -> Result<WebRTCCreated, WebRTCRefusal> {
+    /// name), checked against `token` (a publish token) exactly as an SDK publish is. The stream
+    /// is recorded under `name` when `publishType` is `record` or `append`, and offered in the
+    /// channel `name` (created when there is none) as a presenter's stream, so channel viewers
+    /// find it as they find an SDK publisher's.
+    func openWHIP(name: String, token: String?, offer: String, publishType: PublishType = .live,
+                  remoteAddress: String?) -> Result<WebRTCCreated, WebRTCRefusal> {
         guard isAccepting else { return .failure(WebRTCRefusal(503, "Service Unavailable", "the platform is shutting down")) }
+        if publishType != .live, recordings == nil {
+            return .failure(WebRTCRefusal(501, "Not Implemented",
+                                          "publish type '\(publishType.rawValue)' records, and this platform node runs no recording service"))
+        }
         guard let endpoint = relay.webRTC else { return .failure(WebRTCRefusal(503, "Service Unavailable", "this relay does not accept WebRTC peers")) }
         guard let token, !token.isEmpty else { return .failure(WebRTCRefusal(401, "Unauthorized", "no publish token (Authorization: Bearer <token>)")) }
         let local = ICECredentials.random()
@@ -138,7 +146,7 @@ extension Platform {
         }
         let peer = WebRTCPeerParameters(local: local, remoteUfrag: negotiated.remote.iceUfrag,
                                         remoteFingerprint: negotiated.remote.fingerprint?.digest ?? "")
-        let publish = ClientMessage.Publish(streamToken: token, tags: ["channelAlias:\(name)"], publishType: .live, streamName: name, tracks: tracks)
+        let publish = ClientMessage.Publish(streamToken: token, tags: ["channelAlias:\(name)"], publishType: publishType, streamName: name, tracks: tracks)
         let (sessionId, reply) = request(.publish(publish), as: "whip", flowId: Self.makeId("stream"), peer: peer, remoteAddress: remoteAddress)
         guard case .published(let published)? = reply else {
             let refusal = Self.refusal(reply, doing: "publish")
@@ -147,7 +155,9 @@ extension Platform {
         }
         let resource = WebRTCSessions.Resource(id: Self.makeId("whip"), sessionId: sessionId, streamId: published.streamId, subscriberId: nil)
         webRTCSessions.add(resource)
-        logger.info("WHIP session opened", metadata: ["pcast.stream": .string(published.streamId), "pcast.name": .string(name)])
+        offerInChannel(alias: name, streamId: published.streamId, sessionId: sessionId)
+        logger.info("WHIP session opened", metadata: ["pcast.stream": .string(published.streamId), "pcast.name": .string(name),
+                                                      "pcast.publishType": .string(publishType.rawValue)])
         return .success(WebRTCCreated(resourceId: resource.id, answer: negotiated.answer.text, streamId: published.streamId))
     }
 
@@ -259,7 +269,26 @@ extension Platform {
 
     private func closeWebRTCSession(_ sessionId: String, how: SessionEnd) {
         perform(registry: .sessionClosed(sessionId: sessionId, how))
+        perform(rooms: .sessionEnded(sessionId: sessionId))
         webRTCSessions.close(sessionId: sessionId)
+    }
+
+    /// Makes a WHIP session a presenter of the room aliased `alias` (a channel of that name is
+    /// created when none exists, as ChannelExpress's publishToChannel does), offering `streamId`:
+    /// the member leaves with the session. A room that refuses it (a full direct chat) only costs
+    /// the channel listing; the stream itself is published.
+    private func offerInChannel(alias: String, streamId: String, sessionId: String) {
+        let now = clock()
+        perform(rooms: .sessionOpened(sessionId: sessionId, roles: [.presenter], now: now))
+        perform(rooms: .request(sessionId: sessionId, requestId: nil, .createRoom(.init(name: alias, type: .channel, alias: alias)),
+                                now: now, newId: Self.makeId("room")))
+        let member = ClientMessage.MemberModel(screenName: "WHIP \(alias)", role: .presenter,
+                                              streams: [RoomStreamDescription(uri: "pcast://\(streamId)", type: .user)])
+        perform(rooms: .request(sessionId: sessionId, requestId: nil, .joinRoom(.init(room: .init(alias: alias), member: member)),
+                                now: now, newId: ""))
+        if !rooms.isMember(sessionId) {
+            logger.notice("the WHIP stream is not listed in room '\(alias)': the room refused a presenter", metadata: ["pcast.stream": .string(streamId)])
+        }
     }
 
     private static func refusal(_ reply: ServerMessage?, doing what: String) -> WebRTCRefusal {
