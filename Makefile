@@ -16,7 +16,7 @@ DEBUG_FLAGS ?= -Xcc -O2
 # namespaces (Tests/*/TestGroups.swift says why each exists), or when its whole test target is
 # listed here; the recipe names groups, never suites. A filter is a regular expression on the test
 # id, `Target.Group/Suite/test()`.
-GROUPS = Prerequisites ManyClients OneAtATime Bursts Devices Leaks
+GROUPS = Prerequisites ManyClients OneAtATime Bursts Devices Leaks Cluster
 CHILD_PROCESS_TARGETS = PCastCLITests
 BURST_TARGETS = PCastRecordingTests PCastImpairmentTests
 in_groups = $(foreach g,$(1),'\.$(g)/')
@@ -54,6 +54,8 @@ test: setup
 	# sources); the impairment proxy tests send thousands of datagrams at once.
 	$(SWIFT) test --skip-build $(foreach p,$(call in_groups,Bursts) $(call in_targets,$(BURST_TARGETS)),--filter $(p))
 	$(SWIFT) test --skip-build $(foreach p,$(call in_groups,Devices),--filter $(p))
+	# A real PostgreSQL (scripts/postgres.sh, stopped with the test process) and nodes sharing it.
+	$(SWIFT) test --skip-build $(foreach p,$(call in_groups,Cluster),--filter $(p))
 	# glibc gives new threads arenas of their own (up to 8 per core) and keeps freed memory in
 	# each, so RSS jumps by megabytes whenever a streaming thread lands in a fresh arena; two
 	# arenas make the figure show what is kept rather than where threads landed.

@@ -73,6 +73,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
         .package(url: "https://github.com/adam-fowler/compress-nio", from: "1.5.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        // The shared store of a cluster of nodes (`pcast serve --database postgres://…`).
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         // `swift package generate-documentation` (make docs): the DocC catalog of each product library.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -164,6 +166,7 @@ let package = Package(
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             // The browser page `pcast serve` answers at `/`: plain HTML in the repository, in the binary.

@@ -41,6 +41,8 @@ packages=(
   ffmpeg
   nginx
   libnginx-mod-rtmp
+  # The shared store of a cluster of nodes: scripts/postgres.sh starts a throwaway server from it.
+  postgresql
 )
 
 # Independent oracles the tests check against (PyPI): phenix-edge-auth for digest tokens, pylibsrtp for

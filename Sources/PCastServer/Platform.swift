@@ -55,7 +55,7 @@ actor Platform {
     static let outboxLimit = 1024
 
     init(configuration: PlatformConfiguration, relay: any RelayControl, services: (any MediaServices)?, metrics: PlatformMetrics,
-         clock: @escaping @Sendable () -> Date, logger: Logger, store: RoomStore, snapshot: RoomStoreSnapshot) {
+         clock: @escaping @Sendable () -> Date, logger: Logger, store: any PlatformStore, snapshot: RoomStoreSnapshot) {
         self.configuration = configuration
         self.relay = relay
         self.metrics = metrics
@@ -184,6 +184,16 @@ actor Platform {
     /// Waits until every store write submitted so far is on disk.
     func flushStore() async {
         await persistence.flush()
+    }
+
+    /// Releases the store's connections (after the last flush).
+    func closeStore() async {
+        await persistence.store.close()
+    }
+
+    /// Whether the store answers (a PostgreSQL server may be down; a SQLite file always is).
+    nonisolated func storeIsReachable() async -> Bool {
+        await persistence.store.isReachable()
     }
 
     /// The operator ends a stream. False when there is no such stream.

@@ -56,10 +56,10 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// How many connections the HTTP/WebSocket listener and the RTMP endpoint hold, and how long a
     /// request head may take (see ``ConnectionLimits``).
     public var connectionLimits = ConnectionLimits()
-    /// Ingests running at once, per session and in all.
     /// STUN/TURN servers WHIP and WHEP clients are told about (`Link: …; rel="ice-server"`, RFC
     /// 9725 §4.6): for clients behind NATs that the relay's host candidates alone do not get through.
     public var iceServers: [ICEServer] = []
+    /// Ingests running at once, per session and in all.
     public var maximumIngestsPerSession = 4
     public var maximumIngests = 32
 
@@ -103,8 +103,15 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// Where recordings are kept (`<stream name>.mp4`).
     public var recordingsDirectory: String { (dataDirectory as NSString).appendingPathComponent("recordings") }
 
-    /// The SQLite file rooms, members, sessions and chat are kept in.
+    /// The SQLite file rooms, members, sessions and chat are kept in (unless ``database`` names another store).
     public var roomDatabasePath: String { (dataDirectory as NSString).appendingPathComponent("rooms.sqlite") }
+
+    /// Where rooms, members, sessions and chat are kept: nil, the SQLite file ``roomDatabasePath``
+    /// (one node); `.postgres(url)`, a database the nodes of a cluster share.
+    public var database: DatabaseLocation?
+
+    /// ``database``, or the SQLite file in the data directory.
+    public var storeLocation: DatabaseLocation { database ?? .sqlite(path: roomDatabasePath) }
 
     /// Seconds of silence after which a session is closed.
     public var keepAliveTimeout: TimeInterval {
@@ -135,13 +142,15 @@ public struct PlatformConfiguration: Sendable, Hashable {
         public var ingestAllowHosts: [String]?
         /// The folder `file://` ingest may read from.
         public var ingestFileDirectory: String?
+        /// `postgres://user@host:port/database` for a cluster's shared store; a path for SQLite.
+        public var database: String?
 
         public init(
             applicationId: String? = nil, secret: String? = nil, host: String? = nil, httpPort: Int? = nil,
             mediaPort: Int? = nil, dataDirectory: String? = nil, messageSizeLimit: Int? = nil,
             keepAliveInterval: Int? = nil, protectMetrics: Bool? = nil, maximumTokenLifetime: Int? = nil,
             maximumConnectionsPerAddress: Int? = nil, maximumConnections: Int? = nil,
-            ingestAllowHosts: [String]? = nil, ingestFileDirectory: String? = nil
+            ingestAllowHosts: [String]? = nil, ingestFileDirectory: String? = nil, database: String? = nil
         ) {
             self.applicationId = applicationId
             self.secret = secret
@@ -157,6 +166,7 @@ public struct PlatformConfiguration: Sendable, Hashable {
             self.maximumConnections = maximumConnections
             self.ingestAllowHosts = ingestAllowHosts
             self.ingestFileDirectory = ingestFileDirectory
+            self.database = database
         }
 
         /// Self, with `other`'s set values on top.
@@ -172,7 +182,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
                 maximumConnectionsPerAddress: other.maximumConnectionsPerAddress ?? maximumConnectionsPerAddress,
                 maximumConnections: other.maximumConnections ?? maximumConnections,
                 ingestAllowHosts: other.ingestAllowHosts ?? ingestAllowHosts,
-                ingestFileDirectory: other.ingestFileDirectory ?? ingestFileDirectory)
+                ingestFileDirectory: other.ingestFileDirectory ?? ingestFileDirectory,
+                database: other.database ?? database)
         }
     }
 
@@ -198,6 +209,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
         /// Comma-separated hosts ingest may pull from even when internal.
         public static let ingestAllowHosts = "PCAST_INGEST_ALLOW_HOSTS"
         public static let ingestFileDirectory = "PCAST_INGEST_FILE_DIR"
+        /// `postgres://…`: the shared store of a cluster (default: SQLite in the data directory).
+        public static let database = "PCAST_DATABASE"
         /// A JSON configuration file to read when the caller names none.
         public static let configFile = "PCAST_CONFIG"
     }
@@ -271,7 +284,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
             ingestAllowHosts: string(EnvironmentKey.ingestAllowHosts).map {
                 $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             },
-            ingestFileDirectory: string(EnvironmentKey.ingestFileDirectory))
+            ingestFileDirectory: string(EnvironmentKey.ingestFileDirectory),
+            database: string(EnvironmentKey.database))
     }
 
     /// Fills defaults and checks every value.
@@ -293,6 +307,13 @@ public struct PlatformConfiguration: Sendable, Hashable {
         if let total = layers.maximumConnections { configuration.connectionLimits.total = total }
         if let hosts = layers.ingestAllowHosts { configuration.ingestPolicy.allowedHosts = Set(hosts.map { $0.lowercased() }) }
         if let directory = layers.ingestFileDirectory { configuration.ingestPolicy.fileDirectory = directory }
+        if let database = layers.database {
+            do throws(PostgresURLError) {
+                configuration.database = try DatabaseLocation(parsing: database)
+            } catch {
+                throw .invalidValue(name: "database", value: database, reason: error.description)
+            }
+        }
         try configuration.validate()
         return configuration
     }

@@ -110,7 +110,7 @@ public final class PlatformServer: Sendable {
         tickInterval: Duration = .seconds(1),
         backendPolicy: (any BackendPolicy)? = nil
     ) async throws(PlatformServerError) -> PlatformServer {
-        let parts = try build(configuration: configuration, relay: relay, services: services, logger: logger, clock: clock,
+        let parts = try await build(configuration: configuration, relay: relay, services: services, logger: logger, clock: clock,
                               tickInterval: tickInterval, signals: [], backendPolicy: backendPolicy)
         let serviceGroup = parts.serviceGroup
         let bound = parts.bound
@@ -161,7 +161,7 @@ public final class PlatformServer: Sendable {
         backendPolicy: (any BackendPolicy)? = nil,
         onListening: @escaping @Sendable (_ httpPort: Int) -> Void = { _ in }
     ) async throws {
-        let parts = try build(
+        let parts = try await build(
             configuration: configuration, relay: relay, services: services, logger: logger, clock: { Date() }, tickInterval: .seconds(1),
             signals: [.sigterm, .sigint], backendPolicy: backendPolicy)
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -225,7 +225,7 @@ public final class PlatformServer: Sendable {
     private static func build(
         configuration: PlatformConfiguration, relay: any RelayControl, services: (any MediaServices)?, logger: Logger,
         clock: @escaping @Sendable () -> Date, tickInterval: Duration, signals: [UnixSignal], backendPolicy: (any BackendPolicy)?
-    ) throws(PlatformServerError) -> Parts {
+    ) async throws(PlatformServerError) -> Parts {
         do {
             try configuration.validate()
         } catch {
@@ -236,11 +236,16 @@ public final class PlatformServer: Sendable {
         } catch {
             throw .dataDirectory(path: configuration.dataDirectory, reason: error.localizedDescription)
         }
-        let store: RoomStore
+        let store: any PlatformStore
         let snapshot: RoomStoreSnapshot
         do throws(RoomStoreError) {
-            store = try RoomStore(path: configuration.roomDatabasePath)
-            snapshot = try store.load()
+            store = try await PlatformStores.open(configuration.storeLocation, logger: logger)
+            do throws(RoomStoreError) {
+                snapshot = try await store.load()
+            } catch {
+                await store.close()
+                throw error
+            }
         } catch {
             throw .storage(error)
         }
@@ -326,6 +331,7 @@ struct PlatformService: Service {
         await platform.shutdownServices()
         await platform.shutdown()
         await platform.flushStore()
+        await platform.closeStore()
         let clock = ContinuousClock()
         let end = clock.now.advanced(by: Self.drainDeadline)
         while await platform.connectionCount > 0, clock.now < end {

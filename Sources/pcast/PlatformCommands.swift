@@ -13,7 +13,7 @@ struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
         abstract: "Run the platform: WebSocket signaling, tokens, the SRTP relay on one UDP port (WebRTC peers too: WHIP, WHEP and a browser page at /), /healthz /readyz /metrics.",
-        discussion: "Settings come from flags, then environment (PCAST_APPLICATION_ID, PCAST_SECRET, PCAST_HOST, PCAST_HTTP_PORT, PCAST_MEDIA_PORT, PCAST_DATA_DIR, PCAST_CONFIG), then a JSON file (--config), then defaults. A secret is required."
+        discussion: "Settings come from flags, then environment (PCAST_APPLICATION_ID, PCAST_SECRET, PCAST_HOST, PCAST_HTTP_PORT, PCAST_MEDIA_PORT, PCAST_DATA_DIR, PCAST_DATABASE, PCAST_CONFIG), then a JSON file (--config), then defaults. A secret is required."
     )
 
     @Option(help: "JSON configuration file.") var config: String?
@@ -23,6 +23,8 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "HTTP/WebSocket port (0: any free port).") var httpPort: Int?
     @Option(help: "UDP media port of the relay (0: any free port).") var mediaPort: Int?
     @Option(help: "Data directory.") var dataDir: String?
+    @Option(help: "Where rooms, members, sessions and chat are kept: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=disable|prefer|require|verify-full] for a store several nodes share (its schema is migrated at start), or a SQLite file path. Default: rooms.sqlite in the data directory. PCAST_DATABASE.")
+    var database: String?
     @Option(help: "Largest signaling message, bytes.") var messageSizeLimit: Int?
     @Option(help: "Seconds between client keep-alives.") var keepaliveInterval: Int?
     @Option(help: "Seconds a disconnected session keeps its streams, subscriptions and room memberships, waiting to resume.") var resumeWindow: Double?
@@ -77,7 +79,8 @@ struct ServeCommand: AsyncParsableCommand {
             dataDirectory: dataDir, messageSizeLimit: messageSizeLimit, keepAliveInterval: keepaliveInterval,
             protectMetrics: protectMetrics ? true : nil, maximumTokenLifetime: maxTokenLifetime,
             maximumConnectionsPerAddress: maxConnectionsPerAddress, maximumConnections: maxConnections,
-            ingestAllowHosts: ingestAllowHost.isEmpty ? nil : ingestAllowHost, ingestFileDirectory: ingestFileDir)
+            ingestAllowHosts: ingestAllowHost.isEmpty ? nil : ingestAllowHost, ingestFileDirectory: ingestFileDir,
+            database: database)
         var configuration: PlatformConfiguration
         do {
             configuration = try PlatformConfiguration.load(file: config.map { URL(fileURLWithPath: $0) },

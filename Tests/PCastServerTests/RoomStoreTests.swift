@@ -549,7 +549,7 @@ extension ManyClients {
             let submissions: Int
             do {
                 let store = try RoomStore(path: path)
-                let persistence = RoomPersistence(store: store) { error in errors.withLock { $0.append(error) } }
+                let persistence = RoomPersistence(store: SQLitePlatformStore(store)) { error in errors.withLock { $0.append(error) } }
                 submissions = await withTaskGroup(of: Int.self) { group in
                     for k in 0..<submitters {
                         group.addTask {
@@ -595,7 +595,7 @@ extension ManyClients {
 
         @Test func persistenceReadsSeeEverySubmissionBeforeThem() async throws {
             let store = try RoomStore.inMemory()
-            let persistence = RoomPersistence(store: store) { _ in }
+            let persistence = RoomPersistence(store: SQLitePlatformStore(store)) { _ in }
             persistence.submit([.saveRoom(room("r-1"), createdAt: 1)])
             for round in 0..<5 {
                 let base = UInt64(round * 100)
@@ -611,7 +611,7 @@ extension ManyClients {
 
         @Test func submitDoesNotWaitForTheDiskAndPendingChangesAreBatched() async throws {
             let store = try RoomStore.inMemory()
-            let persistence = RoomPersistence(store: store) { _ in }
+            let persistence = RoomPersistence(store: SQLitePlatformStore(store)) { _ in }
             persistence.submit([.saveRoom(room("r-1"), createdAt: 1)])
             await persistence.flush()
             let transactionsBefore = persistence.transactionCount
@@ -634,7 +634,7 @@ extension ManyClients {
         @Test func persistenceReportsFailuresAndKeepsGoing() async throws {
             let store = try RoomStore.inMemory()
             let reports = Mutex<[(error: RoomStoreError, inTask: Bool)]>([])
-            let persistence = RoomPersistence(store: store) { error in
+            let persistence = RoomPersistence(store: SQLitePlatformStore(store)) { error in
                 // On the writer's queue there is no current task (there would be on the cooperative pool).
                 let inTask = withUnsafeCurrentTask { $0 != nil }
                 reports.withLock { $0.append((error, inTask)) }
@@ -672,7 +672,7 @@ extension ManyClients {
         @Test func readErrorsReachTheCaller() async throws {
             let store = try RoomStore.inMemory()
             try await store.database.write { db in try db.execute(sql: "DROP TABLE chatMessage") }
-            let persistence = RoomPersistence(store: store) { _ in }
+            let persistence = RoomPersistence(store: SQLitePlatformStore(store)) { _ in }
             await #expect(throws: RoomStoreError.self) {
                 _ = try await persistence.chatMessages(roomId: "r-1", batchSize: 10, after: nil, before: nil)
             }
@@ -681,7 +681,7 @@ extension ManyClients {
         @Test func submittedChangesAreWrittenWhenThePersistenceIsDropped() async throws {
             let store = try RoomStore.inMemory()
             do {
-                let persistence = RoomPersistence(store: store) { _ in }
+                let persistence = RoomPersistence(store: SQLitePlatformStore(store)) { _ in }
                 persistence.submit([.saveRoom(room("r-1"), createdAt: 1)])
                 for sequence in 1...100 as ClosedRange<UInt64> { persistence.submit([.appendChat(chat(sequence, room: "r-1"))]) }
             }
@@ -744,7 +744,7 @@ extension ManyClients {
             let batched = ContinuousClock.now
             try store.apply(messages().map { .appendChat($0) })
             let batchedTime = batched.duration(to: .now)
-            let persistence = RoomPersistence(store: store) { _ in }
+            let persistence = RoomPersistence(store: SQLitePlatformStore(store)) { _ in }
             let behind = ContinuousClock.now
             for message in messages() { persistence.submit([.appendChat(message)]) }
             let submitTime = behind.duration(to: .now)

@@ -30,10 +30,12 @@ struct HTTPRoutes: Sendable {
         router.get("/readyz") { _, _ in
             let accepting = await platform.isAccepting
             let relayReady = relay.mediaPort != 0
-            guard accepting, relayReady else {
+            let storeReady = await platform.storeIsReachable()
+            guard accepting, relayReady, storeReady else {
                 var reasons: [String] = []
                 if !accepting { reasons.append("the platform is shutting down") }
                 if !relayReady { reasons.append("the relay has no media port") }
+                if !storeReady { reasons.append("the database does not answer") }
                 return Self.text(reasons.joined(separator: "; ") + "\n", status: .serviceUnavailable)
             }
             return Self.text("ready\n")

@@ -37,14 +37,18 @@ public enum RoomStoreError: Error, Sendable, Hashable, CustomStringConvertible {
     case cannotOpen(path: String, reason: String)
     /// The schema could not be brought up to date (or the file was written by a newer version).
     case migration(String)
-    /// Any other database failure, with SQLite's message.
+    /// Any other database failure, with the database's message.
     case io(String)
+    /// A database server cannot be reached (refused, lost, or no answer in time); the store keeps
+    /// trying to reconnect.
+    case unavailable(String)
 
     public var description: String {
         switch self {
         case .cannotOpen(let path, let reason): return "cannot open room database \(path): \(reason)"
         case .migration(let message): return "room database migration failed: \(message)"
         case .io(let message): return "room database error: \(message)"
+        case .unavailable(let message): return "room database unavailable: \(message)"
         }
     }
 }
@@ -533,17 +537,18 @@ private struct ChangeWriter {
     }
 }
 
-/// Write-behind front of a ``RoomStore`` for the platform's actor: ``submit(_:)`` never blocks on
-/// disk. Changes are applied in submission order on one serial `DispatchQueue` (not Swift's cooperative
-/// pool); the submissions pending when the writer comes round are applied in one transaction. Each
+/// Write-behind front of a ``PlatformStore`` for the platform's actor: ``submit(_:)`` never waits on
+/// the disk or the database. Changes are applied in submission order by one writer task at a time;
+/// the submissions pending when the writer comes round are applied in one transaction. Each
 /// submission is atomic: when a batch fails, its submissions are retried one by one, so one bad
 /// submission costs only itself. Failures go to `onError` and are counted; the writer keeps going.
-/// Reads (``chatMessages(roomId:batchSize:after:before:)``) run on the same queue, so they see every change
-/// submitted before them. Submitted changes are written even if the persistence is dropped. Nothing bounds
-/// the pending changes but the writer's pace (a few microseconds a change in a batch).
+/// Reads (``chatMessages(roomId:batchSize:after:before:)``) are ordered with the writes, so they see
+/// every change submitted before them. Submitted changes are written even if the persistence is
+/// dropped. Nothing bounds the pending changes but the writer's pace (a few microseconds a change
+/// in a batch on SQLite).
 ///
 /// ```swift
-/// let persistence = RoomPersistence(store: store) { error in logger.error("room store: \(error)") }
+/// let persistence = RoomPersistence(store: SQLitePlatformStore(store)) { error in logger.error("room store: \(error)") }
 /// persistence.submit([.appendChat(message)])          // returns at once
 /// let page = try await persistence.chatMessages(roomId: "r-1", batchSize: 100, after: nil, before: nil)
 /// await persistence.flush()                           // on shutdown
@@ -551,8 +556,8 @@ private struct ChangeWriter {
 public final class RoomPersistence: Sendable {
     private enum Work: Sendable {
         case changes([RoomStoreChange])
-        /// Runs on the writer's queue once every change submitted before it is applied.
-        case barrier(@Sendable () -> Void)
+        /// Runs once every change submitted before it is applied.
+        case barrier(@Sendable () async -> Void)
     }
 
     private struct State {
@@ -562,12 +567,11 @@ public final class RoomPersistence: Sendable {
         var transactions = 0
     }
 
-    public let store: RoomStore
+    public let store: any PlatformStore
     private let onError: @Sendable (RoomStoreError) -> Void
-    private let queue = DispatchQueue(label: "PCastKit.RoomPersistence")
     private let state = Mutex(State())
 
-    public init(store: RoomStore, onError: @escaping @Sendable (RoomStoreError) -> Void) {
+    public init(store: any PlatformStore, onError: @escaping @Sendable (RoomStoreError) -> Void) {
         self.store = store
         self.onError = onError
     }
@@ -578,22 +582,25 @@ public final class RoomPersistence: Sendable {
         enqueue(.changes(changes))
     }
 
-    /// Chat history as ``RoomStore/chatMessages(roomId:batchSize:after:before:)``, read after every
+    /// Chat history as ``PlatformStore/chatMessages(roomId:batchSize:after:before:)``, read after every
     /// change submitted before this call is applied.
     public func chatMessages(roomId: String, batchSize: Int, after: UInt64?, before: UInt64?) async throws(RoomStoreError)
         -> [ChatMessageDescription] {
         let store = self.store
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<[ChatMessageDescription], RoomStoreError>, Never>) in
             enqueue(.barrier {
-                continuation.resume(returning: Result { () throws(RoomStoreError) in
-                    try store.chatMessages(roomId: roomId, batchSize: batchSize, after: after, before: before)
-                })
+                do throws(RoomStoreError) {
+                    continuation.resume(returning: .success(
+                        try await store.chatMessages(roomId: roomId, batchSize: batchSize, after: after, before: before)))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
             })
         }
         return try result.get()
     }
 
-    /// Returns when everything submitted so far is committed to the file (or has failed and been reported).
+    /// Returns when everything submitted so far is committed (or has failed and been reported).
     public func flush() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             enqueue(.barrier { continuation.resume() })
@@ -613,11 +620,11 @@ public final class RoomPersistence: Sendable {
             state.draining = true
             return true
         }
-        if start { queue.async { self.drain() } }
+        if start { Task { await self.drain() } }
     }
 
-    /// Runs on `queue`: applies what is pending until nothing is.
-    private func drain() {
+    /// Applies what is pending until nothing is (one writer at a time: `draining`).
+    private func drain() async {
         while true {
             let work = state.withLock { state -> [Work] in
                 if state.pending.isEmpty {
@@ -634,20 +641,20 @@ public final class RoomPersistence: Sendable {
                 case .changes(let changes):
                     groups.append(changes)
                 case .barrier(let body):
-                    write(groups)
+                    await write(groups)
                     groups.removeAll(keepingCapacity: true)
-                    body()
+                    await body()
                 }
             }
-            write(groups)
+            await write(groups)
         }
     }
 
-    private func write(_ groups: [[RoomStoreChange]]) {
+    private func write(_ groups: [[RoomStoreChange]]) async {
         guard !groups.isEmpty else { return }
         do throws(RoomStoreError) {
             state.withLock { $0.transactions += 1 }
-            try store.apply(groups: groups)
+            try await store.apply(groups: groups)
             return
         } catch {
             if groups.count == 1 {
@@ -659,7 +666,7 @@ public final class RoomPersistence: Sendable {
         for group in groups {
             do throws(RoomStoreError) {
                 state.withLock { $0.transactions += 1 }
-                try store.apply(group)
+                try await store.apply(groups: [group])
             } catch {
                 fail(error)
             }

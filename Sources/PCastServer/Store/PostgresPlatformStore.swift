@@ -1,0 +1,473 @@
+import Foundation
+import Logging
+import PCastProtocol
+import PostgresNIO
+
+// The shared store of a cluster of nodes: PostgreSQL through postgres-nio.
+//
+// Schema version 1 (the tables of the SQLite store, in PostgreSQL's words):
+//
+//     room          (room_id TEXT PRIMARY KEY, alias TEXT UNIQUE, name, description, type, bridge_id, pin,
+//                    created_at BIGINT)
+//     member        (room_id → room ON DELETE CASCADE, session_id, screen_name, role, state,
+//                    streams TEXT /* JSON [RoomStreamDescription] */, last_update BIGINT, join_order BIGINT,
+//                    PRIMARY KEY (room_id, session_id))
+//     session       (session_id TEXT PRIMARY KEY, resume_key_hash TEXT, roles TEXT /* JSON, NULL = any */)
+//     chat_message  (sequence BIGINT PRIMARY KEY, room_id → room ON DELETE CASCADE, timestamp BIGINT,
+//                    from_session_id, from_screen_name, from_role, from_last_update BIGINT,
+//                    message BYTEA /* UTF-8, byte for byte: PostgreSQL's TEXT cannot hold a NUL */),
+//                    INDEX (room_id, sequence)
+//     store_counter (name TEXT PRIMARY KEY, value BIGINT): 'lastChatSequence'
+//     pcast_schema  (version INTEGER): the schema version; a node refuses a database newer than it knows.
+//
+// Migrations run at start inside one transaction holding an advisory lock, so nodes starting
+// together migrate once.
+
+/// A PostgreSQL connection URL: `postgres://user[:password]@host[:port]/database[?sslmode=…]`.
+/// `sslmode` as libpq's: `disable`, `prefer` (the default: TLS when the server offers it,
+/// unverified), `require` (TLS, unverified), `verify-full` (TLS with the certificate checked).
+public struct PostgresURL: Sendable, Hashable, CustomStringConvertible {
+    public enum TLSMode: String, Sendable, Hashable { case disable, prefer, require, verifyFull = "verify-full" }
+
+    public var host: String
+    public var port: Int
+    public var user: String
+    public var password: String?
+    public var database: String
+    public var tls: TLSMode
+
+    public init(parsing text: String) throws(PostgresURLError) {
+        guard let components = URLComponents(string: text), let scheme = components.scheme,
+              scheme == "postgres" || scheme == "postgresql" else {
+            throw .malformed(text: Self.redacted(text), reason: "not a postgres:// URL")
+        }
+        guard let host = components.host, !host.isEmpty else { throw .malformed(text: Self.redacted(text), reason: "no host") }
+        guard let user = components.user, !user.isEmpty else { throw .malformed(text: Self.redacted(text), reason: "no user") }
+        let database = String(components.path.drop { $0 == "/" })
+        guard !database.isEmpty, !database.contains("/") else {
+            throw .malformed(text: Self.redacted(text), reason: "no database name (postgres://user@host:port/database)")
+        }
+        var tls = TLSMode.prefer
+        for item in components.queryItems ?? [] {
+            switch item.name {
+            case "sslmode":
+                guard let mode = item.value.flatMap(TLSMode.init(rawValue:)) else {
+                    throw .malformed(text: Self.redacted(text), reason: "sslmode must be disable, prefer, require or verify-full")
+                }
+                tls = mode
+            default:
+                throw .malformed(text: Self.redacted(text), reason: "unknown parameter '\(item.name)'")
+            }
+        }
+        self.host = host
+        self.port = components.port ?? 5432
+        self.user = user.removingPercentEncoding ?? user
+        self.password = components.password.map { $0.removingPercentEncoding ?? $0 }
+        self.database = database.removingPercentEncoding ?? database
+        self.tls = tls
+    }
+
+    /// The URL without its password.
+    public var description: String { "postgres://\(user)@\(host):\(port)/\(database)" }
+
+    private static func redacted(_ text: String) -> String {
+        guard var components = URLComponents(string: text), components.password != nil else { return text }
+        components.password = "***"
+        return components.string ?? "postgres://…"
+    }
+}
+
+/// Why a database URL was refused.
+public enum PostgresURLError: Error, Sendable, Hashable, CustomStringConvertible {
+    case malformed(text: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .malformed(let text, let reason): "malformed database URL \(text): \(reason)"
+        }
+    }
+}
+
+/// The platform's state in PostgreSQL, shared by the nodes of a cluster. Opening it connects and
+/// migrates the schema; every call is bounded by `timeout`, so an unreachable server is an
+/// ``RoomStoreError/unavailable(_:)`` error, never a hang. The connection pool reconnects by itself
+/// when the server comes back.
+///
+/// ```swift
+/// let store = try await PostgresPlatformStore.open(try PostgresURL(parsing: "postgres://pcast@127.0.0.1:5432/pcast"),
+///                                                  logger: logger)
+/// try await store.apply([.saveRoom(room, createdAt: now)])
+/// await store.close()
+/// ```
+public final class PostgresPlatformStore: PlatformStore {
+    public let url: PostgresURL
+    let client: PostgresClient
+    private let runner: Task<Void, Never>
+    private let logger: Logger
+    private let timeout: Duration
+
+    /// The schema versions this build knows, in order: migration `n` brings the schema to version `n + 1`.
+    static let migrations: [String] = [
+        """
+        CREATE TABLE room (
+            room_id TEXT NOT NULL PRIMARY KEY,
+            alias TEXT NOT NULL UNIQUE,
+            name TEXT NOT NULL,
+            description TEXT NOT NULL,
+            type TEXT NOT NULL,
+            bridge_id TEXT NOT NULL,
+            pin TEXT NOT NULL,
+            created_at BIGINT NOT NULL
+        );
+        CREATE TABLE member (
+            room_id TEXT NOT NULL REFERENCES room(room_id) ON DELETE CASCADE,
+            session_id TEXT NOT NULL,
+            screen_name TEXT NOT NULL,
+            role TEXT NOT NULL,
+            state TEXT NOT NULL,
+            streams TEXT NOT NULL,
+            last_update BIGINT NOT NULL,
+            join_order BIGINT NOT NULL,
+            PRIMARY KEY (room_id, session_id)
+        );
+        CREATE TABLE session (
+            session_id TEXT NOT NULL PRIMARY KEY,
+            resume_key_hash TEXT NOT NULL,
+            roles TEXT
+        );
+        CREATE TABLE chat_message (
+            sequence BIGINT PRIMARY KEY,
+            room_id TEXT NOT NULL REFERENCES room(room_id) ON DELETE CASCADE,
+            timestamp BIGINT NOT NULL,
+            from_session_id TEXT NOT NULL,
+            from_screen_name TEXT NOT NULL,
+            from_role TEXT NOT NULL,
+            from_last_update BIGINT NOT NULL,
+            message BYTEA NOT NULL
+        );
+        CREATE INDEX chat_message_room_sequence ON chat_message(room_id, sequence);
+        CREATE TABLE store_counter (
+            name TEXT NOT NULL PRIMARY KEY,
+            value BIGINT NOT NULL
+        );
+        INSERT INTO store_counter (name, value) VALUES ('lastChatSequence', 0);
+        """,
+    ]
+
+    /// The schema version this build writes.
+    public static var schemaVersion: Int { migrations.count }
+
+    /// Any number, the same on every node: the advisory lock migrations hold.
+    private static let migrationLock: Int64 = 0x7063_6173_7401
+
+    private init(url: PostgresURL, logger: Logger, timeout: Duration) {
+        self.url = url
+        self.logger = logger
+        self.timeout = timeout
+        let tls: PostgresClient.Configuration.TLS
+        switch url.tls {
+        case .disable:
+            tls = .disable
+        case .prefer, .require:
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            configuration.certificateVerification = .none
+            tls = url.tls == .prefer ? .prefer(configuration) : .require(configuration)
+        case .verifyFull:
+            tls = .require(.makeClientConfiguration())
+        }
+        var configuration = PostgresClient.Configuration(host: url.host, port: url.port, username: url.user, password: url.password,
+                                                         database: url.database, tls: tls)
+        configuration.options.connectTimeout = timeout
+        configuration.options.maximumConnections = 8
+        configuration.options.keepAliveBehavior = .init(frequency: .seconds(10))
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        self.client = client
+        self.runner = Task { await client.run() }
+    }
+
+    /// Connects and brings the schema up to date (or refuses a newer one).
+    public static func open(_ url: PostgresURL, logger: Logger, timeout: Duration = .seconds(5)) async throws(RoomStoreError)
+        -> PostgresPlatformStore {
+        let store = PostgresPlatformStore(url: url, logger: logger, timeout: timeout)
+        do throws(RoomStoreError) {
+            try await store.migrate()
+        } catch {
+            await store.close()
+            throw error
+        }
+        return store
+    }
+
+    public var location: String { url.description }
+
+    private func migrate() async throws(RoomStoreError) {
+        let logger = self.logger
+        let location = self.location
+        try await bounded("migrating \(location)") { client in
+            try await client.withTransaction(logger: logger) { connection in
+                try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
+                try await connection.query("CREATE TABLE IF NOT EXISTS pcast_schema (version INTEGER NOT NULL)", logger: logger)
+                var version = 0
+                for try await (value) in try await connection.query("SELECT version FROM pcast_schema", logger: logger).decode(Int.self) {
+                    version = max(version, value)
+                }
+                if version > Self.migrations.count {
+                    throw RoomStoreError.migration(
+                        "the database was written by a newer version of PCastKit (schema \(version); this build knows \(Self.migrations.count))")
+                }
+                guard version < Self.migrations.count else { return }
+                for index in version..<Self.migrations.count {
+                    // One statement at a time: the extended protocol takes one per query.
+                    for statement in Self.migrations[index].split(separator: ";\n") {
+                        let sql = statement.trimmingCharacters(in: .whitespacesAndNewlines)
+                        guard !sql.isEmpty else { continue }
+                        try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger)
+                    }
+                }
+                try await connection.query("DELETE FROM pcast_schema", logger: logger)
+                try await connection.query("INSERT INTO pcast_schema (version) VALUES (\(Self.migrations.count))", logger: logger)
+                logger.info("database schema migrated", metadata: ["pcast.database": .string(location), "pcast.from": "\(version)",
+                                                                    "pcast.to": "\(Self.migrations.count)"])
+            }
+        }
+    }
+
+    // MARK: Reading
+
+    public func load() async throws(RoomStoreError) -> RoomStoreSnapshot {
+        let logger = self.logger
+        return try await bounded("loading") { client in
+            var snapshot = RoomStoreSnapshot()
+            let rooms = try await client.query("""
+                SELECT room_id, alias, name, description, type, bridge_id, pin, created_at
+                FROM room ORDER BY created_at, room_id
+                """, logger: logger)
+            for try await (roomId, alias, name, description, type, bridgeId, pin, createdAt)
+                in rooms.decode((String, String, String, String, String, String, String, Int64).self) {
+                guard let type = RoomType(rawValue: type) else { throw Self.corrupt("room", roomId, "type") }
+                snapshot.rooms.append(.init(room: RoomDescription(roomId: roomId, alias: alias, name: name, description: description,
+                                                                  type: type, bridgeId: bridgeId, pin: pin),
+                                            createdAt: createdAt))
+            }
+            let decoder = JSONDecoder()
+            let members = try await client.query("""
+                SELECT room_id, session_id, screen_name, role, state, streams, last_update, join_order
+                FROM member ORDER BY room_id, join_order, session_id
+                """, logger: logger)
+            for try await (roomId, sessionId, screenName, role, state, streamsJSON, lastUpdate, joinOrder)
+                in members.decode((String, String, String, String, String, String, Int64, Int64).self) {
+                let what = "\(roomId)/\(sessionId)"
+                guard let role = MemberRole(rawValue: role) else { throw Self.corrupt("member", what, "role") }
+                guard let state = MemberState(rawValue: state) else { throw Self.corrupt("member", what, "state") }
+                guard let streams = try? decoder.decode([RoomStreamDescription].self, from: Data(streamsJSON.utf8)) else {
+                    throw Self.corrupt("member", what, "streams")
+                }
+                snapshot.members.append(.init(roomId: roomId,
+                                              member: MemberDescription(sessionId: sessionId, screenName: screenName, role: role,
+                                                                        state: state, streams: streams, lastUpdate: lastUpdate),
+                                              joinOrder: UInt64(clamping: joinOrder)))
+            }
+            let sessions = try await client.query("SELECT session_id, resume_key_hash, roles FROM session ORDER BY session_id",
+                                                  logger: logger)
+            for try await (sessionId, resumeKeyHash, rolesJSON) in sessions.decode((String, String, String?).self) {
+                var roles: [MemberRole]?
+                if let rolesJSON {
+                    guard let decoded = try? decoder.decode([MemberRole].self, from: Data(rolesJSON.utf8)) else {
+                        throw Self.corrupt("session", sessionId, "roles")
+                    }
+                    roles = decoded
+                }
+                snapshot.sessions.append(.init(sessionId: sessionId, resumeKeyHash: resumeKeyHash, roles: roles))
+            }
+            let last = try await client.query("""
+                SELECT GREATEST(
+                    COALESCE((SELECT value FROM store_counter WHERE name = 'lastChatSequence'), 0),
+                    COALESCE((SELECT MAX(sequence) FROM chat_message), 0))::BIGINT
+                """, logger: logger)
+            for try await value in last.decode(Int64.self) { snapshot.lastChatSequence = UInt64(clamping: value) }
+            return snapshot
+        }
+    }
+
+    public func chatMessages(roomId: String, batchSize: Int, after: UInt64?, before: UInt64?) async throws(RoomStoreError)
+        -> [ChatMessageDescription] {
+        guard batchSize > 0 else { return [] }
+        if let after, after >= UInt64(Int64.max) { return [] }
+        let lower = after.map { Int64($0) }
+        let upper = before.flatMap { $0 > UInt64(Int64.max) ? nil : Int64($0) }
+        let columns = "sequence, room_id, timestamp, from_session_id, from_screen_name, from_role, from_last_update, message"
+        var query: PostgresQuery
+        switch (lower, upper) {
+        case (let lower?, let upper?):
+            query = "SELECT \(unescaped: columns) FROM chat_message WHERE room_id = \(roomId) AND sequence > \(lower) AND sequence < \(upper) ORDER BY sequence LIMIT \(batchSize)"
+        case (let lower?, nil):
+            query = "SELECT \(unescaped: columns) FROM chat_message WHERE room_id = \(roomId) AND sequence > \(lower) ORDER BY sequence LIMIT \(batchSize)"
+        case (nil, let upper?):
+            query = "SELECT \(unescaped: columns) FROM chat_message WHERE room_id = \(roomId) AND sequence < \(upper) ORDER BY sequence DESC LIMIT \(batchSize)"
+        case (nil, nil):
+            query = "SELECT \(unescaped: columns) FROM chat_message WHERE room_id = \(roomId) ORDER BY sequence DESC LIMIT \(batchSize)"
+        }
+        let newestFirst = lower == nil
+        let logger = self.logger
+        let statement = query
+        return try await bounded("reading chat") { client in
+            var messages: [ChatMessageDescription] = []
+            let rows = try await client.query(statement, logger: logger)
+            for try await (sequence, room, timestamp, sessionId, screenName, role, lastUpdate, message)
+                in rows.decode((Int64, String, Int64, String, String, String, Int64, ByteBuffer).self) {
+                guard let role = MemberRole(rawValue: role) else { throw Self.corrupt("chat_message", "\(sequence)", "from_role") }
+                messages.append(ChatMessageDescription(
+                    messageId: ChatMessageDescription.messageId(sequence: UInt64(sequence)), roomId: room, timestamp: timestamp,
+                    from: ChatUser(sessionId: sessionId, screenName: screenName, role: role, lastUpdate: lastUpdate),
+                    message: String(buffer: message)))
+            }
+            if newestFirst { messages.reverse() }
+            return messages
+        }
+    }
+
+    public func isReachable() async -> Bool {
+        let logger = self.logger
+        do throws(RoomStoreError) {
+            try await bounded("checking", within: .seconds(2)) { client in
+                try await client.query("SELECT 1", logger: logger)
+            }
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    // MARK: Writing
+
+    public func apply(groups: [[RoomStoreChange]]) async throws(RoomStoreError) {
+        guard groups.contains(where: { !$0.isEmpty }) else { return }
+        let logger = self.logger
+        try await bounded("writing") { client in
+            try await client.withTransaction(logger: logger) { connection in
+                for change in groups.joined() {
+                    try await Self.apply(change, on: connection, logger: logger)
+                }
+            }
+        }
+    }
+
+    private static func apply(_ change: RoomStoreChange, on connection: PostgresConnection, logger: Logger) async throws {
+        switch change {
+        case .saveRoom(let room, let createdAt):
+            try await connection.query("""
+                INSERT INTO room (room_id, alias, name, description, type, bridge_id, pin, created_at)
+                VALUES (\(room.roomId), \(room.alias), \(room.name), \(room.description), \(room.type.rawValue), \(room.bridgeId),
+                        \(room.pin), \(createdAt))
+                ON CONFLICT (room_id) DO UPDATE SET
+                    alias = excluded.alias, name = excluded.name, description = excluded.description,
+                    type = excluded.type, bridge_id = excluded.bridge_id, pin = excluded.pin, created_at = excluded.created_at
+                """, logger: logger)
+        case .deleteRoom(let roomId):
+            // Keep the sequence high-water mark: new messages must not reuse the deleted room's ids.
+            try await connection.query("""
+                UPDATE store_counter
+                SET value = GREATEST(value, COALESCE((SELECT MAX(sequence) FROM chat_message WHERE room_id = \(roomId)), 0))
+                WHERE name = 'lastChatSequence'
+                """, logger: logger)
+            try await connection.query("DELETE FROM room WHERE room_id = \(roomId)", logger: logger)
+        case .saveMember(let roomId, let member, let joinOrder):
+            let streams = String(decoding: try encoder.encode(member.streams), as: UTF8.self)
+            let order = try int64(joinOrder, "joinOrder")
+            try await connection.query("""
+                INSERT INTO member (room_id, session_id, screen_name, role, state, streams, last_update, join_order)
+                VALUES (\(roomId), \(member.sessionId), \(member.screenName), \(member.role.rawValue), \(member.state.rawValue),
+                        \(streams), \(member.lastUpdate), \(order))
+                ON CONFLICT (room_id, session_id) DO UPDATE SET
+                    screen_name = excluded.screen_name, role = excluded.role, state = excluded.state,
+                    streams = excluded.streams, last_update = excluded.last_update, join_order = excluded.join_order
+                """, logger: logger)
+        case .deleteMember(let roomId, let sessionId):
+            try await connection.query("DELETE FROM member WHERE room_id = \(roomId) AND session_id = \(sessionId)", logger: logger)
+        case .appendChat(let message):
+            guard let sequence = message.sequence else {
+                throw RoomStoreError.io("chat message id \(message.messageId) is not chat-<sequence>")
+            }
+            let value = try int64(sequence, "chat sequence")
+            try await connection.query("""
+                INSERT INTO chat_message
+                    (sequence, room_id, timestamp, from_session_id, from_screen_name, from_role, from_last_update, message)
+                VALUES (\(value), \(message.roomId), \(message.timestamp), \(message.from.sessionId), \(message.from.screenName),
+                        \(message.from.role.rawValue), \(message.from.lastUpdate), \(ByteBuffer(string: message.message)))
+                """, logger: logger)
+        case .saveSession(let sessionId, let resumeKeyHash, let roles):
+            let rolesJSON = try roles.map { String(decoding: try encoder.encode($0), as: UTF8.self) }
+            try await connection.query("""
+                INSERT INTO session (session_id, resume_key_hash, roles) VALUES (\(sessionId), \(resumeKeyHash), \(rolesJSON))
+                ON CONFLICT (session_id) DO UPDATE SET resume_key_hash = excluded.resume_key_hash, roles = excluded.roles
+                """, logger: logger)
+        case .deleteSession(let sessionId):
+            try await connection.query("DELETE FROM session WHERE session_id = \(sessionId)", logger: logger)
+        }
+    }
+
+    public func close() async {
+        runner.cancel()
+        await runner.value
+    }
+
+    // MARK: Plumbing
+
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+
+    private static func int64(_ value: UInt64, _ what: String) throws -> Int64 {
+        guard let value = Int64(exactly: value) else { throw RoomStoreError.io("\(what) \(value) is out of range") }
+        return value
+    }
+
+    private static func corrupt(_ table: String, _ key: String, _ column: String) -> RoomStoreError {
+        .io("corrupt \(table) row \(key): unreadable \(column)")
+    }
+
+    private struct TimedOut: Error {}
+
+    /// Runs `body` with the client, failing with `.unavailable` when it takes longer than the timeout
+    /// (the pool waits for a connection while the server is down, and would otherwise wait forever).
+    private func bounded<T: Sendable>(_ what: String, within limit: Duration? = nil,
+                                      _ body: @escaping @Sendable (PostgresClient) async throws -> T) async throws(RoomStoreError) -> T {
+        let client = self.client
+        let limit = limit ?? timeout
+        do {
+            return try await withThrowingTaskGroup(of: T.self) { group in
+                group.addTask { try await body(client) }
+                group.addTask {
+                    try await Task.sleep(for: limit)
+                    throw TimedOut()
+                }
+                defer { group.cancelAll() }
+                return try await group.next()!
+            }
+        } catch is TimedOut {
+            throw .unavailable("\(location): no answer within \(limit) while \(what)")
+        } catch {
+            throw Self.failure(error, location: location)
+        }
+    }
+
+    /// A server's refusal (a constraint, a bad statement) is `.io` with its message and SQLSTATE;
+    /// anything else (refused connection, lost server, cancelled query) means the server is unavailable.
+    static func failure(_ error: any Error, location: String) -> RoomStoreError {
+        if let error = error as? RoomStoreError { return error }
+        if let error = error as? PostgresTransactionError {
+            // The first thing that failed: BEGIN, the work, or COMMIT.
+            if let cause = error.beginError ?? error.closureError ?? error.commitError { return failure(cause, location: location) }
+            return .unavailable("\(location): the transaction failed")
+        }
+        if let error = error as? PSQLError {
+            if let info = error.serverInfo, let message = info[.message] {
+                return .io("\(message) (SQLSTATE \(info[.sqlState] ?? "?"))")
+            }
+            return .unavailable("\(location): \(error.code)\(error.underlying.map { ": \($0)" } ?? "")")
+        }
+        return .unavailable("\(location): \(error)")
+    }
+}

@@ -1,0 +1,356 @@
+import Foundation
+import Logging
+import PCastProtocol
+@testable import PCastServer
+import PCastTestSupport
+import Testing
+
+// The store protocol's contract, run against both back ends: SQLite (a file of its own per test)
+// and PostgreSQL (a real server started by scripts/postgres.sh, a database of its own per test).
+
+enum StoreBackend: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case sqlite, postgres
+    var testDescription: String { rawValue }
+}
+
+/// One test's store location, and opening it (again: a reopened store sees what the first wrote).
+struct StoreUnderTest: Sendable {
+    let backend: StoreBackend
+    let location: DatabaseLocation
+
+    init(_ backend: StoreBackend) throws {
+        self.backend = backend
+        switch backend {
+        case .sqlite:
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("store-contract-\(UUID().uuidString)")
+            location = .sqlite(path: directory.appendingPathComponent("rooms.sqlite").path)
+        case .postgres:
+            location = .postgres(try PostgresURL(parsing: try TestPostgres.server().newDatabase()))
+        }
+    }
+
+    func open() async throws -> any PlatformStore {
+        try await PlatformStores.open(location, logger: Logger(label: "test.store"))
+    }
+
+    /// Marks the schema as written by a later version of PCastKit.
+    func markNewer() async throws {
+        switch location {
+        case .sqlite(let path):
+            let store = try RoomStore(path: path)
+            try await store.database.write { db in
+                try db.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES ('v999-from-the-future')")
+            }
+        case .postgres(let url):
+            try TestPostgres.server().sql("UPDATE pcast_schema SET version = 999", database: url.database)
+        }
+    }
+}
+
+private func room(_ id: String, alias: String? = nil, type: RoomType = .multiPartyChat) -> RoomDescription {
+    RoomDescription(roomId: id, alias: alias ?? "alias-\(id)", name: "Room \(id)", description: "about \(id)", type: type,
+                    bridgeId: "bridge-\(id)", pin: "12\(id.count)")
+}
+
+private func member(_ sessionId: String, role: MemberRole = .participant, lastUpdate: Int64 = 1_700_000_000_000,
+                    streams: [RoomStreamDescription] = []) -> MemberDescription {
+    MemberDescription(sessionId: sessionId, screenName: "Name \(sessionId)", role: role, state: .active, streams: streams,
+                      lastUpdate: lastUpdate)
+}
+
+private func chat(_ sequence: UInt64, room: String, _ text: String? = nil, from: String = "s-1") -> ChatMessageDescription {
+    ChatMessageDescription(messageId: ChatMessageDescription.messageId(sequence: sequence), roomId: room,
+                           timestamp: 1_700_000_000_000 + Int64(sequence),
+                           from: ChatUser(sessionId: from, screenName: "Name \(from)", role: .participant, lastUpdate: 42),
+                           message: text ?? "message \(sequence) in \(room)")
+}
+
+private func failure(_ store: any PlatformStore, _ changes: [RoomStoreChange]) async -> RoomStoreError? {
+    do throws(RoomStoreError) {
+        try await store.apply(changes)
+        return nil
+    } catch {
+        return error
+    }
+}
+
+extension Cluster {
+    @Suite("The store protocol, on SQLite and on a real PostgreSQL")
+    struct PlatformStoreContractTests {
+        @Test("what is stored comes back, ordered as documented, after reopening", arguments: StoreBackend.allCases)
+        func roundTrip(_ backend: StoreBackend) async throws {
+            let under = try StoreUnderTest(backend)
+            let video = RoomStreamDescription(uri: "pcast://stream-1?streamToken=DIGEST%3Aabc", type: .presentation,
+                                              audioState: .disabled, videoState: .enabled)
+            let audio = RoomStreamDescription(uri: "pcast://stream-2", type: .audio, audioState: .enabled, videoState: .ended)
+            let rooms = [room("r-b", type: .townHall), room("r-a", type: .channel), room("r-c", type: .directChat)]
+            var passive = member("s-2", role: .audience, lastUpdate: 5)
+            passive.state = .handRaised
+            do {
+                let store = try await under.open()
+                #expect(try await store.load() == RoomStoreSnapshot(), "a new store is empty")
+                try await store.apply(groups: [
+                    [.saveRoom(rooms[0], createdAt: 2_000), .saveRoom(rooms[1], createdAt: 2_000), .saveRoom(rooms[2], createdAt: 1_000)],
+                    [.saveMember(roomId: "r-b", member("s-1", role: .presenter, streams: [video, audio]), joinOrder: 7),
+                     .saveMember(roomId: "r-b", passive, joinOrder: 3),
+                     .saveMember(roomId: "r-a", member("s-1", role: .moderator), joinOrder: 1)],
+                    [.saveSession(sessionId: "s-2", resumeKeyHash: "hash-2", roles: nil),
+                     .saveSession(sessionId: "s-1", resumeKeyHash: "hash-1", roles: [.participant, .moderator]),
+                     .saveSession(sessionId: "s-3", resumeKeyHash: "hash-3", roles: [])],
+                    [.appendChat(chat(5, room: "r-b")), .appendChat(chat(9, room: "r-a")), .appendChat(chat(12, room: "r-b"))],
+                ])
+                await store.close()
+            }
+            let reopened = try await under.open()
+            let expected = RoomStoreSnapshot(
+                rooms: [.init(room: rooms[2], createdAt: 1_000), .init(room: rooms[1], createdAt: 2_000),
+                        .init(room: rooms[0], createdAt: 2_000)],
+                members: [.init(roomId: "r-a", member: member("s-1", role: .moderator), joinOrder: 1),
+                          .init(roomId: "r-b", member: passive, joinOrder: 3),
+                          .init(roomId: "r-b", member: member("s-1", role: .presenter, streams: [video, audio]), joinOrder: 7)],
+                sessions: [.init(sessionId: "s-1", resumeKeyHash: "hash-1", roles: [.participant, .moderator]),
+                           .init(sessionId: "s-2", resumeKeyHash: "hash-2", roles: nil),
+                           .init(sessionId: "s-3", resumeKeyHash: "hash-3", roles: [])],
+                lastChatSequence: 12)
+            #expect(try await reopened.load() == expected)
+            #expect(try await reopened.chatMessages(roomId: "r-b", batchSize: 10, after: nil, before: nil)
+                == [chat(5, room: "r-b"), chat(12, room: "r-b")])
+            #expect(try await reopened.chatMessages(roomId: "r-a", batchSize: 10, after: nil, before: nil) == [chat(9, room: "r-a")])
+            #expect(await reopened.isReachable())
+            await reopened.close()
+        }
+
+        @Test("saving replaces in place (a room keeps its members and chat); deleting what is not there is a no-op", arguments: StoreBackend.allCases)
+        func replaceAndDelete(_ backend: StoreBackend) async throws {
+            let store = try await StoreUnderTest(backend).open()
+            try await store.apply([
+                .saveRoom(room("r-1"), createdAt: 10), .saveMember(roomId: "r-1", member("s-1"), joinOrder: 1),
+                .appendChat(chat(1, room: "r-1")), .saveSession(sessionId: "s-1", resumeKeyHash: "old", roles: [.audience]),
+            ])
+            var renamed = room("r-1", alias: "new-alias")
+            renamed.name = "Renamed"
+            var updated = member("s-1", role: .moderator, lastUpdate: 99)
+            updated.state = .passive
+            try await store.apply([
+                .saveRoom(renamed, createdAt: 10), .saveMember(roomId: "r-1", updated, joinOrder: 4),
+                .saveSession(sessionId: "s-1", resumeKeyHash: "new", roles: nil),
+            ])
+            let snapshot = try await store.load()
+            #expect(snapshot.rooms == [.init(room: renamed, createdAt: 10)])
+            #expect(snapshot.members == [.init(roomId: "r-1", member: updated, joinOrder: 4)])
+            #expect(snapshot.sessions == [.init(sessionId: "s-1", resumeKeyHash: "new", roles: nil)])
+            #expect(try await store.chatMessages(roomId: "r-1", batchSize: 10, after: nil, before: nil) == [chat(1, room: "r-1")])
+            try await store.apply([.deleteMember(roomId: "r-1", sessionId: "nobody"), .deleteSession(sessionId: "nobody"),
+                                   .deleteRoom(roomId: "nowhere")])
+            #expect(try await store.load() == snapshot)
+            try await store.apply([.deleteMember(roomId: "r-1", sessionId: "s-1"), .deleteSession(sessionId: "s-1")])
+            let emptied = try await store.load()
+            #expect(emptied.members.isEmpty && emptied.sessions.isEmpty)
+            await store.close()
+        }
+
+        @Test("a failing change (taken alias, unknown room, bad or reused chat id, out-of-range order) is an io error and rolls back its whole list",
+              arguments: StoreBackend.allCases)
+        func failingChangeRollsBack(_ backend: StoreBackend) async throws {
+            let store = try await StoreUnderTest(backend).open()
+            try await store.apply([.saveRoom(room("r-1", alias: "taken"), createdAt: 1), .appendChat(chat(3, room: "r-1"))])
+            let before = try await store.load()
+            let errors = [
+                await failure(store, [.saveSession(sessionId: "s-1", resumeKeyHash: "h", roles: nil), .saveRoom(room("r-2", alias: "taken"), createdAt: 2)]),
+                await failure(store, [.appendChat(chat(1, room: "r-1")), .saveMember(roomId: "r-9", member("s-1"), joinOrder: 1)]),
+                await failure(store, [.appendChat(chat(2, room: "r-9"))]),
+                await failure(store, [.appendChat(ChatMessageDescription(messageId: "msg-1", roomId: "r-1", timestamp: 0,
+                                                                         from: chat(1, room: "r-1").from, message: "x"))]),
+                await failure(store, [.appendChat(chat(3, room: "r-1", "again"))]),
+                await failure(store, [.saveMember(roomId: "r-1", member("s-1"), joinOrder: .max)]),
+            ]
+            for error in errors {
+                guard case .io(let message)? = error else {
+                    Issue.record("expected an io error, got \(String(describing: error))")
+                    continue
+                }
+                #expect(!message.isEmpty)
+            }
+            #expect(try await store.load() == before, "nothing of the failed lists was kept")
+            #expect(try await store.chatMessages(roomId: "r-1", batchSize: 10, after: nil, before: nil) == [chat(3, room: "r-1")])
+            await store.close()
+        }
+
+        @Test("deleting a room deletes its members and chat only, and chat sequences never go back", arguments: StoreBackend.allCases)
+        func deleteRoomCascades(_ backend: StoreBackend) async throws {
+            let store = try await StoreUnderTest(backend).open()
+            var changes: [RoomStoreChange] = [.saveRoom(room("r-1"), createdAt: 1), .saveRoom(room("r-2"), createdAt: 2)]
+            for index in 1...3 {
+                changes.append(.saveMember(roomId: "r-1", member("s-\(index)"), joinOrder: UInt64(index)))
+                changes.append(.saveMember(roomId: "r-2", member("s-\(index)"), joinOrder: UInt64(index)))
+            }
+            for sequence in 1...20 as ClosedRange<UInt64> {
+                changes.append(.appendChat(chat(sequence, room: sequence.isMultiple(of: 2) ? "r-1" : "r-2")))
+            }
+            changes.append(.appendChat(chat(21, room: "r-1")))
+            changes.append(.saveSession(sessionId: "s-1", resumeKeyHash: "h", roles: nil))
+            try await store.apply(changes)
+            let r2Chat = try await store.chatMessages(roomId: "r-2", batchSize: 100, after: nil, before: nil)
+            #expect(r2Chat.count == 10)
+            try await store.apply([.deleteRoom(roomId: "r-1")])
+            let snapshot = try await store.load()
+            #expect(snapshot.rooms.map(\.room.roomId) == ["r-2"])
+            #expect(snapshot.members.map(\.roomId) == ["r-2", "r-2", "r-2"])
+            #expect(snapshot.sessions.count == 1)
+            #expect(snapshot.lastChatSequence == 21, "sequences never go back")
+            #expect(try await store.chatMessages(roomId: "r-1", batchSize: 100, after: nil, before: nil).isEmpty)
+            #expect(try await store.chatMessages(roomId: "r-2", batchSize: 100, after: nil, before: nil) == r2Chat)
+            try await store.apply([.saveRoom(room("r-1"), createdAt: 3), .appendChat(chat(22, room: "r-1"))])
+            #expect(try await store.chatMessages(roomId: "r-1", batchSize: 100, after: nil, before: nil) == [chat(22, room: "r-1")])
+            await store.close()
+        }
+
+        @Test("chat history pages: newest batch, after, before, between, empty batches and out-of-range bounds", arguments: StoreBackend.allCases)
+        func historyPaging(_ backend: StoreBackend) async throws {
+            let store = try await StoreUnderTest(backend).open()
+            var changes: [RoomStoreChange] = [.saveRoom(room("A"), createdAt: 1), .saveRoom(room("B"), createdAt: 2)]
+            var inA: [UInt64] = []
+            for sequence in 1...250 as ClosedRange<UInt64> {
+                let target = sequence % 3 == 0 ? "B" : "A"
+                if target == "A" { inA.append(sequence) }
+                changes.append(.appendChat(chat(sequence, room: target)))
+            }
+            try await store.apply(changes)
+            func page(_ size: Int, after: UInt64? = nil, before: UInt64? = nil) async throws -> [UInt64] {
+                try await store.chatMessages(roomId: "A", batchSize: size, after: after, before: before).map { $0.sequence ?? 0 }
+            }
+            #expect(try await page(10) == Array(inA.suffix(10)), "newest batch, oldest first")
+            #expect(try await page(10, after: 100) == Array(inA.filter { $0 > 100 }.prefix(10)))
+            #expect(try await page(10, before: 100) == Array(inA.filter { $0 < 100 }.suffix(10)))
+            #expect(try await page(100, after: 50, before: 60) == inA.filter { $0 > 50 && $0 < 60 })
+            #expect(try await page(1_000) == inA)
+            #expect(try await page(0).isEmpty)
+            #expect(try await page(-5).isEmpty)
+            #expect(try await page(10, after: .max).isEmpty)
+            #expect(try await page(10, before: .max) == Array(inA.suffix(10)))
+            #expect(try await store.chatMessages(roomId: "nowhere", batchSize: 10, after: nil, before: nil).isEmpty)
+            await store.close()
+        }
+
+        @Test("chat text comes back byte for byte: NUL, combining and precomposed forms, emoji, 64 KiB", arguments: StoreBackend.allCases)
+        func textByteForByte(_ backend: StoreBackend) async throws {
+            let store = try await StoreUnderTest(backend).open()
+            let texts = ["a\u{0}b", "e\u{301}", "\u{e9}", "👩🏽‍💻 ok", "", "'; DROP TABLE room; --", String(repeating: "x", count: 65_536)]
+            var changes: [RoomStoreChange] = [.saveRoom(room("r-1", alias: "ünïcødé 🎉"), createdAt: 1)]
+            for (index, text) in texts.enumerated() { changes.append(.appendChat(chat(UInt64(index + 1), room: "r-1", text))) }
+            try await store.apply(changes)
+            let back = try await store.chatMessages(roomId: "r-1", batchSize: 100, after: nil, before: nil)
+            #expect(back.map { Array($0.message.utf8) } == texts.map { Array($0.utf8) })
+            #expect(try await store.load().rooms.first?.room.alias == "ünïcødé 🎉")
+            await store.close()
+        }
+
+        @Test("writes through RoomPersistence keep each submitter's order and reads see every submission before them", arguments: StoreBackend.allCases)
+        func persistenceOrder(_ backend: StoreBackend) async throws {
+            let store = try await StoreUnderTest(backend).open()
+            let persistence = RoomPersistence(store: store) { error in Issue.record("store failure: \(error)") }
+            persistence.submit([.saveRoom(room("r-1"), createdAt: 1)])
+            for sequence in 1...300 as ClosedRange<UInt64> { persistence.submit([.appendChat(chat(sequence, room: "r-1"))]) }
+            let page = try await persistence.chatMessages(roomId: "r-1", batchSize: 1_000, after: nil, before: nil)
+            #expect(page.map { $0.sequence ?? 0 } == Array(1...300))
+            persistence.submit([.deleteRoom(roomId: "r-1")])
+            await persistence.flush()
+            #expect(try await store.load().rooms.isEmpty)
+            #expect(persistence.failureCount == 0)
+            await store.close()
+        }
+
+        @Test("a store written by a newer PCastKit is refused with a migration error", arguments: StoreBackend.allCases)
+        func newerSchemaRefused(_ backend: StoreBackend) async throws {
+            let under = try StoreUnderTest(backend)
+            await (try under.open()).close()
+            try await under.markNewer()
+            do {
+                let store = try await under.open()
+                Issue.record("opened a store of a newer schema")
+                await store.close()
+            } catch let error as RoomStoreError {
+                guard case .migration(let message) = error else {
+                    Issue.record("expected a migration error, got \(error)")
+                    return
+                }
+                #expect(message.contains("newer"))
+            }
+        }
+    }
+
+    @Suite("PostgreSQL store: several nodes, an unreachable or restarted server")
+    struct PostgresStoreTests {
+        @Test("three nodes opening one new database at once migrate it once and all work")
+        func concurrentMigration() async throws {
+            let url = try PostgresURL(parsing: try TestPostgres.server().newDatabase())
+            let stores = try await withThrowingTaskGroup(of: PostgresPlatformStore.self) { group in
+                for _ in 0..<3 { group.addTask { try await PostgresPlatformStore.open(url, logger: Logger(label: "test")) } }
+                var opened: [PostgresPlatformStore] = []
+                for try await store in group { opened.append(store) }
+                return opened
+            }
+            for (index, store) in stores.enumerated() {
+                try await store.apply([.saveRoom(room("r-\(index)"), createdAt: Int64(index))])
+            }
+            #expect(try await stores[0].load().rooms.map(\.room.roomId) == ["r-0", "r-1", "r-2"])
+            for store in stores { await store.close() }
+        }
+
+        @Test("an address where no server listens is a typed unavailable error within seconds (2 s timeout), not a hang")
+        func unreachable() async throws {
+            let port = try freeTCPPort()
+            let started = ContinuousClock.now
+            do {
+                let store = try await PostgresPlatformStore.open(try PostgresURL(parsing: "postgres://pcast@127.0.0.1:\(port)/pcast"),
+                                                                 logger: Logger(label: "test"), timeout: .seconds(2))
+                Issue.record("opened a store with no server")
+                await store.close()
+            } catch let error as RoomStoreError {
+                guard case .unavailable(let message) = error else {
+                    Issue.record("expected unavailable, got \(error)")
+                    return
+                }
+                #expect(message.contains("127.0.0.1:\(port)"))
+            }
+            #expect(ContinuousClock.now - started < .seconds(10), "\(ContinuousClock.now - started)")
+        }
+
+        @Test("a server restart loses nothing committed before it; the store reconnects and writes again within seconds; calls while it is down fail as unavailable")
+        func serverRestart() async throws {
+            // A server of its own: the other tests of this process keep theirs running.
+            let server = try TestPostgres.startPrivate()
+            let url = try PostgresURL(parsing: try server.newDatabase())
+            let store = try await PostgresPlatformStore.open(url, logger: Logger(label: "test"), timeout: .seconds(2))
+            var changes: [RoomStoreChange] = [.saveRoom(room("r-1"), createdAt: 1)]
+            for sequence in 1...100 as ClosedRange<UInt64> { changes.append(.appendChat(chat(sequence, room: "r-1"))) }
+            try await store.apply(changes)
+            try server.stop()
+            var down: RoomStoreError?
+            do throws(RoomStoreError) {
+                try await store.apply([.appendChat(chat(101, room: "r-1"))])
+            } catch {
+                down = error
+            }
+            if case .unavailable? = down {} else { Issue.record("a write while the server is down: \(String(describing: down))") }
+            #expect(await !store.isReachable())
+            try server.resume()
+            let back = ContinuousClock.now
+            var written = false
+            while !written, ContinuousClock.now - back < .seconds(15) {
+                do throws(RoomStoreError) {
+                    try await store.apply([.appendChat(chat(101, room: "r-1"))])
+                    written = true
+                } catch {
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+            }
+            #expect(written, "no write succeeded within 15 s of the server's return")
+            print("postgres restart: first write \(ContinuousClock.now - back) after the server was back")
+            let messages = try await store.chatMessages(roomId: "r-1", batchSize: 1_000, after: nil, before: nil)
+            #expect(messages.map { $0.sequence ?? 0 } == Array(1...101))
+            #expect(await store.isReachable())
+            await store.close()
+        }
+    }
+}
