@@ -156,6 +156,49 @@ actor Platform {
 
     /// The server listens at `signalingURL`: the media services start (their own session
     /// connects there, the RTMP endpoint binds).
+    /// This node as the store's membership shows it (set once it listens).
+    private var node: NodeRecord?
+    /// Whether the last heartbeat reached the store (to log changes, not every failure).
+    private var heartbeatHealthy = true
+
+    /// The membership record this node heartbeats: its signaling URL at `port`, its relay's address.
+    func joinCluster(httpPort: Int) {
+        var host = configuration.advertisedHost ?? configuration.host
+        if host == "0.0.0.0" || host == "::" || host.isEmpty { host = "127.0.0.1" }
+        let bracketed = host.contains(":") ? "[\(host)]" : host
+        node = NodeRecord(nodeId: configuration.nodeId, signalingURL: "ws://\(bracketed):\(httpPort)/ws",
+                          relayAddress: "\(bracketed):\(relay.mediaPort)", startedAt: Int64((clock().timeIntervalSince1970 * 1000).rounded()))
+    }
+
+    /// Tells the store this node is alive, with its load. A store that does not answer is logged
+    /// once, and again when it answers.
+    func heartbeat() async {
+        guard isAccepting, var node else { return }
+        node.streams = registry.streamCount
+        node.sessions = registry.attachedSessionCount
+        let healthy: Bool
+        do throws(RoomStoreError) {
+            try await persistence.store.heartbeat(node)
+            healthy = true
+        } catch {
+            healthy = false
+            if heartbeatHealthy { logger.error("node heartbeat failed", metadata: ["pcast.error": .string(error.description)]) }
+        }
+        if healthy, !heartbeatHealthy { logger.notice("node heartbeat reaches the store again") }
+        heartbeatHealthy = healthy
+    }
+
+    /// Leaves the membership (a clean stop: other nodes need not wait for the expiry).
+    func leaveCluster() async {
+        guard let node else { return }
+        try? await persistence.store.removeNode(node.nodeId)
+    }
+
+    /// The live nodes, this one included.
+    nonisolated func clusterNodes() async throws(RoomStoreError) -> [NodeRecord] {
+        try await persistence.store.liveNodes(within: configuration.nodeExpiry)
+    }
+
     func listening(signalingURL: String) async throws(MediaServiceError) {
         await ingest?.setEndedHandler { [weak self] ended in
             await self?.ingestEnded(ended)

@@ -110,6 +110,14 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// (one node); `.postgres(url)`, a database the nodes of a cluster share.
     public var database: DatabaseLocation?
 
+    /// This node's name among the nodes sharing a store (`/admin/nodes`); random unless set.
+    public var nodeId = "node-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+    /// The host other nodes and clients reach this node at, when it is not ``host`` (a node
+    /// listening on 0.0.0.0, or behind NAT).
+    public var advertisedHost: String?
+    /// A node whose last heartbeat is older than this is gone (its heartbeat comes every second).
+    public var nodeExpiry: Duration = .seconds(3)
+
     /// ``database``, or the SQLite file in the data directory.
     public var storeLocation: DatabaseLocation { database ?? .sqlite(path: roomDatabasePath) }
 

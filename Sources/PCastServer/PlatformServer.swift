@@ -139,6 +139,8 @@ public final class PlatformServer: Sendable {
             throw .cannotListen(host: configuration.host, port: configuration.httpPort, reason: reason)
         }
         logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
+        await parts.platform.joinCluster(httpPort: port)
+        await parts.platform.heartbeat()
         do throws(MediaServiceError) {
             try await parts.platform.listening(signalingURL: localSignalingURL(host: configuration.host, port: port))
         } catch {
@@ -168,6 +170,8 @@ public final class PlatformServer: Sendable {
             group.addTask {
                 for await port in parts.ports {
                     logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
+                    await parts.platform.joinCluster(httpPort: port)
+                    await parts.platform.heartbeat()
                     do throws(MediaServiceError) {
                         try await parts.platform.listening(signalingURL: localSignalingURL(host: configuration.host, port: port))
                     } catch {
@@ -318,16 +322,30 @@ struct PlatformService: Service {
     let platform: Platform
     let tickInterval: Duration
     static let drainDeadline: Duration = .seconds(5)
+    static let heartbeatInterval: Duration = .seconds(1)
 
     func run() async throws {
         let platform = self.platform
         let interval = tickInterval
         try? await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                try await Task.sleep(for: interval)
-                await platform.tick()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    while !Task.isCancelled {
+                        try await Task.sleep(for: interval)
+                        await platform.tick()
+                    }
+                }
+                // Membership: a heartbeat a second, apart from the ticks (a slow database must not delay them).
+                group.addTask {
+                    while !Task.isCancelled {
+                        try await Task.sleep(for: Self.heartbeatInterval)
+                        await platform.heartbeat()
+                    }
+                }
+                try await group.waitForAll()
             }
         }
+        await platform.leaveCluster()
         await platform.shutdownServices()
         await platform.shutdown()
         await platform.flushStore()

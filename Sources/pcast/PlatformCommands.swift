@@ -25,6 +25,8 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Data directory.") var dataDir: String?
     @Option(help: "Where rooms, members, sessions and chat are kept: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=disable|prefer|require|verify-full] for a store several nodes share (its schema is migrated at start), or a SQLite file path. Default: rooms.sqlite in the data directory. PCAST_DATABASE.")
     var database: String?
+    @Option(help: "This node's name among the nodes sharing a database (GET /admin/nodes); default random. PCAST_NODE_ID.")
+    var nodeId: String?
     @Option(help: "Largest signaling message, bytes.") var messageSizeLimit: Int?
     @Option(help: "Seconds between client keep-alives.") var keepaliveInterval: Int?
     @Option(help: "Seconds a disconnected session keeps its streams, subscriptions and room memberships, waiting to resume.") var resumeWindow: Double?
@@ -95,6 +97,8 @@ struct ServeCommand: AsyncParsableCommand {
         }
         configuration.rtmpPort = noRTMP ? nil : rtmpPort
         configuration.iceServers = iceServers
+        if let id = nodeId ?? environment["PCAST_NODE_ID"], !id.isEmpty { configuration.nodeId = id }
+        configuration.advertisedHost = announced.first
         let password = moderatorPassword ?? ProcessInfo.processInfo.environment["PCAST_MODERATOR_PASSWORD"]
         let policy: (any BackendPolicy)? = sampleBackend ? SampleBackendPolicy(moderatorPassword: password) : nil
         do {

@@ -87,7 +87,8 @@ struct ServeProcess {
     let log: String
     let environment: [String: String]
 
-    static func start() async throws -> ServeProcess {
+    /// Starts it with `extra` arguments after the defaults.
+    static func start(_ extra: [String] = []) async throws -> ServeProcess {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-serve-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let log = directory.appendingPathComponent("serve.out").path
@@ -95,7 +96,7 @@ struct ServeProcess {
         environment["PCAST_SECRET"] = secret
         let server = try ChildProcess.spawn(try pcastBinary(), [
             "serve", "--application-id", applicationId, "--http-port", "0", "--media-port", "0", "--rtmp-port", "0",
-            "--data-dir", directory.appendingPathComponent("data").path], environment: environment, output: log, errorsToOutput: true)
+            "--data-dir", directory.appendingPathComponent("data").path] + extra, environment: environment, output: log, errorsToOutput: true)
         // "pcast serve: signaling ws://127.0.0.1:PORT/ws, media udp 127.0.0.1:PORT"
         var url: String?
         for _ in 0..<200 where url == nil {
@@ -120,6 +121,11 @@ struct ServeProcess {
     }
 
     var output: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+
+    /// `http://host:port` of its HTTP routes.
+    var httpURL: String {
+        "http://" + signaling.dropFirst("ws://".count).split(separator: "/").first.map(String.init)!
+    }
 
     func stop() {
         process.stop()

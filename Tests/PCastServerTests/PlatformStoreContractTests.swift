@@ -260,6 +260,34 @@ extension Cluster {
             await store.close()
         }
 
+        @Test("node membership: heartbeats insert and update a node, a node silent longer than the window is not live, a removed node is gone",
+              arguments: StoreBackend.allCases)
+        func nodeMembership(_ backend: StoreBackend) async throws {
+            let store = try await StoreUnderTest(backend).open()
+            let a = NodeRecord(nodeId: "node-a", signalingURL: "ws://127.0.0.2:8080/ws", relayAddress: "127.0.0.2:10000", startedAt: 1)
+            var b = NodeRecord(nodeId: "node-b", signalingURL: "ws://127.0.0.3:8080/ws", relayAddress: "127.0.0.3:10000", startedAt: 2)
+            try await store.heartbeat(b)
+            try await store.heartbeat(a)
+            let both = try await store.liveNodes(within: .seconds(5))
+            #expect(both.map(\.nodeId) == ["node-a", "node-b"])
+            #expect(both.first?.relayAddress == "127.0.0.2:10000" && both.allSatisfy { $0.heartbeatAt > 1_700_000_000_000 })
+            b.streams = 5
+            b.sessions = 7
+            try await store.heartbeat(b)
+            #expect(try await store.liveNodes(within: .seconds(5)).last.map { ($0.streams, $0.sessions) } ?? (0, 0) == (5, 7))
+            // node-a falls silent; node-b keeps beating.
+            for _ in 0..<6 {
+                try await Task.sleep(for: .milliseconds(250))
+                try await store.heartbeat(b)
+            }
+            #expect(try await store.liveNodes(within: .seconds(1)).map(\.nodeId) == ["node-b"])
+            try await store.removeNode("node-b")
+            try await store.removeNode("nobody")
+            #expect(try await store.liveNodes(within: .seconds(5)).map(\.nodeId) == ["node-a"])
+            #expect(try await store.liveNodes(within: .seconds(1)).isEmpty)
+            await store.close()
+        }
+
         @Test("a store written by a newer PCastKit is refused with a migration error", arguments: StoreBackend.allCases)
         func newerSchemaRefused(_ backend: StoreBackend) async throws {
             let under = try StoreUnderTest(backend)

@@ -54,6 +54,19 @@ struct HTTPRoutes: Sendable {
         router.post("/admin/streams/:streamId/end") { request, context in
             try await endStream(request, context: context)
         }
+        router.get("/admin/nodes") { request, _ in
+            guard AdminCredentials(applicationId: configuration.applicationId, secret: configuration.secret)
+                .authorises(request.headers[.authorization]) else {
+                var response = Self.json(["error": "unauthorized"], status: .unauthorized)
+                response.headers[.wwwAuthenticate] = "Basic realm=\"pcast\""
+                return response
+            }
+            do throws(RoomStoreError) {
+                return Self.encode(NodeList(nodeId: configuration.nodeId, nodes: try await platform.clusterNodes()), status: .ok)
+            } catch {
+                return Self.json(["error": error.description], status: .serviceUnavailable)
+            }
+        }
         router.get("/recordings") { request, context in
             guard recordingAccess.authorises(request) else { return Self.recordingsUnauthorized() }
             return Self.encode(RecordingList(recordings: await platform.recordings?.list() ?? []), status: .ok)
@@ -226,6 +239,12 @@ struct RecordingAccess: Sendable {
 /// The capability that opens a protected `GET /metrics`.
 enum MetricsAccess {
     static let capability = "metrics"
+}
+
+/// The body of `GET /admin/nodes`: this node's id and every live node (this one included).
+struct NodeList: Codable, Sendable {
+    var nodeId: String
+    var nodes: [NodeRecord]
 }
 
 /// The body of `GET /recordings`.

@@ -26,6 +26,13 @@ public protocol PlatformStore: Sendable {
         -> [ChatMessageDescription]
     /// Applies the lists of changes, in order, in one transaction: all of them are stored, or none.
     func apply(groups: [[RoomStoreChange]]) async throws(RoomStoreError)
+    /// Records that `node` is alive now (by the store's clock, so nodes' clocks need not agree):
+    /// inserts it, or updates its addresses and load.
+    func heartbeat(_ node: NodeRecord) async throws(RoomStoreError)
+    /// The nodes whose last heartbeat is at most `within` old, by node id.
+    func liveNodes(within: Duration) async throws(RoomStoreError) -> [NodeRecord]
+    /// Forgets a node (it stopped cleanly). No-op for an unknown node.
+    func removeNode(_ nodeId: String) async throws(RoomStoreError)
     /// Whether the store answers now (`/readyz`).
     func isReachable() async -> Bool
     /// Releases its connections; later calls fail.
@@ -37,6 +44,34 @@ extension PlatformStore {
     public func apply(_ changes: [RoomStoreChange]) async throws(RoomStoreError) {
         guard !changes.isEmpty else { return }
         try await apply(groups: [changes])
+    }
+}
+
+/// One platform node as the cluster sees it: where it is reached, its load, when it last said it
+/// was alive.
+public struct NodeRecord: Codable, Sendable, Hashable {
+    public var nodeId: String
+    /// Where clients (and other nodes) reach its signaling: `ws://host:port/ws`.
+    public var signalingURL: String
+    /// Its relay's UDP address, `host:port`.
+    public var relayAddress: String
+    /// Streams published on it and signaling sessions it holds now.
+    public var streams: Int
+    public var sessions: Int
+    /// Milliseconds since 1970 (UTC), by the node's clock.
+    public var startedAt: Int64
+    /// Milliseconds since 1970 (UTC), by the store's clock; set by the store (ignored by ``PlatformStore/heartbeat(_:)``).
+    public var heartbeatAt: Int64
+
+    public init(nodeId: String, signalingURL: String, relayAddress: String, streams: Int = 0, sessions: Int = 0,
+                startedAt: Int64, heartbeatAt: Int64 = 0) {
+        self.nodeId = nodeId
+        self.signalingURL = signalingURL
+        self.relayAddress = relayAddress
+        self.streams = streams
+        self.sessions = sessions
+        self.startedAt = startedAt
+        self.heartbeatAt = heartbeatAt
     }
 }
 
@@ -104,6 +139,18 @@ public final class SQLitePlatformStore: PlatformStore {
 
     public func apply(groups: [[RoomStoreChange]]) async throws(RoomStoreError) {
         try await run { store throws(RoomStoreError) in try store.apply(groups: groups) }
+    }
+
+    public func heartbeat(_ node: NodeRecord) async throws(RoomStoreError) {
+        try await run { store throws(RoomStoreError) in try store.heartbeat(node) }
+    }
+
+    public func liveNodes(within: Duration) async throws(RoomStoreError) -> [NodeRecord] {
+        try await run { store throws(RoomStoreError) in try store.liveNodes(within: within) }
+    }
+
+    public func removeNode(_ nodeId: String) async throws(RoomStoreError) {
+        try await run { store throws(RoomStoreError) in try store.removeNode(nodeId) }
     }
 
     /// A file the process opened stays reachable.

@@ -20,6 +20,11 @@ import PostgresNIO
 //     store_counter (name TEXT PRIMARY KEY, value BIGINT): 'lastChatSequence'
 //     pcast_schema  (version INTEGER): the schema version; a node refuses a database newer than it knows.
 //
+// Version 2 adds node membership:
+//
+//     node          (node_id TEXT PRIMARY KEY, signaling_url, relay_address, streams INTEGER, sessions INTEGER,
+//                    started_at BIGINT, heartbeat_at TIMESTAMPTZ /* the database's clock */)
+//
 // Migrations run at start inside one transaction holding an advisory lock, so nodes starting
 // together migrate once.
 
@@ -151,6 +156,17 @@ public final class PostgresPlatformStore: PlatformStore {
             value BIGINT NOT NULL
         );
         INSERT INTO store_counter (name, value) VALUES ('lastChatSequence', 0);
+        """,
+        """
+        CREATE TABLE node (
+            node_id TEXT NOT NULL PRIMARY KEY,
+            signaling_url TEXT NOT NULL,
+            relay_address TEXT NOT NULL,
+            streams INTEGER NOT NULL,
+            sessions INTEGER NOT NULL,
+            started_at BIGINT NOT NULL,
+            heartbeat_at TIMESTAMPTZ NOT NULL
+        );
         """,
     ]
 
@@ -323,6 +339,46 @@ public final class PostgresPlatformStore: PlatformStore {
             }
             if newestFirst { messages.reverse() }
             return messages
+        }
+    }
+
+    public func heartbeat(_ node: NodeRecord) async throws(RoomStoreError) {
+        let logger = self.logger
+        try await bounded("heartbeat") { client in
+            try await client.query("""
+                INSERT INTO node (node_id, signaling_url, relay_address, streams, sessions, started_at, heartbeat_at)
+                VALUES (\(node.nodeId), \(node.signalingURL), \(node.relayAddress), \(node.streams), \(node.sessions), \(node.startedAt), now())
+                ON CONFLICT (node_id) DO UPDATE SET
+                    signaling_url = excluded.signaling_url, relay_address = excluded.relay_address, streams = excluded.streams,
+                    sessions = excluded.sessions, started_at = excluded.started_at, heartbeat_at = now()
+                """, logger: logger)
+        }
+    }
+
+    public func liveNodes(within: Duration) async throws(RoomStoreError) -> [NodeRecord] {
+        let logger = self.logger
+        let milliseconds = Int64(within / .milliseconds(1))
+        return try await bounded("reading nodes") { client in
+            var nodes: [NodeRecord] = []
+            let rows = try await client.query("""
+                SELECT node_id, signaling_url, relay_address, streams, sessions, started_at,
+                       (EXTRACT(EPOCH FROM heartbeat_at) * 1000)::BIGINT
+                FROM node WHERE heartbeat_at >= now() - make_interval(secs => \(Double(milliseconds) / 1000))
+                ORDER BY node_id
+                """, logger: logger)
+            for try await (nodeId, signaling, relay, streams, sessions, startedAt, heartbeatAt)
+                in rows.decode((String, String, String, Int, Int, Int64, Int64).self) {
+                nodes.append(NodeRecord(nodeId: nodeId, signalingURL: signaling, relayAddress: relay, streams: streams, sessions: sessions,
+                                        startedAt: startedAt, heartbeatAt: heartbeatAt))
+            }
+            return nodes
+        }
+    }
+
+    public func removeNode(_ nodeId: String) async throws(RoomStoreError) {
+        let logger = self.logger
+        try await bounded("removing a node") { client in
+            try await client.query("DELETE FROM node WHERE node_id = \(nodeId)", logger: logger)
         }
     }
 

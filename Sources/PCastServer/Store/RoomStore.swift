@@ -274,6 +274,20 @@ public final class RoomStore: Sendable {
                 INSERT INTO storeCounter (name, value) VALUES ('lastChatSequence', 0);
                 """)
         }
+        migrator.registerMigration("v2-node") { db in
+            // Node membership: one row on a single node, as in a cluster's shared store.
+            try db.execute(sql: """
+                CREATE TABLE node (
+                    nodeId TEXT NOT NULL PRIMARY KEY,
+                    signalingURL TEXT NOT NULL,
+                    relayAddress TEXT NOT NULL,
+                    streams INTEGER NOT NULL,
+                    sessions INTEGER NOT NULL,
+                    startedAt INTEGER NOT NULL,
+                    heartbeatAt INTEGER NOT NULL
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 
@@ -412,6 +426,39 @@ public final class RoomStore: Sendable {
                 for change in changes { try writer.apply(change) }
             }
         }
+    }
+
+    // MARK: Nodes
+
+    /// ``PlatformStore/heartbeat(_:)``, with this process's clock.
+    public func heartbeat(_ node: NodeRecord) throws(RoomStoreError) {
+        let now = Int64((Date().timeIntervalSince1970 * 1000).rounded())
+        try write { db in
+            try db.execute(sql: """
+                INSERT INTO node (nodeId, signalingURL, relayAddress, streams, sessions, startedAt, heartbeatAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (nodeId) DO UPDATE SET
+                    signalingURL = excluded.signalingURL, relayAddress = excluded.relayAddress, streams = excluded.streams,
+                    sessions = excluded.sessions, startedAt = excluded.startedAt, heartbeatAt = excluded.heartbeatAt
+                """, arguments: [node.nodeId, node.signalingURL, node.relayAddress, node.streams, node.sessions, node.startedAt, now])
+        }
+    }
+
+    public func liveNodes(within: Duration) throws(RoomStoreError) -> [NodeRecord] {
+        let oldest = Int64((Date().timeIntervalSince1970 * 1000).rounded()) - Int64(within / .milliseconds(1))
+        return try read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT nodeId, signalingURL, relayAddress, streams, sessions, startedAt, heartbeatAt
+                FROM node WHERE heartbeatAt >= ? ORDER BY nodeId
+                """, arguments: [oldest]).map { row in
+                NodeRecord(nodeId: row[0], signalingURL: row[1], relayAddress: row[2], streams: row[3], sessions: row[4],
+                           startedAt: row[5], heartbeatAt: row[6])
+            }
+        }
+    }
+
+    public func removeNode(_ nodeId: String) throws(RoomStoreError) {
+        try write { db in try db.execute(sql: "DELETE FROM node WHERE nodeId = ?", arguments: [nodeId]) }
     }
 
     // MARK: Plumbing

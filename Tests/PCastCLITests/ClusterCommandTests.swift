@@ -1,0 +1,85 @@
+import Foundation
+import PCastTestSupport
+import Testing
+
+/// GET with curl: status and body (`admin`: HTTP Basic with the serve processes' application credentials).
+private func get(_ url: String, admin: Bool = true) throws -> (status: Int, body: String) {
+    var arguments = ["-s", "-w", "\n%{http_code}", "--max-time", "8"]
+    if admin { arguments += ["-u", "\(ServeProcess.applicationId):\(ServeProcess.secret)"] }
+    let result = try runCommand(try executable("curl"), arguments + [url])
+    let lines = result.stdout.split(whereSeparator: \.isNewline)
+    return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n"))
+}
+
+/// The node ids `GET /admin/nodes` lists on `serve`.
+private func nodeIds(_ serve: ServeProcess) throws -> [String] {
+    let (status, body) = try get(serve.httpURL + "/admin/nodes")
+    guard status == 200, let object = try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any],
+          let nodes = object["nodes"] as? [[String: Any]] else { throw CLITestFailure("GET /admin/nodes: \(status) \(body)") }
+    return nodes.compactMap { $0["nodeId"] as? String }
+}
+
+private func waitFor(_ what: String, within limit: Duration, _ condition: () throws -> Bool) async throws -> Duration {
+    let start = ContinuousClock.now
+    while ContinuousClock.now - start < limit {
+        if try condition() { return ContinuousClock.now - start }
+        try await Task.sleep(for: .milliseconds(100))
+    }
+    throw CLITestFailure("\(what): not within \(limit)")
+}
+
+@Suite("pcast serve --database postgres://: nodes sharing a real PostgreSQL", .serialized)
+struct ClusterCommandTests {
+    @Test("a malformed database URL exits 2; an unreachable server exits 1 with the reason, within seconds")
+    func badDatabase() throws {
+        let malformed = try runCommand(try pcastBinary(), ["serve", "--secret", "s", "--no-rtmp", "--database", "postgres://nohost"])
+        #expect(malformed.status == 2 && malformed.stderr.contains("database"), "\(malformed.status) \(malformed.stderr)")
+        let port = try freeTCPPort()
+        let started = Date()
+        let unreachable = try runCommand(try pcastBinary(), ["serve", "--secret", "s", "--no-rtmp", "--http-port", "0", "--media-port", "0",
+                                                             "--data-dir", FileManager.default.temporaryDirectory.appendingPathComponent("pcast-\(UUID())").path,
+                                                             "--database", "postgres://pcast@127.0.0.1:\(port)/pcast"], timeout: 30)
+        #expect(unreachable.status == 1 && unreachable.stderr.contains("unavailable") && unreachable.stderr.contains("127.0.0.1:\(port)"),
+                "\(unreachable.status) \(unreachable.stderr)")
+        #expect(Date().timeIntervalSince(started) < 20)
+    }
+
+    @Test("nodes on one database list each other (admin only); kill -9 of one drops it within the 3 s expiry, a clean stop at once; /readyz is 503 while PostgreSQL is down and ready again when it is back")
+    func membership() async throws {
+        let postgres = try TestPostgres.startPrivate()
+        let url = try postgres.newDatabase()
+        let one = try await ServeProcess.start(["--database", url, "--node-id", "node-1", "--no-rtmp"])
+        defer { one.stop() }
+        let two = try await ServeProcess.start(["--database", url, "--node-id", "node-2", "--no-rtmp"])
+        defer { two.stop() }
+        _ = try await waitFor("both nodes listed", within: .seconds(10)) { try nodeIds(one) == ["node-1", "node-2"] }
+        #expect(try nodeIds(two) == ["node-1", "node-2"])
+        #expect(try get(one.httpURL + "/admin/nodes", admin: false).status == 401)
+
+        two.process.stop()   // SIGKILL: no goodbye
+        let gone = try await waitFor("the killed node expired", within: .seconds(6)) { try nodeIds(one) == ["node-1"] }
+        print("cluster: a node killed with SIGKILL left the membership after \(gone)")
+        #expect(gone < .seconds(5))
+
+        let three = try await ServeProcess.start(["--database", url, "--node-id", "node-3", "--no-rtmp"])
+        _ = try await waitFor("node-3 listed", within: .seconds(10)) { try nodeIds(one) == ["node-1", "node-3"] }
+        three.process.interrupt()
+        let left = try await waitFor("the stopped node left", within: .seconds(5)) { try nodeIds(one) == ["node-1"] }
+        #expect(left < .seconds(2), "a clean stop removes the node at once, not at the expiry: \(left)")
+        three.stop()
+
+        #expect(try get(one.httpURL + "/readyz", admin: false).status == 200)
+        try postgres.stop()
+        let down = try await waitFor("readyz reports the database", within: .seconds(8)) {
+            let ready = try get(one.httpURL + "/readyz", admin: false)
+            return ready.status == 503 && ready.body.contains("database")
+        }
+        #expect(try get(one.httpURL + "/healthz", admin: false).status == 200, "the process itself stays healthy")
+        #expect(try get(one.httpURL + "/admin/nodes").status == 503)
+        try postgres.resume()
+        let back = try await waitFor("ready again", within: .seconds(15)) { try get(one.httpURL + "/readyz", admin: false).status == 200 }
+        _ = try await waitFor("heartbeats again", within: .seconds(10)) { try nodeIds(one) == ["node-1"] }
+        print("cluster: /readyz 503 \(down) after PostgreSQL stopped, 200 \(back) after it was back")
+        #expect(one.process.isRunning, "\(one.output.suffix(2_000))")
+    }
+}
