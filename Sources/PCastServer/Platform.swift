@@ -71,7 +71,11 @@ actor Platform {
         }
         let storeLogger = logger
         self.persistence = RoomPersistence(store: store) { error in
-            storeLogger.error("room store write failed", metadata: ["pcast.error": "\(error)"])
+            if case .unavailable = error {
+                storeLogger.error("room store unavailable: changes wait, in order, until it answers", metadata: ["pcast.error": "\(error)"])
+            } else {
+                storeLogger.error("room store write failed", metadata: ["pcast.error": "\(error)"])
+            }
         }
         self.services = services
         if !snapshot.rooms.isEmpty {
@@ -226,11 +230,17 @@ actor Platform {
 
     /// Waits until every store write submitted so far is on disk.
     func flushStore() async {
-        await persistence.flush()
+        if !(await persistence.flush(within: Self.flushLimit)) {
+            logger.error("the store did not take every change within \(Self.flushLimit): changes still waiting are lost")
+        }
     }
+
+    /// How long a shutdown waits for the store to take what is still waiting.
+    static let flushLimit: Duration = .seconds(10)
 
     /// Releases the store's connections (after the last flush).
     func closeStore() async {
+        persistence.stopRetrying()
         await persistence.store.close()
     }
 

@@ -13,3 +13,6 @@ enum Bursts {}
 
 /// Descriptor, thread and memory counts are per process: alone, one test at a time, so other tests' threads and memory do not blur the figures.
 enum Leaks {}
+
+/// A real PostgreSQL server (scripts/postgres.sh), stopped when the group's process exits: platforms whose store is PostgreSQL.
+enum Cluster {}

@@ -520,7 +520,13 @@ public final class PostgresPlatformStore: PlatformStore {
         }
         if let error = error as? PSQLError {
             if let info = error.serverInfo, let message = info[.message] {
-                return .io("\(message) (SQLSTATE \(info[.sqlState] ?? "?"))")
+                let state = info[.sqlState] ?? "?"
+                // Connection exceptions (08), a server starting up or shutting down (57), no
+                // resources (53): the server, not the statement, is the trouble.
+                if ["08", "57", "53"].contains(String(state.prefix(2))) {
+                    return .unavailable("\(location): \(message) (SQLSTATE \(state))")
+                }
+                return .io("\(message) (SQLSTATE \(state))")
             }
             return .unavailable("\(location): \(error.code)\(error.underlying.map { ": \($0)" } ?? "")")
         }

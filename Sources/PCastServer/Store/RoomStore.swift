@@ -589,6 +589,9 @@ private struct ChangeWriter {
 /// the submissions pending when the writer comes round are applied in one transaction. Each
 /// submission is atomic: when a batch fails, its submissions are retried one by one, so one bad
 /// submission costs only itself. Failures go to `onError` and are counted; the writer keeps going.
+/// A store that is unavailable (a database server down) loses nothing: the writer keeps the
+/// changes, in order, and tries again (backing off to 2 s) until the store answers or
+/// ``stopRetrying()``; `onError` hears the first failure of each outage.
 /// Reads (``chatMessages(roomId:batchSize:after:before:)``) are ordered with the writes, so they see
 /// every change submitted before them. Submitted changes are written even if the persistence is
 /// dropped. Nothing bounds the pending changes but the writer's pace (a few microseconds a change
@@ -600,6 +603,13 @@ private struct ChangeWriter {
 /// let page = try await persistence.chatMessages(roomId: "r-1", batchSize: 100, after: nil, before: nil)
 /// await persistence.flush()                           // on shutdown
 /// ```
+/// A continuation resumed once, by whichever comes first.
+private final class OneShot: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Bool, Never>?>(nil)
+    func set(_ value: CheckedContinuation<Bool, Never>) { continuation.withLock { $0 = value } }
+    func resume(_ value: Bool) { continuation.withLock { $0.take() }?.resume(returning: value) }
+}
+
 public final class RoomPersistence: Sendable {
     private enum Work: Sendable {
         case changes([RoomStoreChange])
@@ -612,6 +622,9 @@ public final class RoomPersistence: Sendable {
         var draining = false
         var failures = 0
         var transactions = 0
+        /// The store did not answer the last write: retrying.
+        var waitingForStore = false
+        var stopped = false
     }
 
     public let store: any PlatformStore
@@ -653,6 +666,29 @@ public final class RoomPersistence: Sendable {
             enqueue(.barrier { continuation.resume() })
         }
     }
+
+    /// Returns true when everything submitted so far is committed, false when `limit` passed first
+    /// (a database that does not come back must not hold a shutdown forever).
+    public func flush(within limit: Duration) async -> Bool {
+        let result = OneShot()
+        return await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            result.set(continuation)
+            enqueue(.barrier { result.resume(true) })
+            Task {
+                try? await Task.sleep(for: limit)
+                result.resume(false)
+            }
+        }
+    }
+
+    /// Unavailable-store writes are no longer retried (the store is closing): the changes still
+    /// waiting fail, are counted and reported.
+    public func stopRetrying() {
+        state.withLock { $0.stopped = true }
+    }
+
+    /// Whether the writer is waiting for an unavailable store.
+    public var isWaitingForStore: Bool { state.withLock { $0.waitingForStore } }
 
     /// Submissions that could not be applied.
     public var failureCount: Int { state.withLock { $0.failures } }
@@ -699,23 +735,38 @@ public final class RoomPersistence: Sendable {
 
     private func write(_ groups: [[RoomStoreChange]]) async {
         guard !groups.isEmpty else { return }
-        do throws(RoomStoreError) {
-            state.withLock { $0.transactions += 1 }
-            try await store.apply(groups: groups)
+        guard let error = await applyWaitingForStore(groups) else { return }
+        if groups.count == 1 {
+            fail(error)
             return
-        } catch {
-            if groups.count == 1 {
-                fail(error)
-                return
-            }
         }
         // Find the culprits: each submission on its own.
         for group in groups {
+            if let error = await applyWaitingForStore([group]) { fail(error) }
+        }
+    }
+
+    /// Applies the groups in one transaction; while the store is unavailable, waits and tries
+    /// again. Returns the error of a store that answered with a refusal (or stopped retrying).
+    private func applyWaitingForStore(_ groups: [[RoomStoreChange]]) async -> RoomStoreError? {
+        var backoff = Duration.milliseconds(100)
+        while true {
             do throws(RoomStoreError) {
                 state.withLock { $0.transactions += 1 }
-                try await store.apply(groups: [group])
+                try await store.apply(groups: groups)
+                state.withLock { $0.waitingForStore = false }
+                return nil
+            } catch .unavailable(let reason) {
+                let (first, stopped) = state.withLock { state in
+                    defer { state.waitingForStore = true }
+                    return (!state.waitingForStore, state.stopped)
+                }
+                if stopped { return .unavailable(reason) }
+                if first { onError(.unavailable(reason)) }
+                try? await Task.sleep(for: backoff)
+                backoff = min(backoff * 2, .seconds(2))
             } catch {
-                fail(error)
+                return error
             }
         }
     }
