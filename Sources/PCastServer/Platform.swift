@@ -55,7 +55,8 @@ actor Platform {
     static let outboxLimit = 1024
 
     init(configuration: PlatformConfiguration, relay: any RelayControl, services: (any MediaServices)?, metrics: PlatformMetrics,
-         clock: @escaping @Sendable () -> Date, logger: Logger, store: any PlatformStore, snapshot: RoomStoreSnapshot) {
+         clock: @escaping @Sendable () -> Date, logger: Logger, store: any PlatformStore, snapshot: RoomStoreSnapshot,
+         cluster: ClusterMembership? = nil) {
         self.configuration = configuration
         self.relay = relay
         self.metrics = metrics
@@ -64,7 +65,15 @@ actor Platform {
         self.tokens = configuration.tokenAuthority
         self.registry = StreamRegistry(tokens: tokens)
         let now = clock()
-        self.rooms = RoomRegistry(restoring: snapshot, resumeWindow: configuration.resumeWindow, now: now)
+        let suffix = cluster.map { "@" + $0.nodeId }
+        self.rooms = RoomRegistry(restoring: snapshot, resumeWindow: configuration.resumeWindow, now: now,
+                                  isLocal: { id in suffix.map { id.hasSuffix($0) } ?? true })
+        if let cluster {
+            rooms.sequenceSlot = cluster.slot
+            rooms.sequenceSlotBits = PostgresPlatformStore.slotBits
+            self.cluster = cluster
+            self.lastChangeId = cluster.startChangeId
+        }
         // Sessions a restart interrupted may resume within the window.
         for session in snapshot.sessions {
             resumable[session.sessionId] = (session.resumeKeyHash, false, now.addingTimeInterval(configuration.resumeWindow))
@@ -84,10 +93,20 @@ actor Platform {
         }
     }
 
+    /// What a node sharing its store with others starts with.
+    struct ClusterMembership: Sendable {
+        let store: PostgresPlatformStore
+        let nodeId: String
+        /// Its chat sequence slot (see ``RoomRegistry/sequenceSlot``).
+        let slot: UInt64
+        /// The change-log id read before the snapshot was loaded: following starts there.
+        let startChangeId: Int64
+    }
+
     /// A new socket: returns its session id (given out once it authenticates) and what to write to it.
     func connect(remoteAddress: String?) -> (sessionId: String, outbox: AsyncStream<Outbound>)? {
         guard isAccepting else { return nil }
-        let sessionId = Self.makeId("session")
+        let sessionId = newSessionId("session")
         let (stream, continuation) = AsyncStream<Outbound>.makeStream(bufferingPolicy: .bufferingOldest(Self.outboxLimit))
         var connectionLogger = logger
         connectionLogger[metadataKey: "pcast.session"] = .string(sessionId)
@@ -160,6 +179,60 @@ actor Platform {
 
     /// The server listens at `signalingURL`: the media services start (their own session
     /// connects there, the RTMP endpoint binds).
+    /// A new session id; in a cluster it ends with `@<node id>`, so that the shared store tells
+    /// each node's members apart.
+    func newSessionId(_ prefix: String) -> String {
+        Self.makeId(prefix) + (cluster.map { "@" + $0.nodeId } ?? "")
+    }
+
+    // MARK: Cluster
+
+    /// Set when the store is shared with other nodes.
+    private var cluster: ClusterMembership?
+    /// The last change-log id applied.
+    private var lastChangeId: Int64 = 0
+    private var catchingUp = false
+    private var needsCatchUp = false
+
+    /// Applies other nodes' logged changes past the last one applied (one reader at a time; a
+    /// signal during a read makes it read again).
+    func catchUpChanges() async {
+        guard let cluster else { return }
+        guard !catchingUp else {
+            needsCatchUp = true
+            return
+        }
+        catchingUp = true
+        defer { catchingUp = false }
+        repeat {
+            needsCatchUp = false
+            let from = lastChangeId
+            do throws(RoomStoreError) {
+                let (last, changes) = try await cluster.store.changes(after: from, excluding: cluster.nodeId)
+                // Another reader cannot have moved it: `catchingUp` keeps this the only one.
+                lastChangeId = last
+                if !changes.isEmpty { perform(rooms: .remote(changes)) }
+                if last != from { needsCatchUp = true }
+            } catch {
+                if !Task.isCancelled {
+                    logger.notice("cannot read the cluster's change log (will retry)", metadata: ["pcast.error": .string(error.description)])
+                }
+                return
+            }
+        } while needsCatchUp
+    }
+
+    /// The change-log signals of the shared store, if there is one.
+    nonisolated var changeSignals: AsyncStream<Void>? {
+        guard let store = persistence.store as? PostgresPlatformStore else { return nil }
+        return store.changeSignals()
+    }
+
+    /// Prunes change-log entries every node has read long ago.
+    func pruneChanges() async {
+        try? await cluster?.store.pruneChanges(olderThan: .seconds(600))
+    }
+
     /// This node as the store's membership shows it (set once it listens).
     private var node: NodeRecord?
     /// Whether the last heartbeat reached the store (to log changes, not every failure).
@@ -190,6 +263,32 @@ actor Platform {
         }
         if healthy, !heartbeatHealthy { logger.notice("node heartbeat reaches the store again") }
         heartbeatHealthy = healthy
+        if healthy { await sweepDeadNodes() }
+    }
+
+    /// Room members of nodes gone from the membership (no heartbeat within the expiry: killed, or
+    /// cut off) leave their rooms. One node does it, the live node with the lowest id; the others
+    /// follow its changes through the log.
+    private func sweepDeadNodes() async {
+        guard let cluster else { return }
+        let live: [NodeRecord]
+        do throws(RoomStoreError) {
+            live = try await persistence.store.liveNodes(within: configuration.nodeExpiry)
+        } catch {
+            return
+        }
+        let liveIds = Set(live.map(\.nodeId)).union([cluster.nodeId])
+        guard liveIds.min() == cluster.nodeId else { return }
+        let orphans = rooms.memberships { sessionId in
+            guard let at = sessionId.lastIndex(of: "@") else { return false }
+            return !liveIds.contains(String(sessionId[sessionId.index(after: at)...]))
+        }
+        guard !orphans.isEmpty else { return }
+        let changes = orphans.map { RoomStoreChange.deleteMember(roomId: $0.roomId, sessionId: $0.sessionId) }
+        perform(rooms: .remote(changes))
+        persistence.submit(changes)
+        logger.notice("members of nodes gone from the cluster left their rooms",
+                      metadata: ["pcast.members": "\(orphans.count)", "pcast.liveNodes": .string(liveIds.sorted().joined(separator: ","))])
     }
 
     /// Leaves the membership (a clean stop: other nodes need not wait for the expiry).

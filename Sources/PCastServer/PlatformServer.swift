@@ -242,9 +242,22 @@ public final class PlatformServer: Sendable {
         }
         let store: any PlatformStore
         let snapshot: RoomStoreSnapshot
+        var cluster: Platform.ClusterMembership?
         do throws(RoomStoreError) {
             store = try await PlatformStores.open(configuration.storeLocation, logger: logger)
             do throws(RoomStoreError) {
+                if let shared = store as? PostgresPlatformStore {
+                    // A store other nodes share: a chat slot of this node's own, and the change log
+                    // followed from before the snapshot (a change in between is applied twice, harmlessly).
+                    let record = NodeRecord(nodeId: configuration.nodeId, signalingURL: "", relayAddress: "",
+                                            startedAt: Int64((clock().timeIntervalSince1970 * 1000).rounded()))
+                    let slot = try await shared.claimSlot(for: record, within: configuration.nodeExpiry)
+                    let start = try await shared.latestChangeId()
+                    shared.publishChanges(as: configuration.nodeId)
+                    cluster = .init(store: shared, nodeId: configuration.nodeId, slot: slot, startChangeId: start)
+                    logger.info("joined the cluster", metadata: ["pcast.node": .string(configuration.nodeId), "pcast.slot": "\(slot)",
+                                                                 "pcast.database": .string(shared.location)])
+                }
                 snapshot = try await store.load()
             } catch {
                 await store.close()
@@ -255,7 +268,7 @@ public final class PlatformServer: Sendable {
         }
         let metrics = PlatformMetrics()
         let platform = Platform(configuration: configuration, relay: relay, services: services, metrics: metrics, clock: clock,
-                                logger: logger, store: store, snapshot: snapshot)
+                                logger: logger, store: store, snapshot: snapshot, cluster: cluster)
         let (ports, bound) = AsyncStream<Int>.makeStream(bufferingPolicy: .bufferingNewest(1))
 
         let router = Router(context: PlatformRequestContext.self)
@@ -335,11 +348,22 @@ struct PlatformService: Service {
                         await platform.tick()
                     }
                 }
-                // Membership: a heartbeat a second, apart from the ticks (a slow database must not delay them).
+                // Membership: a heartbeat a second, apart from the ticks (a slow database must not delay
+                // them), with a read of the change log as a safety net, and pruning now and then.
                 group.addTask {
+                    var beats = 0
                     while !Task.isCancelled {
                         try await Task.sleep(for: Self.heartbeatInterval)
                         await platform.heartbeat()
+                        await platform.catchUpChanges()
+                        beats += 1
+                        if beats % 60 == 0 { await platform.pruneChanges() }
+                    }
+                }
+                // Other nodes' changes, as they are notified.
+                if let signals = platform.changeSignals {
+                    group.addTask {
+                        for await _ in signals { await platform.catchUpChanges() }
                     }
                 }
                 try await group.waitForAll()

@@ -38,6 +38,10 @@ extension Cluster {
             let (_, ready) = try await httpGet(platform.httpURL + "/readyz")
             #expect(ready.statusCode == 503, "not ready while the database is down")
             try postgres.resume()
+            let back = ContinuousClock.now
+            let readyURL = platform.httpURL + "/readyz"
+            #expect(await eventually(.seconds(60)) { (try? await httpGet(readyURL).1.statusCode) == 200 })
+            print("postgres platform: ready again \(ContinuousClock.now - back) after the server was back")
             for n in 0..<40 { sent.append(try await chat.sendMessageToRoom("after \(n)").messageId) }
 
             await writer.stop()

@@ -58,6 +58,11 @@ public struct RoomRegistry: Sendable {
         case request(sessionId: String, requestId: UInt64?, Request, now: Date, newId: String)
         /// Expires detached sessions and reports changed room sizes.
         case tick(now: Date)
+        /// Changes another node of the cluster made (read from the shared store's change log, in
+        /// its commit order): applied to the rooms and told to this node's attached members as the
+        /// same changes made here would be; nothing is persisted again. A room or member saved as
+        /// it is, or deleted when gone, changes nothing; chat is delivered once per change given.
+        case remote([RoomStoreChange])
     }
 
     public enum Action: Sendable, Hashable {
@@ -104,13 +109,22 @@ public struct RoomRegistry: Sendable {
     private var aliases: [String: String] = [:]
     private var sessions: [String: Session] = [:]
     private var lastChatSequence: UInt64 = 0
+    /// In a cluster, chat sequences carry the node's slot in their low `sequenceSlotBits` bits, so
+    /// nodes never hand out the same one; the high bits count past every sequence seen, local or
+    /// remote. A single node: no bits, sequences count by one.
+    public var sequenceSlot: UInt64 = 0
+    public var sequenceSlotBits = 0
 
     public init(resumeWindow: TimeInterval) {
         self.resumeWindow = resumeWindow
     }
 
     /// The state a store kept: every member's session is detached until it resumes or its window ends.
-    public init(restoring snapshot: RoomStoreSnapshot, resumeWindow: TimeInterval, now: Date) {
+    ///
+    /// In a cluster the store holds every node's members: `isLocal` tells this node's sessions
+    /// (restored detached, as above) from other nodes' (members of the rooms, never expired here).
+    public init(restoring snapshot: RoomStoreSnapshot, resumeWindow: TimeInterval, now: Date,
+                isLocal: (String) -> Bool = { _ in true }) {
         self.resumeWindow = resumeWindow
         for stored in snapshot.rooms {
             rooms[stored.room.roomId] = Room(info: stored.room, createdAt: stored.createdAt)
@@ -122,6 +136,7 @@ public struct RoomRegistry: Sendable {
             room.order.append(stored.member.sessionId)
             room.nextJoinOrder = max(room.nextJoinOrder, stored.joinOrder + 1)
             rooms[stored.roomId] = room
+            guard isLocal(stored.member.sessionId) else { continue }
             sessions[stored.member.sessionId, default: Session(attached: false, deadline: now.addingTimeInterval(resumeWindow))]
                 .rooms.insert(stored.roomId)
         }
@@ -136,6 +151,13 @@ public struct RoomRegistry: Sendable {
     }
 
     public var roomCount: Int { rooms.count }
+
+    /// Every membership whose session id satisfies `predicate`, by room id then join order.
+    public func memberships(where predicate: (String) -> Bool) -> [(roomId: String, sessionId: String)] {
+        rooms.keys.sorted().flatMap { roomId in
+            (rooms[roomId]?.order ?? []).filter(predicate).map { (roomId, $0) }
+        }
+    }
     public var memberCount: Int { rooms.values.reduce(0) { $0 + $1.members.count } }
     public func room(_ roomId: String) -> RoomDescription? { rooms[roomId]?.info }
     public func members(of roomId: String) -> [MemberDescription] {
@@ -171,6 +193,8 @@ public struct RoomRegistry: Sendable {
                 return [send(sessionId, requestId, .failure(.init(status: .unauthorized, message: "no such session")))]
             }
             return handle(request, sessionId: sessionId, requestId: requestId, now: now, newId: newId)
+        case .remote(let changes):
+            return changes.flatMap { applyRemote($0) }
         case .tick(let now):
             var actions: [Action] = []
             for (sessionId, session) in sessions.sorted(by: { $0.key < $1.key }) where !session.attached {
@@ -334,7 +358,7 @@ public struct RoomRegistry: Sendable {
             guard let sender = room.members[sessionId]?.description else {
                 return fail(.unauthorized, "enter room '\(send.roomId)' before sending to it")
             }
-            lastChatSequence += 1
+            lastChatSequence = ((lastChatSequence >> sequenceSlotBits) + 1) << sequenceSlotBits | sequenceSlot
             let message = ChatMessageDescription(
                 messageId: ChatMessageDescription.messageId(sequence: lastChatSequence), roomId: send.roomId, timestamp: millis,
                 from: ChatUser(sessionId: sessionId, screenName: sender.screenName, role: sender.role, lastUpdate: sender.lastUpdate),
@@ -355,6 +379,60 @@ public struct RoomRegistry: Sendable {
                 sessionId: sessionId, requestId: requestId, roomId: query.roomId, batchSize: query.batchSize,
                 after: query.afterMessageId.flatMap(ChatMessageDescription.sequence(of:)),
                 before: query.beforeMessageId.flatMap(ChatMessageDescription.sequence(of:)))]
+        }
+    }
+
+    // MARK: Changes from other nodes
+
+    private mutating func applyRemote(_ change: RoomStoreChange) -> [Action] {
+        switch change {
+        case .saveRoom(let info, let createdAt):
+            guard let room = rooms[info.roomId] else {
+                if let held = aliases[info.alias], held != info.roomId { return [] }
+                rooms[info.roomId] = Room(info: info, createdAt: createdAt)
+                aliases[info.alias] = info.roomId
+                return []
+            }
+            guard room.info != info else { return [] }
+            aliases[room.info.alias] = nil
+            aliases[info.alias] = info.roomId
+            rooms[info.roomId]?.info = info
+            return broadcast(info.roomId, .roomUpdated, room: info, excluding: nil)
+        case .deleteRoom(let roomId):
+            guard let room = rooms[roomId] else { return [] }
+            let actions = broadcast(roomId, .roomDestroyed, room: room.info, excluding: nil)
+            for member in room.order { sessions[member]?.rooms.remove(roomId) }
+            rooms[roomId] = nil
+            aliases[room.info.alias] = nil
+            return actions
+        case .saveMember(let roomId, let member, let joinOrder):
+            guard let room = rooms[roomId] else { return [] }
+            if let existing = room.members[member.sessionId] {
+                guard existing.description != member else { return [] }
+                rooms[roomId]?.members[member.sessionId]?.description = member
+                return changed(roomId, from: existing.description, to: member, excluding: "")
+            }
+            rooms[roomId]?.members[member.sessionId] = Member(description: member, joinOrder: joinOrder)
+            rooms[roomId]?.order.append(member.sessionId)
+            rooms[roomId]?.nextJoinOrder = max(room.nextJoinOrder, joinOrder + 1)
+            return member.role.isVisible ? broadcast(roomId, .memberJoined, member: member, excluding: nil) : []
+        case .deleteMember(let roomId, let sessionId):
+            guard let member = rooms[roomId]?.members.removeValue(forKey: sessionId) else { return [] }
+            rooms[roomId]?.order.removeAll { $0 == sessionId }
+            guard member.description.role.isVisible else { return [] }
+            var gone = member.description
+            gone.state = .offline
+            return broadcast(roomId, .memberLeft, member: gone, excluding: nil)
+        case .appendChat(let message):
+            // Each change of the log is applied once (the caller reads past what it applied), so a
+            // remote sequence below this node's own is new: other slots count on their own.
+            guard let sequence = message.sequence, let room = rooms[message.roomId] else { return [] }
+            lastChatSequence = max(lastChatSequence, sequence)
+            let body = Envelope<ServerMessage>.event(.chatMessage(.init(message: message)))
+            return room.order.filter { sessions[$0]?.attached == true }.map { .send(sessionId: $0, body) }
+        case .saveSession, .deleteSession:
+            // Resumable sessions are the node's own.
+            return []
         }
     }
 

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PCastProtocol
 import PostgresNIO
+import Synchronization
 
 // The shared store of a cluster of nodes: PostgreSQL through postgres-nio.
 //
@@ -24,6 +25,15 @@ import PostgresNIO
 //
 //     node          (node_id TEXT PRIMARY KEY, signaling_url, relay_address, streams INTEGER, sessions INTEGER,
 //                    started_at BIGINT, heartbeat_at TIMESTAMPTZ /* the database's clock */)
+//
+// Version 3, the cluster's change log (what one node changed, for the others to follow):
+//
+//     change_log    (id BIGSERIAL PRIMARY KEY, node_id TEXT, changes TEXT /* JSON [RoomStoreChange] */, created_at TIMESTAMPTZ)
+//     node.slot     INTEGER: the node's chat sequence slot, unique among live nodes
+//
+// A node that publishes its changes writes them to change_log in the same transaction as the
+// tables, under an advisory lock (so ids commit in id order), and NOTIFYs `pcast_changes`; the
+// others LISTEN and read past the last id they applied (after a reconnect too: nothing is missed).
 //
 // Migrations run at start inside one transaction holding an advisory lock, so nodes starting
 // together migrate once.
@@ -168,6 +178,15 @@ public final class PostgresPlatformStore: PlatformStore {
             heartbeat_at TIMESTAMPTZ NOT NULL
         );
         """,
+        """
+        CREATE TABLE change_log (
+            id BIGSERIAL PRIMARY KEY,
+            node_id TEXT NOT NULL,
+            changes TEXT NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+        );
+        ALTER TABLE node ADD COLUMN slot INTEGER NOT NULL DEFAULT 0;
+        """,
     ]
 
     /// The schema version this build writes.
@@ -175,6 +194,17 @@ public final class PostgresPlatformStore: PlatformStore {
 
     /// Any number, the same on every node: the advisory lock migrations hold.
     private static let migrationLock: Int64 = 0x7063_6173_7401
+    /// The advisory lock change-log writers hold, so that log ids commit in order.
+    private static let changeLogLock: Int64 = 0x7063_6173_7402
+    /// The advisory lock slot claims hold.
+    private static let slotLock: Int64 = 0x7063_6173_7403
+    /// The LISTEN/NOTIFY channel of the change log.
+    static let changeChannel = "pcast_changes"
+    /// How many chat sequence slots there are (their bits in a sequence).
+    public static let slotBits = 8
+
+    /// Set by ``publishChanges(as:)``: the node whose changes go to the change log.
+    private let publisher = Mutex<String?>(nil)
 
     private init(url: PostgresURL, logger: Logger, timeout: Duration) {
         self.url = url
@@ -399,12 +429,28 @@ public final class PostgresPlatformStore: PlatformStore {
     public func apply(groups: [[RoomStoreChange]]) async throws(RoomStoreError) {
         guard groups.contains(where: { !$0.isEmpty }) else { return }
         let logger = self.logger
+        let origin = publisher.withLock { $0 }
+        let logged = origin == nil ? [] : groups.joined().filter(\.isShared)
+        let payload = logged.isEmpty ? nil : String(decoding: try Self.encodeChanges(logged), as: UTF8.self)
         try await bounded("writing") { client in
             try await client.withTransaction(logger: logger) { connection in
+                if let origin, let payload {
+                    try await connection.query("SELECT pg_advisory_xact_lock(\(Self.changeLogLock))", logger: logger)
+                    try await connection.query("INSERT INTO change_log (node_id, changes) VALUES (\(origin), \(payload))", logger: logger)
+                    try await connection.query("SELECT pg_notify(\(Self.changeChannel), '')", logger: logger)
+                }
                 for change in groups.joined() {
                     try await Self.apply(change, on: connection, logger: logger)
                 }
             }
+        }
+    }
+
+    private static func encodeChanges(_ changes: [RoomStoreChange]) throws(RoomStoreError) -> Data {
+        do {
+            return try encoder.encode(changes)
+        } catch {
+            throw .io("cannot encode changes: \(error)")
         }
     }
 
@@ -462,7 +508,118 @@ public final class PostgresPlatformStore: PlatformStore {
         }
     }
 
+    // MARK: Cluster
+
+    /// From now on, changes applied through this store are also written to the change log as
+    /// `nodeId`'s, for the other nodes to follow.
+    public func publishChanges(as nodeId: String) {
+        publisher.withLock { $0 = nodeId }
+    }
+
+    /// Claims the lowest chat sequence slot no other live node holds (`within`: how recent a
+    /// heartbeat makes a node live) and records this node with it.
+    public func claimSlot(for node: NodeRecord, within: Duration) async throws(RoomStoreError) -> UInt64 {
+        let logger = self.logger
+        let seconds = Double(within / .milliseconds(1)) / 1000
+        return try await bounded("claiming a slot") { client in
+            try await client.withTransaction(logger: logger) { connection in
+                try await connection.query("SELECT pg_advisory_xact_lock(\(Self.slotLock))", logger: logger)
+                var taken = Set<Int>()
+                let rows = try await connection.query("""
+                    SELECT slot FROM node WHERE node_id <> \(node.nodeId) AND heartbeat_at >= now() - make_interval(secs => \(seconds))
+                    """, logger: logger)
+                for try await slot in rows.decode(Int.self) { taken.insert(slot) }
+                guard let slot = (0..<(1 << Self.slotBits)).first(where: { !taken.contains($0) }) else {
+                    throw RoomStoreError.io("every one of the \(1 << Self.slotBits) node slots is held by a live node")
+                }
+                try await connection.query("""
+                    INSERT INTO node (node_id, signaling_url, relay_address, streams, sessions, started_at, heartbeat_at, slot)
+                    VALUES (\(node.nodeId), \(node.signalingURL), \(node.relayAddress), \(node.streams), \(node.sessions), \(node.startedAt), now(), \(slot))
+                    ON CONFLICT (node_id) DO UPDATE SET slot = excluded.slot, heartbeat_at = now()
+                    """, logger: logger)
+                return UInt64(slot)
+            }
+        }
+    }
+
+    /// The newest change-log id (0 for none): where a node starts following.
+    public func latestChangeId() async throws(RoomStoreError) -> Int64 {
+        let logger = self.logger
+        return try await bounded("reading the change log") { client in
+            var latest: Int64 = 0
+            for try await value in try await client.query("SELECT COALESCE(MAX(id), 0)::BIGINT FROM change_log", logger: logger).decode(Int64.self) {
+                latest = value
+            }
+            return latest
+        }
+    }
+
+    /// Other nodes' changes after log id `after`, in commit order, at most `limit` entries;
+    /// with the last id read (`after` when there was nothing).
+    public func changes(after: Int64, excluding nodeId: String, limit: Int = 500) async throws(RoomStoreError)
+        -> (last: Int64, changes: [RoomStoreChange]) {
+        let logger = self.logger
+        let decoder = JSONDecoder()
+        return try await bounded("reading the change log") { client in
+            var last = after
+            var changes: [RoomStoreChange] = []
+            let rows = try await client.query("""
+                SELECT id, node_id, changes FROM change_log WHERE id > \(after) ORDER BY id LIMIT \(limit)
+                """, logger: logger)
+            for try await (id, origin, json) in rows.decode((Int64, String, String).self) {
+                last = id
+                guard origin != nodeId else { continue }
+                guard let decoded = try? decoder.decode([RoomStoreChange].self, from: Data(json.utf8)) else {
+                    throw RoomStoreError.io("corrupt change_log row \(id)")
+                }
+                changes += decoded
+            }
+            return (last, changes)
+        }
+    }
+
+    /// A signal each time another node may have logged changes: on each notification, and once
+    /// after every (re)connection of the listening connection (a notification missed while it was
+    /// down is caught up by reading the log). Ends when the store closes.
+    public func changeSignals() -> AsyncStream<Void> {
+        let client = self.client
+        let logger = self.logger
+        let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let task = Task {
+            while !Task.isCancelled {
+                do {
+                    try await client.withConnection { connection in
+                        try await connection.listen(on: Self.changeChannel) { notifications in
+                            continuation.yield()
+                            for try await _ in notifications { continuation.yield() }
+                        }
+                    }
+                } catch {
+                    if Task.isCancelled { break }
+                    logger.debug("change log listener lost its connection: \(error)")
+                }
+                try? await Task.sleep(for: .milliseconds(500))
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        listeners.withLock { $0.append(task) }
+        return stream
+    }
+
+    private let listeners = Mutex<[Task<Void, Never>]>([])
+
+    /// Deletes change-log entries older than `age` (every node has long read them).
+    public func pruneChanges(olderThan age: Duration) async throws(RoomStoreError) {
+        let logger = self.logger
+        let seconds = Double(age / .milliseconds(1)) / 1000
+        try await bounded("pruning the change log") { client in
+            try await client.query("DELETE FROM change_log WHERE created_at < now() - make_interval(secs => \(seconds))", logger: logger)
+        }
+    }
+
     public func close() async {
+        for task in listeners.withLock({ $0 }) { task.cancel() }
         runner.cancel()
         await runner.value
     }

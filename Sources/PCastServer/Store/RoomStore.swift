@@ -82,6 +82,17 @@ public enum RoomStoreChange: Sendable, Hashable {
     case deleteSession(sessionId: String)
 }
 
+extension RoomStoreChange: Codable {
+    /// Whether other nodes of a cluster follow it: rooms, members and chat; resumable sessions are
+    /// the node's own.
+    public var isShared: Bool {
+        switch self {
+        case .saveSession, .deleteSession: false
+        default: true
+        }
+    }
+}
+
 /// Everything ``RoomStore/load()`` restores at start-up (chat history stays in the store).
 ///
 /// ```swift

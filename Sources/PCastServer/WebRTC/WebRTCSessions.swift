@@ -258,7 +258,7 @@ extension Platform {
     /// stream or subscriber id); returns the session and the registry's answer.
     private func request(_ message: SessionStateMachine.Request, as kind: String, flowId: String, peer: WebRTCPeerParameters,
                          remoteAddress: String?) -> (sessionId: String, reply: ServerMessage?) {
-        let sessionId = Self.makeId(kind)
+        let sessionId = newSessionId(kind)
         webRTCSessions.open(sessionId: sessionId)
         webRTCSessions.expect(peer, for: flowId)
         perform(registry: .sessionOpened(sessionId: sessionId, remoteAddress: remoteAddress))

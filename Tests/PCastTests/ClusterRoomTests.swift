@@ -1,0 +1,188 @@
+import Foundation
+import Logging
+@testable import PCast
+import PCastNode
+import PCastProtocol
+import PCastServer
+import PCastTestSupport
+import Testing
+
+/// `count` platform nodes sharing one new database of a real PostgreSQL.
+func clusterNodes(_ count: Int, on postgres: TestPostgres) async throws -> [LocalPlatform] {
+    let url = try PostgresURL(parsing: try postgres.newDatabase())
+    let secret = SRTPFreeRandom.secret()
+    var nodes: [LocalPlatform] = []
+    for index in 1...count {
+        nodes.append(try await LocalPlatform.start(secret: secret) { configuration in
+            configuration.database = .postgres(url)
+            configuration.nodeId = "node-\(index)"
+        })
+    }
+    return nodes
+}
+
+/// Joins `alias` on a node that may not have heard of the room yet (it learns it from the change log).
+func memberEventually(_ pcast: PCast, _ alias: String, _ name: String) async throws -> (RoomService, Room) {
+    let deadline = ContinuousClock.now + .seconds(10)
+    while true {
+        do {
+            return try await member(pcast, alias, name)
+        } catch {
+            if ContinuousClock.now > deadline { throw error }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+}
+
+/// The whole chat history of the room `rooms` is in, oldest first, paged backwards.
+func wholeHistory(_ rooms: RoomService) async throws -> [ChatMessage] {
+    let chat = ChatService(roomService: rooms)
+    var history: [ChatMessage] = []
+    var before: String?
+    while true {
+        let page = try await chat.getMessages(batchSize: 100, beforeMessageId: before)
+        if page.isEmpty { return history }
+        history = page + history
+        before = page.first?.messageId
+    }
+}
+
+extension Cluster {
+    @Suite("Rooms and chat across nodes sharing a real PostgreSQL", .serialized)
+    struct ClusterRoomTests {
+        @Test("a room created on node 1 is joined on nodes 2 and 3; every member sees the others join, change and leave, whichever node they are on")
+        func membersAcrossNodes() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(3, on: postgres)
+            let clients = [try await client(nodes[0]), try await client(nodes[1]), try await client(nodes[2])]
+            _ = try await RoomService(pcast: clients[0]).createRoom(RoomOptions(name: "Across", type: .multiPartyChat, alias: "across"))
+            var rooms: [(RoomService, Room)] = []
+            for (index, pcast) in clients.enumerated() { rooms.append(try await memberEventually(pcast, "across", "member-\(index + 1)")) }
+            for (_, room) in rooms {
+                #expect(await eventually { Set(room.members.value.map { $0.screenName.value }) == ["member-1", "member-2", "member-3"] },
+                        "\(room.members.value.map { $0.screenName.value })")
+            }
+            // A change on node 3 reaches nodes 1 and 2.
+            rooms[2].0.selfMember.screenName.setValue("renamed-3")
+            try await rooms[2].0.selfMember.commitChanges()
+            for (_, room) in rooms.prefix(2) {
+                #expect(await eventually { room.members.value.contains { $0.screenName.value == "renamed-3" } })
+            }
+            // Leaving on node 2 is seen on nodes 1 and 3.
+            try await rooms[1].0.leaveRoom()
+            for index in [0, 2] {
+                let room = rooms[index].1
+                #expect(await eventually { Set(room.members.value.map { $0.screenName.value }) == ["member-1", "renamed-3"] })
+            }
+            for pcast in clients { await pcast.stop() }
+            for node in nodes { await node.shutdown() }
+        }
+
+        @Test("1,000 chat messages from members on three nodes: every member gets each exactly once, each sender's in order; the history is whole and the same from every node")
+        func thousandMessagesAcrossNodes() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(3, on: postgres)
+            var clients: [PCast] = []
+            for index in 0..<6 { clients.append(try await client(nodes[index % 3])) }
+            let roomId = try await RoomService(pcast: clients[0]).createRoom(RoomOptions(name: "Busy", type: .multiPartyChat, alias: "busy-across")).roomId
+            var services: [RoomService] = []
+            var received: [Values<String>] = []
+            var listeners: [Disposable] = []
+            for (index, pcast) in clients.enumerated() {
+                let (rooms, _) = try await memberEventually(pcast, "busy-across", "member-\(index)")
+                services.append(rooms)
+                let seen = Values<String>()
+                listeners.append(pcast.addEventListener { message in
+                    if case .chatMessage(let chat) = message { seen.append(chat.message.message) }
+                })
+                received.append(seen)
+            }
+            // Everyone is in before the first message: wait until each node knows all six members.
+            for rooms in services {
+                #expect(await eventually { rooms.activeRoom.value?.members.value.count == 6 })
+            }
+            // Members 1, 2 and 3 (one per node) send 333, 333 and 334, concurrently.
+            let counts = [1: 333, 2: 333, 3: 334]
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (sender, count) in counts {
+                    let pcast = clients[sender], seen = received[sender]
+                    group.addTask {
+                        for n in 0..<count {
+                            _ = try await pcast.request(.sendChatMessage(.init(roomId: roomId, message: "s\(sender)-\(n)")), inOrder: { reply in
+                                if case .chatMessage(let chat) = reply { seen.append(chat.message.message) }
+                            })
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let everyone = received
+            #expect(await eventually(.seconds(30)) { everyone.allSatisfy { $0.all.count >= 1000 } },
+                    "\(received.map { $0.all.count })")
+            try await Task.sleep(for: .milliseconds(500))
+            for (index, seen) in received.enumerated() {
+                let all = seen.all
+                #expect(all.count == 1000 && Set(all).count == 1000, "member \(index): \(all.count) messages, \(Set(all).count) distinct")
+                for (sender, count) in counts {
+                    #expect(all.filter { $0.hasPrefix("s\(sender)-") } == (0..<count).map { "s\(sender)-\($0)" }, "member \(index), sender \(sender)")
+                }
+            }
+            var histories: [[String]] = []
+            for index in 0..<3 { histories.append(try await wholeHistory(services[index]).map(\.message)) }
+            #expect(histories[0].count == 1000 && Set(histories[0]).count == 1000)
+            #expect(histories[1] == histories[0] && histories[2] == histories[0], "the same history from every node")
+            for (sender, count) in counts {
+                #expect(histories[0].filter { $0.hasPrefix("s\(sender)-") } == (0..<count).map { "s\(sender)-\($0)" })
+            }
+            _ = listeners
+            for pcast in clients { await pcast.stop() }
+            for node in nodes { await node.shutdown() }
+        }
+    }
+}
+
+extension Cluster {
+    @Suite("Members of a node that vanished", .serialized)
+    struct ClusterNodeLossTests {
+        @Test("a node that stops heartbeating (killed, cut off) loses its room members within the 3 s expiry: members on the live node see them leave, and the store forgets them")
+        func vanishedNodesMembersLeave() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(1, on: postgres)
+            let url = try #require({ if case .postgres(let url)? = nodes[0].configuration.database { return url } else { return nil } }())
+            let pcast = try await client(nodes[0])
+            let roomId = try await RoomService(pcast: pcast).createRoom(RoomOptions(name: "Watched", type: .multiPartyChat, alias: "watched")).roomId
+            let (service, room) = try await member(pcast, "watched", "survivor")
+
+            // Node 2, as the store sees it: a heartbeat, and a member of the room, published to the change log.
+            let other = try await PostgresPlatformStore.open(url, logger: Logger(label: "node-2"))
+            other.publishChanges(as: "node-2")
+            let record = NodeRecord(nodeId: "node-2", signalingURL: "ws://127.0.0.2:1/ws", relayAddress: "127.0.0.2:1", startedAt: 0)
+            // Live before it has members, as a starting node is (it claims its slot first).
+            try await other.heartbeat(record)
+            let beating = Task {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .milliseconds(300))
+                    try? await other.heartbeat(record)
+                }
+            }
+            let ghost = MemberDescription(sessionId: "session-0123@node-2", screenName: "on node 2", role: .participant, state: .active,
+                                          streams: [], lastUpdate: 1)
+            try await other.apply([.saveMember(roomId: roomId, ghost, joinOrder: 99)])
+            #expect(await eventually { room.members.value.contains { $0.screenName.value == "on node 2" } })
+            try await Task.sleep(for: .seconds(4))
+            #expect(room.members.value.contains { $0.screenName.value == "on node 2" }, "a live node's member stays")
+
+            beating.cancel()
+            let silent = ContinuousClock.now
+            #expect(await eventually(.seconds(10)) { !room.members.value.contains { $0.screenName.value == "on node 2" } })
+            let took = ContinuousClock.now - silent
+            print("cluster: a silent node's member left its room \(took) after its last heartbeat")
+            #expect(took < .seconds(5))
+            #expect(await eventually { (try? await other.load().members.contains { $0.member.sessionId == ghost.sessionId }) == false })
+            withExtendedLifetime(service) {}
+            await other.close()
+            await pcast.stop()
+            await nodes[0].shutdown()
+        }
+    }
+}
