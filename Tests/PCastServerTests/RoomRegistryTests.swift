@@ -831,3 +831,82 @@ extension ManyClients {
         }
     }
 }
+
+@Suite("RoomRegistry: changes other nodes made")
+struct RoomRegistryRemoteTests {
+    private func remote(_ harness: inout Harness, _ changes: RoomStoreChange...) -> [RoomRegistry.Action] {
+        harness.registry.handle(.remote(changes))
+    }
+
+    @Test("a remote room, member, change, chat and leave reach the local attached members as events, and nothing is persisted again; repeats change nothing")
+    func remoteChangesBecomeEvents() {
+        var harness = Harness()
+        harness.open("s-local", "s-detached")
+        let room = RoomDescription(roomId: "r-1", alias: "shared", name: "Shared", description: "", type: .multiPartyChat, bridgeId: "", pin: "")
+        #expect(remote(&harness, .saveRoom(room, createdAt: 1)).isEmpty, "a new room tells nobody")
+        harness.join("s-local", "r-1")
+        harness.join("s-detached", "r-1")
+        _ = harness.registry.handle(.sessionDetached(sessionId: "s-detached", now: harness.now))
+
+        let other = MemberDescription(sessionId: "s-9@node-2", screenName: "far", role: .participant, state: .active, streams: [], lastUpdate: 5)
+        let joined = remote(&harness, .saveMember(roomId: "r-1", other, joinOrder: 7))
+        #expect(joined.roomEvents.map(\.session) == ["s-local"], "attached members only")
+        #expect(joined.roomEvents.first?.event.kind == .memberJoined && joined.roomEvents.first?.event.member == other)
+        #expect(joined.persisted.isEmpty)
+        #expect(remote(&harness, .saveMember(roomId: "r-1", other, joinOrder: 7)).isEmpty, "the same member again: nothing")
+
+        var changed = other
+        changed.screenName = "farther"
+        let updated = remote(&harness, .saveMember(roomId: "r-1", changed, joinOrder: 7))
+        #expect(updated.roomEvents.map { $0.event.kind } == [.memberUpdated])
+
+        let message = ChatMessageDescription(messageId: ChatMessageDescription.messageId(sequence: 42), roomId: "r-1", timestamp: 1,
+                                             from: ChatUser(sessionId: other.sessionId, screenName: "farther", role: .participant, lastUpdate: 5),
+                                             message: "hello from node 2")
+        let chat = remote(&harness, .appendChat(message))
+        #expect(chat.chats.map(\.session) == ["s-local"] && chat.chats.first?.message == message && chat.chats.first?.id == nil)
+        #expect(chat.persisted.isEmpty)
+
+        let left = remote(&harness, .deleteMember(roomId: "r-1", sessionId: other.sessionId))
+        #expect(left.roomEvents.map { $0.event.kind } == [.memberLeft] && left.roomEvents.first?.event.member?.state == .offline)
+        #expect(remote(&harness, .deleteMember(roomId: "r-1", sessionId: other.sessionId)).isEmpty)
+        #expect(harness.registry.members(of: "r-1").map(\.sessionId) == ["s-local", "s-detached"])
+        // A node's resumable sessions are its own.
+        #expect(remote(&harness, .saveSession(sessionId: "s-9@node-2", resumeKeyHash: "h", roles: nil)).isEmpty)
+
+        let destroyed = remote(&harness, .deleteRoom(roomId: "r-1"))
+        #expect(destroyed.roomEvents.map { $0.event.kind } == [.roomDestroyed])
+        #expect(harness.registry.room("r-1") == nil)
+    }
+
+    @Test("chat sequences carry the node's slot in their low bits and count past every sequence seen, local or remote")
+    func sequenceSlots() {
+        var harness = Harness()
+        harness.registry.sequenceSlot = 3
+        harness.registry.sequenceSlotBits = 8
+        harness.open("s-1")
+        harness.create("s-1", "r-1")
+        harness.join("s-1", "r-1")
+        let first = harness.request("s-1", .sendChatMessage(.init(roomId: "r-1", message: "a"))).chats.first?.message.sequence
+        #expect(first == (1 << 8) | 3)
+        let far = ChatMessageDescription(messageId: ChatMessageDescription.messageId(sequence: (5 << 8) | 1), roomId: "r-1", timestamp: 1,
+                                         from: ChatUser(sessionId: "s-2@node-2", screenName: "b", role: .participant, lastUpdate: 1), message: "b")
+        _ = harness.registry.handle(.remote([.appendChat(far)]))
+        let next = harness.request("s-1", .sendChatMessage(.init(roomId: "r-1", message: "c"))).chats.first?.message.sequence
+        #expect(next == (6 << 8) | 3)
+    }
+
+    @Test("restoring a shared store: this node's sessions wait to resume, other nodes' members are only listed")
+    func restorePartitionsByNode() {
+        let room = RoomDescription(roomId: "r-1", alias: "a", name: "A", description: "", type: .multiPartyChat, bridgeId: "", pin: "")
+        func stored(_ id: String, order: UInt64) -> RoomStoreSnapshot.Member {
+            .init(roomId: "r-1", member: MemberDescription(sessionId: id, screenName: id, role: .participant, state: .active, streams: [], lastUpdate: 1),
+                  joinOrder: order)
+        }
+        let snapshot = RoomStoreSnapshot(rooms: [.init(room: room, createdAt: 1)], members: [stored("s-1@node-1", order: 1), stored("s-2@node-2", order: 2)])
+        var registry = RoomRegistry(restoring: snapshot, resumeWindow: 5, now: start, isLocal: { $0.hasSuffix("@node-1") })
+        let expired = registry.handle(.tick(now: start.addingTimeInterval(6)))
+        #expect(expired.persisted == [.deleteMember(roomId: "r-1", sessionId: "s-1@node-1")], "only this node's unresumed session leaves")
+        #expect(registry.members(of: "r-1").map(\.sessionId) == ["s-2@node-2"])
+    }
+}
