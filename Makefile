@@ -25,7 +25,7 @@ in_targets = $(foreach t,$(1),'^$(t)\.')
 # The demo: the embedded platform in-process; a test pattern and tone published through its relay
 # to a subscriber (a window when there is a display, a null sink otherwise), with a status line.
 
-.PHONY: setup build demo test bench fuzz docs soak inspect clean plugin install-plugin
+.PHONY: setup build demo demo-cluster test bench fuzz docs soak inspect clean plugin install-plugin
 
 setup:
 	@bash scripts/setup.sh
@@ -37,6 +37,12 @@ demo: setup
 	$(SWIFT) build -c release --product pcast
 	$(SWIFT) build -c release --product gstpcast
 	.build/release/pcast demo --seconds $(DEMO_SECONDS)
+
+# A cluster on one machine: a throwaway PostgreSQL and three nodes on 127.0.0.2-4 sharing it; a
+# room and chat across them, then kill -9 of one node.
+demo-cluster: setup
+	$(SWIFT) build -c release --product pcast
+	bash scripts/cluster.sh demo
 
 test: setup
 	$(SWIFT) build --build-tests $(DEBUG_FLAGS)
