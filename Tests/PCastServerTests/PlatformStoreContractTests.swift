@@ -47,24 +47,6 @@ struct StoreUnderTest: Sendable {
     }
 }
 
-private func room(_ id: String, alias: String? = nil, type: RoomType = .multiPartyChat) -> RoomDescription {
-    RoomDescription(roomId: id, alias: alias ?? "alias-\(id)", name: "Room \(id)", description: "about \(id)", type: type,
-                    bridgeId: "bridge-\(id)", pin: "12\(id.count)")
-}
-
-private func member(_ sessionId: String, role: MemberRole = .participant, lastUpdate: Int64 = 1_700_000_000_000,
-                    streams: [RoomStreamDescription] = []) -> MemberDescription {
-    MemberDescription(sessionId: sessionId, screenName: "Name \(sessionId)", role: role, state: .active, streams: streams,
-                      lastUpdate: lastUpdate)
-}
-
-private func chat(_ sequence: UInt64, room: String, _ text: String? = nil, from: String = "s-1") -> ChatMessageDescription {
-    ChatMessageDescription(messageId: ChatMessageDescription.messageId(sequence: sequence), roomId: room,
-                           timestamp: 1_700_000_000_000 + Int64(sequence),
-                           from: ChatUser(sessionId: from, screenName: "Name \(from)", role: .participant, lastUpdate: 42),
-                           message: text ?? "message \(sequence) in \(room)")
-}
-
 private func failure(_ store: any PlatformStore, _ changes: [RoomStoreChange]) async -> RoomStoreError? {
     do throws(RoomStoreError) {
         try await store.apply(changes)
@@ -269,7 +251,8 @@ extension Cluster {
             try await store.heartbeat(b)
             try await store.heartbeat(a)
             let both = try await store.liveNodes(within: .seconds(5))
-            #expect(both.map(\.nodeId) == ["node-a", "node-b"])
+            #expect(both.map(\.nodeId) == ["node-a", "node-b"],
+                    "live: \(both); all: \(try await store.liveNodes(within: .seconds(86_400))); now \(Date().timeIntervalSince1970)")
             #expect(both.first?.relayAddress == "127.0.0.2:10000" && both.allSatisfy { $0.heartbeatAt > 1_700_000_000_000 })
             b.streams = 5
             b.sessions = 7
@@ -349,7 +332,7 @@ extension Cluster {
             // A server of its own: the other tests of this process keep theirs running.
             let server = try TestPostgres.startPrivate()
             let url = try PostgresURL(parsing: try server.newDatabase())
-            let store = try await PostgresPlatformStore.open(url, logger: Logger(label: "test"), timeout: .seconds(2))
+            let store = try await PostgresPlatformStore.open(url, logger: Logger(label: "test"), timeout: .seconds(3))
             var changes: [RoomStoreChange] = [.saveRoom(room("r-1"), createdAt: 1)]
             for sequence in 1...100 as ClosedRange<UInt64> { changes.append(.appendChat(chat(sequence, room: "r-1"))) }
             try await store.apply(changes)

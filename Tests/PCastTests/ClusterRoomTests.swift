@@ -155,6 +155,8 @@ extension Cluster {
 
             // Node 2, as the store sees it: a heartbeat, and a member of the room, published to the change log.
             let other = try await PostgresPlatformStore.open(url, logger: Logger(label: "node-2"))
+            // Node 1 writes behind: its room is in the database a moment after the reply.
+            #expect(await eventually { (try? await other.load().rooms.contains { $0.room.roomId == roomId }) == true })
             other.publishChanges(as: "node-2")
             let record = NodeRecord(nodeId: "node-2", signalingURL: "ws://127.0.0.2:1/ws", relayAddress: "127.0.0.2:1", startedAt: 0)
             // Live before it has members, as a starting node is (it claims its slot first).

@@ -50,15 +50,7 @@ extension Cluster {
             platform = try await start()
             let again = try await client(platform)
             let (rooms, _) = try await member(again, "durable", "Returning")
-            let service = ChatService(roomService: rooms)
-            var history: [ChatMessage] = []
-            var before: String?
-            while true {
-                let page = try await service.getMessages(batchSize: 100, beforeMessageId: before)
-                if page.isEmpty { break }
-                history = page + history
-                before = page.first?.messageId
-            }
+            let history = try await wholeHistory(rooms)
             #expect(history.map(\.messageId) == sent, "\(history.count) of \(sent.count) messages restored")
             #expect(history.map(\.message).prefix(2) == ["before 0", "before 1"] && history.last?.message == "after 39")
             await again.stop()

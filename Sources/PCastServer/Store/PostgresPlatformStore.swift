@@ -38,6 +38,46 @@ import Synchronization
 // Migrations run at start inside one transaction holding an advisory lock, so nodes starting
 // together migrate once.
 
+/// The first of a store call's outcomes (its work, its deadline, the caller's cancellation) wins;
+/// the others are cancelled.
+private final class Race<T: Sendable>: Sendable {
+    private struct State {
+        var continuation: CheckedContinuation<Result<T, any Error>, Never>?
+        var early: Result<T, any Error>?
+        var tasks: [Task<Void, Never>] = []
+    }
+    private let state = Mutex(State())
+
+    func start(_ continuation: CheckedContinuation<Result<T, any Error>, Never>, work: Task<Void, Never>, deadline: Task<Void, Never>) {
+        let early = state.withLock { state -> Result<T, any Error>? in
+            state.tasks = [work, deadline]
+            if let early = state.early { return early }
+            state.continuation = continuation
+            return nil
+        }
+        if let early {
+            work.cancel()
+            deadline.cancel()
+            continuation.resume(returning: early)
+        }
+    }
+
+    func finish(_ result: Result<T, any Error>) {
+        let (continuation, tasks) = state.withLock { state -> (CheckedContinuation<Result<T, any Error>, Never>?, [Task<Void, Never>]) in
+            if state.continuation == nil {
+                // Not started yet (cancelled before it began) or already finished.
+                if state.early == nil, state.tasks.isEmpty { state.early = result }
+                return (nil, [])
+            }
+            defer { state.continuation = nil }
+            return (state.continuation, state.tasks)
+        }
+        guard let continuation else { return }
+        for task in tasks { task.cancel() }
+        continuation.resume(returning: result)
+    }
+}
+
 /// A PostgreSQL connection URL: `postgres://user[:password]@host[:port]/database[?sslmode=…]`.
 /// `sslmode` as libpq's: `disable`, `prefer` (the default: TLS when the server offers it,
 /// unverified), `require` (TLS, unverified), `verify-full` (TLS with the certificate checked).
@@ -644,24 +684,38 @@ public final class PostgresPlatformStore: PlatformStore {
     private struct TimedOut: Error {}
 
     /// Runs `body` with the client, failing with `.unavailable` when it takes longer than the timeout
-    /// (the pool waits for a connection while the server is down, and would otherwise wait forever).
+    /// (the pool waits for a connection while the server is down, and a query on a connection the
+    /// server dropped mid-transaction may never finish). The caller gets its answer at the deadline
+    /// even when the body ignores cancellation: the body runs in a task of its own, cancelled then.
     private func bounded<T: Sendable>(_ what: String, within limit: Duration? = nil,
                                       _ body: @escaping @Sendable (PostgresClient) async throws -> T) async throws(RoomStoreError) -> T {
         let client = self.client
         let limit = limit ?? timeout
-        do {
-            return try await withThrowingTaskGroup(of: T.self) { group in
-                group.addTask { try await body(client) }
-                group.addTask {
-                    try await Task.sleep(for: limit)
-                    throw TimedOut()
-                }
-                defer { group.cancelAll() }
-                return try await group.next()!
+        let race = Race<T>()
+        let result: Result<T, any Error> = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, any Error>, Never>) in
+                race.start(continuation,
+                           work: Task {
+                               do {
+                                   race.finish(.success(try await body(client)))
+                               } catch {
+                                   race.finish(.failure(error))
+                               }
+                           },
+                           deadline: Task {
+                               try? await Task.sleep(for: limit)
+                               race.finish(.failure(TimedOut()))
+                           })
             }
-        } catch is TimedOut {
+        } onCancel: {
+            race.finish(.failure(CancellationError()))
+        }
+        switch result {
+        case .success(let value):
+            return value
+        case .failure(let error) where error is TimedOut:
             throw .unavailable("\(location): no answer within \(limit) while \(what)")
-        } catch {
+        case .failure(let error):
             throw Self.failure(error, location: location)
         }
     }
