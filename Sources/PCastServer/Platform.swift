@@ -177,8 +177,6 @@ actor Platform {
         Task { await self.sendIngestProgress() }
     }
 
-    /// The server listens at `signalingURL`: the media services start (their own session
-    /// connects there, the RTMP endpoint binds).
     /// A new session id; in a cluster it ends with `@<node id>`, so that the shared store tells
     /// each node's members apart.
     func newSessionId(_ prefix: String) -> String {
@@ -302,6 +300,8 @@ actor Platform {
         try await persistence.store.liveNodes(within: configuration.nodeExpiry)
     }
 
+    /// The server listens at `signalingURL`: the media services start (their own session
+    /// connects there, the RTMP endpoint binds).
     func listening(signalingURL: String) async throws(MediaServiceError) {
         await ingest?.setEndedHandler { [weak self] ended in
             await self?.ingestEnded(ended)

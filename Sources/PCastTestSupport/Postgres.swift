@@ -28,7 +28,12 @@ public final class TestPostgres: Sendable {
 
     /// A server of the caller's own (for a test that stops or restarts it), stopped when this process exits.
     public static func startPrivate() throws(StandInFailure) -> TestPostgres {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-postgres-\(UUID().uuidString)").path
+        // /tmp, not $TMPDIR: the server runs as the postgres user when root, and must reach it.
+        let directory = "/tmp/pcast-postgres-\(UUID().uuidString)"
+        var status = stat()
+        guard stat("/dev/null", &status) == 0, (status.st_mode & S_IFMT) == S_IFCHR else {
+            throw StandInFailure(description: "/dev/null is not a device any more (a program replaced it with a file): PostgreSQL's tools cannot run; recreate it with mknod -m 666 /dev/null c 1 3")
+        }
         do {
             let port = try freeTCPPort()
             try runScript(["start", directory, String(port), String(getpid())])

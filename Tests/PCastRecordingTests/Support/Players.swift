@@ -112,14 +112,20 @@ enum Players {
     /// Demuxes with qtdemux and decodes every frame (avdec_h264, opusdec). Counts come from
     /// multifilesink's per-buffer bus messages (gst-launch -m), which are never coalesced.
     static func gstDecode(_ path: String, video: Bool = true, audio: Bool = true) throws -> Decoded {
+        // multifilesink writes each buffer to a new file and renames it over `location`: never
+        // point it at /dev/null (that replaces the device with a regular file for the whole
+        // machine), but at a scratch file of this call's own.
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("gst-decode-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: scratch) }
         var args = ["-m", "filesrc", "location=\(path)", "!", "qtdemux", "name=d"]
         if video {
             args += ["d.video_0", "!", "queue", "!", "h264parse", "!", "avdec_h264", "!",
-                     "multifilesink", "name=vsink", "location=/dev/null", "post-messages=true", "sync=false"]
+                     "multifilesink", "name=vsink", "location=\(scratch.path)/video", "post-messages=true", "sync=false"]
         }
         if audio {
             args += ["d.audio_0", "!", "queue", "!", "opusdec", "!",
-                     "multifilesink", "name=asink", "location=/dev/null", "post-messages=true", "sync=false"]
+                     "multifilesink", "name=asink", "location=\(scratch.path)/audio", "post-messages=true", "sync=false"]
         }
         let result = try Tools.check("gst-launch-1.0", args, timeout: 120)
         let lines = result.output.split(separator: "\n")
