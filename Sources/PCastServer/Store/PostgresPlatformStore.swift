@@ -266,7 +266,11 @@ public final class PostgresPlatformStore: PlatformStore {
         configuration.options.connectTimeout = timeout
         configuration.options.maximumConnections = 8
         configuration.options.keepAliveBehavior = .init(frequency: .seconds(10))
-        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        // The pool logs every failed connection attempt at info: during an outage that is one
+        // line per attempt. The store reports an outage itself (once, as unavailable).
+        var background = logger
+        background.logLevel = max(logger.logLevel, .notice)
+        let client = PostgresClient(configuration: configuration, backgroundLogger: background)
         self.client = client
         self.runner = Task { await client.run() }
     }
