@@ -188,3 +188,45 @@ extension Cluster {
         }
     }
 }
+
+extension Cluster {
+    @Suite("An SDK client moving to another node", .serialized)
+    struct ClusterFailoverTests {
+        @Test("a client whose node stops reconnects to the next node of its list: a new session there, the room joined again, its chat reaching a member on that node; its member on the stopped node is swept")
+        func clientMovesToAnotherNode() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(2, on: postgres)
+            var options = PCastOptions(uri: nodes[1].signalingURL)
+            options.fallbackURIs = [nodes[0].signalingURL]
+            let mover = PCast(options)
+            try await mover.start(authToken: try nodes[1].token(.auth))
+            #expect(mover.sessionId?.hasSuffix("@node-2") == true)
+            let observer = try await client(nodes[0])
+            _ = try await RoomService(pcast: observer).createRoom(RoomOptions(name: "Failover", type: .multiPartyChat, alias: "failover"))
+            let (observerRooms, room) = try await member(observer, "failover", "observer")
+            let (moverRooms, _) = try await memberEventually(mover, "failover", "mover")
+            #expect(await eventually { room.members.value.contains { $0.screenName.value == "mover" } })
+            let heard = Values<String>()
+            let listener = observer.addEventListener { message in
+                if case .chatMessage(let chat) = message { heard.append(chat.message.message) }
+            }
+
+            await nodes[1].shutdown()
+            let stopped = ContinuousClock.now
+            #expect(await eventually(.seconds(20)) { mover.isOnline && mover.sessionId?.hasSuffix("@node-1") == true },
+                    "\(String(describing: mover.sessionId))")
+            print("cluster: the client was online on node 1 \(ContinuousClock.now - stopped) after node 2 stopped")
+            // Joined again on node 1, and the old membership swept: one "mover", on node 1.
+            #expect(await eventually(.seconds(10)) {
+                let movers = room.members.value.filter { $0.screenName.value == "mover" }
+                return movers.count == 1 && movers[0].sessionId.hasSuffix("@node-1")
+            }, "\(room.members.value.map { "\($0.screenName.value) \($0.sessionId)" })")
+            _ = try await ChatService(roomService: moverRooms).sendMessageToRoom("from the new node")
+            #expect(await eventually { heard.all.contains("from the new node") })
+            withExtendedLifetime((observerRooms, listener)) {}
+            await mover.stop()
+            await observer.stop()
+            await nodes[0].shutdown()
+        }
+    }
+}

@@ -143,6 +143,11 @@ public struct PCastOptions: Sendable, Hashable {
     /// Where this client sends media instead of the relay the platform names: a port forward, a
     /// proxy (the tests' ``UDPImpairmentProxy``). Nil: the signaling host and the relay's port.
     public var mediaRelay: MediaRelayAddress?
+    /// Other nodes of the same platform (a cluster), tried in turn after ``uri`` when it cannot
+    /// be reached, at start and when reconnecting. A session does not move between nodes: on
+    /// another node the SDK starts a new one, its streams end as failed (their ended reason says
+    /// why) and rooms are joined again.
+    public var fallbackURIs: [String] = []
 
     public init(uri: String, playoutDelay: Duration = PCastOptions.defaultPlayoutDelay, reconnects: Bool = true,
                 receiveImpairment: NetworkImpairment? = nil) {
@@ -174,6 +179,8 @@ public final class PCast: Sendable {
         var machine: ConnectionStateMachine
         var authToken: String?
         var sessionId: String?
+        /// Which of ``PCastOptions/uri`` and its fallbacks is in use.
+        var uriIndex = 0
         var keepAlive: Task<Void, Never>?
         /// The scheduled retry while reconnecting.
         var reconnect: Task<Void, Never>?
@@ -255,9 +262,38 @@ public final class PCast: Sendable {
         Task { _ = try? await self.start(authToken: authToken) }
     }
 
-    /// Opens a connection and authenticates (resuming `resume`), then tells the machine.
+    /// ``PCastOptions/uri`` and the fallbacks, in the order they are tried.
+    private var platformURIs: [String] { [options.uri] + options.fallbackURIs }
+
+    /// The node this client talks to now.
+    var currentURI: String {
+        let uris = platformURIs
+        return uris[state.withLock { $0.uriIndex } % uris.count]
+    }
+
+    /// Connects to the current node; when it cannot be reached, to the next ones in turn (each
+    /// once). A node that answers and refuses is not skipped.
     private func connect(resume: ConnectionStateMachine.Resume?) async throws(PCastError) -> String {
-        guard let url = URL(string: options.uri) else { throw .invalidURI(options.uri) }
+        let count = platformURIs.count
+        var attempt = 0
+        while true {
+            do throws(PCastError) {
+                return try await connectToCurrent(resume: attempt == 0 ? resume : nil)
+            } catch where error.code == .connectionFailed && attempt + 1 < count {
+                attempt += 1
+                let next = state.withLock { state in
+                    state.uriIndex = (state.uriIndex + 1) % count
+                    return state.uriIndex
+                }
+                logger.warning("platform node unreachable; trying another", metadata: ["reason": "\(error.detail)", "next": "\(platformURIs[next])"])
+            }
+        }
+    }
+
+    /// Opens a connection to the current node and authenticates (resuming `resume`), then tells the machine.
+    private func connectToCurrent(resume: ConnectionStateMachine.Resume?) async throws(PCastError) -> String {
+        let uri = currentURI
+        guard let url = URL(string: uri) else { throw .invalidURI(uri) }
         // Only the session's current connection closing means offline: a connection whose
         // authentication failed (a bad token at start) or one already replaced must not start a
         // reconnection, which could later resume the session behind the current connection's back.
@@ -528,7 +564,7 @@ public final class PCast: Sendable {
     public var isReconnecting: Bool { state.withLock { $0.machine.isReconnecting } }
 
     var host: String {
-        URL(string: options.uri)?.host ?? "127.0.0.1"
+        URL(string: currentURI)?.host ?? "127.0.0.1"
     }
 
     /// Where media for `transport` goes: the signaling host and the relay's port, unless
