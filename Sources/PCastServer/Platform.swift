@@ -220,10 +220,9 @@ actor Platform {
         } while needsCatchUp
     }
 
-    /// The change-log signals of the shared store, if there is one.
-    nonisolated var changeSignals: AsyncStream<Void>? {
-        guard let store = persistence.store as? PostgresPlatformStore else { return nil }
-        return store.changeSignals()
+    /// Starts listening for other nodes' changes: the signals of the shared store, if there is one.
+    nonisolated func listenForChanges() -> AsyncStream<Void>? {
+        (persistence.store as? PostgresPlatformStore)?.changeSignals()
     }
 
     /// Prunes change-log entries every node has read long ago.
@@ -236,13 +235,15 @@ actor Platform {
     /// Whether the last heartbeat reached the store (to log changes, not every failure).
     private var heartbeatHealthy = true
 
-    /// The membership record this node heartbeats: its signaling URL at `port`, its relay's address.
-    func joinCluster(httpPort: Int) {
+    /// The membership record this node heartbeats (its signaling URL at `port`, its relay's
+    /// address), and its first heartbeat.
+    func joinCluster(httpPort: Int) async {
         var host = configuration.advertisedHost ?? configuration.host
         if host == "0.0.0.0" || host == "::" || host.isEmpty { host = "127.0.0.1" }
         let bracketed = host.contains(":") ? "[\(host)]" : host
         node = NodeRecord(nodeId: configuration.nodeId, signalingURL: "ws://\(bracketed):\(httpPort)/ws",
                           relayAddress: "\(bracketed):\(relay.mediaPort)", startedAt: Int64((clock().timeIntervalSince1970 * 1000).rounded()))
+        await heartbeat()
     }
 
     /// Tells the store this node is alive, with its load. A store that does not answer is logged

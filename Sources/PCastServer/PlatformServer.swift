@@ -140,7 +140,6 @@ public final class PlatformServer: Sendable {
         }
         logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
         await parts.platform.joinCluster(httpPort: port)
-        await parts.platform.heartbeat()
         do throws(MediaServiceError) {
             try await parts.platform.listening(signalingURL: localSignalingURL(host: configuration.host, port: port))
         } catch {
@@ -171,7 +170,6 @@ public final class PlatformServer: Sendable {
                 for await port in parts.ports {
                     logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
                     await parts.platform.joinCluster(httpPort: port)
-                    await parts.platform.heartbeat()
                     do throws(MediaServiceError) {
                         try await parts.platform.listening(signalingURL: localSignalingURL(host: configuration.host, port: port))
                     } catch {
@@ -361,7 +359,7 @@ struct PlatformService: Service {
                     }
                 }
                 // Other nodes' changes, as they are notified.
-                if let signals = platform.changeSignals {
+                if let signals = platform.listenForChanges() {
                     group.addTask {
                         for await _ in signals { await platform.catchUpChanges() }
                     }

@@ -62,42 +62,17 @@ extension Cluster {
         @Test("what is stored comes back, ordered as documented, after reopening", arguments: StoreBackend.allCases)
         func roundTrip(_ backend: StoreBackend) async throws {
             let under = try StoreUnderTest(backend)
-            let video = RoomStreamDescription(uri: "pcast://stream-1?streamToken=DIGEST%3Aabc", type: .presentation,
-                                              audioState: .disabled, videoState: .enabled)
-            let audio = RoomStreamDescription(uri: "pcast://stream-2", type: .audio, audioState: .enabled, videoState: .ended)
-            let rooms = [room("r-b", type: .townHall), room("r-a", type: .channel), room("r-c", type: .directChat)]
-            var passive = member("s-2", role: .audience, lastUpdate: 5)
-            passive.state = .handRaised
+            let fixture = RoundTripFixture()
             do {
                 let store = try await under.open()
                 #expect(try await store.load() == RoomStoreSnapshot(), "a new store is empty")
-                try await store.apply(groups: [
-                    [.saveRoom(rooms[0], createdAt: 2_000), .saveRoom(rooms[1], createdAt: 2_000), .saveRoom(rooms[2], createdAt: 1_000)],
-                    [.saveMember(roomId: "r-b", member("s-1", role: .presenter, streams: [video, audio]), joinOrder: 7),
-                     .saveMember(roomId: "r-b", passive, joinOrder: 3),
-                     .saveMember(roomId: "r-a", member("s-1", role: .moderator), joinOrder: 1)],
-                    [.saveSession(sessionId: "s-2", resumeKeyHash: "hash-2", roles: nil),
-                     .saveSession(sessionId: "s-1", resumeKeyHash: "hash-1", roles: [.participant, .moderator]),
-                     .saveSession(sessionId: "s-3", resumeKeyHash: "hash-3", roles: [])],
-                    [.appendChat(chat(5, room: "r-b")), .appendChat(chat(9, room: "r-a")), .appendChat(chat(12, room: "r-b"))],
-                ])
+                try await store.apply(groups: fixture.groups)
                 await store.close()
             }
             let reopened = try await under.open()
-            let expected = RoomStoreSnapshot(
-                rooms: [.init(room: rooms[2], createdAt: 1_000), .init(room: rooms[1], createdAt: 2_000),
-                        .init(room: rooms[0], createdAt: 2_000)],
-                members: [.init(roomId: "r-a", member: member("s-1", role: .moderator), joinOrder: 1),
-                          .init(roomId: "r-b", member: passive, joinOrder: 3),
-                          .init(roomId: "r-b", member: member("s-1", role: .presenter, streams: [video, audio]), joinOrder: 7)],
-                sessions: [.init(sessionId: "s-1", resumeKeyHash: "hash-1", roles: [.participant, .moderator]),
-                           .init(sessionId: "s-2", resumeKeyHash: "hash-2", roles: nil),
-                           .init(sessionId: "s-3", resumeKeyHash: "hash-3", roles: [])],
-                lastChatSequence: 12)
-            #expect(try await reopened.load() == expected)
-            #expect(try await reopened.chatMessages(roomId: "r-b", batchSize: 10, after: nil, before: nil)
-                == [chat(5, room: "r-b"), chat(12, room: "r-b")])
-            #expect(try await reopened.chatMessages(roomId: "r-a", batchSize: 10, after: nil, before: nil) == [chat(9, room: "r-a")])
+            #expect(try await reopened.load() == fixture.expected)
+            #expect(try await reopened.chatMessages(roomId: "r-b", batchSize: 10, after: nil, before: nil) == fixture.chatOfB)
+            #expect(try await reopened.chatMessages(roomId: "r-a", batchSize: 10, after: nil, before: nil) == fixture.chatOfA)
             #expect(await reopened.isReachable())
             await reopened.close()
         }

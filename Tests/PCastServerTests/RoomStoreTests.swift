@@ -67,48 +67,18 @@ extension ManyClients {
             // The parent directories do not exist yet.
             let path = directory.path("nested/deeper/rooms.sqlite")
 
-            let video = RoomStreamDescription(uri: "pcast://stream-1?streamToken=DIGEST%3Aabc", type: .presentation,
-                                              audioState: .disabled, videoState: .enabled)
-            let audio = RoomStreamDescription(uri: "pcast://stream-2", type: .audio, audioState: .enabled, videoState: .ended)
-            let rooms = [room("r-b", type: .townHall), room("r-a", type: .channel), room("r-c", type: .directChat)]
-            var passive = member("s-2", role: .audience, lastUpdate: 5)
-            passive.state = .handRaised
-            let changes: [RoomStoreChange] = [
-                .saveRoom(rooms[0], createdAt: 2_000),
-                .saveRoom(rooms[1], createdAt: 2_000),   // same createdAt: ordered by roomId
-                .saveRoom(rooms[2], createdAt: 1_000),
-                .saveMember(roomId: "r-b", member("s-1", role: .presenter, streams: [video, audio]), joinOrder: 7),
-                .saveMember(roomId: "r-b", passive, joinOrder: 3),
-                .saveMember(roomId: "r-a", member("s-1", role: .moderator), joinOrder: 1),
-                .saveSession(sessionId: "s-2", resumeKeyHash: "hash-2", roles: nil),
-                .saveSession(sessionId: "s-1", resumeKeyHash: "hash-1", roles: [.participant, .moderator]),
-                .saveSession(sessionId: "s-3", resumeKeyHash: "hash-3", roles: []),
-                .appendChat(chat(5, room: "r-b")),
-                .appendChat(chat(9, room: "r-a")),
-                .appendChat(chat(12, room: "r-b")),
-            ]
+            let fixture = RoundTripFixture()
             do {
                 let store = try RoomStore(path: path)
-                try store.apply(changes)
+                try store.apply(fixture.groups.flatMap { $0 })
             }
             #expect(FileManager.default.fileExists(atPath: path))
 
             let reopened = try RoomStore(path: path)
             let snapshot = try reopened.load()
-            let expected = RoomStoreSnapshot(
-                rooms: [.init(room: rooms[2], createdAt: 1_000), .init(room: rooms[1], createdAt: 2_000),
-                        .init(room: rooms[0], createdAt: 2_000)],
-                members: [.init(roomId: "r-a", member: member("s-1", role: .moderator), joinOrder: 1),
-                          .init(roomId: "r-b", member: passive, joinOrder: 3),
-                          .init(roomId: "r-b", member: member("s-1", role: .presenter, streams: [video, audio]), joinOrder: 7)],
-                sessions: [.init(sessionId: "s-1", resumeKeyHash: "hash-1", roles: [.participant, .moderator]),
-                           .init(sessionId: "s-2", resumeKeyHash: "hash-2", roles: nil),
-                           .init(sessionId: "s-3", resumeKeyHash: "hash-3", roles: [])],
-                lastChatSequence: 12)
-            #expect(snapshot == expected)
-            #expect(try reopened.chatMessages(roomId: "r-b", batchSize: 10, after: nil, before: nil)
-                == [chat(5, room: "r-b"), chat(12, room: "r-b")])
-            #expect(try reopened.chatMessages(roomId: "r-a", batchSize: 10, after: nil, before: nil) == [chat(9, room: "r-a")])
+            #expect(snapshot == fixture.expected)
+            #expect(try reopened.chatMessages(roomId: "r-b", batchSize: 10, after: nil, before: nil) == fixture.chatOfB)
+            #expect(try reopened.chatMessages(roomId: "r-a", batchSize: 10, after: nil, before: nil) == fixture.chatOfA)
 
             // The connection is set up as documented.
             let pragmas = try reopened.database.read { db in
