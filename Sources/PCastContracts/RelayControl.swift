@@ -21,6 +21,21 @@ public protocol RelayControl: Sendable {
     /// Closes one subscriber flow; unknown ids are ignored.
     func removeSubscriber(streamId: String, subscriberId: String)
 
+    // MARK: Cascade (several nodes)
+
+    /// Opens a subscriber flow for an edge relay that pulls the stream for viewers of its own
+    /// (an origin → edge cascade): as ``addSubscriber(streamId:subscriberId:)``, but the flow has
+    /// no audio-only fallback (each viewer at the edge has its own) and the edge's REMB joins the
+    /// estimate sent to the publisher, so one encoding fits the worst edge.
+    func addEdgeSubscriber(streamId: String, subscriberId: String) throws(RelayError) -> MediaTransport
+
+    /// Opens a stream pulled from an origin relay (the edge side of a cascade): the origin's
+    /// subscriber flow, seen from this end. Media from the origin is fanned out to this relay's
+    /// subscribers as a publisher's is; their NACKs are answered from this relay's cache, and
+    /// what it lacks is asked of the origin once however many ask; keyframe requests go to the
+    /// origin, throttled here; this relay's reports to the origin carry its worst viewer's figures.
+    func addUpstream(streamId: String, tracks: [MediaTrackDescription], origin: UpstreamOrigin) throws(RelayError)
+
     /// Closes a stream: its publisher flow and every subscriber flow on it; unknown ids are ignored.
     func removeStream(streamId: String)
 
@@ -61,6 +76,14 @@ public protocol RelayControl: Sendable {
 extension RelayControl {
     public var webRTC: WebRTCEndpoint? { nil }
 
+    public func addEdgeSubscriber(streamId: String, subscriberId: String) throws(RelayError) -> MediaTransport {
+        throw .cascadeUnavailable
+    }
+
+    public func addUpstream(streamId: String, tracks: [MediaTrackDescription], origin: UpstreamOrigin) throws(RelayError) {
+        throw .cascadeUnavailable
+    }
+
     public func addWebRTCPublisher(streamId: String, tracks: [MediaTrackDescription], peer: WebRTCPeerParameters) throws(RelayError) {
         throw .webRTCUnavailable
     }
@@ -70,6 +93,21 @@ extension RelayControl {
     }
 
     public func takeWebRTCEvents() -> [WebRTCPeerEvent] { [] }
+}
+
+/// Where an edge pulls a stream from: the origin relay's address and the transport of the
+/// subscriber flow the origin opened for the edge (``RelayControl/addEdgeSubscriber(streamId:subscriberId:)``).
+public struct UpstreamOrigin: Sendable, Hashable {
+    /// The origin relay's IPv4 address and media port.
+    public var host: String
+    public var port: UInt16
+    public var transport: MediaTransport
+
+    public init(host: String, port: UInt16, transport: MediaTransport) {
+        self.host = host
+        self.port = port
+        self.transport = transport
+    }
 }
 
 /// The relay as a WebRTC answer describes it.
@@ -136,6 +174,10 @@ public enum RelayError: Error, Sendable, Hashable, CustomStringConvertible {
     case webRTCUnavailable
     /// Another WebRTC peer uses this ICE username fragment.
     case iceUfragInUse(String)
+    /// This relay takes no part in cascades.
+    case cascadeUnavailable
+    /// An origin that cannot be pulled from: an address or transport the relay cannot use.
+    case invalidUpstream(String)
 
     public var description: String {
         switch self {
@@ -147,6 +189,8 @@ public enum RelayError: Error, Sendable, Hashable, CustomStringConvertible {
         case .stopped: return "the relay has stopped"
         case .webRTCUnavailable: return "this relay does not accept WebRTC peers (no DTLS)"
         case .iceUfragInUse(let ufrag): return "ICE username fragment '\(ufrag)' is already in use"
+        case .cascadeUnavailable: return "this relay does not pull or serve streams for other relays"
+        case .invalidUpstream(let why): return "cannot pull from the origin: \(why)"
         }
     }
 }
@@ -177,6 +221,10 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     public var videoResumptions: UInt64 = 0
     /// REMB packets sent to publishers: the relay's delay-based estimate of their video uplink.
     public var rembsSent: UInt64 = 0
+    /// Edge of a cascade: sequence numbers asked of the origin (subscribers NACKed what this
+    /// relay lacked), and the origin's answers sent on to the subscribers waiting for them.
+    public var nacksForwarded: UInt64 = 0
+    public var upstreamRetransmissions: UInt64 = 0
     /// WebRTC peers open now (gauge), STUN checks refused (bad credentials, malformed, unknown
     /// ufrag) and DTLS handshakes that failed (including certificate fingerprint mismatches).
     public var webRTCPeers: Int = 0

@@ -153,7 +153,9 @@ public final class Relay: RelayControl {
         try registerPublisher(streamId: streamId, tracks: tracks, crypto: crypto, peer: peer)
     }
 
-    private func registerPublisher(streamId: String, tracks: [MediaTrackDescription], crypto: FlowCrypto, peer: WebRTCPeerParameters?) throws(RelayError) {
+    private func registerPublisher(
+        streamId: String, tracks: [MediaTrackDescription], crypto: FlowCrypto, peer: WebRTCPeerParameters?, upstream: UpstreamLeg? = nil
+    ) throws(RelayError) {
         try Self.validate(streamId: streamId, tracks: tracks)
         try registry.withLock { (registry: inout Registry) throws(RelayError) in
             guard !registry.stopped else { throw .stopped }
@@ -167,7 +169,7 @@ public final class Relay: RelayControl {
             registry.streams[streamId] = Registry.Stream(trackSSRCs: tracks.map(\.ssrc), publisher: crypto)
             registry.ssrcs.formUnion(tracks.map(\.ssrc))
             // Enqueued under the registry lock so the I/O thread sees commands in registry order.
-            engine.enqueue(.addStream(id: streamId, tracks: tracks, crypto: crypto))
+            engine.enqueue(.addStream(id: streamId, tracks: tracks, crypto: crypto, upstream: upstream))
             if let peer {
                 engine.enqueue(.addWebRTC(WebRTCSetup(streamId: streamId, subscriberId: nil, rtcpSSRC: nil, parameters: peer, crypto: crypto)))
             }
@@ -177,12 +179,41 @@ public final class Relay: RelayControl {
     /// Opens a subscriber flow. Subscribing again with the same `subscriberId` replaces the
     /// earlier flow (new keys, new `rtcpSSRC`), as a client does after reconnecting.
     public func addSubscriber(streamId: String, subscriberId: String) throws(RelayError) -> MediaTransport {
+        try addSubscriber(streamId: streamId, subscriberId: subscriberId, isEdge: false)
+    }
+
+    public func addEdgeSubscriber(streamId: String, subscriberId: String) throws(RelayError) -> MediaTransport {
+        try addSubscriber(streamId: streamId, subscriberId: subscriberId, isEdge: true)
+    }
+
+    private func addSubscriber(streamId: String, subscriberId: String, isEdge: Bool) throws(RelayError) -> MediaTransport {
         let keys = (client: SRTPKey.random(for: configuration.srtpProfile), server: SRTPKey.random(for: configuration.srtpProfile))
         let crypto = try makeCrypto(client: keys.client, server: keys.server)
-        let rtcpSSRC = try registerSubscriber(streamId: streamId, subscriberId: subscriberId, crypto: crypto, peer: nil)
+        let rtcpSSRC = try registerSubscriber(streamId: streamId, subscriberId: subscriberId, crypto: crypto, peer: nil, isEdge: isEdge)
         return MediaTransport(
             srtpProfile: configuration.srtpProfile.rawValue, port: mediaPort,
             clientKey: keys.client.base64, serverKey: keys.server.base64, rtcpSSRC: rtcpSSRC)
+    }
+
+    /// The edge's end of the origin's subscriber flow: it unprotects with the key the origin
+    /// sends with (the transport's server key) and protects its RTCP with the client key.
+    public func addUpstream(streamId: String, tracks: [MediaTrackDescription], origin: UpstreamOrigin) throws(RelayError) {
+        guard let address = RelayAddress(host: origin.host, port: origin.port), origin.port != 0 else {
+            throw .invalidUpstream("'\(origin.host):\(origin.port)' is not an IPv4 address and port")
+        }
+        guard let ssrc = origin.transport.rtcpSSRC, ssrc != 0 else { throw .invalidUpstream("the transport names no RTCP SSRC") }
+        guard let profile = SRTPProfile(rawValue: origin.transport.srtpProfile) else {
+            throw .invalidUpstream("unknown SRTP profile '\(origin.transport.srtpProfile)'")
+        }
+        let crypto: FlowCrypto
+        do {
+            crypto = FlowCrypto(
+                inbound: try SRTPSession(key: try SRTPKey(profile: profile, base64: origin.transport.serverKey), direction: .inbound),
+                outbound: try SRTPSession(key: try SRTPKey(profile: profile, base64: origin.transport.clientKey), direction: .outbound))
+        } catch {
+            throw .invalidUpstream("its keys: \(error)")
+        }
+        try registerPublisher(streamId: streamId, tracks: tracks, crypto: crypto, peer: nil, upstream: UpstreamLeg(address: address, ssrc: ssrc))
     }
 
     public func addWebRTCViewer(streamId: String, subscriberId: String, peer: WebRTCPeerParameters) throws(RelayError) {
@@ -192,7 +223,9 @@ public final class Relay: RelayControl {
         _ = try registerSubscriber(streamId: streamId, subscriberId: subscriberId, crypto: crypto, peer: peer)
     }
 
-    private func registerSubscriber(streamId: String, subscriberId: String, crypto: FlowCrypto, peer: WebRTCPeerParameters?) throws(RelayError) -> UInt32 {
+    private func registerSubscriber(
+        streamId: String, subscriberId: String, crypto: FlowCrypto, peer: WebRTCPeerParameters?, isEdge: Bool = false
+    ) throws(RelayError) -> UInt32 {
         try registry.withLock { (registry: inout Registry) throws(RelayError) -> UInt32 in
             guard !registry.stopped else { throw .stopped }
             guard registry.streams[streamId] != nil else { throw .streamNotFound(streamId) }
@@ -212,7 +245,7 @@ public final class Relay: RelayControl {
                 registry.subscriberCount += 1
             }
             registry.ssrcs.insert(ssrc)
-            engine.enqueue(.addSubscriber(streamId: streamId, subscriberId: subscriberId, rtcpSSRC: ssrc, crypto: crypto))
+            engine.enqueue(.addSubscriber(streamId: streamId, subscriberId: subscriberId, rtcpSSRC: ssrc, crypto: crypto, isEdge: isEdge))
             if let peer {
                 engine.enqueue(.addWebRTC(WebRTCSetup(streamId: streamId, subscriberId: subscriberId, rtcpSSRC: ssrc, parameters: peer, crypto: crypto)))
             }
@@ -272,6 +305,8 @@ public final class Relay: RelayControl {
         result.videoProbes = c.videoProbes.load(ordering: .relaxed)
         result.videoResumptions = c.videoResumptions.load(ordering: .relaxed)
         result.rembsSent = c.rembsSent.load(ordering: .relaxed)
+        result.nacksForwarded = c.nacksForwarded.load(ordering: .relaxed)
+        result.upstreamRetransmissions = c.upstreamRetransmissions.load(ordering: .relaxed)
         result.webRTCPeers = c.webRTCPeers.load(ordering: .relaxed)
         result.stunRefusals = c.stunRefusals.load(ordering: .relaxed)
         result.dtlsFailures = c.dtlsFailures.load(ordering: .relaxed)

@@ -49,8 +49,8 @@ final class FlowCrypto: @unchecked Sendable {
 
 /// A control request, carried from the calling thread to the I/O thread.
 enum RelayCommand: Sendable {
-    case addStream(id: String, tracks: [MediaTrackDescription], crypto: FlowCrypto)
-    case addSubscriber(streamId: String, subscriberId: String, rtcpSSRC: UInt32, crypto: FlowCrypto)
+    case addStream(id: String, tracks: [MediaTrackDescription], crypto: FlowCrypto, upstream: UpstreamLeg?)
+    case addSubscriber(streamId: String, subscriberId: String, rtcpSSRC: UInt32, crypto: FlowCrypto, isEdge: Bool)
     case removeSubscriber(streamId: String, subscriberId: String)
     case removeStream(id: String)
     /// A WebRTC peer's transport (after the flow it keys was added).
@@ -73,6 +73,8 @@ final class SharedCounters: Sendable {
     let videoProbes = Atomic<UInt64>(0)
     let videoResumptions = Atomic<UInt64>(0)
     let rembsSent = Atomic<UInt64>(0)
+    let nacksForwarded = Atomic<UInt64>(0)
+    let upstreamRetransmissions = Atomic<UInt64>(0)
     let webRTCPeers = Atomic<Int>(0)
     let stunRefusals = Atomic<UInt64>(0)
     let dtlsFailures = Atomic<UInt64>(0)
@@ -266,11 +268,15 @@ final class RelayEngine: @unchecked Sendable {
         let now = monotonicNanoseconds()
         for command in pending {
             switch command {
-            case .addStream(let id, let tracks, let crypto):
-                router.addStream(id: id, tracks: tracks, publisher: crypto)
-            case .addSubscriber(let streamId, let subscriberId, let rtcpSSRC, let crypto):
+            case .addStream(let id, let tracks, let crypto, let upstream):
+                router.addStream(id: id, tracks: tracks, publisher: crypto, upstream: upstream)
+                // An edge speaks first: its report tells the origin where to send.
+                if upstream != nil, let handle = router.handle(streamId: id), let report = router.receiverReport(stream: handle, now: now) {
+                    perform([report])
+                }
+            case .addSubscriber(let streamId, let subscriberId, let rtcpSSRC, let crypto, let isEdge):
                 if let actions = router.addSubscriber(
-                    streamId: streamId, subscriberId: subscriberId, rtcpSSRC: rtcpSSRC, context: crypto, now: now) {
+                    streamId: streamId, subscriberId: subscriberId, rtcpSSRC: rtcpSSRC, context: crypto, now: now, isEdge: isEdge) {
                     perform(actions)
                 }
             case .removeSubscriber(let streamId, let subscriberId):
@@ -311,6 +317,8 @@ final class RelayEngine: @unchecked Sendable {
         c.videoProbes.store(router.counters.videoProbes, ordering: .relaxed)
         c.videoResumptions.store(router.counters.videoResumptions, ordering: .relaxed)
         c.rembsSent.store(router.counters.rembsSent, ordering: .relaxed)
+        c.nacksForwarded.store(router.counters.nacksForwarded, ordering: .relaxed)
+        c.upstreamRetransmissions.store(router.counters.upstreamRetransmissions, ordering: .relaxed)
         c.webRTCPeers.store(webrtc.count, ordering: .relaxed)
         c.stunRefusals.store(stunRefusals, ordering: .relaxed)
         c.dtlsFailures.store(dtlsFailures, ordering: .relaxed)
@@ -400,6 +408,11 @@ final class RelayEngine: @unchecked Sendable {
             stream: stream, track: track, packet: packet, sequenceNumber: layout.sequenceNumber,
             timestamp: layout.timestamp, now: now) {
             perform([remb])
+        }
+        // On an edge, a retransmission it asked the origin for goes to those who asked only.
+        if let answers = router.answerRequested(stream: stream, track: track, sequenceNumber: layout.sequenceNumber, packet: packet) {
+            perform(answers)
+            return
         }
         pending.append((stream, track, router.isVideo(stream: stream, track: track), packet))
     }

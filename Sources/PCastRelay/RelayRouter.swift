@@ -14,6 +14,20 @@ struct RouterSettings: Sendable, Equatable {
     var videoGate: VideoGate.Settings? = VideoGate.Settings()
     /// The delay-based estimate of each publisher's video uplink, sent to it in REMB; nil turns it off.
     var arrivalEstimator: ArrivalEstimator.Settings? = ArrivalEstimator.Settings()
+    /// How long an edge waits for the origin to answer a retransmission it asked for before a
+    /// subscriber's NACK of that packet asks again.
+    var upstreamRetransmissionTimeout: UInt64 = 250_000_000
+}
+
+/// The leg over which an edge relay pulls a stream from the origin relay that has its publisher
+/// (a cascade): the edge is one subscriber of the origin, and to the edge the origin is the
+/// stream's publisher.
+struct UpstreamLeg: Sendable, Equatable {
+    /// Where the origin relay is: known up front, unlike a publisher's address.
+    var address: RelayAddress
+    /// The SSRC the origin assigned this edge's subscriber flow: the sender SSRC of every RTCP the
+    /// edge sends it (the origin finds the flow by it).
+    var ssrc: UInt32
 }
 
 /// How the relay finds a flow from the SSRC in a packet's clear header.
@@ -56,6 +70,10 @@ struct RouterCounters: Sendable, Equatable {
     var videoResumptions: UInt64 = 0
     /// REMB packets sent to publishers (periodic and on a drop).
     var rembsSent: UInt64 = 0
+    /// Sequence numbers an edge asked its origin to retransmit (subscribers NACKed them and the
+    /// edge's cache lacked them), and those retransmissions answered to the subscribers waiting.
+    var nacksForwarded: UInt64 = 0
+    var upstreamRetransmissions: UInt64 = 0
 }
 
 /// The relay's routing, caching, keyframe throttling and report aggregation, without sockets or
@@ -88,6 +106,15 @@ struct RelayRouter<Context> {
         var estimator: ArrivalEstimator?
         /// The latest sequence number fanned out (to every subscriber forwarded as it is).
         var lastForwarded: UInt16?
+        /// Edge only: packets asked of the origin, by sequence number, with who waits for them.
+        var requested: [UInt16: Requested] = [:]
+    }
+
+    /// A retransmission an edge asked its origin for.
+    struct Requested {
+        var until: UInt64
+        /// Each waiting subscriber's RTCP SSRC and the sequence number it NACKed (its numbering).
+        var waiters: [(rtcpSSRC: UInt32, sequence: UInt16)]
     }
 
     struct SubscriberReport: Equatable {
@@ -101,8 +128,13 @@ struct RelayRouter<Context> {
         var flow: Flow
         /// Latest report block per publisher SSRC.
         var reports: [UInt32: SubscriberReport] = [:]
-        /// Its audio-only fallback, on streams with audio and video.
+        /// Its audio-only fallback, on streams with audio and video (never on an edge: its viewers
+        /// have their own at the edge).
         var gate: VideoGate?
+        /// An edge relay pulling the stream (a cascade), not a viewer.
+        var isEdge = false
+        /// An edge's latest REMB (bits per second) and when it came: its estimate of the leg.
+        var edgeEstimate: (bitrate: UInt64, arrival: UInt64)?
 
         /// Whether its report on `track` counts towards what the publisher is told: not for video
         /// it is not being sent (held back or probed), nor a loss at which it falls back to audio
@@ -117,6 +149,8 @@ struct RelayRouter<Context> {
         let id: String
         var publisher: Flow
         var tracks: [Track]
+        /// Set when the stream is pulled from an origin relay: its "publisher" is that relay.
+        let upstream: UpstreamLeg?
         /// Dense, for the fan-out loop; `subscriberSlots` indexes it by RTCP SSRC.
         var subscribers: [Subscriber] = []
         var subscriberSlots: [UInt32: Int] = [:]
@@ -151,9 +185,10 @@ struct RelayRouter<Context> {
 
     // MARK: Flows
 
-    /// Adds a publisher flow; false (and no change) if the id or one of its SSRCs is taken.
+    /// Adds a publisher flow; false (and no change) if the id or one of its SSRCs is taken. With
+    /// `upstream`, the stream is pulled from an origin relay at a known address (see ``UpstreamLeg``).
     @discardableResult
-    mutating func addStream(id: String, tracks: [MediaTrackDescription], publisher: Context) -> Bool {
+    mutating func addStream(id: String, tracks: [MediaTrackDescription], publisher: Context, upstream: UpstreamLeg? = nil) -> Bool {
         guard handles[id] == nil, !tracks.isEmpty,
               Set(tracks.map(\.ssrc)).count == tracks.count,
               tracks.allSatisfy({ routes[$0.ssrc] == nil })
@@ -172,7 +207,7 @@ struct RelayRouter<Context> {
                     return ArrivalEstimator(settings: settings)
                 } : nil)
         }
-        streams[handle] = Stream(id: id, publisher: Flow(context: publisher), tracks: built)
+        streams[handle] = Stream(id: id, publisher: Flow(context: publisher, address: upstream?.address), tracks: built, upstream: upstream)
         handles[id] = handle
         for (index, track) in tracks.enumerated() { routes[track.ssrc] = .track(stream: handle, track: index) }
         return true
@@ -186,9 +221,10 @@ struct RelayRouter<Context> {
     }
 
     /// Adds a subscriber flow (replacing one with the same id on that stream). Returns nil if the
-    /// stream or the SSRC is unknown/taken.
+    /// stream or the SSRC is unknown/taken. An edge relay (`isEdge`) has no audio-only fallback,
+    /// and its REMB joins the estimate the publisher is told.
     mutating func addSubscriber(
-        streamId: String, subscriberId: String, rtcpSSRC: UInt32, context: Context, now: UInt64
+        streamId: String, subscriberId: String, rtcpSSRC: UInt32, context: Context, now: UInt64, isEdge: Bool = false
     ) -> [RelayAction<Context>]? {
         guard let handle = handles[streamId] else { return nil }
         removeSubscriber(streamId: streamId, subscriberId: subscriberId)
@@ -196,8 +232,8 @@ struct RelayRouter<Context> {
         routes[rtcpSSRC] = .subscriber(stream: handle, rtcpSSRC: rtcpSSRC)
         streams[handle]!.subscriberSlots[rtcpSSRC] = streams[handle]!.subscribers.count
         let kinds = Set(streams[handle]!.tracks.map(\.description.kind))
-        let gate = settings.videoGate.flatMap { kinds == [.audio, .video] ? VideoGate(settings: $0) : nil }
-        streams[handle]!.subscribers.append(Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: Flow(context: context), gate: gate))
+        let gate = isEdge ? nil : settings.videoGate.flatMap { kinds == [.audio, .video] ? VideoGate(settings: $0) : nil }
+        streams[handle]!.subscribers.append(Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: Flow(context: context), gate: gate, isEdge: isEdge))
         streams[handle]!.subscriberIDs[subscriberId] = rtcpSSRC
         // The keyframe is asked for when the subscriber is first heard from (see `authenticated`).
         return []
@@ -268,20 +304,61 @@ struct RelayRouter<Context> {
         streams[stream]!.tracks[track].reception.update(sequenceNumber: sequenceNumber, rtpTimestamp: timestamp, arrival: now)
         guard streams[stream]!.tracks[track].estimator?.packet(timestamp: timestamp, size: packet.count, arrival: now) == true,
               let address = streams[stream]!.publisher.address,
-              let bytes = feedback(remb(stream: stream))
+              let bytes = feedback(remb(stream: stream, now: now), stream: stream)
         else { return nil }
         counters.rembsSent += 1
         return .toPublisher(streams[stream]!.publisher.context, address, rtcp: bytes)
     }
 
-    /// REMB for the stream's video tracks that have an estimate (one packet naming them all, at
-    /// the lowest: they share the uplink).
-    private func remb(stream: Int) -> [RTCPPacket] {
-        guard let tracks = streams[stream]?.tracks else { return [] }
-        let estimated = tracks.compactMap { track in track.estimator?.estimate.map { (track.description.ssrc, $0) } }
-        guard let lowest = estimated.map(\.1).min() else { return [] }
+    /// REMB for the stream's video (one packet naming its video tracks, at the lowest estimate:
+    /// they share the uplink). The estimates are the relay's own of the publisher's uplink and
+    /// each edge's latest of its leg from here (from the last `subscriberReportLifetime`): the
+    /// publisher's one encoding must fit the worst edge, as the origin's viewers' loss reports
+    /// make it fit the worst of them.
+    private func remb(stream: Int, now: UInt64) -> [RTCPPacket] {
+        guard let s = streams[stream] else { return [] }
+        var lowest = s.tracks.compactMap { $0.estimator?.estimate }.min().map(UInt64.init)
+        for subscriber in s.subscribers where subscriber.isEdge {
+            guard let estimate = subscriber.edgeEstimate, now &- estimate.arrival <= settings.subscriberReportLifetime else { continue }
+            lowest = min(lowest ?? .max, estimate.bitrate)
+        }
+        let video = s.tracks.filter { $0.throttle != nil }.map(\.description.ssrc)
+        guard let lowest, !video.isEmpty else { return [] }
         return [.receiverEstimatedMaxBitrate(RTCPReceiverEstimatedMaxBitrate(
-            senderSSRC: settings.relaySSRC, bitrate: UInt64(lowest), ssrcs: estimated.map(\.0)))]
+            senderSSRC: localSSRC(stream), bitrate: lowest, ssrcs: video))]
+    }
+
+    /// The sender SSRC of the RTCP this relay sends a stream's publisher: its own, or towards an
+    /// origin the one the origin assigned this edge.
+    private func localSSRC(_ stream: Int) -> UInt32 {
+        streams[stream]?.upstream?.ssrc ?? settings.relaySSRC
+    }
+
+    /// Whether the stream is pulled from an origin relay.
+    func isUpstream(stream: Int) -> Bool { streams[stream]?.upstream != nil }
+
+    /// On an edge: a packet from the origin that it asked for, sent to the subscribers that
+    /// NACKed it (each in its own numbering) and to no one else. Nil when nobody asked for it:
+    /// it is fanned out as any packet. Call after ``publisherRTP(stream:track:packet:sequenceNumber:timestamp:now:)``
+    /// stored it.
+    mutating func answerRequested(stream: Int, track: Int, sequenceNumber: UInt16, packet: [UInt8]) -> [RelayAction<Context>]? {
+        guard streams[stream]?.upstream != nil,
+              let requested = streams[stream]!.tracks[track].requested.removeValue(forKey: sequenceNumber)
+        else { return nil }
+        var actions: [RelayAction<Context>] = []
+        for waiter in requested.waiters {
+            guard let slot = streams[stream]!.subscriberSlots[waiter.rtcpSSRC],
+                  let address = streams[stream]!.subscribers[slot].flow.address
+            else { continue }
+            var bytes = packet
+            if waiter.sequence != sequenceNumber, bytes.count >= 4 {
+                bytes[2] = UInt8(waiter.sequence >> 8)
+                bytes[3] = UInt8(waiter.sequence & 0xFF)
+            }
+            actions.append(.retransmit(streams[stream]!.subscribers[slot].flow.context, address, rtp: bytes))
+            counters.upstreamRetransmissions += 1
+        }
+        return actions
     }
 
     /// The uplink estimate of a stream's video (bits per second), once there is one.
@@ -380,6 +457,7 @@ struct RelayRouter<Context> {
                 let cache = streams[handle]!.tracks[index].cache
                 let gate = streams[handle]!.tracks[index].throttle == nil ? nil : streams[handle]!.subscribers[slot].gate
                 var seen = Set<UInt16>()
+                var upstream: [UInt16] = []
                 for sequence in nack.lostSequenceNumbers where seen.insert(sequence).inserted {
                     // In the subscriber's numbering when its video was ever held back.
                     let original = gate.map { $0.original(ofNacked: sequence) } ?? sequence
@@ -390,10 +468,23 @@ struct RelayRouter<Context> {
                         }
                         actions.append(.retransmit(context, address, rtp: bytes))
                         counters.nacksServed += 1
+                    } else if let original, streams[handle]!.upstream != nil {
+                        // An edge lacks it: the origin may have it. Asked once per timeout
+                        // however many subscribers want it; each waiter is sent the answer.
+                        if askOrigin(stream: handle, track: index, original: original, waiter: (rtcpSSRC, sequence), now: now) {
+                            upstream.append(original)
+                        }
                     } else {
                         counters.nacksMissed += 1
                     }
                 }
+                if !upstream.isEmpty, let leg = streams[handle]!.upstream, let publisherAddress = streams[handle]!.publisher.address,
+                   let bytes = feedback([.genericNACK(RTCPGenericNACK(senderSSRC: leg.ssrc, mediaSSRC: nack.mediaSSRC, lostSequenceNumbers: upstream))], stream: handle) {
+                    counters.nacksForwarded += UInt64(upstream.count)
+                    actions.append(.toPublisher(streams[handle]!.publisher.context, publisherAddress, rtcp: bytes))
+                }
+            case .receiverEstimatedMaxBitrate(let remb) where streams[handle]!.subscribers[slot].isEdge:
+                streams[handle]!.subscribers[slot].edgeEstimate = (remb.bitrate, now)
             case .pictureLossIndication(let pli):
                 // A subscriber whose video is held back is sent a keyframe when a probe begins.
                 if streams[handle]!.subscribers[slot].gate?.isSuspended != true,
@@ -413,6 +504,23 @@ struct RelayRouter<Context> {
             }
         }
         return actions
+    }
+
+    /// Notes that `waiter` waits for `original` from the origin; true when the origin must be
+    /// asked (no request for it is outstanding).
+    private mutating func askOrigin(stream: Int, track: Int, original: UInt16, waiter: (UInt32, UInt16), now: UInt64) -> Bool {
+        if var pending = streams[stream]!.tracks[track].requested[original], pending.until > now {
+            if !pending.waiters.contains(where: { $0.rtcpSSRC == waiter.0 }) { pending.waiters.append(waiter) }
+            streams[stream]!.tracks[track].requested[original] = pending
+            return false
+        }
+        // Bounded: answers that never come are forgotten once expired, and at most a cache's worth is kept.
+        if streams[stream]!.tracks[track].requested.count >= settings.packetCacheCapacity {
+            streams[stream]!.tracks[track].requested = streams[stream]!.tracks[track].requested.filter { $0.value.until > now }
+            guard streams[stream]!.tracks[track].requested.count < settings.packetCacheCapacity else { return false }
+        }
+        streams[stream]!.tracks[track].requested[original] = Requested(until: now &+ settings.upstreamRetransmissionTimeout, waiters: [waiter])
+        return true
     }
 
     private func videoTrack(stream: Int, ssrc: UInt32) -> Int? {
@@ -478,14 +586,14 @@ struct RelayRouter<Context> {
         let packet: RTCPPacket
         switch kind {
         case .pli:
-            packet = .pictureLossIndication(RTCPPictureLossIndication(senderSSRC: settings.relaySSRC, mediaSSRC: ssrc))
+            packet = .pictureLossIndication(RTCPPictureLossIndication(senderSSRC: localSSRC(stream), mediaSSRC: ssrc))
         case .fir:
             let sequence = streams[stream]!.tracks[track].firSequence
             streams[stream]!.tracks[track].firSequence &+= 1
             packet = .fullIntraRequest(RTCPFullIntraRequest(
-                senderSSRC: settings.relaySSRC, mediaSSRC: 0, entries: [.init(ssrc: ssrc, sequenceNumber: sequence)]))
+                senderSSRC: localSSRC(stream), mediaSSRC: 0, entries: [.init(ssrc: ssrc, sequenceNumber: sequence)]))
         }
-        guard let bytes = feedback([packet]) else { return nil }
+        guard let bytes = feedback([packet], stream: stream) else { return nil }
         counters.keyframeRequests += 1
         return .toPublisher(context, address, rtcp: bytes)
     }
@@ -493,8 +601,8 @@ struct RelayRouter<Context> {
     /// Feedback the relay sends on its own, as a compound packet led by an empty receiver report
     /// (RFC 4585 §3.1): feedback-only RTCP is dropped by receivers that do not do reduced-size
     /// RTCP, GStreamer's among them.
-    private func feedback(_ packets: [RTCPPacket]) -> [UInt8]? {
-        try? RTCPCompoundPacket(packets: [.receiverReport(RTCPReceiverReport(ssrc: settings.relaySSRC))] + packets).serialized()
+    private func feedback(_ packets: [RTCPPacket], stream: Int) -> [UInt8]? {
+        try? RTCPCompoundPacket(packets: [.receiverReport(RTCPReceiverReport(ssrc: localSSRC(stream)))] + packets).serialized()
     }
 
     // MARK: Timers
@@ -542,6 +650,11 @@ struct RelayRouter<Context> {
     /// held back (or being probed) by its audio-only fallback does not count for the video, nor
     /// does a video loss at which a subscriber falls back: one viewer that cannot take the video
     /// must not drag the encoding down for all the others.
+    ///
+    /// On an edge the report goes to the origin, with its figures raised to the edge's worst
+    /// viewer's in the same way, so the publisher behind the origin fits the worst viewer of every
+    /// edge; it is sent even before any media came, to open the leg (the origin learns the edge's
+    /// address from it) and keep it open.
     mutating func receiverReport(stream handle: Int, now: UInt64) -> RelayAction<Context>? {
         guard let stream = streams[handle], let address = stream.publisher.address else { return nil }
         var blocks: [RTCPReportBlock] = []
@@ -559,9 +672,9 @@ struct RelayRouter<Context> {
             }
             blocks.append(block)
         }
-        let remb = remb(stream: handle)
-        guard !blocks.isEmpty,
-              let bytes = try? RTCPCompoundPacket(packets: [.receiverReport(RTCPReceiverReport(ssrc: settings.relaySSRC, reportBlocks: Array(blocks.prefix(31))))] + remb).serialized()
+        let remb = remb(stream: handle, now: now)
+        guard !blocks.isEmpty || stream.upstream != nil,
+              let bytes = try? RTCPCompoundPacket(packets: [.receiverReport(RTCPReceiverReport(ssrc: localSSRC(handle), reportBlocks: Array(blocks.prefix(31))))] + remb).serialized()
         else { return nil }
         if !remb.isEmpty { counters.rembsSent += 1 }
         return .toPublisher(stream.publisher.context, address, rtcp: bytes)

@@ -478,6 +478,7 @@ public struct StreamRegistry: Sendable {
         case .streamNotFound: return .init(status: .notFound, message: error.description)
         case .streamExists, .ssrcInUse, .iceUfragInUse: return .init(status: .conflict, message: error.description)
         case .webRTCUnavailable: return .init(status: .badRequest, message: error.description)
+        case .cascadeUnavailable, .invalidUpstream: return .init(status: .failed, message: error.description)
         case .invalidTracks: return .init(status: .badRequest, message: error.description)
         case .stopped: return .init(status: .capacity, message: error.description)
         case .socket: return .init(status: .failed, message: error.description)
