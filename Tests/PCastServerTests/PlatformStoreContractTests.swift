@@ -246,6 +246,34 @@ extension Cluster {
             await store.close()
         }
 
+        @Test("the stream directory: saved streams come back in publication order after reopening, a save replaces, a stream or all of a node's streams are deleted",
+              arguments: StoreBackend.allCases)
+        func streamDirectory(_ backend: StoreBackend) async throws {
+            let location = try StoreUnderTest(backend)
+            let store = try await location.open()
+            func stream(_ id: String, _ node: String, _ at: Int64, tags: [String] = []) -> SharedStream {
+                SharedStream(streamId: id, nodeId: node, publisherSessionId: "session-\(id)@\(node)", tags: tags,
+                             tracks: [MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: UInt32(at))],
+                             publishType: .live, streamName: id == "c" ? "show" : nil, publishedAt: at)
+            }
+            let a = stream("a", "node-1", 30, tags: ["channelId:x"])
+            let b = stream("b", "node-2", 10)
+            let c = stream("c", "node-1", 20)
+            try await store.apply([.saveStream(a), .saveStream(b), .saveStream(c)])
+            #expect(try await store.load().streams == [b, c, a])
+            var moved = a
+            moved.tags = ["channelId:y", "role:presenter"]
+            try await store.apply([.saveStream(moved), .deleteStream(streamId: "nobody", reason: .ended, description: nil)])
+            await store.close()
+            let reopened = try await location.open()
+            #expect(try await reopened.load().streams == [b, c, moved])
+            try await reopened.apply([.deleteNodeStreams(nodeId: "node-1", reason: .failed, description: "the node stopped")])
+            #expect(try await reopened.load().streams == [b])
+            try await reopened.apply([.deleteStream(streamId: "b", reason: .ended, description: nil)])
+            #expect(try await reopened.load().streams.isEmpty)
+            await reopened.close()
+        }
+
         @Test("a store written by a newer PCastKit is refused with a migration error", arguments: StoreBackend.allCases)
         func newerSchemaRefused(_ backend: StoreBackend) async throws {
             let under = try StoreUnderTest(backend)

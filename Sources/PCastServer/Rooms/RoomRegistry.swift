@@ -433,6 +433,9 @@ public struct RoomRegistry: Sendable {
         case .saveSession, .deleteSession:
             // Resumable sessions are the node's own.
             return []
+        case .saveStream, .deleteStream, .deleteNodeStreams:
+            // The stream directory is the StreamRegistry's.
+            return []
         }
     }
 

@@ -31,6 +31,11 @@ import Synchronization
 //     change_log    (id BIGSERIAL PRIMARY KEY, node_id TEXT, changes TEXT /* JSON [RoomStoreChange] */, created_at TIMESTAMPTZ)
 //     node.slot     INTEGER: the node's chat sequence slot, unique among live nodes
 //
+// Version 4, the stream directory (which node's relay has each stream):
+//
+//     stream        (stream_id TEXT PRIMARY KEY, node_id TEXT, published_at BIGINT, entry TEXT /* JSON SharedStream */),
+//                   INDEX (node_id)
+//
 // A node that publishes its changes writes them to change_log in the same transaction as the
 // tables, under an advisory lock (so ids commit in id order), and NOTIFYs `pcast_changes`; the
 // others LISTEN and read past the last id they applied (after a reconnect too: nothing is missed).
@@ -227,6 +232,15 @@ public final class PostgresPlatformStore: PlatformStore {
         );
         ALTER TABLE node ADD COLUMN slot INTEGER NOT NULL DEFAULT 0;
         """,
+        """
+        CREATE TABLE stream (
+            stream_id TEXT NOT NULL PRIMARY KEY,
+            node_id TEXT NOT NULL,
+            published_at BIGINT NOT NULL,
+            entry TEXT NOT NULL
+        );
+        CREATE INDEX stream_node ON stream(node_id);
+        """,
     ]
 
     /// The schema version this build writes.
@@ -375,6 +389,13 @@ public final class PostgresPlatformStore: PlatformStore {
                     COALESCE((SELECT MAX(sequence) FROM chat_message), 0))::BIGINT
                 """, logger: logger)
             for try await value in last.decode(Int64.self) { snapshot.lastChatSequence = UInt64(clamping: value) }
+            let streams = try await client.query("SELECT stream_id, entry FROM stream ORDER BY published_at, stream_id", logger: logger)
+            for try await (streamId, entry) in streams.decode((String, String).self) {
+                guard let stream = try? decoder.decode(SharedStream.self, from: Data(entry.utf8)) else {
+                    throw Self.corrupt("stream", streamId, "entry")
+                }
+                snapshot.streams.append(stream)
+            }
             return snapshot
         }
     }
@@ -549,6 +570,16 @@ public final class PostgresPlatformStore: PlatformStore {
                 """, logger: logger)
         case .deleteSession(let sessionId):
             try await connection.query("DELETE FROM session WHERE session_id = \(sessionId)", logger: logger)
+        case .saveStream(let stream):
+            let entry = String(decoding: try encoder.encode(stream), as: UTF8.self)
+            try await connection.query("""
+                INSERT INTO stream (stream_id, node_id, published_at, entry) VALUES (\(stream.streamId), \(stream.nodeId), \(stream.publishedAt), \(entry))
+                ON CONFLICT (stream_id) DO UPDATE SET node_id = excluded.node_id, published_at = excluded.published_at, entry = excluded.entry
+                """, logger: logger)
+        case .deleteStream(let streamId, _, _):
+            try await connection.query("DELETE FROM stream WHERE stream_id = \(streamId)", logger: logger)
+        case .deleteNodeStreams(let nodeId, _, _):
+            try await connection.query("DELETE FROM stream WHERE node_id = \(nodeId)", logger: logger)
         }
     }
 

@@ -80,6 +80,39 @@ public enum RoomStoreChange: Sendable, Hashable {
     case saveSession(sessionId: String, resumeKeyHash: String, roles: [MemberRole]?)
     /// No-op for an unknown session.
     case deleteSession(sessionId: String)
+    /// Inserts or replaces a published stream in the directory (which node has it).
+    case saveStream(SharedStream)
+    /// The stream ended: why, for the nodes that tell its viewers. No-op for an unknown stream.
+    case deleteStream(streamId: String, reason: StreamEndedReason, description: String?)
+    /// Every stream of a node ended (it restarted, or died): why.
+    case deleteNodeStreams(nodeId: String, reason: StreamEndedReason, description: String?)
+}
+
+/// A published stream as the nodes of a cluster share it: the directory that tells a node where
+/// a stream it does not have lives, so its viewers are served by pulling it from there.
+public struct SharedStream: Codable, Sendable, Hashable {
+    public var streamId: String
+    /// The node whose relay has the publisher (the origin).
+    public var nodeId: String
+    public var publisherSessionId: String
+    public var tags: [String]
+    public var tracks: [MediaTrackDescription]
+    public var publishType: PublishType
+    public var streamName: String?
+    /// Milliseconds since 1970 (UTC): orders streams of different nodes (the newest carrying a tag).
+    public var publishedAt: Int64
+
+    public init(streamId: String, nodeId: String, publisherSessionId: String, tags: [String], tracks: [MediaTrackDescription],
+                publishType: PublishType, streamName: String?, publishedAt: Int64) {
+        self.streamId = streamId
+        self.nodeId = nodeId
+        self.publisherSessionId = publisherSessionId
+        self.tags = tags
+        self.tracks = tracks
+        self.publishType = publishType
+        self.streamName = streamName
+        self.publishedAt = publishedAt
+    }
 }
 
 extension RoomStoreChange: Codable {
@@ -145,12 +178,16 @@ public struct RoomStoreSnapshot: Sendable, Hashable {
     public var sessions: [Session]
     /// The highest chat sequence ever stored (deleted rooms' included); 0 when there was no chat.
     public var lastChatSequence: UInt64
+    /// The stream directory, ordered by `publishedAt`, then `streamId`.
+    public var streams: [SharedStream]
 
-    public init(rooms: [Room] = [], members: [Member] = [], sessions: [Session] = [], lastChatSequence: UInt64 = 0) {
+    public init(rooms: [Room] = [], members: [Member] = [], sessions: [Session] = [], lastChatSequence: UInt64 = 0,
+                streams: [SharedStream] = []) {
         self.rooms = rooms
         self.members = members
         self.sessions = sessions
         self.lastChatSequence = lastChatSequence
+        self.streams = streams
     }
 }
 
@@ -299,6 +336,18 @@ public final class RoomStore: Sendable {
                 ) WITHOUT ROWID;
                 """)
         }
+        migrator.registerMigration("v3-stream") { db in
+            // The stream directory: on a single node it lists its own streams.
+            try db.execute(sql: """
+                CREATE TABLE stream (
+                    streamId TEXT NOT NULL PRIMARY KEY,
+                    nodeId TEXT NOT NULL,
+                    publishedAt INTEGER NOT NULL,
+                    entry TEXT NOT NULL
+                ) WITHOUT ROWID;
+                CREATE INDEX stream_nodeId ON stream(nodeId);
+                """)
+        }
         return migrator
     }
 
@@ -363,6 +412,16 @@ public final class RoomStore: Sendable {
                     COALESCE((SELECT MAX(sequence) FROM chatMessage), 0))
                 """) ?? 0
             snapshot.lastChatSequence = UInt64(clamping: last)
+
+            let streams = try Row.fetchCursor(db, sql: "SELECT streamId, entry FROM stream ORDER BY publishedAt, streamId")
+            while let row = try streams.next() {
+                let streamId: String = row[0]
+                let entry: String = row[1]
+                guard let stream = try? decoder.decode(SharedStream.self, from: Data(entry.utf8)) else {
+                    throw Self.corrupt("stream", streamId, "entry")
+                }
+                snapshot.streams.append(stream)
+            }
             return snapshot
         }
     }
@@ -580,6 +639,19 @@ private struct ChangeWriter {
 
         case .deleteSession(let sessionId):
             try db.cachedStatement(sql: "DELETE FROM session WHERE sessionId = ?").execute(arguments: [sessionId])
+
+        case .saveStream(let stream):
+            let entry = String(decoding: try encoder.encode(stream), as: UTF8.self)
+            try db.cachedStatement(sql: """
+                INSERT INTO stream (streamId, nodeId, publishedAt, entry) VALUES (?, ?, ?, ?)
+                ON CONFLICT (streamId) DO UPDATE SET nodeId = excluded.nodeId, publishedAt = excluded.publishedAt, entry = excluded.entry
+                """).execute(arguments: [stream.streamId, stream.nodeId, stream.publishedAt, entry])
+
+        case .deleteStream(let streamId, _, _):
+            try db.cachedStatement(sql: "DELETE FROM stream WHERE streamId = ?").execute(arguments: [streamId])
+
+        case .deleteNodeStreams(let nodeId, _, _):
+            try db.cachedStatement(sql: "DELETE FROM stream WHERE nodeId = ?").execute(arguments: [nodeId])
         }
     }
 
