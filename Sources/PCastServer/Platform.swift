@@ -64,6 +64,7 @@ actor Platform {
         self.logger = logger
         self.tokens = configuration.tokenAuthority
         self.registry = StreamRegistry(tokens: tokens)
+        registry.nodeId = configuration.nodeId
         let now = clock()
         let suffix = cluster.map { "@" + $0.nodeId }
         self.rooms = RoomRegistry(restoring: snapshot, resumeWindow: configuration.resumeWindow, now: now,
@@ -73,7 +74,21 @@ actor Platform {
             rooms.sequenceSlotBits = PostgresPlatformStore.slotBits
             self.cluster = cluster
             self.lastChangeId = cluster.startChangeId
+            channel = ClusterChannel(nodeId: cluster.nodeId, secret: configuration.secret)
+        } else {
+            channel = nil
         }
+        // Streams of a previous run of this node are gone (their publishers must publish again);
+        // other nodes' are served by pulling them (those of nodes gone are swept at the first heartbeat).
+        var stale: Set<String> = []
+        for stream in snapshot.streams {
+            if let cluster, stream.nodeId != cluster.nodeId {
+                _ = registry.handle(.remoteStreamPublished(stream))
+            } else {
+                stale.insert(stream.nodeId)
+            }
+        }
+        let staleChanges = stale.sorted().map { RoomStoreChange.deleteNodeStreams(nodeId: $0, reason: .failed, description: "the node restarted") }
         // Sessions a restart interrupted may resume within the window.
         for session in snapshot.sessions {
             resumable[session.sessionId] = (session.resumeKeyHash, false, now.addingTimeInterval(configuration.resumeWindow))
@@ -87,6 +102,7 @@ actor Platform {
             }
         }
         self.services = services
+        if !staleChanges.isEmpty { persistence.submit(staleChanges) }
         if !snapshot.rooms.isEmpty {
             logger.info("rooms restored", metadata: ["pcast.rooms": "\(snapshot.rooms.count)", "pcast.members": "\(snapshot.members.count)",
                                                      "pcast.sessions": "\(snapshot.sessions.count)"])
@@ -187,6 +203,14 @@ actor Platform {
 
     /// Set when the store is shared with other nodes.
     private var cluster: ClusterMembership?
+    /// The node-to-node channel, in a cluster.
+    let channel: ClusterChannel?
+    /// Edge: the streams of other nodes this node pulls for its viewers (opening or open).
+    var legs: [String: EdgeLeg] = [:]
+    /// Origin: the nodes each stream published here is pulled by.
+    var edges: [String: Set<String>] = [:]
+    /// The live nodes as of the latest heartbeat, by id.
+    var liveNodes: [String: NodeRecord] = [:]
     /// The last change-log id applied.
     private var lastChangeId: Int64 = 0
     private var catchingUp = false
@@ -209,7 +233,10 @@ actor Platform {
                 let (last, changes) = try await cluster.store.changes(after: from, excluding: cluster.nodeId)
                 // Another reader cannot have moved it: `catchingUp` keeps this the only one.
                 lastChangeId = last
-                if !changes.isEmpty { perform(rooms: .remote(changes)) }
+                if !changes.isEmpty {
+                    perform(rooms: .remote(changes))
+                    applyRemoteStreams(changes)
+                }
                 if last != from { needsCatchUp = true }
             } catch {
                 if !Task.isCancelled {
@@ -232,6 +259,8 @@ actor Platform {
 
     /// This node as the store's membership shows it (set once it listens).
     private var node: NodeRecord?
+    /// This node's relay address as other nodes reach it (once it joined the cluster).
+    var clusterRelayAddress: String? { cluster == nil ? nil : node?.relayAddress }
     /// Whether the last heartbeat reached the store (to log changes, not every failure).
     private var heartbeatHealthy = true
 
@@ -250,7 +279,7 @@ actor Platform {
     /// once, and again when it answers.
     func heartbeat() async {
         guard isAccepting, var node else { return }
-        node.streams = registry.streamCount
+        node.streams = registry.localStreamCount
         node.sessions = registry.attachedSessionCount
         let healthy: Bool
         do throws(RoomStoreError) {
@@ -265,9 +294,10 @@ actor Platform {
         if healthy { await sweepDeadNodes() }
     }
 
-    /// Room members of nodes gone from the membership (no heartbeat within the expiry: killed, or
-    /// cut off) leave their rooms. One node does it, the live node with the lowest id; the others
-    /// follow its changes through the log.
+    /// Nodes gone from the membership (no heartbeat within the expiry: killed, or cut off): every
+    /// node ends the streams of theirs it knows (their viewers here are told `failed`) and stops
+    /// serving them as edges; one node, the live node with the lowest id, deletes their room
+    /// members and streams from the store, and the others follow its changes through the log.
     private func sweepDeadNodes() async {
         guard let cluster else { return }
         let live: [NodeRecord]
@@ -276,18 +306,27 @@ actor Platform {
         } catch {
             return
         }
+        liveNodes = Dictionary(live.map { ($0.nodeId, $0) }, uniquingKeysWith: { a, _ in a })
         let liveIds = Set(live.map(\.nodeId)).union([cluster.nodeId])
+        let deadOrigins = Set(registry.streamIds.compactMap { registry.stream($0)?.originNodeId }).subtracting(liveIds)
+        for nodeId in deadOrigins.sorted() {
+            logger.warning("node \(nodeId) is gone from the cluster: its streams end", metadata: ["pcast.node": .string(nodeId)])
+            perform(registry: .remoteNodeGone(nodeId: nodeId, reason: .failed, description: "node \(nodeId) stopped answering"))
+        }
+        dropEdges(notIn: liveIds)
         guard liveIds.min() == cluster.nodeId else { return }
         let orphans = rooms.memberships { sessionId in
             guard let at = sessionId.lastIndex(of: "@") else { return false }
             return !liveIds.contains(String(sessionId[sessionId.index(after: at)...]))
         }
-        guard !orphans.isEmpty else { return }
-        let changes = orphans.map { RoomStoreChange.deleteMember(roomId: $0.roomId, sessionId: $0.sessionId) }
-        perform(rooms: .remote(changes))
-        persistence.submit(changes)
-        logger.notice("members of nodes gone from the cluster left their rooms",
-                      metadata: ["pcast.members": "\(orphans.count)", "pcast.liveNodes": .string(liveIds.sorted().joined(separator: ","))])
+        var changes = orphans.map { RoomStoreChange.deleteMember(roomId: $0.roomId, sessionId: $0.sessionId) }
+        if !changes.isEmpty {
+            perform(rooms: .remote(changes))
+            logger.notice("members of nodes gone from the cluster left their rooms",
+                          metadata: ["pcast.members": "\(orphans.count)", "pcast.liveNodes": .string(liveIds.sorted().joined(separator: ","))])
+        }
+        changes += deadOrigins.sorted().map { RoomStoreChange.deleteNodeStreams(nodeId: $0, reason: .failed, description: "node \($0) stopped answering") }
+        if !changes.isEmpty { persistence.submit(changes) }
     }
 
     /// Leaves the membership (a clean stop: other nodes need not wait for the expiry).
@@ -349,11 +388,15 @@ actor Platform {
         await persistence.store.isReachable()
     }
 
-    /// The operator ends a stream. False when there is no such stream.
-    func endStream(_ streamId: String, reason: StreamEndedReason, description: String?) -> Bool {
-        guard registry.stream(streamId) != nil else { return false }
-        perform(registry: .endStream(streamId: streamId, reason: reason, description: description))
-        return true
+    /// The operator ends a stream, on whichever node of the cluster it was published (another
+    /// node is asked to). False when there is no such stream, or its node could not be reached.
+    func endStream(_ streamId: String, reason: StreamEndedReason, description: String?) async -> Bool {
+        guard let record = registry.stream(streamId) else { return false }
+        guard let origin = record.originNodeId else {
+            perform(registry: .endStream(streamId: streamId, reason: reason, description: description))
+            return true
+        }
+        return await askOriginToEnd(streamId, origin: origin, reason: reason, description: description)
     }
 
     /// Ends every stream as `maintenance` (so subscribers hear why), then closes every session with 1001.
@@ -366,7 +409,8 @@ actor Platform {
         for sessionId in connections.keys.sorted() { handleSession(sessionId, .shutdown) }
     }
 
-    var streamCount: Int { registry.streamCount }
+    /// Streams published on this node.
+    var streamCount: Int { registry.localStreamCount }
     /// Open sockets (authenticated or not).
     var connectionCount: Int { connections.count }
 
@@ -570,20 +614,21 @@ actor Platform {
                     }
                     queue.append(.publisherAdded(streamId: streamId, result))
                 case .addSubscriber(let streamId, let subscriberId):
-                    let result: Result<MediaTransport, RelayError>
-                    if let peer = webRTCSessions.takePendingPeer(subscriberId) {
-                        do throws(RelayError) {
-                            try relay.addWebRTCViewer(streamId: streamId, subscriberId: subscriberId, peer: peer)
-                            result = .success(WebRTCSessions.dtlsTransport(port: relay.mediaPort))
-                        } catch { result = .failure(error) }
-                    } else {
-                        do throws(RelayError) { result = .success(try relay.addSubscriber(streamId: streamId, subscriberId: subscriberId)) } catch { result = .failure(error) }
+                    if let origin = registry.stream(streamId)?.originNodeId {
+                        // Another node's stream: pulled here first (once for all its viewers).
+                        Task { await self.subscribeRemote(streamId, subscriberId, origin: origin) }
+                        continue
                     }
-                    queue.append(.subscriberAdded(streamId: streamId, subscriberId: subscriberId, result))
+                    queue.append(.subscriberAdded(streamId: streamId, subscriberId: subscriberId, addToRelay(streamId, subscriberId)))
                 case .removeSubscriber(let streamId, let subscriberId):
                     relay.removeSubscriber(streamId: streamId, subscriberId: subscriberId)
                 case .removeStream(let streamId):
                     relay.removeStream(streamId: streamId)
+                    // Its edges' flows went with it; a leg pulled from another node is gone.
+                    edges[streamId] = nil
+                    if case .open? = legs[streamId] { legs[streamId] = nil }
+                case .persist(let change):
+                    persistence.submit([change])
                 case .record(let streamId, let name, let type):
                     // A node without a recorder refused the recording publish before it got here.
                     if let recordings { Task { await recordings.start(streamId: streamId, name: name, type: type) } }
@@ -596,7 +641,19 @@ actor Platform {
                 }
             }
         }
+        releaseIdleLegs()
         updateGauges()
+    }
+
+    /// Opens a subscriber flow on the relay (a WebRTC viewer's when one waits for it).
+    func addToRelay(_ streamId: String, _ subscriberId: String) -> Result<MediaTransport, RelayError> {
+        if let peer = webRTCSessions.takePendingPeer(subscriberId) {
+            do throws(RelayError) {
+                try relay.addWebRTCViewer(streamId: streamId, subscriberId: subscriberId, peer: peer)
+                return .success(WebRTCSessions.dtlsTransport(port: relay.mediaPort))
+            } catch { return .failure(error) }
+        }
+        do throws(RelayError) { return .success(try relay.addSubscriber(streamId: streamId, subscriberId: subscriberId)) } catch { return .failure(error) }
     }
 
     private func deliver(_ envelope: Envelope<ServerMessage>, to connection: Connection) {
@@ -612,7 +669,7 @@ actor Platform {
     }
 
     private func updateGauges() {
-        metrics.update(sessions: registry.attachedSessionCount, streams: registry.streamCount, subscribers: registry.subscriberCount)
+        metrics.update(sessions: registry.attachedSessionCount, streams: registry.localStreamCount, subscribers: registry.subscriberCount)
     }
 
     /// Resume keys are kept only as their SHA-256 (hex).

@@ -273,6 +273,9 @@ public final class PlatformServer: Sendable {
         let backend = backendPolicy.map { SampleBackend(applicationId: configuration.applicationId, secret: configuration.secret, policy: $0) }
         HTTPRoutes(platform: platform, configuration: configuration, relay: relay, metrics: metrics, backend: backend).register(on: router)
         WebRTCRoutes(platform: platform, iceServers: configuration.iceServers).register(on: router)
+        if let channel = platform.channel {
+            ClusterRoutes(platform: platform, channel: channel).register(on: router)
+        }
 
         let limit = configuration.messageSizeLimit
         let webSocket = WebSocketServerConfiguration(
@@ -367,10 +370,12 @@ struct PlatformService: Service {
                 try await group.waitForAll()
             }
         }
-        await platform.leaveCluster()
+        // Streams end as `maintenance` and that reaches the store before the node leaves the
+        // membership: other nodes tell their viewers why, rather than `failed` for a node gone.
         await platform.shutdownServices()
         await platform.shutdown()
         await platform.flushStore()
+        await platform.leaveCluster()
         await platform.closeStore()
         let clock = ContinuousClock()
         let end = clock.now.advanced(by: Self.drainDeadline)

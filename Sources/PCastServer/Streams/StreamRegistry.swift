@@ -16,8 +16,14 @@ public struct StreamRecord: Sendable, Hashable {
     public let tracks: [MediaTrackDescription]
     public let publishType: PublishType
     public let streamName: String?
-    /// Order of publication, to pick the newest of several streams carrying a tag.
+    /// Order of publication on this node (ties of `publishedAt`).
     public let sequence: UInt64
+    /// Milliseconds since 1970 (UTC) when it was published: orders streams of different nodes, to
+    /// pick the newest of several carrying a tag.
+    public let publishedAt: Int64
+    /// The node whose relay has the publisher, when it is not this one (a cluster's stream this
+    /// node serves by pulling it from there); nil for a stream published here.
+    public let originNodeId: String?
     /// Subscriber id → subscribing session, in order of subscription.
     public fileprivate(set) var subscribers: [(subscriberId: String, sessionId: String)] = []
     /// Video bitrates viewers ask the publisher for, by subscriber id.
@@ -30,13 +36,25 @@ public struct StreamRecord: Sendable, Hashable {
     public static func == (a: Self, b: Self) -> Bool {
         a.streamId == b.streamId && a.publisherSessionId == b.publisherSessionId && a.tags == b.tags
             && a.tracks == b.tracks && a.publishType == b.publishType && a.streamName == b.streamName
-            && a.sequence == b.sequence && a.subscribers.map(\.subscriberId) == b.subscribers.map(\.subscriberId)
+            && a.sequence == b.sequence && a.publishedAt == b.publishedAt && a.originNodeId == b.originNodeId
+            && a.subscribers.map(\.subscriberId) == b.subscribers.map(\.subscriberId)
             && a.subscribers.map(\.sessionId) == b.subscribers.map(\.sessionId)
     }
 
     public func hash(into hasher: inout Hasher) {
         hasher.combine(streamId)
         hasher.combine(sequence)
+    }
+
+    /// Whether this stream was published after `other` (by time, then by this node's order).
+    func isNewer(than other: StreamRecord) -> Bool {
+        (publishedAt, sequence) > (other.publishedAt, other.sequence)
+    }
+
+    /// The directory entry other nodes of a cluster learn this stream from.
+    func shared(nodeId: String) -> SharedStream {
+        SharedStream(streamId: streamId, nodeId: originNodeId ?? nodeId, publisherSessionId: publisherSessionId, tags: tags,
+                     tracks: tracks, publishType: publishType, streamName: streamName, publishedAt: publishedAt)
     }
 }
 
@@ -65,6 +83,12 @@ public struct StreamRecord: Sendable, Hashable {
 ///   changes) or the platform gives up on it (`sessionClosed`). ``detachedStreamIds`` lists the
 ///   streams whose publisher is detached, so the platform can end those whose media stopped too.
 /// - Nothing is opened on the relay for a refused request; a relay refusal becomes a typed failure.
+/// - In a cluster, each stream published here is announced to the other nodes (``Action/persist(_:)``
+///   of a ``RoomStoreChange/saveStream(_:)``, withdrawn with its end's reason), and their streams
+///   come in as ``Event/remoteStreamPublished(_:)``: a subscribe may name one, and the platform
+///   serves it by pulling it from its node. A remote stream ends when its node says so or is gone
+///   (``Event/remoteStreamEnded(streamId:reason:description:)``, ``Event/remoteNodeGone(nodeId:description:)``):
+///   its subscribers here are told, as for any stream.
 ///
 /// ```swift
 /// var registry = StreamRegistry(tokens: TokenAuthority(applicationId: "app", secret: "s"))
@@ -91,6 +115,13 @@ public struct StreamRegistry: Sendable {
         case sessionClosed(sessionId: String, SessionEnd)
         /// The relay stopped or resumed sending a subscriber the stream's video.
         case subscriberVideo(SubscriberVideoEvent)
+        /// Another node of the cluster published a stream (or changed its entry).
+        case remoteStreamPublished(SharedStream)
+        /// Another node's stream ended.
+        case remoteStreamEnded(streamId: String, reason: StreamEndedReason, description: String?)
+        /// A node's streams all ended: it left the cluster (stopped, died, or cut off: `failed`) or
+        /// restarted.
+        case remoteNodeGone(nodeId: String, reason: StreamEndedReason, description: String?)
     }
 
     public enum Action: Sendable, Hashable {
@@ -101,6 +132,8 @@ public struct StreamRegistry: Sendable {
         case removeStream(streamId: String)
         /// Record the stream (publish type `record` or `append`) under its stream name.
         case record(streamId: String, name: String, type: PublishType)
+        /// Write to the store: the directory entry of a stream published or ended here.
+        case persist(RoomStoreChange)
         case log(Logger.Level, String, sessionId: String?, streamId: String?)
     }
 
@@ -117,6 +150,7 @@ public struct StreamRegistry: Sendable {
         var requestId: UInt64?
         var request: ClientMessage.Publish
         var tags: [String]
+        var at: Date
     }
 
     private struct PendingSubscribe {
@@ -127,6 +161,8 @@ public struct StreamRegistry: Sendable {
     }
 
     public let tokens: TokenAuthority
+    /// This node's id in a cluster's stream directory.
+    public var nodeId = "local"
     private var sessions: [String: Session] = [:]
     private var streams: [String: StreamRecord] = [:]
     private var pendingPublishes: [String: PendingPublish] = [:]
@@ -138,7 +174,10 @@ public struct StreamRegistry: Sendable {
     }
 
     public func stream(_ streamId: String) -> StreamRecord? { streams[streamId] }
+    /// Every stream known here, other nodes' included.
     public var streamCount: Int { streams.count }
+    /// The streams published on this node.
+    public var localStreamCount: Int { streams.values.reduce(0) { $0 + ($1.originNodeId == nil ? 1 : 0) } }
     public var sessionCount: Int { sessions.count }
     /// Sessions with a connection (not waiting to resume).
     public var attachedSessionCount: Int { sessions.values.reduce(0) { $0 + ($1.attached ? 1 : 0) } }
@@ -156,7 +195,17 @@ public struct StreamRegistry: Sendable {
 
     /// The newest stream carrying `tag`.
     public func newestStream(tagged tag: String) -> StreamRecord? {
-        streams.values.filter { $0.tags.contains(tag) }.max { $0.sequence < $1.sequence }
+        streams.values.filter { $0.tags.contains(tag) }.max { $1.isNewer(than: $0) }
+    }
+
+    /// The streams of another node this node knows of.
+    public func streamIds(ofNode nodeId: String) -> [String] {
+        streams.values.filter { $0.originNodeId == nodeId }.sorted { $0.sequence < $1.sequence }.map(\.streamId)
+    }
+
+    /// Whether a stream has subscribers here, or subscriptions the relay is being asked for.
+    public func hasViewers(_ streamId: String) -> Bool {
+        streams[streamId]?.subscribers.isEmpty == false || pendingSubscribes.values.contains { $0.streamId == streamId }
     }
 
     /// Whether the session is known and detached.
@@ -208,6 +257,13 @@ public struct StreamRegistry: Sendable {
             return end(streamId, reason: reason, description: description, skipping: nil)
         case .sessionClosed(let sessionId, let how):
             return sessionClosed(sessionId, how)
+        case .remoteStreamPublished(let shared):
+            return remotePublished(shared)
+        case .remoteStreamEnded(let streamId, let reason, let description):
+            guard let record = streams[streamId], record.originNodeId != nil else { return [] }
+            return end(streamId, reason: reason, description: description, skipping: nil)
+        case .remoteNodeGone(let nodeId, let reason, let description):
+            return streamIds(ofNode: nodeId).flatMap { end($0, reason: reason, description: description, skipping: nil) }
         case .subscriberVideo(let event):
             // Only to the session that still holds that subscription.
             guard let sessionId = streams[event.streamId]?.subscribers.first(where: { $0.subscriberId == event.subscriberId })?.sessionId
@@ -236,7 +292,7 @@ public struct StreamRegistry: Sendable {
         guard streams[streamId] == nil, pendingPublishes[streamId] == nil else {
             return fail(.conflict, "stream id '\(streamId)' is taken")
         }
-        pendingPublishes[streamId] = PendingPublish(sessionId: sessionId, requestId: requestId, request: request, tags: tags)
+        pendingPublishes[streamId] = PendingPublish(sessionId: sessionId, requestId: requestId, request: request, tags: tags, at: now)
         return [.addPublisher(streamId: streamId, tracks: request.tracks)]
     }
 
@@ -258,13 +314,16 @@ public struct StreamRegistry: Sendable {
                 return [.removeStream(streamId: streamId)]
             }
             nextSequence += 1
-            streams[streamId] = StreamRecord(
+            let record = StreamRecord(
                 streamId: streamId, publisherSessionId: pending.sessionId, tags: pending.tags,
                 tracks: pending.request.tracks, publishType: pending.request.publishType,
-                streamName: pending.request.streamName, sequence: nextSequence)
+                streamName: pending.request.streamName, sequence: nextSequence,
+                publishedAt: Int64((pending.at.timeIntervalSince1970 * 1000).rounded()), originNodeId: nil)
+            streams[streamId] = record
             sessions[pending.sessionId]?.published.append(streamId)
             var actions: [Action] = [
                 send(pending.sessionId, pending.requestId, .published(.init(streamId: streamId, transport: transport))),
+                .persist(.saveStream(record.shared(nodeId: nodeId))),
                 .log(.info, "stream published (tags: \(pending.tags.joined(separator: ", ")))", sessionId: pending.sessionId, streamId: streamId),
             ]
             if pending.request.publishType != .live, let name = pending.request.streamName {
@@ -318,7 +377,7 @@ public struct StreamRegistry: Sendable {
             return .success(record)
         }
         if let required {
-            let newest = streams.values.filter { $0.tags.contains(required) }.max { $0.sequence < $1.sequence }
+            let newest = newestStream(tagged: required)
             guard let newest else {
                 return .failure(.init(status: .noStreamPlaying, message: "no stream carries tag '\(required)'"))
             }
@@ -440,11 +499,41 @@ public struct StreamRegistry: Sendable {
             sessions[subscriber.sessionId]?.subscriptions[subscriber.subscriberId] = nil
             if subscriber.sessionId != skipping { actions.append(.send(sessionId: subscriber.sessionId, event)) }
         }
+        let why = description.map { "\(reason.rawValue): \($0)" } ?? reason.rawValue
+        guard record.originNodeId == nil else {
+            // Its publisher is another node's; that node withdraws it from the directory.
+            actions.append(.log(.info, "stream of node \(record.originNodeId!) ended (\(why))", sessionId: nil, streamId: streamId))
+            return actions
+        }
         sessions[record.publisherSessionId]?.published.removeAll { $0 == streamId }
         if record.publisherSessionId != skipping { actions.append(.send(sessionId: record.publisherSessionId, event)) }
-        let why = description.map { "\(reason.rawValue): \($0)" } ?? reason.rawValue
+        actions.append(.persist(.deleteStream(streamId: streamId, reason: reason, description: description)))
         actions.append(.log(.info, "stream ended (\(why))", sessionId: record.publisherSessionId, streamId: streamId))
         return actions
+    }
+
+    /// Another node's stream, as its directory entry says.
+    private mutating func remotePublished(_ shared: SharedStream) -> [Action] {
+        if let existing = streams[shared.streamId] {
+            // Never let another node's entry take over a stream published here.
+            guard existing.originNodeId != nil else { return [] }
+            var record = StreamRecord(
+                streamId: shared.streamId, publisherSessionId: shared.publisherSessionId, tags: shared.tags, tracks: shared.tracks,
+                publishType: shared.publishType, streamName: shared.streamName, sequence: existing.sequence,
+                publishedAt: shared.publishedAt, originNodeId: shared.nodeId)
+            record.subscribers = existing.subscribers
+            record.viewerLimits = existing.viewerLimits
+            record.publisherQuality = existing.publisherQuality
+            streams[shared.streamId] = record
+            return []
+        }
+        nextSequence += 1
+        streams[shared.streamId] = StreamRecord(
+            streamId: shared.streamId, publisherSessionId: shared.publisherSessionId, tags: shared.tags, tracks: shared.tracks,
+            publishType: shared.publishType, streamName: shared.streamName, sequence: nextSequence,
+            publishedAt: shared.publishedAt, originNodeId: shared.nodeId)
+        return [.log(.info, "stream published on node \(shared.nodeId) (tags: \(shared.tags.joined(separator: ", ")))",
+                     sessionId: nil, streamId: shared.streamId)]
     }
 
     private mutating func sessionClosed(_ sessionId: String, _ how: SessionEnd) -> [Action] {

@@ -1,0 +1,206 @@
+import Foundation
+import Logging
+import PCastContracts
+import PCastProtocol
+
+/// A stream of another node that this node pulls for its viewers.
+enum EdgeLeg {
+    /// Asking the origin for the leg; every subscriber arriving meanwhile waits for the same answer.
+    case opening(Task<Result<Void, RelayError>, Never>)
+    case open(originNodeId: String)
+}
+
+/// The cascade between nodes: a viewer here of a stream published on another node (its origin)
+/// is served by this node's relay, which pulls the stream from the origin's relay over one leg per
+/// stream, whatever the number of viewers here, and drops it when the last one leaves.
+extension Platform {
+    // MARK: Edge
+
+    /// Subscribes to another node's stream: the leg first, then the subscriber flow on this relay.
+    func subscribeRemote(_ streamId: String, _ subscriberId: String, origin: String) async {
+        let result: Result<MediaTransport, RelayError>
+        switch await openLeg(streamId, origin: origin) {
+        case .failure(let error):
+            _ = webRTCSessions.takePendingPeer(subscriberId)
+            result = .failure(error)
+        case .success:
+            result = addToRelay(streamId, subscriberId)
+        }
+        perform(registry: .subscriberAdded(streamId: streamId, subscriberId: subscriberId, result))
+    }
+
+    private func openLeg(_ streamId: String, origin: String) async -> Result<Void, RelayError> {
+        switch legs[streamId] {
+        case .open?:
+            return .success(())
+        case .opening(let task)?:
+            return await task.value
+        case nil:
+            let task = Task { await self.pull(streamId, from: origin) }
+            legs[streamId] = .opening(task)
+            return await task.value
+        }
+    }
+
+    /// Asks the origin for a leg and opens this relay's end of it.
+    private func pull(_ streamId: String, from origin: String) async -> Result<Void, RelayError> {
+        let started = ContinuousClock.now
+        guard let channel, let node = await liveNode(origin) else {
+            legs[streamId] = nil
+            return .failure(.invalidUpstream("node \(origin), which has the stream, is not live"))
+        }
+        let grant: EdgeGrant
+        do throws(ClusterChannelError) {
+            grant = try await channel.call("/cluster/edges", on: node, EdgeRequest(streamId: streamId))
+        } catch {
+            legs[streamId] = nil
+            logger.warning("cannot pull a stream from its node", metadata: ["pcast.stream": .string(streamId), "pcast.node": .string(origin),
+                                                                            "pcast.error": .string(error.description)])
+            return .failure(.invalidUpstream("node \(origin): \(error)"))
+        }
+        guard registry.stream(streamId) != nil else {
+            // It ended while the origin was being asked.
+            legs[streamId] = nil
+            releaseAtOrigin(streamId, origin: node)
+            return .failure(.streamNotFound(streamId))
+        }
+        guard let (host, port) = Self.hostAndPort(grant.relayAddress) else {
+            legs[streamId] = nil
+            releaseAtOrigin(streamId, origin: node)
+            return .failure(.invalidUpstream("node \(origin) gave relay address '\(grant.relayAddress)'"))
+        }
+        do throws(RelayError) {
+            try relay.addUpstream(streamId: streamId, tracks: grant.tracks, origin: UpstreamOrigin(host: host, port: port, transport: grant.transport))
+        } catch {
+            legs[streamId] = nil
+            releaseAtOrigin(streamId, origin: node)
+            return .failure(error)
+        }
+        legs[streamId] = .open(originNodeId: origin)
+        logger.info("pulling a stream from its node", metadata: [
+            "pcast.stream": .string(streamId), "pcast.node": .string(origin), "pcast.relay": .string(grant.relayAddress),
+            "pcast.took": .string("\(ContinuousClock.now - started)")])
+        return .success(())
+    }
+
+    /// Drops the legs no viewer here needs any more (the origin closes its end when told).
+    func releaseIdleLegs() {
+        for (streamId, leg) in legs {
+            guard case .open(let origin) = leg, !registry.hasViewers(streamId) else { continue }
+            legs[streamId] = nil
+            relay.removeStream(streamId: streamId)
+            logger.info("the last viewer of a pulled stream left: its leg is dropped", metadata: ["pcast.stream": .string(streamId)])
+            if let node = liveNodes[origin] { releaseAtOrigin(streamId, origin: node) }
+        }
+    }
+
+    private func releaseAtOrigin(_ streamId: String, origin: NodeRecord) {
+        guard let channel else { return }
+        Task {
+            do throws(ClusterChannelError) {
+                let _: ClusterDone = try await channel.call("/cluster/edges/release", on: origin, EdgeRequest(streamId: streamId))
+            } catch {
+                // The origin also drops edges of nodes gone from the membership.
+                self.logger.debug("could not tell the origin its leg is dropped", metadata: ["pcast.error": .string(error.description)])
+            }
+        }
+    }
+
+    /// A live node's record: from the latest heartbeat's view, else read now (a node that joined since).
+    private func liveNode(_ nodeId: String) async -> NodeRecord? {
+        if let node = liveNodes[nodeId] { return node }
+        guard let live = try? await clusterNodes() else { return nil }
+        for node in live { liveNodes[node.nodeId] = node }
+        return liveNodes[nodeId]
+    }
+
+    static func hostAndPort(_ address: String) -> (String, UInt16)? {
+        guard let colon = address.lastIndex(of: ":"), let port = UInt16(address[address.index(after: colon)...]) else { return nil }
+        var host = String(address[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        return (host, port)
+    }
+
+    // MARK: Origin
+
+    /// Another node pulls a stream published here: a subscriber flow for its relay.
+    func serveEdge(_ streamId: String, to nodeId: String) -> Result<EdgeGrant, ClusterRefusal> {
+        guard let record = registry.stream(streamId), record.originNodeId == nil else {
+            return .failure(ClusterRefusal(status: 404, message: "no stream '\(streamId)' is published on this node"))
+        }
+        guard let relayAddress = clusterRelayAddress else {
+            return .failure(ClusterRefusal(status: 503, message: "this node has not joined the cluster"))
+        }
+        do throws(RelayError) {
+            let transport = try relay.addEdgeSubscriber(streamId: streamId, subscriberId: Self.edgeSubscriberId(nodeId))
+            edges[streamId, default: []].insert(nodeId)
+            logger.info("a node pulls a stream published here", metadata: ["pcast.stream": .string(streamId), "pcast.edge": .string(nodeId)])
+            return .success(EdgeGrant(streamId: streamId, transport: transport, relayAddress: relayAddress, tracks: record.tracks))
+        } catch {
+            return .failure(ClusterRefusal(status: 409, message: error.description))
+        }
+    }
+
+    /// A node no longer pulls a stream.
+    func releaseEdge(_ streamId: String, of nodeId: String) -> Result<ClusterDone, ClusterRefusal> {
+        if edges[streamId]?.remove(nodeId) != nil {
+            relay.removeSubscriber(streamId: streamId, subscriberId: Self.edgeSubscriberId(nodeId))
+            logger.info("a node stopped pulling a stream", metadata: ["pcast.stream": .string(streamId), "pcast.edge": .string(nodeId)])
+        }
+        return .success(ClusterDone(streamId: streamId))
+    }
+
+    /// Edges of nodes gone from the membership are no longer sent to.
+    func dropEdges(notIn liveIds: Set<String>) {
+        for (streamId, nodes) in edges {
+            for nodeId in nodes where !liveIds.contains(nodeId) {
+                _ = releaseEdge(streamId, of: nodeId)
+            }
+        }
+    }
+
+    static func edgeSubscriberId(_ nodeId: String) -> String { "edge@\(nodeId)" }
+
+    // MARK: Ending streams across nodes
+
+    /// Another node asks to end a stream published here (its operator's end).
+    func endLocalStream(_ streamId: String, reason: StreamEndedReason, description: String?, askedBy nodeId: String) -> Result<ClusterDone, ClusterRefusal> {
+        guard let record = registry.stream(streamId), record.originNodeId == nil else {
+            return .failure(ClusterRefusal(status: 404, message: "no stream '\(streamId)' is published on this node"))
+        }
+        logger.notice("stream ended at another node's request", metadata: ["pcast.stream": .string(streamId), "pcast.node": .string(nodeId)])
+        perform(registry: .endStream(streamId: streamId, reason: reason, description: description))
+        return .success(ClusterDone(streamId: streamId))
+    }
+
+    func askOriginToEnd(_ streamId: String, origin: String, reason: StreamEndedReason, description: String?) async -> Bool {
+        guard let channel, let node = await liveNode(origin) else { return false }
+        do throws(ClusterChannelError) {
+            let _: ClusterDone = try await channel.call("/cluster/streams/end", on: node,
+                                                       EndRequest(streamId: streamId, reason: reason, description: description))
+            return true
+        } catch {
+            logger.warning("the stream's node did not end it", metadata: ["pcast.stream": .string(streamId), "pcast.node": .string(origin),
+                                                                          "pcast.error": .string(error.description)])
+            return false
+        }
+    }
+
+    // MARK: The directory
+
+    /// Other nodes' stream changes, from the change log.
+    func applyRemoteStreams(_ changes: [RoomStoreChange]) {
+        for change in changes {
+            switch change {
+            case .saveStream(let stream) where stream.nodeId != configuration.nodeId:
+                perform(registry: .remoteStreamPublished(stream))
+            case .deleteStream(let streamId, let reason, let description):
+                perform(registry: .remoteStreamEnded(streamId: streamId, reason: reason, description: description))
+            case .deleteNodeStreams(let nodeId, let reason, let description) where nodeId != configuration.nodeId:
+                perform(registry: .remoteNodeGone(nodeId: nodeId, reason: reason, description: description))
+            default:
+                break
+            }
+        }
+    }
+}

@@ -1,0 +1,84 @@
+import Foundation
+import PCastProtocol
+import PCastServer
+import Testing
+
+/// The stream registry in a cluster: its own streams announced to the store, other nodes' streams
+/// resolved and ended as its own are.
+extension StreamRegistryTests {
+    func shared(_ streamId: String, node: String = "node-2", tags: [String] = ["channelId:demo"], at: Int64) -> SharedStream {
+        SharedStream(streamId: streamId, nodeId: node, publisherSessionId: "session-x@\(node)", tags: tags,
+                     tracks: [Fixture.video, Fixture.audio], publishType: .live, streamName: nil, publishedAt: at)
+    }
+
+    func persisted(_ actions: [StreamRegistry.Action]) -> [RoomStoreChange] {
+        actions.compactMap { if case .persist(let change) = $0 { change } else { nil } }
+    }
+
+    @Test("a stream published here is announced to the store with this node's id and withdrawn with its end's reason")
+    func localStreamsAreAnnounced() throws {
+        var registry = registry()
+        registry.nodeId = "node-1"
+        let token = Fixture.token(.publish, now: now) { $0.applyTags(["channelId:demo"]) }
+        _ = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(token, tags: [])), now: now, newId: "s1"))
+        let published = registry.handle(.publisherAdded(streamId: "s1", .success(transport)))
+        let saved = try #require(persisted(published).first)
+        guard case .saveStream(let entry) = saved else { Issue.record("not a save: \(saved)"); return }
+        #expect(entry.streamId == "s1" && entry.nodeId == "node-1" && entry.publisherSessionId == "pub")
+        #expect(entry.tags == ["channelId:demo"] && entry.tracks == [Fixture.video, Fixture.audio])
+        #expect(entry.publishedAt == 1_700_000_000_000)
+        let ended = registry.handle(.sessionClosed(sessionId: "pub", .connectionLost))
+        #expect(persisted(ended) == [.deleteStream(streamId: "s1", reason: .failed, description: SessionEnd.connectionLost.streamEndedDescription)])
+    }
+
+    @Test("another node's stream is found by id and by tag (the newest of every node's), subscribed like a local one, and not announced again")
+    func remoteStreamsResolve() throws {
+        var registry = registry()
+        registry.nodeId = "node-1"
+        publish(&registry, "here", applyTags: ["channelId:demo"])  // published at `now`
+        let older = registry.handle(.remoteStreamPublished(shared("there-old", at: 1_699_999_999_000)))
+        #expect(persisted(older).isEmpty)
+        _ = registry.handle(.remoteStreamPublished(shared("there-new", at: 1_700_000_001_000)))
+        #expect(registry.stream("there-new")?.originNodeId == "node-2")
+        #expect(registry.streamCount == 3 && registry.localStreamCount == 1)
+
+        let byTag = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.channel("demo") }, subscriberId: "a")
+        #expect(relayCalls(byTag) == [.addSubscriber(streamId: "there-new", subscriberId: "a")], "the newest by publication time, whichever node")
+        #expect(registry.hasViewers("there-new"), "a subscription being opened holds the stream's leg")
+        _ = registry.handle(.subscriberAdded(streamId: "there-new", subscriberId: "a", .success(transport)))
+        let byId = subscribe(&registry, "sub2", token: Fixture.token(.stream, now: now) { $0.originStreamId("there-old") }, subscriberId: "b")
+        #expect(relayCalls(byId) == [.addSubscriber(streamId: "there-old", subscriberId: "b")])
+
+        // A remote entry never takes over a stream published here.
+        _ = registry.handle(.remoteStreamPublished(shared("here", node: "node-3", at: 1)))
+        #expect(registry.stream("here")?.originNodeId == nil)
+        // Its entry changing (tags) keeps its subscribers.
+        _ = registry.handle(.remoteStreamPublished(shared("there-new", tags: ["channelId:demo", "x"], at: 1_700_000_001_000)))
+        #expect(registry.stream("there-new")?.tags == ["channelId:demo", "x"])
+        #expect(registry.stream("there-new")?.subscribers.map(\.subscriberId) == ["a"])
+    }
+
+    @Test("another node's stream ending, or its node going, tells its subscribers here why, closes it on this relay and writes nothing")
+    func remoteStreamsEnd() {
+        var registry = registry()
+        _ = registry.handle(.remoteStreamPublished(shared("s1", at: 1)))
+        _ = registry.handle(.remoteStreamPublished(shared("s2", at: 2)))
+        _ = registry.handle(.remoteStreamPublished(shared("s3", node: "node-3", at: 3)))
+        for (stream, subscriber) in [("s1", "a"), ("s2", "b"), ("s3", "c")] {
+            _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId(stream) }, subscriberId: subscriber)
+            _ = registry.handle(.subscriberAdded(streamId: stream, subscriberId: subscriber, .success(transport)))
+        }
+        let ended = registry.handle(.remoteStreamEnded(streamId: "s1", reason: .ended, description: "bye"))
+        #expect(relayCalls(ended) == [.removeStream(streamId: "s1")])
+        #expect(sends(ended).map(\.0) == ["sub"], "the remote publisher's session is not this node's")
+        #expect(sends(ended).first?.1 == .event(.streamEnded(.init(streamId: "s1", reason: .ended, description: "bye"))))
+        #expect(persisted(ended).isEmpty)
+
+        let gone = registry.handle(.remoteNodeGone(nodeId: "node-2", reason: .failed, description: "node node-2 stopped answering"))
+        #expect(relayCalls(gone) == [.removeStream(streamId: "s2")])
+        #expect(sends(gone).first?.1 == .event(.streamEnded(.init(streamId: "s2", reason: .failed, description: "node node-2 stopped answering"))))
+        #expect(registry.stream("s3") != nil, "another node's streams stay")
+        #expect(registry.handle(.remoteStreamEnded(streamId: "unknown", reason: .ended, description: nil)).isEmpty)
+        #expect(!registry.hasViewers("s2") && registry.hasViewers("s3"))
+    }
+}
