@@ -203,8 +203,10 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     public var bytesIn: UInt64 = 0
     public var packetsOut: UInt64 = 0
     public var bytesOut: UInt64 = 0
-    /// Packets dropped because SRTP/SRTCP authentication or the replay check failed.
+    /// Packets dropped because SRTP/SRTCP authentication failed (or, for RTCP, its replay check).
     public var srtpFailures: UInt64 = 0
+    /// Publishers' RTP packets that authenticated but had been received before (dropped).
+    public var duplicates: UInt64 = 0
     /// Packets from an unknown SSRC, or not RTP/RTCP at all.
     public var unknownPackets: UInt64 = 0
     /// Retransmissions sent from the packet cache in answer to NACKs.

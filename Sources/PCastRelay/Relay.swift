@@ -296,6 +296,7 @@ public final class Relay: RelayControl {
         result.packetsOut = c.packetsOut.load(ordering: .relaxed)
         result.bytesOut = c.bytesOut.load(ordering: .relaxed)
         result.srtpFailures = c.srtpFailures.load(ordering: .relaxed)
+        result.duplicates = c.duplicates.load(ordering: .relaxed)
         result.unknownPackets = c.unknownPackets.load(ordering: .relaxed)
         result.nacksServed = c.nacksServed.load(ordering: .relaxed)
         result.nacksMissed = c.nacksMissed.load(ordering: .relaxed)

@@ -64,6 +64,7 @@ final class SharedCounters: Sendable {
     let packetsOut = Atomic<UInt64>(0)
     let bytesOut = Atomic<UInt64>(0)
     let srtpFailures = Atomic<UInt64>(0)
+    let duplicates = Atomic<UInt64>(0)
     let unknownPackets = Atomic<UInt64>(0)
     let nacksServed = Atomic<UInt64>(0)
     let nacksMissed = Atomic<UInt64>(0)
@@ -114,6 +115,7 @@ final class RelayEngine: @unchecked Sendable {
     private var packetsOut: UInt64 = 0
     private var bytesOut: UInt64 = 0
     private var srtpFailures: UInt64 = 0
+    private var duplicates: UInt64 = 0
     private var unknownPackets: UInt64 = 0
     private var sendFailures: UInt64 = 0
     private var stunRefusals: UInt64 = 0
@@ -308,6 +310,7 @@ final class RelayEngine: @unchecked Sendable {
         c.packetsOut.store(packetsOut, ordering: .relaxed)
         c.bytesOut.store(bytesOut, ordering: .relaxed)
         c.srtpFailures.store(srtpFailures, ordering: .relaxed)
+        c.duplicates.store(duplicates, ordering: .relaxed)
         c.unknownPackets.store(unknownPackets, ordering: .relaxed)
         c.sendFailures.store(sendFailures, ordering: .relaxed)
         c.nacksServed.store(router.counters.nacksServed, ordering: .relaxed)
@@ -392,8 +395,10 @@ final class RelayEngine: @unchecked Sendable {
     private func publisherRTP(_ data: UnsafeRawBufferPointer, route: RelayRoute, from source: RelayAddress, now: UInt64) {
         guard case .track(let stream, let track) = route, let crypto = router.publisherContext(stream: stream) else { return }
         var packet = [UInt8](data)
-        do { try crypto.inbound.unprotect(&packet) } catch {
-            srtpFailures &+= 1
+        do throws(SRTPError) { try crypto.inbound.unprotect(&packet) } catch {
+            // A packet that authenticates but was had before is a duplicate (an origin's
+            // retransmission crossing the original, a network's copy), not a forgery.
+            if error == .replayed { duplicates &+= 1 } else { srtpFailures &+= 1 }
             return
         }
         router.authenticated(route, from: source)

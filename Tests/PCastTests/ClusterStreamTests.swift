@@ -1,0 +1,112 @@
+import Foundation
+@testable import PCast
+import PCastNode
+import PCastProtocol
+import PCastServer
+import PCastTestSupport
+import Testing
+
+/// Subscribes on `platform` to a stream it may not have heard of yet (other nodes' streams reach
+/// it through the change log, within milliseconds).
+func subscribeEventually(_ sdk: PCast, _ platform: LocalPlatform, _ streamId: String) async throws -> MediaStream {
+    let deadline = ContinuousClock.now + .seconds(10)
+    while true {
+        do {
+            return try await sdk.subscribe(streamToken: try platform.token(.stream, originStreamId: streamId))
+        } catch {
+            if ContinuousClock.now > deadline { throw error }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+}
+
+extension Cluster {
+    @Suite("Streams across nodes: origin → edge cascade", .serialized)
+    struct ClusterStreamTests {
+        @Test("a stream published on node 1 is decoded in order by viewers on nodes 2 and 3; the origin sends one leg per edge however many viewers it has; an edge drops its leg when its last viewer leaves; the operator ends it from node 3")
+        func publishHereWatchThere() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(3, on: postgres)
+            let publisherSDK = PCast(PCastOptions(uri: nodes[0].signalingURL))
+            try await publisherSDK.start(authToken: try nodes[0].token(.auth))
+            let media = try await stampedMedia(audio: true)
+            let publisher = try await publisherSDK.publish(streamToken: try nodes[0].token(.publish), mediaStream: media)
+            let sent = try StampTap(encoderOf: media)
+
+            // Two viewers on node 2, one on node 3.
+            var viewers: [(PCast, MediaStream, StampTap)] = []
+            for node in [nodes[1], nodes[1], nodes[2]] {
+                let sdk = PCast(PCastOptions(uri: node.signalingURL))
+                try await sdk.start(authToken: try node.token(.auth))
+                let stream = try await subscribeEventually(sdk, node, publisher.streamId)
+                #expect(stream.getVideoTracks().count == 1 && stream.getAudioTracks().count == 1)
+                viewers.append((sdk, stream, try StampTap(decoderOf: stream)))
+            }
+            for (_, _, decoded) in viewers {
+                #expect(await eventually(.seconds(15)) { decoded.all.count >= 60 })
+                #expect(complete(decoded.all, sent: sent.all), "decoded \(decoded.all.prefix(90)) of sent \(sent.all.prefix(90))")
+            }
+            #expect(nodes[0].relay.statistics().subscribers == 2, "one leg to node 2 and one to node 3, not one per viewer")
+            #expect(nodes[1].relay.statistics().subscribers == 2 && nodes[2].relay.statistics().subscribers == 1)
+            for node in nodes { #expect(node.relay.statistics().srtpFailures == 0, "\(node.configuration.nodeId): \(node.relay.statistics())") }
+
+            // Node 2's viewers leave: its leg goes, at both ends; node 3 still watches.
+            for (sdk, stream, _) in viewers.prefix(2) {
+                await stream.stop()
+                await sdk.stop()
+            }
+            #expect(await eventually { nodes[1].relay.statistics().streams == 0 && nodes[0].relay.statistics().subscribers == 1 },
+                    "edge streams \(nodes[1].relay.statistics().streams), origin subscribers \(nodes[0].relay.statistics().subscribers)")
+            let (_, watching, decoded) = viewers[2]
+            let count = decoded.all.count
+            #expect(await eventually { decoded.all.count >= count + 30 }, "node 3 keeps receiving")
+
+            // The operator ends it on node 3: the origin ends it, for everyone.
+            #expect(await nodes[2].server.endStream(publisher.streamId, reason: .censored, description: "from node 3"))
+            #expect(await watching.ended() == .remote(.censored, "from node 3"))
+            let (reason, description) = await publisher.ended()
+            #expect(reason == .censored && description == "from node 3")
+            #expect(await eventually { nodes.allSatisfy { $0.relay.statistics().streams == 0 } })
+            #expect(await nodes[1].server.endStream("stream-nonexistent") == false)
+
+            await viewers[2].0.stop()
+            await publisherSDK.stop()
+            await media.stop()
+            for node in nodes { await node.shutdown() }
+        }
+
+        @Test("a viewer on another node hears why a stream ended: unpublished (ended), and a node stopping (maintenance); a new subscribe to a stream that ended is not found")
+        func endsReachOtherNodes() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(2, on: postgres)
+            let publisherSDK = PCast(PCastOptions(uri: nodes[0].signalingURL))
+            try await publisherSDK.start(authToken: try nodes[0].token(.auth))
+            let media = try await stampedMedia()
+            let viewerSDK = PCast(PCastOptions(uri: nodes[1].signalingURL))
+            try await viewerSDK.start(authToken: try nodes[1].token(.auth))
+
+            let first = try await publisherSDK.publish(streamToken: try nodes[0].token(.publish), mediaStream: media)
+            let firstStream = try await subscribeEventually(viewerSDK, nodes[1], first.streamId)
+            await first.stop(reason: .custom, description: "lunch break")
+            #expect(await firstStream.ended() == .remote(.custom, "lunch break"))
+            let endedToken = try nodes[1].token(.stream, originStreamId: first.streamId)
+            do {
+                _ = try await viewerSDK.subscribe(streamToken: endedToken)
+                Issue.record("subscribed to a stream that ended on its node")
+            } catch {
+                #expect(error.status == .notFound, "\(error)")
+            }
+
+            let second = try await publisherSDK.publish(streamToken: try nodes[0].token(.publish), mediaStream: media)
+            let secondStream = try await subscribeEventually(viewerSDK, nodes[1], second.streamId)
+            await nodes[0].shutdown()
+            let ended = await secondStream.ended()
+            #expect(ended == .remote(.maintenance, SessionEnd.serverShutdown.streamEndedDescription), "\(ended)")
+
+            await viewerSDK.stop()
+            await publisherSDK.stop()
+            await media.stop()
+            await nodes[1].shutdown()
+        }
+    }
+}
