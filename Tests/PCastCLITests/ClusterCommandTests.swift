@@ -82,4 +82,63 @@ struct ClusterCommandTests {
         print("cluster: /readyz 503 \(down) after PostgreSQL stopped, 200 \(back) after it was back")
         #expect(one.process.isRunning, "\(one.output.suffix(2_000))")
     }
+
+    @Test("kill -9 of the node a stream is published on: a viewer watching it from another node is told it ended as failed within 5 s (the heartbeat expiry)")
+    func originKilled() async throws {
+        let postgres = try TestPostgres.server()
+        let url = try postgres.newDatabase()
+        let one = try await ServeProcess.start(["--database", url, "--node-id", "node-1", "--no-rtmp"])
+        defer { one.stop() }
+        let two = try await ServeProcess.start(["--database", url, "--node-id", "node-2", "--no-rtmp"])
+        defer { two.stop() }
+        _ = try await waitFor("both nodes listed", within: .seconds(10)) { try nodeIds(two) == ["node-1", "node-2"] }
+
+        let publishLog = one.directory.appendingPathComponent("publish.out").path
+        let publisher = try ChildProcess.spawn(try pcastBinary(), [
+            "publish", "--server", one.signaling, "--auth-token", try one.token(["--type", "auth"]), "--token", try one.token(["--type", "publish"]),
+            "--source", "test", "--audio", "none", "--width", "320", "--height", "240", "--fps", "15", "--bitrate", "300",
+        ], environment: one.environment, output: publishLog, errorsToOutput: true)
+        defer { publisher.stop() }
+        var streamId = ""
+        _ = try await waitFor("the publisher printed its stream id", within: .seconds(20)) {
+            streamId = ((try? String(contentsOfFile: publishLog, encoding: .utf8)) ?? "").split(separator: "\n").first { $0.hasPrefix("stream-") }.map(String.init) ?? ""
+            return !streamId.isEmpty
+        }
+
+        // A viewer on node 2 (the stream reaches node 2's directory within moments: retried until it has).
+        let viewLog = two.directory.appendingPathComponent("subscribe.out").path
+        var viewer: ChildProcess?
+        defer { viewer?.stop() }
+        var seen = ""
+        do {
+            _ = try await waitFor("the viewer on node 2 renders (\(viewLog))", within: .seconds(20)) {
+                let output = (try? String(contentsOfFile: viewLog, encoding: .utf8)) ?? ""
+                if !output.isEmpty { seen = output }
+                // --stats: a JSON line a second; media is flowing once packets are counted.
+                if output.range(of: #""packetsReceived":[1-9]"#, options: .regularExpression) != nil { return true }
+                if viewer?.isRunning != true {
+                    if viewer != nil { try? FileManager.default.moveItem(atPath: viewLog, toPath: viewLog + ".\(UUID())") }
+                    viewer = try ChildProcess.spawn(try pcastBinary(), [
+                        "subscribe", "--server", two.signaling, "--auth-token", try two.token(["--type", "auth"]),
+                        "--token", try two.token(["--type", "stream", "--origin-stream-id", streamId]), "--sink", "null", "--stats",
+                    ], environment: two.environment, output: viewLog, errorsToOutput: true)
+                }
+                return false
+            }
+        } catch {
+            throw CLITestFailure("\(error); the viewer said: \(seen.suffix(1_500)); node 2 said: \(two.output.suffix(3_000))")
+        }
+
+        one.process.stop()   // SIGKILL: no goodbye, no stream end from node 1
+        let killed = ContinuousClock.now
+        let told = try await waitFor("the viewer was told", within: .seconds(10)) {
+            ((try? String(contentsOfFile: viewLog, encoding: .utf8)) ?? "").contains("stream ended:")
+        }
+        let output = (try? String(contentsOfFile: viewLog, encoding: .utf8)) ?? ""
+        print("cluster: a viewer on node 2 heard its stream end \(ContinuousClock.now - killed) after the origin node was killed")
+        let ending = output.split(separator: "\n").first { $0.hasPrefix("stream ended:") } ?? ""
+        #expect(ending.contains("failed") && ending.contains("node node-1 stopped answering"), "\(output.suffix(1_000))")
+        #expect(told < .seconds(5))
+        #expect(try get(two.httpURL + "/readyz", admin: false).status == 200)
+    }
 }
