@@ -58,6 +58,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Run only the reconnection benchmark (writes reconnect.json and reconnect.md).")
     var reconnectOnly = false
 
+    @Flag(help: "Run only the cluster benchmark: two nodes on a PostgreSQL it starts (as the tests do); the latency one cascade hop adds, cross-node chat (writes cluster.json and cluster.md).")
+    var clusterOnly = false
+
     @Flag(help: "Run only the publish / unpublish and subscribe / unsubscribe cycle benchmarks (writes cycles.json and cycles.md); run it with MALLOC_ARENA_MAX=2 (make bench does) so RSS shows what is kept.")
     var cyclesOnly = false
 
@@ -101,6 +104,11 @@ struct BenchCommand: AsyncParsableCommand {
         if pluginOnly {
             let result = try await PluginBenchmark(seconds: latencySeconds).run()
             try write(result, markdown: PluginBenchmark.markdown(result), as: "plugin")
+            return
+        }
+        if clusterOnly {
+            let result = try await ClusterBenchmark().run()
+            try write(result, markdown: ClusterBenchmark.markdown(result), as: "cluster")
             return
         }
         if reconnectOnly {
