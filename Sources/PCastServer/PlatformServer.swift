@@ -50,7 +50,10 @@ public enum PlatformServerError: Error, Sendable, Hashable, CustomStringConverti
 /// - `POST /backend/auth`, `POST /backend/stream`: the sample application backend (see
 ///   ``SampleBackend``), when a backend policy is given.
 /// - `POST /admin/streams/{streamId}/end`: HTTP Basic `applicationId:secret`; ends the stream as
-///   `censored` with the optional JSON body's `description`. 200, 401, 404 or 400.
+///   `censored` with the optional JSON body's `description`. 200, 401, 404 or 400. In a cluster,
+///   a stream of another node is ended by that node.
+/// - `POST /cluster/…`: in a cluster, the node-to-node channel (see `ClusterRoutes`): only
+///   requests signed with the cluster's key are answered.
 ///
 /// The server is the control plane: it drives the relay through ``RelayControl`` and the media
 /// services (ingest, RTMP push, recording) through ``MediaServices``, and links neither. Without
