@@ -142,7 +142,8 @@ struct HTTPResult: Sendable {
 
 /// One HTTP/1.1 request on its own connection, over NIO (URLSession on Linux stalls on a 401
 /// that carries `WWW-Authenticate`).
-func http(_ method: String, _ url: String, body: String? = nil, basic: (String, String)? = nil) async throws -> HTTPResult {
+func http(_ method: String, _ url: String, body: String? = nil, basic: (String, String)? = nil,
+          headers extra: [String: String] = [:]) async throws -> HTTPResult {
     guard let target = URL(string: url), let host = target.host, let port = target.port else {
         throw TimedOut(what: "a valid URL \(url)")
     }
@@ -163,6 +164,7 @@ func http(_ method: String, _ url: String, body: String? = nil, basic: (String, 
         if let (user, password) = basic {
             headers.add(name: "Authorization", value: "Basic " + Data("\(user):\(password)".utf8).base64EncodedString())
         }
+        for (name, value) in extra.sorted(by: { $0.key < $1.key }) { headers.add(name: name, value: value) }
         let path = (target.path.isEmpty ? "/" : target.path) + (target.query.map { "?" + $0 } ?? "")
         try await outbound.write(.head(HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: method), uri: path, headers: headers)))
         if bytes.readableBytes > 0 { try await outbound.write(.body(.byteBuffer(bytes))) }
