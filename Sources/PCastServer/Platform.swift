@@ -207,6 +207,8 @@ actor Platform {
     let channel: ClusterChannel?
     /// Edge: the streams of other nodes this node pulls for its viewers (opening or open).
     var legs: [String: EdgeLeg] = [:]
+    /// Edge: legs held open for a viewer about to subscribe (a WHEP offer being answered), by stream.
+    var legHolds: [String: Int] = [:]
     /// Origin: the nodes each stream published here is pulled by.
     var edges: [String: Set<String>] = [:]
     /// The live nodes as of the latest heartbeat, by id.
@@ -614,7 +616,7 @@ actor Platform {
                     }
                     queue.append(.publisherAdded(streamId: streamId, result))
                 case .addSubscriber(let streamId, let subscriberId):
-                    if let origin = registry.stream(streamId)?.originNodeId {
+                    if let origin = registry.stream(streamId)?.originNodeId, !isPulling(streamId) {
                         // Another node's stream: pulled here first (once for all its viewers).
                         Task { await self.subscribeRemote(streamId, subscriberId, origin: origin) }
                         continue

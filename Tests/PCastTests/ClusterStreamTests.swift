@@ -108,5 +108,35 @@ extension Cluster {
             await media.stop()
             await nodes[1].shutdown()
         }
+    
+        @Test("a WHEP viewer (webrtcbin) on node 2 plays a stream published with the SDK on node 1: node 2 pulls it and the viewer decodes video and Opus")
+        func whepOnAnotherNode() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(2, on: postgres)
+            let sdk = PCast(PCastOptions(uri: nodes[0].signalingURL))
+            try await sdk.start(authToken: try nodes[0].token(.auth))
+            let media = try await stampedMedia(audio: true)
+            let publisher = try await sdk.publish(streamToken: try nodes[0].token(.publish), mediaStream: media)
+            // Node 2 hears of the stream through the change log within moments; a WHEP offer made
+            // before that is a 404, and the viewer asks again.
+            var seen: ScriptedPeer.Outcome?
+            for _ in 0..<3 where seen?.status != 201 {
+                let viewer = try ScriptedPeer.start(.whep, nodes[1], name: publisher.streamId,
+                                                     token: try nodes[1].token(.stream, originStreamId: publisher.streamId), seconds: 5)
+                seen = try await viewer.outcome()
+                if seen?.status != 201 { try await Task.sleep(for: .milliseconds(200)) }
+            }
+            let outcome = try #require(seen)
+            #expect(outcome.status == 201 && outcome.error == nil, "\(outcome)")
+            #expect(outcome.video_frames >= 60 && outcome.audio_buffers >= 50, "\(outcome)")
+            #expect(outcome.width == 640 && outcome.height == 360)
+            #expect(await eventually { nodes[1].relay.statistics().streams == 0 && nodes[0].relay.statistics().subscribers == 0 },
+                    "the viewer's DELETE left node 2 without viewers: its leg is dropped")
+            #expect(!publisher.hasEnded)
+            await publisher.stop()
+            await sdk.stop()
+            await media.stop()
+            for node in nodes { await node.shutdown() }
+        }
     }
 }

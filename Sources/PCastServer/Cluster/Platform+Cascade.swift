@@ -16,6 +16,12 @@ enum EdgeLeg {
 extension Platform {
     // MARK: Edge
 
+    /// Whether this node already pulls `streamId` (its viewers are added to the relay at once).
+    func isPulling(_ streamId: String) -> Bool {
+        if case .open? = legs[streamId] { return true }
+        return false
+    }
+
     /// Subscribes to another node's stream: the leg first, then the subscriber flow on this relay.
     func subscribeRemote(_ streamId: String, _ subscriberId: String, origin: String) async {
         let result: Result<MediaTransport, RelayError>
@@ -29,7 +35,7 @@ extension Platform {
         perform(registry: .subscriberAdded(streamId: streamId, subscriberId: subscriberId, result))
     }
 
-    private func openLeg(_ streamId: String, origin: String) async -> Result<Void, RelayError> {
+    func openLeg(_ streamId: String, origin: String) async -> Result<Void, RelayError> {
         switch legs[streamId] {
         case .open?:
             return .success(())
@@ -83,10 +89,17 @@ extension Platform {
         return .success(())
     }
 
+    /// Ends a hold on a leg (see `legHolds`); a leg nobody watches then goes.
+    func releaseHold(_ streamId: String) {
+        legHolds[streamId, default: 1] -= 1
+        if legHolds[streamId] == 0 { legHolds[streamId] = nil }
+        releaseIdleLegs()
+    }
+
     /// Drops the legs no viewer here needs any more (the origin closes its end when told).
     func releaseIdleLegs() {
         for (streamId, leg) in legs {
-            guard case .open(let origin) = leg, !registry.hasViewers(streamId) else { continue }
+            guard case .open(let origin) = leg, !registry.hasViewers(streamId), legHolds[streamId, default: 0] == 0 else { continue }
             legs[streamId] = nil
             relay.removeStream(streamId: streamId)
             logger.info("the last viewer of a pulled stream left: its leg is dropped", metadata: ["pcast.stream": .string(streamId)])

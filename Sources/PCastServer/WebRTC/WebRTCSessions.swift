@@ -164,7 +164,7 @@ extension Platform {
     /// WHEP: plays the stream `name` (a stream id, or a channel alias whose newest stream is
     /// played) to the offerer, checked against `token` (a stream token) exactly as an SDK
     /// subscribe is; the token must lead to that stream.
-    func openWHEP(name: String, token: String?, offer: String, remoteAddress: String?) -> Result<WebRTCCreated, WebRTCRefusal> {
+    func openWHEP(name: String, token: String?, offer: String, remoteAddress: String?) async -> Result<WebRTCCreated, WebRTCRefusal> {
         guard isAccepting else { return .failure(WebRTCRefusal(503, "Service Unavailable", "the platform is shutting down")) }
         guard let endpoint = relay.webRTC else { return .failure(WebRTCRefusal(503, "Service Unavailable", "this relay does not accept WebRTC peers")) }
         guard let token, !token.isEmpty else { return .failure(WebRTCRefusal(401, "Unauthorized", "no stream token (Authorization: Bearer <token>)")) }
@@ -204,6 +204,22 @@ extension Platform {
             if let track = media.kind == "video" ? video : audio { payloadTypes[track.payloadType] = media.codec.payloadType }
         }
         let subscriberId = Self.makeId("whep-viewer")
+        // Another node's stream is pulled here first (once for all its viewers), for a token that
+        // may subscribe at all: a caller without one makes this node pull nothing.
+        if let origin = record.originNodeId {
+            if case .failure(let failure) = configuration.tokenAuthority.check(token, as: .stream, sessionId: "", remoteAddress: remoteAddress, now: clock()),
+               failure.status == .unauthorized {
+                return .failure(WebRTCRefusal(failure))
+            }
+            // Held until the subscribe below has its answer (the leg has no viewer before).
+            legHolds[record.streamId, default: 0] += 1
+            let opened = await openLeg(record.streamId, origin: origin)
+            if case .failure(let error) = opened {
+                releaseHold(record.streamId)
+                return .failure(WebRTCRefusal(502, "Bad Gateway", "stream '\(record.streamId)' is on node \(origin), which could not be reached: \(error)"))
+            }
+        }
+        defer { if record.originNodeId != nil { releaseHold(record.streamId) } }
         let peer = WebRTCPeerParameters(local: local, remoteUfrag: negotiated.remote.iceUfrag,
                                         remoteFingerprint: negotiated.remote.fingerprint?.digest ?? "", payloadTypes: payloadTypes)
         let (sessionId, reply) = request(.subscribe(.init(streamToken: token)), as: "whep", flowId: subscriberId, peer: peer,
