@@ -116,13 +116,16 @@ public struct RecordingInfo: Codable, Sendable, Hashable {
     public var modified: String
     /// The stream being recorded into it right now, if any.
     public var recordingStreamId: String?
+    /// In a cluster, the node that keeps it (the one its stream was published on); nil on a single node.
+    public var node: String?
 
-    public init(name: String, bytes: Int, durationMilliseconds: Int64?, modified: String, recordingStreamId: String?) {
+    public init(name: String, bytes: Int, durationMilliseconds: Int64?, modified: String, recordingStreamId: String?, node: String? = nil) {
         self.name = name
         self.bytes = bytes
         self.durationMilliseconds = durationMilliseconds
         self.modified = modified
         self.recordingStreamId = recordingStreamId
+        self.node = node
     }
 }
 

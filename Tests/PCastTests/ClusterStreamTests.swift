@@ -138,5 +138,33 @@ extension Cluster {
             await media.stop()
             for node in nodes { await node.shutdown() }
         }
+    
+        @Test("a recording made on node 1 is listed from node 2 with its node, and fetched through node 2 (a 307 to node 1, credentials kept in the query)")
+        func recordingsFromAnyNode() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(2, on: postgres)
+            let pcast = try await client(nodes[0])
+            let (publisher, media) = try await publishPattern(pcast, nodes[0], type: .record, name: "cluster-clip")
+            try await Task.sleep(for: .seconds(2))
+            await publisher.stop()
+            await media.stop()
+            _ = try #require(try await finishedRecording(nodes[0], "cluster-clip"))
+            let onDisk = try Data(contentsOf: URL(fileURLWithPath: nodes[0].configuration.recordingsDirectory + "/cluster-clip.mp4"))
+
+            let listed = try await recordingsList(nodes[1]).first { $0["name"] as? String == "cluster-clip" }
+            #expect(listed?["node"] as? String == "node-1" && listed?["bytes"] as? Int == onDisk.count, "\(String(describing: listed))")
+            let token = try nodes[1].token(.auth, capabilities: ["recordings"])
+            let query = "?token=" + (token.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")
+            let redirect = try curlRequest("GET", nodes[1].httpURL + "/recordings/cluster-clip.mp4" + query, contentType: nil, token: nil, body: nil)
+            #expect(redirect.status == 307)
+            #expect(redirect.headers.lowercased().contains("location: \(nodes[0].httpURL.lowercased())/recordings/cluster-clip.mp4?token="),
+                    "\(redirect.headers)")
+            let (data, response) = try await httpGet(nodes[1].httpURL + "/recordings/cluster-clip" + query)
+            #expect(response.statusCode == 200 && data == onDisk, "followed to node 1: \(response.statusCode), \(data.count) of \(onDisk.count) bytes")
+            #expect(try await httpGet(nodes[1].httpURL + "/recordings/nowhere" + query).1.statusCode == 404)
+            #expect(try await httpGet(nodes[1].httpURL + "/recordings/cluster-clip").1.statusCode == 401, "no credentials: refused before any redirect")
+            await pcast.stop()
+            for node in nodes { await node.shutdown() }
+        }
     }
 }

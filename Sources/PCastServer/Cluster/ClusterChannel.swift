@@ -196,6 +196,9 @@ struct EndRequest: Codable, Sendable {
     var description: String?
 }
 
+/// A node asks another for the recordings it keeps.
+struct RecordingsRequest: Codable, Sendable {}
+
 /// What a call that needs no data answers.
 struct ClusterDone: Codable, Sendable {
     var streamId: String

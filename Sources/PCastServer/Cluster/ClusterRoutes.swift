@@ -9,6 +9,7 @@ import NIOCore
 /// - `POST /cluster/edges` `{streamId}`: the calling node pulls the stream (a cascade leg); the
 ///   answer carries the leg's transport and this node's relay address.
 /// - `POST /cluster/edges/release` `{streamId}`: the calling node's last viewer of it left.
+/// - `POST /cluster/recordings` `{}`: the recordings this node keeps.
 /// - `POST /cluster/streams/end` `{streamId, reason, description}`: ends a stream published
 ///   here (an operator's end made on another node).
 struct ClusterRoutes: Sendable {
@@ -27,6 +28,11 @@ struct ClusterRoutes: Sendable {
         router.post("/cluster/edges/release") { request, context in
             try await answer(request, context, path: "/cluster/edges/release") { (node, body: EdgeRequest) in
                 await platform.releaseEdge(body.streamId, of: node)
+            }
+        }
+        router.post("/cluster/recordings") { request, context in
+            try await answer(request, context, path: "/cluster/recordings") { (_, _: RecordingsRequest) in
+                await .success(RecordingList(recordings: platform.recordings?.list() ?? []))
             }
         }
         router.post("/cluster/streams/end") { request, context in

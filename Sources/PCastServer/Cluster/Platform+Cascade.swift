@@ -120,7 +120,7 @@ extension Platform {
     }
 
     /// A live node's record: from the latest heartbeat's view, else read now (a node that joined since).
-    private func liveNode(_ nodeId: String) async -> NodeRecord? {
+    func liveNode(_ nodeId: String) async -> NodeRecord? {
         if let node = liveNodes[nodeId] { return node }
         guard let live = try? await clusterNodes() else { return nil }
         for node in live { liveNodes[node.nodeId] = node }
@@ -197,6 +197,36 @@ extension Platform {
                                                                           "pcast.error": .string(error.description)])
             return false
         }
+    }
+
+    // MARK: Recordings
+
+    /// This node's recordings and, in a cluster, every other live node's (each with its node),
+    /// by name then node; with the live nodes that did not answer.
+    func clusterRecordings() async -> (recordings: [RecordingInfo], unreachable: [String]) {
+        var recordings = await self.recordings?.list() ?? []
+        guard let channel else { return (recordings, []) }
+        for index in recordings.indices { recordings[index].node = configuration.nodeId }
+        var unreachable: [String] = []
+        let others = ((try? await clusterNodes()) ?? []).filter { $0.nodeId != configuration.nodeId }
+        for node in others {
+            do throws(ClusterChannelError) {
+                let list: RecordingList = try await channel.call("/cluster/recordings", on: node, RecordingsRequest())
+                recordings += list.recordings.map { var info = $0; info.node = node.nodeId; return info }
+            } catch {
+                unreachable.append(node.nodeId)
+            }
+        }
+        return (recordings.sorted { ($0.name, $0.node ?? "") < ($1.name, $1.node ?? "") }, unreachable)
+    }
+
+    /// The HTTP address of another live node keeping the recording `name`, if one does.
+    func nodeKeeping(recording name: String) async -> String? {
+        guard channel != nil else { return nil }
+        let (recordings, _) = await clusterRecordings()
+        guard let node = recordings.first(where: { $0.name == name && $0.node != configuration.nodeId })?.node,
+              let record = await liveNode(node) else { return nil }
+        return ClusterChannel.httpBase(signalingURL: record.signalingURL)
     }
 
     // MARK: The directory

@@ -69,7 +69,9 @@ struct HTTPRoutes: Sendable {
         }
         router.get("/recordings") { request, context in
             guard recordingAccess.authorises(request) else { return Self.recordingsUnauthorized() }
-            return Self.encode(RecordingList(recordings: await platform.recordings?.list() ?? []), status: .ok)
+            // In a cluster: every live node's recordings, each with its node.
+            let (recordings, unreachable) = await platform.clusterRecordings()
+            return Self.encode(RecordingList(recordings: recordings, unreachableNodes: unreachable.isEmpty ? nil : unreachable), status: .ok)
         }
         router.get("/recordings/:name") { request, context in
             try await downloadRecording(request, context: context)
@@ -144,6 +146,14 @@ struct HTTPRoutes: Sendable {
         }
         guard let path = platform.recordings?.path(of: name),
               let attributes = try? FileManager.default.attributesOfItem(atPath: path), let size = (attributes[.size] as? NSNumber)?.intValue else {
+            // In a cluster, the node that keeps it serves it: the client is sent there (the same
+            // credentials hold on every node).
+            if let base = await platform.nodeKeeping(recording: name.description) {
+                var response = Response(status: .temporaryRedirect)
+                let query = request.uri.query.map { "?" + $0 } ?? ""
+                response.headers[.location] = base + "/recordings/" + name.fileName + query
+                return response
+            }
             return Self.json(["error": "no recording '\(name)'"], status: .notFound)
         }
         var headers: HTTPFields = [.contentType: "video/mp4", .acceptRanges: "bytes"]
@@ -250,6 +260,8 @@ struct NodeList: Codable, Sendable {
 /// The body of `GET /recordings`.
 struct RecordingList: Codable, Sendable {
     var recordings: [RecordingInfo]
+    /// In a cluster, live nodes that did not answer (their recordings are missing from the list).
+    var unreachableNodes: [String]?
 }
 
 /// HTTP Basic credentials for the admin routes: user = application id, password = secret,
