@@ -43,6 +43,8 @@ packages=(
   libnginx-mod-rtmp
   # The shared store of a cluster of nodes: scripts/postgres.sh starts a throwaway server from it.
   postgresql
+  # nft: the cluster tests cut the link between two nodes with packet-filter rules.
+  nftables
 )
 
 # Independent oracles the tests check against (PyPI): phenix-edge-auth for digest tokens, pylibsrtp for

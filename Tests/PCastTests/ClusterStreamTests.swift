@@ -2,6 +2,7 @@ import Foundation
 @testable import PCast
 import PCastNode
 import PCastProtocol
+import PCastRelay
 import PCastServer
 import PCastTestSupport
 import Testing
@@ -164,6 +165,53 @@ extension Cluster {
             #expect(try await httpGet(nodes[1].httpURL + "/recordings/nowhere" + query).1.statusCode == 404)
             #expect(try await httpGet(nodes[1].httpURL + "/recordings/cluster-clip").1.statusCode == 401, "no credentials: refused before any redirect")
             await pcast.stop()
+            for node in nodes { await node.shutdown() }
+        }
+    
+        @Test("a partition between the origin and an edge (nftables drops every packet between their addresses) stops the edge viewer's media; once it heals the leg carries the stream again and the viewer decodes it in order")
+        func partitionHeals() async throws {
+            let postgres = try TestPostgres.server()
+            let url = try PostgresURL(parsing: try postgres.newDatabase())
+            let secret = SRTPFreeRandom.secret()
+            var nodes: [LocalPlatform] = []
+            for (index, host) in ["127.0.0.2", "127.0.0.3"].enumerated() {
+                nodes.append(try await LocalPlatform.start(secret: secret, relayConfiguration: RelayConfiguration(host: host)) { configuration in
+                    configuration.host = host
+                    configuration.database = .postgres(url)
+                    configuration.nodeId = "node-\(index + 1)"
+                })
+            }
+            let publisherSDK = PCast(PCastOptions(uri: nodes[0].signalingURL))
+            try await publisherSDK.start(authToken: try nodes[0].token(.auth))
+            let media = try await stampedMedia()
+            let publisher = try await publisherSDK.publish(streamToken: try nodes[0].token(.publish), mediaStream: media)
+            let sent = try StampTap(encoderOf: media)
+            let viewer = PCast(PCastOptions(uri: nodes[1].signalingURL))
+            try await viewer.start(authToken: try nodes[1].token(.auth))
+            let stream = try await subscribeEventually(viewer, nodes[1], publisher.streamId)
+            let decoded = try StampTap(decoderOf: stream)
+            #expect(await eventually { decoded.all.count >= 60 })
+
+            let cut = try NetworkPartition.cut("127.0.0.2", "127.0.0.3")
+            try await Task.sleep(for: .milliseconds(500))     // what was on its way
+            let before = decoded.all.count
+            try await Task.sleep(for: .seconds(3))
+            let during = decoded.all.count - before
+            #expect(during <= 3, "\(during) frames decoded through a cut link")
+            #expect(nodes[1].relay.statistics().streams == 1, "the edge keeps its leg through the cut (both nodes stay in the membership)")
+
+            try cut.heal()
+            let healed = ContinuousClock.now
+            let stalled = decoded.all.count
+            #expect(await eventually(.seconds(10)) { decoded.all.count >= stalled + 30 }, "media again after the link healed")
+            print("cluster: the edge's viewer decoded again \(ContinuousClock.now - healed) after the partition healed")
+            let after = Array(decoded.all.dropFirst(stalled))
+            #expect(complete(after, sent: sent.all), "after the heal: \(after.prefix(60))")
+            #expect(!publisher.hasEnded && stream.endReason == nil)
+
+            await viewer.stop()
+            await publisherSDK.stop()
+            await media.stop()
             for node in nodes { await node.shutdown() }
         }
     }
