@@ -207,6 +207,8 @@ actor Platform {
     let channel: ClusterChannel?
     /// Edge: the streams of other nodes this node pulls for its viewers (opening or open).
     var legs: [String: EdgeLeg] = [:]
+    /// Edge: the latest viewer-limit call to each stream's origin (each waits for the one before).
+    var limitCalls: [String: Task<Void, Never>] = [:]
     /// Edge: legs held open for a viewer about to subscribe (a WHEP offer being answered), by stream.
     var legHolds: [String: Int] = [:]
     /// Origin: the nodes each stream published here is pulled by.
@@ -631,6 +633,8 @@ actor Platform {
                     if case .open? = legs[streamId] { legs[streamId] = nil }
                 case .persist(let change):
                     persistence.submit([change])
+                case .forwardViewerLimit(let streamId, let origin, let bitsPerSecond):
+                    forwardViewerLimit(streamId, to: origin, bitsPerSecond: bitsPerSecond)
                 case .record(let streamId, let name, let type):
                     // A node without a recorder refused the recording publish before it got here.
                     if let recordings { Task { await recordings.start(streamId: streamId, name: name, type: type) } }

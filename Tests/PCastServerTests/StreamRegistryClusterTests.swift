@@ -81,4 +81,55 @@ extension StreamRegistryTests {
         #expect(registry.handle(.remoteStreamEnded(streamId: "unknown", reason: .ended, description: nil)).isEmpty)
         #expect(!registry.hasViewers("s2") && registry.hasViewers("s3"))
     }
+
+    @Test("viewer limits across nodes: an edge forwards its viewers' lowest to the origin, which counts it as one viewer's; a publisher's quality reason travels in the directory to other nodes' viewers")
+    func limitsAndQualityAcrossNodes() throws {
+        // Edge: two viewers of node 2's stream.
+        var edge = registry()
+        _ = edge.handle(.remoteStreamPublished(shared("s1", at: 1)))
+        for (session, subscriber) in [("sub", "a"), ("sub2", "b")] {
+            _ = subscribe(&edge, session, token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: subscriber)
+            _ = edge.handle(.subscriberAdded(streamId: "s1", subscriberId: subscriber, .success(transport)))
+        }
+        func limit(_ session: String, _ bits: Int) -> [StreamRegistry.Action] {
+            edge.handle(.request(sessionId: session, requestId: 5, .limitBandwidth(.init(streamId: "s1", bitsPerSecond: bits)), now: now, newId: ""))
+        }
+        func forwarded(_ actions: [StreamRegistry.Action]) -> [Int?] {
+            actions.compactMap { if case .forwardViewerLimit("s1", "node-2", let bits) = $0 { bits } else { nil } }
+        }
+        #expect(forwarded(limit("sub", 500_000)) == [500_000])
+        #expect(forwarded(limit("sub2", 300_000)) == [300_000])
+        #expect(forwarded(limit("sub", 400_000)).isEmpty, "the lowest did not change")
+        let left = edge.handle(.request(sessionId: "sub2", requestId: 6, .unsubscribe(.init(streamId: "s1")), now: now, newId: ""))
+        #expect(forwarded(left) == [400_000])
+        #expect(sends(left).allSatisfy { $0.0 == "sub2" }, "nothing is sent to the remote publisher's session")
+
+        // Origin: a viewer here at 500 kbit/s, node 2's viewers at 300 kbit/s.
+        var origin = registry()
+        origin.nodeId = "node-1"
+        publish(&origin, "s2")
+        _ = subscribe(&origin, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s2") }, subscriberId: "c")
+        _ = origin.handle(.subscriberAdded(streamId: "s2", subscriberId: "c", .success(transport)))
+        _ = origin.handle(.request(sessionId: "sub", requestId: 7, .limitBandwidth(.init(streamId: "s2", bitsPerSecond: 500_000)), now: now, newId: ""))
+        func told(_ actions: [StreamRegistry.Action]) -> [Int?] {
+            sends(actions).compactMap { (session: String, envelope: Envelope<ServerMessage>) -> Int?? in
+                if session == "pub", case .bandwidthLimit(let limit) = envelope.message { return .some(limit.bitsPerSecond) } else { return nil }
+            }
+        }
+        #expect(told(origin.handle(.edgeViewerLimit(streamId: "s2", nodeId: "node-2", bitsPerSecond: 300_000))) == [300_000])
+        #expect(told(origin.handle(.edgeViewerLimit(streamId: "s2", nodeId: "node-2", bitsPerSecond: nil))) == [500_000])
+        #expect(origin.handle(.edgeViewerLimit(streamId: "unknown", nodeId: "node-2", bitsPerSecond: 1)).isEmpty)
+
+        // The publisher's quality: to its viewers here, and into the directory entry.
+        let quality = origin.handle(.request(sessionId: "pub", requestId: 8, .publisherQuality(.init(streamId: "s2", reason: .networkLimited)), now: now, newId: ""))
+        let entry = persisted(quality).compactMap { if case .saveStream(let entry) = $0 { entry } else { nil } }.first
+        #expect(entry?.publisherQuality == .networkLimited && entry?.nodeId == "node-1")
+        // An edge hears it from the entry and tells its viewers, once.
+        var entryAtEdge = shared("s1", at: 1)
+        entryAtEdge.publisherQuality = .networkLimited
+        let heard = edge.handle(.remoteStreamPublished(entryAtEdge))
+        #expect(sends(heard).map(\.0) == ["sub"])
+        #expect(sends(heard).first?.1 == .event(.publisherQuality(.init(streamId: "s1", reason: .networkLimited))))
+        #expect(edge.handle(.remoteStreamPublished(entryAtEdge)).isEmpty)
+    }
 }

@@ -27,7 +27,7 @@ import Testing
         actions.filter {
             switch $0 {
             case .addPublisher, .addSubscriber, .removeStream, .removeSubscriber: return true
-            case .send, .log, .record, .persist: return false
+            case .send, .log, .record, .persist, .forwardViewerLimit: return false
             }
         }
     }

@@ -214,5 +214,44 @@ extension Cluster {
             await media.stop()
             for node in nodes { await node.shutdown() }
         }
+    
+        @Test("a viewer on node 2 limits the bitrate of node 1's publisher (its target follows the limit, and returns when released); the publisher's reduced quality reaches another viewer on node 2")
+        func limitsAcrossNodes() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(2, on: postgres)
+            let publisherSDK = PCast(PCastOptions(uri: nodes[0].signalingURL))
+            try await publisherSDK.start(authToken: try nodes[0].token(.auth))
+            let media = try await stampedMedia()
+            let publisher = try await publisherSDK.publish(streamToken: try nodes[0].token(.publish), mediaStream: media)
+            @Sendable func target() -> Int? {
+                publisher.rtcStatsReport().stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }?.targetBitrate
+            }
+            let configured = target()
+            let viewer = PCast(PCastOptions(uri: nodes[1].signalingURL))
+            try await viewer.start(authToken: try nodes[1].token(.auth))
+            let stream = try await subscribeEventually(viewer, nodes[1], publisher.streamId)
+            let watcher = PCast(PCastOptions(uri: nodes[1].signalingURL))
+            try await watcher.start(authToken: try nodes[1].token(.auth))
+            let watched = try await subscribeEventually(watcher, nodes[1], publisher.streamId)
+            let (renderer, quality) = await watchDataQuality(watched)
+
+            var limit: Disposable? = stream.getVideoTracks()[0].limitBandwidth(300_000)
+            #expect(await eventually(.seconds(10)) { target() == 300_000 }, "target \(String(describing: target()))")
+            #expect(await eventually(.seconds(10)) { quality.all.last?.hasSuffix("/networkLimited") == true }, "\(quality.all)")
+            limit?.dispose()
+            limit = nil
+            #expect(await eventually(.seconds(10)) { target() == configured }, "target \(String(describing: target())), configured \(String(describing: configured))")
+            #expect(await eventually(.seconds(10)) { quality.all.last?.hasSuffix("/none") == true }, "\(quality.all)")
+
+            await renderer.stop()
+            await watched.stop()
+            await watcher.stop()
+            await stream.stop()
+            await viewer.stop()
+            await publisher.stop()
+            await publisherSDK.stop()
+            await media.stop()
+            for node in nodes { await node.shutdown() }
+        }
     }
 }

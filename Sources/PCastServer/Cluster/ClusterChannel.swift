@@ -196,6 +196,12 @@ struct EndRequest: Codable, Sendable {
     var description: String?
 }
 
+/// An edge tells the origin the lowest video bitrate its viewers of a stream ask for (nil: none).
+struct ViewerLimitRequest: Codable, Sendable {
+    var streamId: String
+    var bitsPerSecond: Int?
+}
+
 /// A node asks another for the recordings it keeps.
 struct RecordingsRequest: Codable, Sendable {}
 

@@ -10,6 +10,8 @@ import NIOCore
 ///   answer carries the leg's transport and this node's relay address.
 /// - `POST /cluster/edges/release` `{streamId}`: the calling node's last viewer of it left.
 /// - `POST /cluster/recordings` `{}`: the recordings this node keeps.
+/// - `POST /cluster/streams/limit` `{streamId, bitsPerSecond}`: the lowest video bitrate the
+///   calling node's viewers ask of a stream published here (absent: none).
 /// - `POST /cluster/streams/end` `{streamId, reason, description}`: ends a stream published
 ///   here (an operator's end made on another node).
 struct ClusterRoutes: Sendable {
@@ -33,6 +35,11 @@ struct ClusterRoutes: Sendable {
         router.post("/cluster/recordings") { request, context in
             try await answer(request, context, path: "/cluster/recordings") { (_, _: RecordingsRequest) in
                 await .success(RecordingList(recordings: platform.recordings?.list() ?? []))
+            }
+        }
+        router.post("/cluster/streams/limit") { request, context in
+            try await answer(request, context, path: "/cluster/streams/limit") { (node, body: ViewerLimitRequest) in
+                await platform.edgeViewerLimit(body.streamId, from: node, bitsPerSecond: body.bitsPerSecond)
             }
         }
         router.post("/cluster/streams/end") { request, context in

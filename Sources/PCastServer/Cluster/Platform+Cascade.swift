@@ -154,8 +154,9 @@ extension Platform {
         }
     }
 
-    /// A node no longer pulls a stream.
+    /// A node no longer pulls a stream (its viewers' limit goes with it).
     func releaseEdge(_ streamId: String, of nodeId: String) -> Result<ClusterDone, ClusterRefusal> {
+        perform(registry: .edgeViewerLimit(streamId: streamId, nodeId: nodeId, bitsPerSecond: nil))
         if edges[streamId]?.remove(nodeId) != nil {
             relay.removeSubscriber(streamId: streamId, subscriberId: Self.edgeSubscriberId(nodeId))
             logger.info("a node stopped pulling a stream", metadata: ["pcast.stream": .string(streamId), "pcast.edge": .string(nodeId)])
@@ -173,6 +174,32 @@ extension Platform {
     }
 
     static func edgeSubscriberId(_ nodeId: String) -> String { "edge@\(nodeId)" }
+
+    /// Another node's viewers ask the publisher of a stream published here for at most this bitrate.
+    func edgeViewerLimit(_ streamId: String, from nodeId: String, bitsPerSecond: Int?) -> Result<ClusterDone, ClusterRefusal> {
+        guard let record = registry.stream(streamId), record.originNodeId == nil else {
+            return .failure(ClusterRefusal(status: 404, message: "no stream '\(streamId)' is published on this node"))
+        }
+        perform(registry: .edgeViewerLimit(streamId: streamId, nodeId: nodeId, bitsPerSecond: bitsPerSecond))
+        return .success(ClusterDone(streamId: streamId))
+    }
+
+    /// Tells a stream's origin the lowest bitrate this node's viewers ask for, in order of change.
+    func forwardViewerLimit(_ streamId: String, to origin: String, bitsPerSecond: Int?) {
+        guard let channel else { return }
+        let previous = limitCalls[streamId]
+        limitCalls[streamId] = Task {
+            await previous?.value
+            guard let node = await self.liveNode(origin) else { return }
+            do throws(ClusterChannelError) {
+                let _: ClusterDone = try await channel.call("/cluster/streams/limit", on: node,
+                                                           ViewerLimitRequest(streamId: streamId, bitsPerSecond: bitsPerSecond))
+            } catch {
+                self.logger.notice("the stream's node was not told its viewers' limit here",
+                                   metadata: ["pcast.stream": .string(streamId), "pcast.error": .string(error.description)])
+            }
+        }
+    }
 
     // MARK: Ending streams across nodes
 

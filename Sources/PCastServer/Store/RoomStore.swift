@@ -101,9 +101,11 @@ public struct SharedStream: Codable, Sendable, Hashable {
     public var streamName: String?
     /// Milliseconds since 1970 (UTC): orders streams of different nodes (the newest carrying a tag).
     public var publishedAt: Int64
+    /// Why its publisher says it is reduced (told to its viewers on every node); nil: not reduced.
+    public var publisherQuality: PublisherQualityReason?
 
     public init(streamId: String, nodeId: String, publisherSessionId: String, tags: [String], tracks: [MediaTrackDescription],
-                publishType: PublishType, streamName: String?, publishedAt: Int64) {
+                publishType: PublishType, streamName: String?, publishedAt: Int64, publisherQuality: PublisherQualityReason? = nil) {
         self.streamId = streamId
         self.nodeId = nodeId
         self.publisherSessionId = publisherSessionId
@@ -112,6 +114,7 @@ public struct SharedStream: Codable, Sendable, Hashable {
         self.publishType = publishType
         self.streamName = streamName
         self.publishedAt = publishedAt
+        self.publisherQuality = publisherQuality
     }
 }
 

@@ -54,7 +54,8 @@ public struct StreamRecord: Sendable, Hashable {
     /// The directory entry other nodes of a cluster learn this stream from.
     func shared(nodeId: String) -> SharedStream {
         SharedStream(streamId: streamId, nodeId: originNodeId ?? nodeId, publisherSessionId: publisherSessionId, tags: tags,
-                     tracks: tracks, publishType: publishType, streamName: streamName, publishedAt: publishedAt)
+                     tracks: tracks, publishType: publishType, streamName: streamName, publishedAt: publishedAt,
+                     publisherQuality: publisherQuality == .none ? nil : publisherQuality)
     }
 }
 
@@ -122,6 +123,9 @@ public struct StreamRegistry: Sendable {
         /// A node's streams all ended: it left the cluster (stopped, died, or cut off: `failed`) or
         /// restarted.
         case remoteNodeGone(nodeId: String, reason: StreamEndedReason, description: String?)
+        /// The lowest video bitrate the viewers on another node (an edge) ask of a stream published
+        /// here; nil: none (any more).
+        case edgeViewerLimit(streamId: String, nodeId: String, bitsPerSecond: Int?)
     }
 
     public enum Action: Sendable, Hashable {
@@ -134,6 +138,8 @@ public struct StreamRegistry: Sendable {
         case record(streamId: String, name: String, type: PublishType)
         /// Write to the store: the directory entry of a stream published or ended here.
         case persist(RoomStoreChange)
+        /// Tell the node that has the stream the lowest bitrate its viewers here ask for (nil: none).
+        case forwardViewerLimit(streamId: String, originNodeId: String, bitsPerSecond: Int?)
         case log(Logger.Level, String, sessionId: String?, streamId: String?)
     }
 
@@ -264,6 +270,9 @@ public struct StreamRegistry: Sendable {
             return end(streamId, reason: reason, description: description, skipping: nil)
         case .remoteNodeGone(let nodeId, let reason, let description):
             return streamIds(ofNode: nodeId).flatMap { end($0, reason: reason, description: description, skipping: nil) }
+        case .edgeViewerLimit(let streamId, let nodeId, let bitsPerSecond):
+            guard let record = streams[streamId], record.originNodeId == nil else { return [] }
+            return setViewerLimit(bitsPerSecond, streamId: streamId, subscriberId: Self.edgeLimitKey(nodeId))
         case .subscriberVideo(let event):
             // Only to the session that still holds that subscription.
             guard let sessionId = streams[event.streamId]?.subscribers.first(where: { $0.subscriberId == event.subscriberId })?.sessionId
@@ -464,6 +473,8 @@ public struct StreamRegistry: Sendable {
         streams[quality.streamId] = record
         let event = Envelope<ServerMessage>.event(.publisherQuality(quality))
         for subscriber in record.subscribers { actions.append(.send(sessionId: subscriber.sessionId, event)) }
+        // Other nodes' viewers hear it through the directory.
+        actions.append(.persist(.saveStream(record.shared(nodeId: nodeId))))
         return actions
     }
 
@@ -484,6 +495,10 @@ public struct StreamRegistry: Sendable {
         record.viewerLimits[subscriberId] = bitsPerSecond
         streams[streamId] = record
         guard record.viewerLimit != before else { return [] }
+        if let origin = record.originNodeId {
+            // The publisher is another node's: that node takes this node's lowest as one viewer's.
+            return [.forwardViewerLimit(streamId: streamId, originNodeId: origin, bitsPerSecond: record.viewerLimit)]
+        }
         return [
             .send(sessionId: record.publisherSessionId, .event(.bandwidthLimit(.init(streamId: streamId, bitsPerSecond: record.viewerLimit)))),
             .log(.info, "viewers ask for at most \(record.viewerLimit.map { "\($0) bit/s" } ?? "any bitrate")", sessionId: record.publisherSessionId, streamId: streamId),
@@ -512,8 +527,12 @@ public struct StreamRegistry: Sendable {
         return actions
     }
 
+    /// The key under which an edge node's lowest viewer limit is kept among a stream's viewers'.
+    static func edgeLimitKey(_ nodeId: String) -> String { "edge@\(nodeId)" }
+
     /// Another node's stream, as its directory entry says.
     private mutating func remotePublished(_ shared: SharedStream) -> [Action] {
+        let quality = shared.publisherQuality ?? .none
         if let existing = streams[shared.streamId] {
             // Never let another node's entry take over a stream published here.
             guard existing.originNodeId != nil else { return [] }
@@ -523,15 +542,20 @@ public struct StreamRegistry: Sendable {
                 publishedAt: shared.publishedAt, originNodeId: shared.nodeId)
             record.subscribers = existing.subscribers
             record.viewerLimits = existing.viewerLimits
-            record.publisherQuality = existing.publisherQuality
+            record.publisherQuality = quality
             streams[shared.streamId] = record
-            return []
+            guard quality != existing.publisherQuality else { return [] }
+            // The publisher's quality reason, told to this node's viewers as the origin tells its own.
+            let event = Envelope<ServerMessage>.event(.publisherQuality(.init(streamId: shared.streamId, reason: quality)))
+            return record.subscribers.map { .send(sessionId: $0.sessionId, event) }
         }
         nextSequence += 1
-        streams[shared.streamId] = StreamRecord(
+        var record = StreamRecord(
             streamId: shared.streamId, publisherSessionId: shared.publisherSessionId, tags: shared.tags, tracks: shared.tracks,
             publishType: shared.publishType, streamName: shared.streamName, sequence: nextSequence,
             publishedAt: shared.publishedAt, originNodeId: shared.nodeId)
+        record.publisherQuality = quality
+        streams[shared.streamId] = record
         return [.log(.info, "stream published on node \(shared.nodeId) (tags: \(shared.tags.joined(separator: ", ")))",
                      sessionId: nil, streamId: shared.streamId)]
     }
