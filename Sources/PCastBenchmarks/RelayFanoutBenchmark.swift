@@ -47,6 +47,10 @@ public struct RelayFanoutBenchmark: Sendable {
         /// before the stream starts, and gets its packets with a rewritten payload type. The
         /// handshakes are measured too.
         public var webRTCViewers: Bool = false
+        /// Edge relays between the relay and its subscribers (an origin → edge cascade): each pulls
+        /// the stream over one leg and serves `subscribers / edges` of them. The CPU measured is
+        /// the origin's; 0: every subscriber is the relay's own.
+        public var edges: Int = 0
 
         public init(subscribers: Int = 100, duration: Double = 5) {
             self.subscribers = subscribers
@@ -135,9 +139,9 @@ public struct RelayFanoutBenchmark: Sendable {
 
     public func run() throws(Failure) -> Result {
         let c = configuration
-        guard c.subscribers >= 1, c.duration > 0, c.packetSize >= 64, c.packetSize <= 1400, c.bitrate > 0,
+        guard c.subscribers >= 1, c.duration > 0, c.edges >= 0, c.edges <= c.subscribers, c.edges == 0 || !c.webRTCViewers, c.packetSize >= 64, c.packetSize <= 1400, c.bitrate > 0,
               c.frameRate > 0, c.receiverThreads >= 1, c.authenticationSampleInterval >= 1
-        else { throw .invalidConfiguration("subscribers, duration, bitrate, frame rate and threads must be positive; packets 64–1400 bytes") }
+        else { throw .invalidConfiguration("subscribers, duration, bitrate, frame rate and threads must be positive; packets 64–1400 bytes; edges 0 to subscribers, and not with WebRTC viewers") }
         guard packetsPerSecond * c.duration < 30_000 else { throw .invalidConfiguration("the measured window must stay under 30,000 packets") }
 
         let (relay, handshakes) = try runRelay()
@@ -164,7 +168,11 @@ public struct RelayFanoutBenchmark: Sendable {
         // long enough a consent window that a long run of handshakes keeps the first viewers.
         relayConfiguration.webRTCConsentTimeout = .seconds(300)
         do { relay = try Relay(configuration: relayConfiguration) } catch { throw .relay(error) }
-        defer { relay.shutdown() }
+        var edges: [Relay] = []
+        defer {
+            for edge in edges { edge.shutdown() }
+            relay.shutdown()
+        }
         let ssrc: UInt32 = 0x5EED_0001
         let relayAddress = RelayAddress(ipv4: 0x7F00_0001, port: relay.mediaPort)
         do {
@@ -184,13 +192,21 @@ public struct RelayFanoutBenchmark: Sendable {
                 }
                 handshakes = figures
             } else {
+                for index in 0..<c.edges {
+                    let edge = try Relay(configuration: RelayConfiguration())
+                    edges.append(edge)
+                    let leg = try relay.addEdgeSubscriber(streamId: "bench", subscriberId: "edge-\(index)")
+                    try edge.addUpstream(streamId: "bench", tracks: [MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: ssrc)],
+                                         origin: UpstreamOrigin(host: "127.0.0.1", port: relay.mediaPort, transport: leg))
+                }
                 for index in 0..<c.subscribers {
-                    let transport = try relay.addSubscriber(streamId: "bench", subscriberId: "s\(index)")
+                    let server = c.edges > 0 ? edges[index % c.edges] : relay
+                    let transport = try server.addSubscriber(streamId: "bench", subscriberId: "s\(index)")
                     let socket = try UDPSocket(host: "127.0.0.1", port: 0, bufferSize: 1 << 20)
                     // The first authenticated RTCP tells the relay where this subscriber is.
                     var report = try RTCPPacket.receiverReport(RTCPReceiverReport(ssrc: transport.rtcpSSRC ?? 0)).serialized()
                     try SRTPSession(key: Self.key(transport.clientKey, profile: transport.srtpProfile), direction: .outbound).protectRTCP(&report)
-                    socket.send(report, to: relayAddress)
+                    socket.send(report, to: RelayAddress(ipv4: 0x7F00_0001, port: server.mediaPort))
                     sockets.append(socket)
                     checkers.append(try SRTPSession(key: Self.key(transport.serverKey, profile: transport.srtpProfile), direction: .inbound))
                 }

@@ -1,5 +1,6 @@
 import Foundation
 import PCast
+import PCastBenchmarks
 import PCastMedia
 import PCastNode
 import PCastProtocol
@@ -32,13 +33,27 @@ struct ClusterBenchmark {
         var chatMessages: Int
         var chatP50: Double
         var chatP99: Double
+        /// The origin relay's I/O thread serving `viewers` itself, and through `edges` edge relays.
+        var viewers: Int
+        var edges: Int
+        var originDirect: FanoutFigures
+        var originWithEdges: FanoutFigures
         static let goalHopP50 = 2.0, goalChatP50 = 15.0
+    }
+
+    struct FanoutFigures: Codable {
+        /// % of one core.
+        var originCPUPercent: Double
+        /// Packets the viewers did not receive, %.
+        var viewerLossPercent: Double
     }
 
     var seconds: Double = 5
     var runs = 3
     var playoutDelay = 40
     var chatMessages = 300
+    var viewers = 900
+    var edges = 3
 
     func run() async throws -> Result {
         let postgres = try TestPostgres.server()
@@ -80,11 +95,26 @@ struct ClusterBenchmark {
 
         let chat = try await chatLatencies(nodes)
         for node in nodes { await node.shutdown() }
+        let fanout = try originFanout()
         let directLatency = Self.summary("node 1 → viewer on node 1", direct)
         let cascadedLatency = Self.summary("node 1 → node 2 → viewer on node 2", cascaded)
         return Result(playoutDelayMilliseconds: playoutDelay, direct: directLatency, cascaded: cascadedLatency,
                       addedByHopP50: cascadedLatency.p50 - directLatency.p50, chatMessages: chat.count,
-                      chatP50: Self.percentile(chat, 50), chatP99: Self.percentile(chat, 99))
+                      chatP50: Self.percentile(chat, 50), chatP99: Self.percentile(chat, 99),
+                      viewers: viewers, edges: edges, originDirect: fanout.direct, originWithEdges: fanout.cascaded)
+    }
+
+    /// The origin relay's CPU for `viewers` viewers of its own, then for the same viewers behind
+    /// `edges` edge relays (relays only, one stream of 2.5 Mbit/s: what a cascade saves the origin).
+    private func originFanout() throws -> (direct: FanoutFigures, cascaded: FanoutFigures) {
+        func run(edges: Int) throws -> FanoutFigures {
+            var configuration = RelayFanoutBenchmark.Configuration(subscribers: viewers, duration: 5)
+            configuration.includeReference = false
+            configuration.edges = edges
+            let result = try RelayFanoutBenchmark(configuration: configuration).run()
+            return FanoutFigures(originCPUPercent: result.relay.cpuPercent, viewerLossPercent: result.relay.lossPercent)
+        }
+        return (try run(edges: 0), try run(edges: edges))
     }
 
     /// One measured run of a viewer on `node` (its first second, keyframe and jitter buffer, left out).
@@ -197,6 +227,13 @@ struct ClusterBenchmark {
             "| added by one cascade hop, p50 | \(ms(result.addedByHopP50)) ms | ≤ \(ms(Result.goalHopP50)) ms |",
             "| chat node 1 → member on node 2, p50 (\(result.chatMessages) messages) | \(ms(result.chatP50)) ms | ≤ \(ms(Result.goalChatP50)) ms |",
             "| chat node 1 → member on node 2, p99 | \(ms(result.chatP99)) ms | |",
+            "",
+            "Origin relay, one 2.5 Mbit/s stream to \(result.viewers) viewers (relays only, loopback):",
+            "",
+            "| viewers served by | origin CPU (% of a core) | viewers' loss |",
+            "|---|---:|---:|",
+            "| the origin itself | \(ms(result.originDirect.originCPUPercent)) | \(String(format: "%.2f", result.originDirect.viewerLossPercent)) % |",
+            "| \(result.edges) edge relays pulling one leg each | \(ms(result.originWithEdges.originCPUPercent)) | \(String(format: "%.2f", result.originWithEdges.viewerLossPercent)) % |",
             "",
         ]
         return lines.joined(separator: "\n")

@@ -29,6 +29,24 @@ struct FanoutBenchmarkTests {
         #expect(try JSONDecoder().decode(RelayFanoutBenchmark.Result.self, from: json) == result)
     }
 
+    @Test("a tiny cascaded run (12 subscribers behind 3 edge relays, 1 s) delivers packets that decrypt with each subscriber's key from its edge; more edges than subscribers is refused")
+    func tinyCascadedRun() throws {
+        var configuration = RelayFanoutBenchmark.Configuration(subscribers: 12, duration: 1)
+        configuration.warmUp = 0.2
+        configuration.authenticationSampleInterval = 5
+        configuration.includeReference = false
+        configuration.edges = 3
+        let result = try RelayFanoutBenchmark(configuration: configuration).run()
+        #expect(result.relay.packetsSent > 0)
+        #expect(result.relay.packetsReceived > 0 && result.relay.packetsReceived <= result.relay.packetsExpected)
+        #expect(result.relay.packetsAuthenticated > 0 && result.relay.authenticationFailures == 0,
+                "sampled packets decrypt with each subscriber's key from its edge")
+        #expect(result.relay.cpuPercent > 0)
+        var bad = configuration
+        bad.edges = 13
+        #expect(throws: RelayFanoutBenchmark.Failure.self) { try RelayFanoutBenchmark(configuration: bad).run() }
+    }
+
     /// Larger runs on demand, in release: `PCAST_RELAY_BENCH=10,100,500,1000 swift test -c release
     /// --filter FanoutBenchmarkTests/figures`; prints one JSON line per subscriber count.
     @Test("figures for the subscriber counts in PCAST_RELAY_BENCH", .enabled(if: ProcessInfo.processInfo.environment["PCAST_RELAY_BENCH"] != nil))
