@@ -33,15 +33,15 @@ struct ClusterBenchmark {
         var chatMessages: Int
         var chatP50: Double
         var chatP99: Double
-        /// The origin relay's I/O thread serving `viewers` itself, and through `edges` edge relays.
-        var viewers: Int
-        var edges: Int
-        var originDirect: FanoutFigures
-        var originWithEdges: FanoutFigures
+        /// The origin relay's I/O thread serving viewers itself, and through edge relays.
+        var fanout: [FanoutFigures]
         static let goalHopP50 = 2.0, goalChatP50 = 15.0
     }
 
     struct FanoutFigures: Codable {
+        var viewers: Int
+        /// 0: the origin serves every viewer itself.
+        var edges: Int
         /// % of one core.
         var originCPUPercent: Double
         /// Packets the viewers did not receive, %.
@@ -52,7 +52,8 @@ struct ClusterBenchmark {
     var runs = 3
     var playoutDelay = 40
     var chatMessages = 300
-    var viewers = 900
+    /// Viewers of the origin-CPU comparison, each served by the origin alone and behind `edges` edges.
+    var viewerCounts = [300, 900]
     var edges = 3
 
     func run() async throws -> Result {
@@ -101,20 +102,25 @@ struct ClusterBenchmark {
         return Result(playoutDelayMilliseconds: playoutDelay, direct: directLatency, cascaded: cascadedLatency,
                       addedByHopP50: cascadedLatency.p50 - directLatency.p50, chatMessages: chat.count,
                       chatP50: Self.percentile(chat, 50), chatP99: Self.percentile(chat, 99),
-                      viewers: viewers, edges: edges, originDirect: fanout.direct, originWithEdges: fanout.cascaded)
+                      fanout: fanout)
     }
 
-    /// The origin relay's CPU for `viewers` viewers of its own, then for the same viewers behind
-    /// `edges` edge relays (relays only, one stream of 2.5 Mbit/s: what a cascade saves the origin).
-    private func originFanout() throws -> (direct: FanoutFigures, cascaded: FanoutFigures) {
-        func run(edges: Int) throws -> FanoutFigures {
-            var configuration = RelayFanoutBenchmark.Configuration(subscribers: viewers, duration: 5)
-            configuration.includeReference = false
-            configuration.edges = edges
-            let result = try RelayFanoutBenchmark(configuration: configuration).run()
-            return FanoutFigures(originCPUPercent: result.relay.cpuPercent, viewerLossPercent: result.relay.lossPercent)
+    /// The origin relay's CPU for each count of viewers of its own, then for the same viewers
+    /// behind `edges` edge relays (relays only, one stream of 2.5 Mbit/s: what a cascade saves the
+    /// origin). Every relay and every viewer's socket share this machine's cores.
+    private func originFanout() throws -> [FanoutFigures] {
+        var figures: [FanoutFigures] = []
+        for viewers in viewerCounts {
+            for edges in [0, edges] {
+                var configuration = RelayFanoutBenchmark.Configuration(subscribers: viewers, duration: 5)
+                configuration.includeReference = false
+                configuration.edges = edges
+                let result = try RelayFanoutBenchmark(configuration: configuration).run()
+                figures.append(FanoutFigures(viewers: viewers, edges: edges, originCPUPercent: result.relay.cpuPercent,
+                                             viewerLossPercent: result.relay.lossPercent))
+            }
         }
-        return (try run(edges: 0), try run(edges: edges))
+        return figures
     }
 
     /// One measured run of a viewer on `node` (its first second, keyframe and jitter buffer, left out).
@@ -228,14 +234,16 @@ struct ClusterBenchmark {
             "| chat node 1 → member on node 2, p50 (\(result.chatMessages) messages) | \(ms(result.chatP50)) ms | ≤ \(ms(Result.goalChatP50)) ms |",
             "| chat node 1 → member on node 2, p99 | \(ms(result.chatP99)) ms | |",
             "",
-            "Origin relay, one 2.5 Mbit/s stream to \(result.viewers) viewers (relays only, loopback):",
+            "Origin relay, one 2.5 Mbit/s stream (relays only, loopback; every relay and viewer socket on this machine's cores):",
             "",
-            "| viewers served by | origin CPU (% of a core) | viewers' loss |",
-            "|---|---:|---:|",
-            "| the origin itself | \(ms(result.originDirect.originCPUPercent)) | \(String(format: "%.2f", result.originDirect.viewerLossPercent)) % |",
-            "| \(result.edges) edge relays pulling one leg each | \(ms(result.originWithEdges.originCPUPercent)) | \(String(format: "%.2f", result.originWithEdges.viewerLossPercent)) % |",
-            "",
+            "| viewers | served by | origin CPU (% of a core) | viewers' loss |",
+            "|---:|---|---:|---:|",
         ]
+        for row in result.fanout {
+            let by = row.edges == 0 ? "the origin itself" : "\(row.edges) edge relays, one leg each"
+            lines.append("| \(row.viewers) | \(by) | \(ms(row.originCPUPercent)) | \(String(format: "%.2f", row.viewerLossPercent)) % |")
+        }
+        lines.append("")
         return lines.joined(separator: "\n")
     }
 }
