@@ -55,13 +55,7 @@ public struct CaptureEncodeBenchmark: Sendable {
     }
 
     func runSDK() async throws -> (cpu: Double, frames: Int, dropped: Int) {
-        var options = UserMediaOptions()
-        options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
-        options.video.width = .exact(1280)
-        options.video.height = .exact(720)
-        options.video.frameRate = .exact(30)
-        options.audio.enabled = false
-        let media = try await UserMedia.getUserMedia(options)
+        let media = try await UserMedia.getUserMedia(.synthetic(width: 1280, height: 720, audio: false))
         let track = media.mediaStream.getVideoTracks()[0]
         let frames = Atomic<Int>(0)
         try media.setFrameReadyCallback(track) { notification in

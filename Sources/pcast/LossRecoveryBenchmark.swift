@@ -1,5 +1,6 @@
 import Foundation
 import PCast
+import PCastBenchmarks
 import PCastImpairment
 import PCastMedia
 import PCastNode

@@ -97,13 +97,7 @@ struct WebRTCBenchmark {
         let platform = try await LocalPlatform.start()
         let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
         try await publisherSDK.start(authToken: try platform.token(.auth))
-        var options = UserMediaOptions()
-        options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
-        options.video.width = .exact(1280)
-        options.video.height = .exact(720)
-        options.video.frameRate = .exact(30)
-        options.audio.deviceId = .exact(SourceDevices.syntheticAudioId)
-        let media = try await publisherSDK.getUserMedia(options)
+        let media = try await publisherSDK.getUserMedia(.synthetic(width: 1280, height: 720))
         let stamps = StampClock()
         try media.setFrameReadyCallback(media.mediaStream.getVideoTracks()[0]) { notification in
             guard case .video(var frame)? = try? notification.read() else { return }

@@ -21,6 +21,15 @@ func subscribeEventually(_ sdk: PCast, _ platform: LocalPlatform, _ streamId: St
     }
 }
 
+/// A publisher of stamped frames on `node`: its SDK client, its media and the publisher.
+func stampedPublisher(on node: LocalPlatform, audio: Bool = false) async throws -> (PCast, UserMediaStream, Publisher) {
+    let sdk = PCast(PCastOptions(uri: node.signalingURL))
+    try await sdk.start(authToken: try node.token(.auth))
+    let media = try await stampedMedia(audio: audio)
+    let publisher = try await sdk.publish(streamToken: try node.token(.publish), mediaStream: media)
+    return (sdk, media, publisher)
+}
+
 extension Cluster {
     @Suite("Streams across nodes: origin → edge cascade", .serialized)
     struct ClusterStreamTests {
@@ -28,10 +37,7 @@ extension Cluster {
         func publishHereWatchThere() async throws {
             let postgres = try TestPostgres.server()
             let nodes = try await clusterNodes(3, on: postgres)
-            let publisherSDK = PCast(PCastOptions(uri: nodes[0].signalingURL))
-            try await publisherSDK.start(authToken: try nodes[0].token(.auth))
-            let media = try await stampedMedia(audio: true)
-            let publisher = try await publisherSDK.publish(streamToken: try nodes[0].token(.publish), mediaStream: media)
+            let (publisherSDK, media, publisher) = try await stampedPublisher(on: nodes[0], audio: true)
             let sent = try StampTap(encoderOf: media)
 
             // Two viewers on node 2, one on node 3.
@@ -114,10 +120,7 @@ extension Cluster {
         func whepOnAnotherNode() async throws {
             let postgres = try TestPostgres.server()
             let nodes = try await clusterNodes(2, on: postgres)
-            let sdk = PCast(PCastOptions(uri: nodes[0].signalingURL))
-            try await sdk.start(authToken: try nodes[0].token(.auth))
-            let media = try await stampedMedia(audio: true)
-            let publisher = try await sdk.publish(streamToken: try nodes[0].token(.publish), mediaStream: media)
+            let (sdk, media, publisher) = try await stampedPublisher(on: nodes[0], audio: true)
             // Node 2 hears of the stream through the change log within moments; a WHEP offer made
             // before that is a 404, and the viewer asks again.
             var seen: ScriptedPeer.Outcome?
@@ -181,10 +184,7 @@ extension Cluster {
                     configuration.nodeId = "node-\(index + 1)"
                 })
             }
-            let publisherSDK = PCast(PCastOptions(uri: nodes[0].signalingURL))
-            try await publisherSDK.start(authToken: try nodes[0].token(.auth))
-            let media = try await stampedMedia()
-            let publisher = try await publisherSDK.publish(streamToken: try nodes[0].token(.publish), mediaStream: media)
+            let (publisherSDK, media, publisher) = try await stampedPublisher(on: nodes[0])
             let sent = try StampTap(encoderOf: media)
             let viewer = PCast(PCastOptions(uri: nodes[1].signalingURL))
             try await viewer.start(authToken: try nodes[1].token(.auth))
@@ -219,10 +219,7 @@ extension Cluster {
         func limitsAcrossNodes() async throws {
             let postgres = try TestPostgres.server()
             let nodes = try await clusterNodes(2, on: postgres)
-            let publisherSDK = PCast(PCastOptions(uri: nodes[0].signalingURL))
-            try await publisherSDK.start(authToken: try nodes[0].token(.auth))
-            let media = try await stampedMedia()
-            let publisher = try await publisherSDK.publish(streamToken: try nodes[0].token(.publish), mediaStream: media)
+            let (publisherSDK, media, publisher) = try await stampedPublisher(on: nodes[0])
             @Sendable func target() -> Int? {
                 publisher.rtcStatsReport().stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }?.targetBitrate
             }

@@ -7,7 +7,7 @@ extension UserMediaOptions {
     /// ```swift
     /// let media = try await pcast.getUserMedia(.synthetic(audio: false))
     /// ```
-    static func synthetic(width: Int = 640, height: Int = 360, fps: Double = 30, audio: Bool = true) -> UserMediaOptions {
+    public static func synthetic(width: Int = 640, height: Int = 360, fps: Double = 30, audio: Bool = true) -> UserMediaOptions {
         var options = UserMediaOptions()
         options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
         options.video.width = .exact(width)
