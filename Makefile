@@ -55,13 +55,15 @@ test: setup
 	$(SWIFT) test --skip-build --no-parallel $(foreach p,$(call in_groups,OneAtATime),--filter $(p))
 	# The CLI suite starts long-lived child processes (pcast serve): in a process of its own, so
 	# they cannot disturb the Foundation `Process` waits of the other suites.
-	$(SWIFT) test --skip-build $(foreach p,$(call in_targets,$(CHILD_PROCESS_TARGETS)),--filter $(p))
+	$(SWIFT) test --skip-build $(foreach p,$(call in_targets,$(CHILD_PROCESS_TARGETS)),--filter $(p)) $(foreach p,$(call in_groups,$(GROUPS)),--skip $(p))
 	# The recording suites spawn or run encoders flat out (ffprobe, gst-launch, x264 on non-live
 	# sources); the impairment proxy tests send thousands of datagrams at once.
 	$(SWIFT) test --skip-build $(foreach p,$(call in_groups,Bursts) $(call in_targets,$(BURST_TARGETS)),--filter $(p))
 	$(SWIFT) test --skip-build $(foreach p,$(call in_groups,Devices),--filter $(p))
 	# A real PostgreSQL (scripts/postgres.sh, stopped with the test process) and nodes sharing it.
-	$(SWIFT) test --skip-build $(foreach p,$(call in_groups,Cluster),--filter $(p))
+	$(SWIFT) test --skip-build $(foreach p,$(call in_groups,Cluster),--filter $(p)) $(foreach p,$(call in_targets,$(CHILD_PROCESS_TARGETS)),--skip $(p))
+	# The same with nodes as processes (pcast serve, publish, subscribe; one killed).
+	$(SWIFT) test --skip-build $(foreach t,$(CHILD_PROCESS_TARGETS),--filter '^$(t)\.Cluster/')
 	# glibc gives new threads arenas of their own (up to 8 per core) and keeps freed memory in
 	# each, so RSS jumps by megabytes whenever a streaming thread lands in a fresh arena; two
 	# arenas make the figure show what is kept rather than where threads landed.

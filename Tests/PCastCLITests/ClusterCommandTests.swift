@@ -28,6 +28,7 @@ private func waitFor(_ what: String, within limit: Duration, _ condition: () thr
     throw CLITestFailure("\(what): not within \(limit)")
 }
 
+extension Cluster {
 @Suite("pcast serve --database postgres://: nodes sharing a real PostgreSQL", .serialized)
 struct ClusterCommandTests {
     @Test("a malformed database URL exits 2; an unreachable server exits 1 with the reason, within seconds")
@@ -111,7 +112,7 @@ struct ClusterCommandTests {
         defer { viewer?.stop() }
         var seen = ""
         do {
-            _ = try await waitFor("the viewer on node 2 renders (\(viewLog))", within: .seconds(20)) {
+            _ = try await waitFor("the viewer on node 2 receives (\(viewLog))", within: .seconds(30)) {
                 let output = (try? String(contentsOfFile: viewLog, encoding: .utf8)) ?? ""
                 if !output.isEmpty { seen = output }
                 // --stats: a JSON line a second; media is flowing once packets are counted.
@@ -141,4 +142,5 @@ struct ClusterCommandTests {
         #expect(told < .seconds(5))
         #expect(try get(two.httpURL + "/readyz", admin: false).status == 200)
     }
+}
 }
