@@ -21,6 +21,7 @@ CHILD_PROCESS_TARGETS = PCastCLITests
 BURST_TARGETS = PCastRecordingTests PCastImpairmentTests
 in_groups = $(foreach g,$(1),'\.$(g)/')
 in_targets = $(foreach t,$(1),'^$(t)\.')
+in_target_groups = $(foreach t,$(1),$(foreach g,$(2),'^$(t)\.$(g)/'))
 
 # The demo: the embedded platform in-process; a test pattern and tone published through its relay
 # to a subscriber (a window when there is a display, a null sink otherwise), with a status line.
@@ -63,7 +64,7 @@ test: setup
 	# A real PostgreSQL (scripts/postgres.sh, stopped with the test process) and nodes sharing it.
 	$(SWIFT) test --skip-build $(foreach p,$(call in_groups,Cluster),--filter $(p)) $(foreach p,$(call in_targets,$(CHILD_PROCESS_TARGETS)),--skip $(p))
 	# The same with nodes as processes (pcast serve, publish, subscribe; one killed).
-	$(SWIFT) test --skip-build $(foreach t,$(CHILD_PROCESS_TARGETS),--filter '^$(t)\.Cluster/')
+	$(SWIFT) test --skip-build $(foreach p,$(call in_target_groups,$(CHILD_PROCESS_TARGETS),Cluster),--filter $(p))
 	# glibc gives new threads arenas of their own (up to 8 per core) and keeps freed memory in
 	# each, so RSS jumps by megabytes whenever a streaming thread lands in a fresh arena; two
 	# arenas make the figure show what is kept rather than where threads landed.
