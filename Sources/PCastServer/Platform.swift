@@ -312,7 +312,7 @@ actor Platform {
         }
         liveNodes = Dictionary(live.map { ($0.nodeId, $0) }, uniquingKeysWith: { a, _ in a })
         let liveIds = Set(live.map(\.nodeId)).union([cluster.nodeId])
-        let deadOrigins = Set(registry.streamIds.compactMap { registry.stream($0)?.originNodeId }).subtracting(liveIds)
+        let deadOrigins = registry.originNodeIds.subtracting(liveIds)
         for nodeId in deadOrigins.sorted() {
             logger.warning("node \(nodeId) is gone from the cluster: its streams end", metadata: ["pcast.node": .string(nodeId)])
             perform(registry: .remoteNodeGone(nodeId: nodeId, reason: .failed, description: "node \(nodeId) stopped answering"))
@@ -630,6 +630,7 @@ actor Platform {
                     relay.removeStream(streamId: streamId)
                     // Its edges' flows went with it; a leg pulled from another node is gone.
                     edges[streamId] = nil
+                    limitCalls[streamId] = nil
                     if case .open? = legs[streamId] { legs[streamId] = nil }
                 case .persist(let change):
                     persistence.submit([change])

@@ -204,6 +204,9 @@ public struct StreamRegistry: Sendable {
         streams.values.filter { $0.tags.contains(tag) }.max { $1.isNewer(than: $0) }
     }
 
+    /// The nodes whose streams this node knows of (other than its own).
+    public var originNodeIds: Set<String> { Set(streams.values.compactMap(\.originNodeId)) }
+
     /// The streams of another node this node knows of.
     public func streamIds(ofNode nodeId: String) -> [String] {
         streams.values.filter { $0.originNodeId == nodeId }.sorted { $0.sequence < $1.sequence }.map(\.streamId)
@@ -532,32 +535,27 @@ public struct StreamRegistry: Sendable {
 
     /// Another node's stream, as its directory entry says.
     private mutating func remotePublished(_ shared: SharedStream) -> [Action] {
-        let quality = shared.publisherQuality ?? .none
-        if let existing = streams[shared.streamId] {
-            // Never let another node's entry take over a stream published here.
-            guard existing.originNodeId != nil else { return [] }
-            var record = StreamRecord(
-                streamId: shared.streamId, publisherSessionId: shared.publisherSessionId, tags: shared.tags, tracks: shared.tracks,
-                publishType: shared.publishType, streamName: shared.streamName, sequence: existing.sequence,
-                publishedAt: shared.publishedAt, originNodeId: shared.nodeId)
-            record.subscribers = existing.subscribers
-            record.viewerLimits = existing.viewerLimits
-            record.publisherQuality = quality
-            streams[shared.streamId] = record
-            guard quality != existing.publisherQuality else { return [] }
-            // The publisher's quality reason, told to this node's viewers as the origin tells its own.
-            let event = Envelope<ServerMessage>.event(.publisherQuality(.init(streamId: shared.streamId, reason: quality)))
-            return record.subscribers.map { .send(sessionId: $0.sessionId, event) }
-        }
-        nextSequence += 1
+        let existing = streams[shared.streamId]
+        // Never let another node's entry take over a stream published here.
+        if let existing, existing.originNodeId == nil { return [] }
+        if existing == nil { nextSequence += 1 }
         var record = StreamRecord(
             streamId: shared.streamId, publisherSessionId: shared.publisherSessionId, tags: shared.tags, tracks: shared.tracks,
-            publishType: shared.publishType, streamName: shared.streamName, sequence: nextSequence,
+            publishType: shared.publishType, streamName: shared.streamName, sequence: existing?.sequence ?? nextSequence,
             publishedAt: shared.publishedAt, originNodeId: shared.nodeId)
-        record.publisherQuality = quality
+        // A changed entry (tags, quality) keeps what this node knows of the stream.
+        record.subscribers = existing?.subscribers ?? []
+        record.viewerLimits = existing?.viewerLimits ?? [:]
+        record.publisherQuality = shared.publisherQuality ?? .none
         streams[shared.streamId] = record
-        return [.log(.info, "stream published on node \(shared.nodeId) (tags: \(shared.tags.joined(separator: ", ")))",
-                     sessionId: nil, streamId: shared.streamId)]
+        guard let existing else {
+            return [.log(.info, "stream published on node \(shared.nodeId) (tags: \(shared.tags.joined(separator: ", ")))",
+                         sessionId: nil, streamId: shared.streamId)]
+        }
+        guard record.publisherQuality != existing.publisherQuality else { return [] }
+        // The publisher's quality reason, told to this node's viewers as the origin tells its own.
+        let event = Envelope<ServerMessage>.event(.publisherQuality(.init(streamId: shared.streamId, reason: record.publisherQuality)))
+        return record.subscribers.map { .send(sessionId: $0.sessionId, event) }
     }
 
     private mutating func sessionClosed(_ sessionId: String, _ how: SessionEnd) -> [Action] {
