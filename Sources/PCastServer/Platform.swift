@@ -407,7 +407,9 @@ actor Platform {
     func shutdown() {
         guard isAccepting else { return }
         isAccepting = false
-        for streamId in registry.streamIds {
+        // Streams published here end; viewers here of other nodes' streams are not told theirs
+        // ended (it did not): their SDKs subscribe to it again on the node they move to.
+        for streamId in registry.streamIds(ofNode: nil) {
             perform(registry: .endStream(streamId: streamId, reason: .maintenance, description: SessionEnd.serverShutdown.streamEndedDescription))
         }
         for sessionId in connections.keys.sorted() { handleSession(sessionId, .shutdown) }

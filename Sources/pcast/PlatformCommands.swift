@@ -169,15 +169,19 @@ final class Once: Sendable {
 
 /// Where the platform is and how the session authenticates (publish and subscribe).
 struct SessionOptions: ParsableArguments {
-    @Option(help: "Platform address (ws://host:port/ws or host:port).") var server: String
+    @Option(help: "Platform address (ws://host:port/ws or host:port). Repeat it for other nodes of a cluster: tried in turn when one cannot be reached, and where the session's subscriptions move when its node goes.")
+    var server: [String] = []
     @Option(help: "Auth token for the session (defaults to PCAST_AUTH_TOKEN).") var authToken: String?
 
     /// Connects and authenticates, or exits with the platform's status.
     func start() async throws -> PCast {
+        guard let first = server.first else { throw fail("the platform's address is needed: --server", code: 2) }
         guard let auth = authToken ?? ProcessInfo.processInfo.environment["PCAST_AUTH_TOKEN"] else {
             throw fail("an auth token is needed for the session: --auth-token or PCAST_AUTH_TOKEN", code: 2)
         }
-        let pcast = PCast(PCastOptions(uri: signalingURL(server)))
+        var options = PCastOptions(uri: signalingURL(first))
+        options.fallbackURIs = server.dropFirst().map(signalingURL)
+        let pcast = PCast(options)
         do {
             try await pcast.start(authToken: auth)
         } catch {
@@ -314,6 +318,7 @@ struct SubscribeCommand: AsyncParsableCommand {
                 try? await Task.sleep(for: .seconds(1))
                 if stats { print(Self.statisticsLine(stream.networkStatistics())) }
                 if rtcStats { print(stream.rtcStatsReport().json) }
+                fflush(nil)   // a line a second as it is measured, also into a pipe or a file
             }
         } : nil
         await runUntilStopped(seconds: seconds) { _ = await stream.ended() }

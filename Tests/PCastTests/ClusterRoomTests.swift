@@ -228,5 +228,61 @@ extension Cluster {
             await observer.stop()
             await nodes[0].shutdown()
         }
+
+        @Test("a viewer whose node stops keeps watching a stream published on another node: its subscription follows it to the next node of its list (the same stream goes on decoding, in order, the last 60 frames none missing; its bandwidth limit holds there), while a stream that lived on the stopped node ends")
+        func subscriptionFollows() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(3, on: postgres)
+            let (publisherSDK, media, publisher) = try await stampedPublisher(on: nodes[0])
+            let sent = try StampTap(encoderOf: media)
+            @Sendable func target() -> Int? {
+                publisher.rtcStatsReport().stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }?.targetBitrate
+            }
+            let (localSDK, localMedia, localPublisher) = try await stampedPublisher(on: nodes[1])
+
+            var options = PCastOptions(uri: nodes[1].signalingURL)
+            options.fallbackURIs = [nodes[2].signalingURL]
+            let viewer = PCast(options)
+            try await viewer.start(authToken: try nodes[1].token(.auth))
+            let watched = try await subscribeEventually(viewer, nodes[1], publisher.streamId)
+            let decoded = try StampTap(decoderOf: watched)
+            let local = try await viewer.subscribe(streamToken: try nodes[1].token(.stream, originStreamId: localPublisher.streamId))
+            var limit: Disposable? = watched.getVideoTracks()[0].limitBandwidth(300_000)
+            #expect(await eventually { decoded.all.count >= 30 && target() == 300_000 }, "decoded \(decoded.all.count), target \(String(describing: target()))")
+            let firstFlow = viewer.state.withLock { $0.subscriptions.values.first { $0.streamId == publisher.streamId }?.subscriberId }
+
+            await nodes[1].shutdown()
+            let stopped = ContinuousClock.now, before = decoded.all.count
+            #expect(await eventually(.seconds(20)) { viewer.isOnline && viewer.sessionId?.hasSuffix("@node-3") == true })
+            #expect(await eventually(.seconds(10)) { decoded.all.count >= before + 60 }, "decoded \(decoded.all.count - before) frames after node 2 stopped")
+            // The interruption: the longest run of frames sent but not decoded, at 30 frames a second.
+            let missed = zip(decoded.all, decoded.all.dropFirst()).map { Int($1) - Int($0) - 1 }.max() ?? 0
+            print("cluster: a viewer's subscription followed it to node 3 (\(ContinuousClock.now - stopped) for 60 frames after node 2 stopped); \(missed) frames missed, \(missed * 1000 / 30) ms at 30 fps")
+            #expect(watched.endReason == nil && !publisher.hasEnded)
+            #expect(zip(decoded.all, decoded.all.dropFirst()).allSatisfy { $0 < $1 }, "in order, none twice: \(decoded.all.suffix(120))")
+            #expect(complete(Array(decoded.all.suffix(60)), sent: sent.all), "\(decoded.all.suffix(60))")
+            let moved = viewer.state.withLock { $0.subscriptions.values.first { $0.streamId == publisher.streamId }?.subscriberId }
+            #expect(moved != nil && moved != firstFlow, "a new flow on node 3: \(String(describing: moved)), was \(String(describing: firstFlow))")
+            // Node 2's leg went with it (and its limit with the leg): the limit node 1 follows now is
+            // the one the subscription asked for again on node 3.
+            #expect(await eventually(.seconds(10)) {
+                nodes[0].relay.statistics().subscribers == 1 && nodes[2].relay.statistics().subscribers == 1 && target() == 300_000
+            }, "origin subscribers \(nodes[0].relay.statistics().subscribers), target \(String(describing: target()))")
+            // The stream published on node 2 could not follow: it ended with its node.
+            let ending = await local.ended()
+            guard case .remote(let reason, _) = ending else { Issue.record("\(ending)"); return }
+            #expect(reason == .maintenance || reason == .failed, "\(ending)")
+            #expect(localPublisher.hasEnded)
+
+            limit?.dispose()
+            limit = nil
+            #expect(await eventually(.seconds(10)) { target() != 300_000 }, "released on node 3")
+            await viewer.stop()
+            await publisherSDK.stop()
+            await localSDK.stop()
+            await media.stop()
+            await localMedia.stop()
+            for node in [nodes[0], nodes[2]] { await node.shutdown() }
+        }
     }
 }

@@ -145,8 +145,9 @@ public struct PCastOptions: Sendable, Hashable {
     public var mediaRelay: MediaRelayAddress?
     /// Other nodes of the same platform (a cluster), tried in turn after ``uri`` when it cannot
     /// be reached, at start and when reconnecting. A session does not move between nodes: on
-    /// another node the SDK starts a new one, its streams end as failed (their ended reason says
-    /// why) and rooms are joined again.
+    /// another node the SDK starts a new one and joins its rooms again. Subscriptions follow:
+    /// each is subscribed again there and its stream goes on playing, unless it lived on the lost
+    /// node (it then ends as `failed`, as do the session's publishers; their ended reason says why).
     public var fallbackURIs: [String] = []
 
     public init(uri: String, playoutDelay: Duration = PCastOptions.defaultPlayoutDelay, reconnects: Bool = true,
@@ -185,7 +186,7 @@ public final class PCast: Sendable {
         /// The scheduled retry while reconnecting.
         var reconnect: Task<Void, Never>?
         var publishers: [String: Publisher] = [:]
-        /// By subscriber id (a session may subscribe to one stream more than once).
+        /// By ``Subscription/key`` (a session may subscribe to one stream more than once).
         var subscriptions: [String: Subscription] = [:]
         var authenticationCallback: (@Sendable (RequestStatus, String?) -> Void)?
         var onlineCallback: (@Sendable () -> Void)?
@@ -344,13 +345,13 @@ public final class PCast: Sendable {
             state.keepAlive = keepAlive
             // A new session (the old one could not be resumed) no longer has the old streams; a
             // resumed one keeps those the platform still has (after a crash it has none).
+            // Its publishers end; its subscriptions follow to this session (subscribed again:
+            // a stream that lives on another node than the lost one goes on playing).
             let kept: Set<String>? = resumed ? authenticated.streams.map(Set.init) : []
             func orphaned(_ streamId: String) -> Bool { kept.map { !$0.contains(streamId) } ?? false }
             let publishers = state.publishers.filter { orphaned($0.key) }
-            let subscriptions = state.subscriptions.filter { orphaned($0.value.streamId) }
             for key in publishers.keys { state.publishers[key] = nil }
-            for key in subscriptions.keys { state.subscriptions[key] = nil }
-            let orphans = (Array(publishers.values), Array(subscriptions.values))
+            let orphans = (Array(publishers.values), state.subscriptions.values.filter { orphaned($0.streamId) })
             return (state.machine.handle(.authenticated(sessionId: authenticated.sessionId, resumeKey: authenticated.resumeKey)), orphans)
         }
         guard let (actions, orphans) = installed else {
@@ -366,8 +367,14 @@ public final class PCast: Sendable {
         }
         logger.info(resumed ? "session resumed" : "authenticated", metadata: ["session": "\(authenticated.sessionId)"])
         for publisher in orphans.0 { publisher.finish(.failed, "the session could not be resumed") }
-        for subscription in orphans.1 { subscription.finish(.failed, "the session could not be resumed") }
         perform(actions, resumed: resumed)
+        if !orphans.1.isEmpty {
+            Task {
+                await withTaskGroup(of: Void.self) { group in
+                    for subscription in orphans.1 { group.addTask { await self.follow(subscription, on: client) } }
+                }
+            }
+        }
         return authenticated.sessionId
     }
 
@@ -480,7 +487,7 @@ public final class PCast: Sendable {
             return
         }
         if case .subscriberVideo(let video) = event {
-            let stream = state.withLock { $0.subscriptions[video.subscriberId]?.stream }
+            let stream = state.withLock { $0.subscriptions.values.first { $0.subscriberId == video.subscriberId }?.stream }
             stream?.setVideoSuspended(video.suspended)
             logger.info(video.suspended ? "the relay holds this viewer's video back: its leg cannot carry it (audio only)" : "the relay sends this viewer's video again",
                         metadata: ["stream": "\(video.streamId)", "subscriber": "\(video.subscriberId)"])

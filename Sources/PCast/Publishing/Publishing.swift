@@ -187,25 +187,91 @@ public final class Publisher: Sendable {
     }
 }
 
-/// A subscribed stream's flow.
+/// A subscribed stream: its receive engine (`receiver`, decoding into `stream`) for its whole
+/// life, and under it the flow to a relay (socket, keys, the subscriber id the platform gave).
+/// The flow is replaced when the SDK's session moves to another node and the stream is subscribed
+/// there again (``PCast/follow(_:on:)``): the viewer keeps its stream, renderers and taps.
 final class Subscription: Sendable {
+    /// The SDK's key for it: subscriber ids change when the flow moves.
+    let key = UUID().uuidString
     let streamId: String
+    /// What subscribes to it again on another node.
+    let streamToken: String
+    let tracks: [MediaTrackDescription]
     let stream: MediaStream
     let receiver: RTPReceiver
-    let socket: MediaSocket
-    let keepAlive: Task<Void, Never>
+    /// The current flow's socket (the receiver's RTCP goes through it).
+    let slot: SocketSlot
+    private let flow = Mutex<Flow>(Flow())
 
-    init(streamId: String, stream: MediaStream, receiver: RTPReceiver, socket: MediaSocket, keepAlive: Task<Void, Never>) {
+    private struct Flow {
+        var subscriberId: String?
+        var keepAlive: Task<Void, Never>?
+        var closed = false
+    }
+
+    init(streamId: String, streamToken: String, tracks: [MediaTrackDescription], stream: MediaStream, receiver: RTPReceiver, slot: SocketSlot) {
         self.streamId = streamId
+        self.streamToken = streamToken
+        self.tracks = tracks
         self.stream = stream
         self.receiver = receiver
-        self.socket = socket
-        self.keepAlive = keepAlive
+        self.slot = slot
+    }
+
+    /// The platform's id of the current flow.
+    var subscriberId: String? { flow.withLock { $0.subscriberId } }
+
+    /// Makes a relay's flow the subscription's: opens its socket, tells the relay where we are and
+    /// keeps telling it (NAT bindings expire); the previous flow's socket closes. False when the
+    /// subscription was closed meanwhile (nothing stays open).
+    func attach(subscriberId: String?, host: String, transport: MediaTransport, rtcpSSRC: UInt32) throws(PCastError) -> Bool {
+        let receiver = self.receiver
+        let socket = try MediaSocket(host: host, transport: transport, rtcpSenderSSRC: rtcpSSRC,
+                                     onRTP: { packet, payloadType in receiver.receiveRTP(packet, payloadType: payloadType) },
+                                     onRTCP: { rtcp in receiver.receiveRTCP(rtcp) })
+        let previous: (socket: MediaSocket?, keepAlive: Task<Void, Never>?)? = flow.withLock { flow in
+            guard !flow.closed else { return nil }
+            let previous = (slot.value.withLock { slot in defer { slot = socket }; return slot }, flow.keepAlive)
+            flow.subscriberId = subscriberId
+            socket.sendEmptyReceiverReport(ssrc: rtcpSSRC)
+            flow.keepAlive = Task {
+                var interval = Duration.milliseconds(100)
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: interval)
+                    socket.sendEmptyReceiverReport(ssrc: rtcpSSRC)
+                    interval = min(interval * 2, .seconds(1))
+                }
+            }
+            return previous
+        }
+        guard let previous else {
+            socket.shutdown()
+            return false
+        }
+        previous.keepAlive?.cancel()
+        previous.socket?.shutdown()
+        return true
+    }
+
+    /// Closes the flow for good; returns its subscriber id, or nil when it was closed already.
+    @discardableResult
+    func close() -> String?? {
+        let closing: (keepAlive: Task<Void, Never>?, subscriberId: String?)? = flow.withLock { flow in
+            guard !flow.closed else { return nil }
+            flow.closed = true
+            return (flow.keepAlive, flow.subscriberId)
+        }
+        guard let closing else { return nil }
+        closing.keepAlive?.cancel()
+        // The socket's packet handler holds the receiver, whose RTCP sender holds the slot:
+        // emptying the slot breaks that cycle so all of it is freed.
+        slot.value.withLock { slot in defer { slot = nil }; return slot }?.shutdown()
+        return .some(closing.subscriberId)
     }
 
     func finish(_ reason: StreamEndedReason, _ description: String?) {
-        keepAlive.cancel()
-        socket.shutdown()
+        close()
         stream.finish(.remote(reason, description))
         let stream = self.stream
         Task { await stream.stop() }
@@ -398,65 +464,88 @@ extension PCast {
             _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId, subscriberId: subscribed.subscriberId)))
             throw .invalidTransport("the platform assigned no RTCP SSRC")
         }
-        let socketBox = SocketSlot()
+        let slot = SocketSlot()
         let receiver: RTPReceiver, stream: MediaStream
         do {
             (receiver, stream) = try await start(subscribed.tracks) { rtcp in
-                socketBox.value.withLock { $0 }?.send(OutgoingPacket(kind: .rtcp, buffer: rtcp))
+                slot.value.withLock { $0 }?.send(OutgoingPacket(kind: .rtcp, buffer: rtcp))
             }
         } catch {
             _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId, subscriberId: subscribed.subscriberId)))
             throw .media(error)
         }
-        let socket: MediaSocket
+        let subscription = Subscription(streamId: subscribed.streamId, streamToken: streamToken, tracks: subscribed.tracks,
+                                        stream: stream, receiver: receiver, slot: slot)
         do {
             let endpoint = mediaEndpoint(subscribed.transport)
-            socket = try MediaSocket(host: endpoint.host, transport: endpoint.transport, rtcpSenderSSRC: rtcpSSRC,
-                                     onRTP: { packet, payloadType in receiver.receiveRTP(packet, payloadType: payloadType) },
-                                     onRTCP: { rtcp in receiver.receiveRTCP(rtcp) })
+            _ = try subscription.attach(subscriberId: subscribed.subscriberId, host: endpoint.host, transport: endpoint.transport, rtcpSSRC: rtcpSSRC)
         } catch {
             await stream.stop()
             _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId, subscriberId: subscribed.subscriberId)))
             throw error
         }
-        socketBox.value.withLock { $0 = socket }
-        // Tell the relay where we are now, and keep telling it (NAT bindings expire).
-        socket.sendEmptyReceiverReport(ssrc: rtcpSSRC)
-        let keepAlive = Task {
-            var interval = Duration.milliseconds(100)
-            while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
-                socket.sendEmptyReceiverReport(ssrc: rtcpSSRC)
-                interval = min(interval * 2, .seconds(1))
-            }
-        }
-        let subscription = Subscription(streamId: subscribed.streamId, stream: stream, receiver: receiver, socket: socket, keepAlive: keepAlive)
         // A session may subscribe to one stream several times: each subscription is its own.
-        let key = subscribed.subscriberId ?? UUID().uuidString
-        state.withLock { $0.subscriptions[key] = subscription }
-        let streamId = subscribed.streamId, subscriberId = subscribed.subscriberId
+        state.withLock { $0.subscriptions[subscription.key] = subscription }
+        let streamId = subscribed.streamId
         // A viewer's limitBandwidth on the video track asks the publisher through the platform,
-        // one request after another so the last one said is the one that holds.
+        // one request after another so the last one said is the one that holds. The subscriber
+        // id is read when the request goes: the flow may have moved to another node.
         let requests = SerialRequests()
         for track in stream.getVideoTracks() {
-            track.setBandwidthRequester { [weak self] bitsPerSecond in
-                guard let pcast = self else { return }
+            track.setBandwidthRequester { [weak self, weak subscription] bitsPerSecond in
+                guard let pcast = self, let subscription else { return }
                 requests.enqueue { [weak pcast] in
-                    await pcast?.requestWhenOnline(.limitBandwidth(.init(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond)))
+                    await pcast?.requestWhenOnline(.limitBandwidth(.init(streamId: streamId, subscriberId: subscription.subscriberId, bitsPerSecond: bitsPerSecond)))
                 }
             }
         }
         receiver.onStop { [weak self] in
-            keepAlive.cancel()
-            socket.shutdown()
-            // The socket's packet handler holds the receiver, whose RTCP sender holds the slot:
-            // emptying the slot breaks that cycle so all of it is freed.
-            socketBox.value.withLock { $0 = nil }
-            guard let self, self.state.withLock({ $0.subscriptions.removeValue(forKey: key) }) != nil else { return }
+            guard case .some(let subscriberId) = subscription.close(),
+                  let self, self.state.withLock({ $0.subscriptions.removeValue(forKey: subscription.key) }) != nil else { return }
             await self.requestWhenOnline(.unsubscribe(.init(streamId: streamId, subscriberId: subscriberId)))
         }
         logger.info("subscribed", metadata: ["stream": "\(streamId)", "tracks": "\(subscribed.tracks.map(\.kind.rawValue))"])
         return (streamId, stream)
+    }
+
+    /// Subscribes again, on the node of a new session, to a stream the previous session watched
+    /// (its node stopped or crashed, or the session could not be resumed), and moves the
+    /// subscription's flow there: the viewer's stream, renderers and taps keep going. Ends the
+    /// stream as `failed` when it cannot follow: the stream is gone (it lived on the lost node),
+    /// the token no longer admits it, or the platform now describes other tracks.
+    func follow(_ subscription: Subscription, on client: SignalingClient) async {
+        let streamId = subscription.streamId
+        var subscribed: ServerMessage.Subscribed?
+        let refusal: String?
+        do throws(PCastError) {
+            let reply = try await client.request(.subscribe(.init(streamToken: subscription.streamToken)))
+            guard case .subscribed(let answer) = reply else { throw .invalidRequest("unexpected reply to subscribe: \(reply.type)") }
+            subscribed = answer
+            guard answer.streamId == streamId else { throw .invalidRequest("the token now leads to another stream (\(answer.streamId))") }
+            guard Set(answer.tracks) == Set(subscription.tracks) else { throw .invalidTransport("the stream's tracks differ on this node") }
+            guard let rtcpSSRC = answer.transport.rtcpSSRC else { throw .invalidTransport("the platform assigned no RTCP SSRC") }
+            let endpoint = mediaEndpoint(answer.transport)
+            guard try subscription.attach(subscriberId: answer.subscriberId, host: endpoint.host, transport: endpoint.transport, rtcpSSRC: rtcpSSRC) else {
+                // Stopped while it moved: the new flow goes too.
+                _ = try? await client.request(.unsubscribe(.init(streamId: streamId, subscriberId: answer.subscriberId)))
+                return
+            }
+            refusal = nil
+        } catch {
+            refusal = error.description
+        }
+        guard let refusal else {
+            // A limit the viewer set holds on the new node too.
+            for track in subscription.stream.getVideoTracks() { track.reapplyBandwidthLimit() }
+            logger.info("subscription followed to the new session's node", metadata: ["stream": "\(streamId)"])
+            return
+        }
+        if let subscribed {
+            _ = try? await client.request(.unsubscribe(.init(streamId: streamId, subscriberId: subscribed.subscriberId)))
+        }
+        logger.warning("subscription could not follow to the new session's node", metadata: ["stream": "\(streamId)", "reason": "\(refusal)"])
+        guard state.withLock({ $0.subscriptions.removeValue(forKey: subscription.key) }) != nil else { return }
+        subscription.finish(.failed, "the session moved to another node and the stream could not follow: \(refusal)")
     }
 }
 

@@ -60,6 +60,13 @@ public final class MediaStreamTrack: Sendable, Identifiable, CustomStringConvert
         return limiter.limit(bitsPerSecond)
     }
 
+    /// Asks for the limit in effect again, if there is one (the subscription moved to another
+    /// node, which has not heard it).
+    package func reapplyBandwidthLimit() {
+        guard let limiter = bandwidth.withLock({ $0 }), limiter.current != nil else { return }
+        limiter.reapply()
+    }
+
     /// Makes ``limitBandwidth(_:)`` call `request` with the limit in effect (nil: none).
     package func setBandwidthRequester(_ request: @escaping @Sendable (Int?) -> Void) {
         bandwidth.withLock { $0 = BandwidthLimiter(apply: request) }

@@ -207,8 +207,8 @@ public struct StreamRegistry: Sendable {
     /// The nodes whose streams this node knows of (other than its own).
     public var originNodeIds: Set<String> { Set(streams.values.compactMap(\.originNodeId)) }
 
-    /// The streams of another node this node knows of.
-    public func streamIds(ofNode nodeId: String) -> [String] {
+    /// The streams of node `nodeId` this node knows of (nil: those published here), oldest first.
+    public func streamIds(ofNode nodeId: String?) -> [String] {
         streams.values.filter { $0.originNodeId == nodeId }.sorted { $0.sequence < $1.sequence }.map(\.streamId)
     }
 
