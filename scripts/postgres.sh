@@ -3,8 +3,11 @@
 # initdb into a folder, one loopback port, trust authentication for the role `pcast`, a database
 # `pcast`. PostgreSQL refuses to run as root; as root the server runs as the `postgres` system user.
 #
-#   scripts/postgres.sh start DIR PORT [WATCH_PID]   prints postgres://pcast@127.0.0.1:PORT/pcast
-#                                                   (WATCH_PID: stop the server when that process exits)
+#   scripts/postgres.sh start DIR PORT [WATCH_PID] [ADDRESS...]
+#                                                   prints postgres://pcast@127.0.0.1:PORT/pcast
+#                                                   (WATCH_PID: stop the server when that process exits;
+#                                                   ADDRESS: also listen there, and trust clients of
+#                                                   its /24: nodes in network namespaces of a test)
 #   scripts/postgres.sh stop DIR                     stops it (fast shutdown) and removes DIR
 #   scripts/postgres.sh restart DIR                  stops and starts it again on the same port, data kept
 #   scripts/postgres.sh pause DIR / resume DIR       stops it, data kept / starts it again
@@ -25,7 +28,7 @@ as_owner() {
 start_server() {
   local dir=$1
   as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 \
-    -o "-c listen_addresses=127.0.0.1 -p $(cat "$dir/port") -k $dir -c max_connections=200" start >/dev/null
+    -o "-c listen_addresses=$(cat "$dir/listen") -p $(cat "$dir/port") -k $dir -c max_connections=200" start >/dev/null
 }
 
 stop_server() {
@@ -38,11 +41,21 @@ command=${1:-}
 case "$command" in
   start)
     dir=${2:?DIR}; port=${3:?PORT}; watch=${4:-}
+    extra=("${@:5}")
     mkdir -p "$dir"
     if [ "$(id -u)" -eq 0 ]; then chown postgres "$dir"; fi
     echo "$port" > "$dir/port"
+    listen=127.0.0.1
+    for address in "${extra[@]}"; do
+      [[ $address =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "postgres.sh: $address is not an IPv4 address" >&2; exit 2; }
+      listen="$listen,$address"
+    done
+    echo "$listen" > "$dir/listen"
     as_owner "$bin/initdb" -D "$dir/data" -U pcast --auth=trust -E UTF8 --no-locale --no-sync >"$dir/initdb.log" 2>&1 \
       || { cat "$dir/initdb.log" >&2; exit 1; }
+    for address in "${extra[@]}"; do
+      echo "host all pcast ${address%.*}.0/24 trust" >> "$dir/data/pg_hba.conf"
+    done
     start_server "$dir" || { cat "$dir/server.log" >&2; exit 1; }
     "$bin/psql" -h 127.0.0.1 -p "$port" -U pcast -d postgres -qAt -c "CREATE DATABASE pcast" >/dev/null
     if [ -n "$watch" ]; then

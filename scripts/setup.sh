@@ -43,8 +43,10 @@ packages=(
   libnginx-mod-rtmp
   # The shared store of a cluster of nodes: scripts/postgres.sh starts a throwaway server from it.
   postgresql
-  # nft: the cluster tests cut the link between two nodes with packet-filter rules.
+  # nft: the cluster tests cut the link between two nodes with packet-filter rules; ip: the
+  # partition test puts two nodes in network namespaces of their own and cuts their link.
   nftables
+  iproute2
 )
 
 # Independent oracles the tests check against (PyPI): phenix-edge-auth for digest tokens, pylibsrtp for

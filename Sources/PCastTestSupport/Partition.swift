@@ -55,14 +55,119 @@ public final class NetworkPartition: @unchecked Sendable {
     }
 
     private static func nft(_ arguments: [String]) throws {
-        let output = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-nft-\(UUID().uuidString).out").path
-        defer { try? FileManager.default.removeItem(atPath: output) }
-        let process = try ChildProcess.spawn(try executable("nft"), arguments, environment: ProcessInfo.processInfo.environment,
-                                             output: output, errorsToOutput: true)
-        let status = process.wait()
-        guard status == 0 else {
-            let said = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
-            throw StandInFailure(description: "nft \(arguments.joined(separator: " ")) failed (\(status)): \(said) — the partition tests need nftables (scripts/setup.sh) and root")
+        try runTool("nft", arguments, needs: "the partition tests need nftables (scripts/setup.sh) and root")
+    }
+}
+
+/// Runs a network tool; its output is in the error when it fails.
+private func runTool(_ tool: String, _ arguments: [String], needs: String) throws {
+    let output = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-\(tool)-\(UUID().uuidString).out").path
+    defer { try? FileManager.default.removeItem(atPath: output) }
+    let process = try ChildProcess.spawn(try executable(tool), arguments, environment: ProcessInfo.processInfo.environment,
+                                         output: output, errorsToOutput: true)
+    let status = process.wait()
+    guard status == 0 else {
+        let said = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        throw StandInFailure(description: "\(tool) \(arguments.joined(separator: " ")) failed (\(status)): \(said) — \(needs)")
+    }
+}
+
+/// Two network namespaces standing for two machines, one node of a cluster in each, linked to
+/// each other and each to this namespace (where the database and the clients are):
+///
+///     this namespace  10.213.1.1 ── 10.213.1.2  [A]  10.213.3.1 ── 10.213.3.2  [B]  10.213.2.2 ── 10.213.2.1  this namespace
+///
+/// A node listens on its address on the A–B link (``nodeAddresses``), which is how the other
+/// node reaches it; this namespace reaches each node through that node's own link (a host
+/// route), so the test and its clients keep reaching both while the A–B link is cut
+/// (``cut()``: A's end goes down; ``heal()``: up again). Each node reaches the database at its
+/// host-side address (``databaseAddresses``). ``remove()`` (or release) deletes both namespaces,
+/// and with them every link. One set at a time per machine: namespaces a crashed run left are
+/// deleted first.
+public final class NetworkNamespaces: @unchecked Sendable {
+    public let names: [String]
+    /// A's and B's addresses on the link between them.
+    public let nodeAddresses = ["10.213.3.1", "10.213.3.2"]
+    /// Where A and B reach this namespace (PostgreSQL listens there: ``TestPostgres/startPrivate(alsoListeningOn:)``).
+    public let databaseAddresses = ["10.213.1.1", "10.213.2.1"]
+    private let linkEnd: String
+    private let lock = NSLock()
+    private var removed = false
+
+    private static let prefix = "pcast-ns-"
+    private static let needs = "the namespace tests need iproute2 (scripts/setup.sh) and root"
+
+    private init(names: [String], linkEnd: String) {
+        self.names = names
+        self.linkEnd = linkEnd
+    }
+
+    /// Creates the two namespaces and their links.
+    public static func create() throws -> NetworkNamespaces {
+        for stale in try listed() where stale.hasPrefix(prefix) { try? ip(["netns", "delete", stale]) }
+        let id = String(UUID().uuidString.prefix(4).lowercased())
+        let names = [prefix + id + "-a", prefix + id + "-b"]
+        let made = NetworkNamespaces(names: names, linkEnd: "pc\(id)l0")
+        do {
+            for name in names {
+                try ip(["netns", "add", name])
+                try ip(["-n", name, "link", "set", "lo", "up"])
+            }
+            for (index, name) in names.enumerated() {
+                let net = "10.213.\(index + 1)", host = "pc\(id)h\(index)", inside = "pc\(id)n\(index)"
+                try ip(["link", "add", host, "type", "veth", "peer", "name", inside, "netns", name])
+                try ip(["addr", "add", "\(net).1/24", "dev", host])
+                try ip(["link", "set", host, "up"])
+                try ip(["-n", name, "addr", "add", "\(net).2/24", "dev", inside])
+                try ip(["-n", name, "link", "set", inside, "up"])
+            }
+            try ip(["-n", names[0], "link", "add", made.linkEnd, "type", "veth", "peer", "name", "pc\(id)l1", "netns", names[1]])
+            try ip(["-n", names[0], "addr", "add", "10.213.3.1/24", "dev", made.linkEnd])
+            try ip(["-n", names[1], "addr", "add", "10.213.3.2/24", "dev", "pc\(id)l1"])
+            try ip(["-n", names[0], "link", "set", made.linkEnd, "up"])
+            try ip(["-n", names[1], "link", "set", "pc\(id)l1", "up"])
+            try ip(["route", "add", "10.213.3.1/32", "via", "10.213.1.2"])
+            try ip(["route", "add", "10.213.3.2/32", "via", "10.213.2.2"])
+        } catch {
+            made.remove()
+            throw error
         }
+        return made
+    }
+
+    /// The command line that runs `executable` with `arguments` inside namespace `index` (0: A, 1: B).
+    public func command(in index: Int, _ executable: URL, _ arguments: [String]) throws -> (URL, [String]) {
+        (try NetworkNamespaces.executable, ["netns", "exec", names[index], executable.path] + arguments)
+    }
+
+    /// Cuts the link between A and B (A's end goes down: each node's packets to the other find no route).
+    public func cut() throws { try Self.ip(["-n", names[0], "link", "set", linkEnd, "down"]) }
+
+    /// Brings the link between A and B up again.
+    public func heal() throws { try Self.ip(["-n", names[0], "link", "set", linkEnd, "up"]) }
+
+    /// Deletes both namespaces (their links go with them, and this namespace's routes with those).
+    public func remove() {
+        let done = lock.withLock { () -> Bool in
+            defer { removed = true }
+            return removed
+        }
+        guard !done else { return }
+        for name in names { try? Self.ip(["netns", "delete", name]) }
+    }
+
+    deinit { remove() }
+
+    private static var executable: URL { get throws { try PCastTestSupport.executable("ip") } }
+
+    private static func ip(_ arguments: [String]) throws { try runTool("ip", arguments, needs: needs) }
+
+    /// The namespaces `ip netns list` names.
+    private static func listed() throws -> [String] {
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-ip-\(UUID().uuidString).out").path
+        defer { try? FileManager.default.removeItem(atPath: output) }
+        let process = try ChildProcess.spawn(try executable, ["netns", "list"], environment: ProcessInfo.processInfo.environment, output: output)
+        guard process.wait() == 0 else { throw StandInFailure(description: "ip netns list failed — \(needs)") }
+        return ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").split(separator: "\n").compactMap { $0.split(separator: " ").first.map(String.init) }
     }
 }

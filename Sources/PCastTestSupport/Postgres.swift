@@ -26,8 +26,10 @@ public final class TestPostgres: Sendable {
         self.directory = directory
     }
 
-    /// A server of the caller's own (for a test that stops or restarts it), stopped when this process exits.
-    public static func startPrivate() throws(StandInFailure) -> TestPostgres {
+    /// A server of the caller's own (for a test that stops or restarts it), stopped when this
+    /// process exits. `addresses`: where else it listens (besides 127.0.0.1), trusting clients of
+    /// each one's /24 — the host ends of ``NetworkNamespaces`` links, for nodes in namespaces.
+    public static func startPrivate(alsoListeningOn addresses: [String] = []) throws(StandInFailure) -> TestPostgres {
         // /tmp, not $TMPDIR: the server runs as the postgres user when root, and must reach it.
         let directory = "/tmp/pcast-postgres-\(UUID().uuidString)"
         var status = stat()
@@ -36,7 +38,7 @@ public final class TestPostgres: Sendable {
         }
         do {
             let port = try freeTCPPort()
-            try runScript(["start", directory, String(port), String(getpid())])
+            try runScript(["start", directory, String(port), String(getpid())] + addresses)
             return TestPostgres(port: port, directory: directory)
         } catch let failure as StandInFailure {
             throw failure
@@ -48,11 +50,11 @@ public final class TestPostgres: Sendable {
     /// `postgres://pcast@127.0.0.1:<port>/<database>`.
     public func url(database: String = "pcast") -> String { "postgres://pcast@127.0.0.1:\(port)/\(database)" }
 
-    /// Creates an empty database and returns its URL.
-    public func newDatabase() throws -> String {
+    /// Creates an empty database and returns its URL (at `host`: one of the server's addresses).
+    public func newDatabase(host: String = "127.0.0.1") throws -> String {
         let name = "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
         try sql("CREATE DATABASE \(name)")
-        return url(database: name)
+        return "postgres://pcast@\(host):\(port)/\(name)"
     }
 
     /// Runs SQL with psql as the `pcast` superuser.

@@ -167,6 +167,50 @@ struct ClusterCommandTests {
         #expect(try get(two.httpURL + "/readyz", admin: false).status == 200)
     }
 
+    @Test("a partition in network namespaces: two nodes, each in a namespace of its own, lose the link between them but not PostgreSQL; the viewer on node 2 of node 1's stream stops decoding while both nodes stay in the membership, and decodes again once the link is back")
+    func partitionInNamespaces() async throws {
+        let namespaces = try NetworkNamespaces.create()
+        defer { namespaces.remove() }
+        let postgres = try TestPostgres.startPrivate(alsoListeningOn: namespaces.databaseAddresses)
+        defer { try? postgres.stop() }
+        let (first, second) = (namespaces.databaseAddresses[0], namespaces.databaseAddresses[1])
+        let url = try postgres.newDatabase(host: first)
+        let urls = [url, url.replacingOccurrences(of: "@\(first):", with: "@\(second):")]
+        var nodes: [ServeProcess] = []
+        defer { nodes.forEach { $0.stop() } }
+        for index in 0..<2 {
+            nodes.append(try await ServeProcess.start(["--database", urls[index], "--node-id", "node-\(index + 1)", "--no-rtmp",
+                                                       "--host", namespaces.nodeAddresses[index]], in: (namespaces, index)))
+        }
+        #expect(nodes[0].signaling.contains(namespaces.nodeAddresses[0]) && nodes[1].signaling.contains(namespaces.nodeAddresses[1]))
+        _ = try await waitFor("both nodes listed", within: .seconds(10)) { try nodeIds(nodes[1]) == ["node-1", "node-2"] }
+        let (publisher, streamId) = try await publishTestPattern(on: nodes[0])
+        defer { publisher.stop() }
+        let viewLog = nodes[1].directory.appendingPathComponent("subscribe.out").path
+        let viewer = try await watchDecoding(streamId, through: [nodes[1]], log: viewLog)
+        defer { viewer.stop() }
+        func decoded() -> Int { framesDecoded((try? String(contentsOfFile: viewLog, encoding: .utf8)) ?? "") }
+
+        try namespaces.cut()
+        try await Task.sleep(for: .milliseconds(1_500))   // what was on its way, and the stats line after it
+        let atCut = decoded()
+        try await Task.sleep(for: .seconds(3))
+        #expect(decoded() - atCut <= 2, "\(decoded() - atCut) frames decoded in 3 s through a cut link")
+        #expect(try nodeIds(nodes[0]) == ["node-1", "node-2"] && nodeIds(nodes[1]) == ["node-1", "node-2"],
+                "both nodes still reach PostgreSQL: the membership keeps them")
+
+        try namespaces.heal()
+        let healed = ContinuousClock.now, stalled = decoded()
+        do {
+            _ = try await waitFor("the viewer decodes again", within: .seconds(15)) { decoded() >= stalled + 30 }
+        } catch {
+            throw CLITestFailure("\(error); node 2 said: \(nodes[1].output.suffix(3_000))")
+        }
+        print("cluster: after a namespace link cut of 4.5 s, the viewer on node 2 decoded 30 frames again within \(ContinuousClock.now - healed) of the link coming back (2 s of frames at 15 fps)")
+        let output = (try? String(contentsOfFile: viewLog, encoding: .utf8)) ?? ""
+        #expect(!output.contains("stream ended:") && viewer.isRunning, "\(output.suffix(1_000))")
+    }
+
     @Test("kill -9 of the node a viewer watches through: `pcast subscribe --server <node 2> --server <node 3>` moves to node 3 and goes on decoding the stream published on node 1, never told it ended")
     func edgeKilled() async throws {
         let postgres = try TestPostgres.server()

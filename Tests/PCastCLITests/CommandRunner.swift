@@ -87,16 +87,18 @@ struct ServeProcess {
     let log: String
     let environment: [String: String]
 
-    /// Starts it with `extra` arguments after the defaults.
-    static func start(_ extra: [String] = []) async throws -> ServeProcess {
+    /// Starts it with `extra` arguments after the defaults (inside namespace `index` of `namespaces` when given).
+    static func start(_ extra: [String] = [], in namespaces: (NetworkNamespaces, index: Int)? = nil) async throws -> ServeProcess {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-serve-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let log = directory.appendingPathComponent("serve.out").path
         var environment = ProcessInfo.processInfo.environment
         environment["PCAST_SECRET"] = secret
-        let server = try ChildProcess.spawn(try pcastBinary(), [
+        var command = (try pcastBinary(), [
             "serve", "--application-id", applicationId, "--http-port", "0", "--media-port", "0", "--rtmp-port", "0",
-            "--data-dir", directory.appendingPathComponent("data").path] + extra, environment: environment, output: log, errorsToOutput: true)
+            "--data-dir", directory.appendingPathComponent("data").path] + extra)
+        if let (namespaces, index) = namespaces { command = try namespaces.command(in: index, command.0, command.1) }
+        let server = try ChildProcess.spawn(command.0, command.1, environment: environment, output: log, errorsToOutput: true)
         // "pcast serve: signaling ws://127.0.0.1:PORT/ws, media udp 127.0.0.1:PORT"
         var url: String?
         for _ in 0..<200 where url == nil {
