@@ -36,6 +36,16 @@ public protocol RelayControl: Sendable {
     /// origin, throttled here; this relay's reports to the origin carry its worst viewer's figures.
     func addUpstream(streamId: String, tracks: [MediaTrackDescription], origin: UpstreamOrigin) throws(RelayError)
 
+    /// Points a pulled stream at a new flow of its origin (the edge asked the origin again after
+    /// its leg went silent: a cut link, or an origin that dropped the edge meanwhile). The
+    /// stream's subscribers stay; the edge speaks first on the new flow, as on a new leg.
+    func replaceUpstream(streamId: String, origin: UpstreamOrigin) throws(RelayError)
+
+    /// How long since an edge relay's flow (``addEdgeSubscriber(streamId:subscriberId:)``) last
+    /// sent RTCP the relay could authenticate (an edge reports once a second); nil for an unknown
+    /// flow. The origin drops the flows of edges that stopped reporting.
+    func edgeIdleTime(streamId: String, subscriberId: String) -> Duration?
+
     /// Closes a stream: its publisher flow and every subscriber flow on it; unknown ids are ignored.
     func removeStream(streamId: String)
 
@@ -83,6 +93,12 @@ extension RelayControl {
     public func addUpstream(streamId: String, tracks: [MediaTrackDescription], origin: UpstreamOrigin) throws(RelayError) {
         throw .cascadeUnavailable
     }
+
+    public func replaceUpstream(streamId: String, origin: UpstreamOrigin) throws(RelayError) {
+        throw .cascadeUnavailable
+    }
+
+    public func edgeIdleTime(streamId: String, subscriberId: String) -> Duration? { nil }
 
     public func addWebRTCPublisher(streamId: String, tracks: [MediaTrackDescription], peer: WebRTCPeerParameters) throws(RelayError) {
         throw .webRTCUnavailable

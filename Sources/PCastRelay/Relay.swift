@@ -40,8 +40,12 @@ public final class Relay: RelayControl {
     private struct Registry {
         struct Stream {
             var trackSSRCs: [UInt32]
-            let publisher: FlowCrypto
+            var publisher: FlowCrypto
+            /// Pulled from an origin relay (its publisher flow is a leg of the origin's).
+            var isUpstream = false
             var subscribers: [String: UInt32] = [:]
+            /// Edge relays' flows, for how long each has been silent.
+            var edgeFlows: [String: FlowCrypto] = [:]
         }
 
         var stopped = false
@@ -166,7 +170,7 @@ public final class Relay: RelayControl {
                 guard !registry.ufrags.values.contains(peer.local.ufrag) else { throw .iceUfragInUse(peer.local.ufrag) }
                 registry.ufrags[key] = peer.local.ufrag
             }
-            registry.streams[streamId] = Registry.Stream(trackSSRCs: tracks.map(\.ssrc), publisher: crypto)
+            registry.streams[streamId] = Registry.Stream(trackSSRCs: tracks.map(\.ssrc), publisher: crypto, isUpstream: upstream != nil)
             registry.ssrcs.formUnion(tracks.map(\.ssrc))
             // Enqueued under the registry lock so the I/O thread sees commands in registry order.
             engine.enqueue(.addStream(id: streamId, tracks: tracks, crypto: crypto, upstream: upstream))
@@ -198,6 +202,23 @@ public final class Relay: RelayControl {
     /// The edge's end of the origin's subscriber flow: it unprotects with the key the origin
     /// sends with (the transport's server key) and protects its RTCP with the client key.
     public func addUpstream(streamId: String, tracks: [MediaTrackDescription], origin: UpstreamOrigin) throws(RelayError) {
+        let (crypto, leg) = try Self.upstreamFlow(origin)
+        try registerPublisher(streamId: streamId, tracks: tracks, crypto: crypto, peer: nil, upstream: leg)
+    }
+
+    public func replaceUpstream(streamId: String, origin: UpstreamOrigin) throws(RelayError) {
+        let (crypto, leg) = try Self.upstreamFlow(origin)
+        try registry.withLock { (registry: inout Registry) throws(RelayError) in
+            guard !registry.stopped else { throw .stopped }
+            guard registry.streams[streamId]?.isUpstream == true else { throw .streamNotFound(streamId) }
+            registry.streams[streamId]!.publisher = crypto
+            engine.enqueue(.replaceUpstream(id: streamId, crypto: crypto, upstream: leg))
+        }
+    }
+
+    /// The edge's end of a leg: keys swapped (it unprotects what the origin sends its subscriber)
+    /// and the origin's address and the SSRC its RTCP must carry.
+    private static func upstreamFlow(_ origin: UpstreamOrigin) throws(RelayError) -> (FlowCrypto, UpstreamLeg) {
         guard let address = RelayAddress(host: origin.host, port: origin.port), origin.port != 0 else {
             throw .invalidUpstream("'\(origin.host):\(origin.port)' is not an IPv4 address and port")
         }
@@ -213,7 +234,7 @@ public final class Relay: RelayControl {
         } catch {
             throw .invalidUpstream("its keys: \(error)")
         }
-        try registerPublisher(streamId: streamId, tracks: tracks, crypto: crypto, peer: nil, upstream: UpstreamLeg(address: address, ssrc: ssrc))
+        return (crypto, UpstreamLeg(address: address, ssrc: ssrc))
     }
 
     public func addWebRTCViewer(streamId: String, subscriberId: String, peer: WebRTCPeerParameters) throws(RelayError) {
@@ -245,6 +266,7 @@ public final class Relay: RelayControl {
                 registry.subscriberCount += 1
             }
             registry.ssrcs.insert(ssrc)
+            registry.streams[streamId]!.edgeFlows[subscriberId] = isEdge ? crypto : nil
             engine.enqueue(.addSubscriber(streamId: streamId, subscriberId: subscriberId, rtcpSSRC: ssrc, crypto: crypto, isEdge: isEdge))
             if let peer {
                 engine.enqueue(.addWebRTC(WebRTCSetup(streamId: streamId, subscriberId: subscriberId, rtcpSSRC: ssrc, parameters: peer, crypto: crypto)))
@@ -258,6 +280,7 @@ public final class Relay: RelayControl {
             guard !registry.stopped,
                   let ssrc = registry.streams[streamId]?.subscribers.removeValue(forKey: subscriberId)
             else { return }
+            registry.streams[streamId]!.edgeFlows[subscriberId] = nil
             registry.ssrcs.remove(ssrc)
             registry.subscriberCount -= 1
             registry.ufrags[WebRTCPeerKey(streamId: streamId, subscriberId: subscriberId)] = nil
@@ -278,8 +301,15 @@ public final class Relay: RelayControl {
     }
 
     public func publisherIdleTime(streamId: String) -> Duration? {
-        guard let publisher = registry.withLock({ $0.streams[streamId]?.publisher }) else { return nil }
-        let last = publisher.lastMedia.load(ordering: .relaxed)
+        registry.withLock { $0.streams[streamId]?.publisher }.map(Self.idleTime)
+    }
+
+    public func edgeIdleTime(streamId: String, subscriberId: String) -> Duration? {
+        registry.withLock { $0.streams[streamId]?.edgeFlows[subscriberId] }.map(Self.idleTime)
+    }
+
+    private static func idleTime(_ flow: FlowCrypto) -> Duration {
+        let last = flow.lastHeard.load(ordering: .relaxed)
         let now = monotonicNanoseconds()
         return .nanoseconds(Int64(clamping: now > last ? now - last : 0))
     }

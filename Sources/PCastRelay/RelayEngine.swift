@@ -15,9 +15,10 @@ import Synchronization
 final class FlowCrypto: @unchecked Sendable {
     private(set) var inbound: SRTPSession
     private(set) var outbound: SRTPSession
-    /// Monotonic nanoseconds of the flow's latest authenticated RTP packet (its creation until
-    /// one arrives); written by the I/O thread, read by control calls.
-    let lastMedia: Atomic<UInt64>
+    /// Monotonic nanoseconds of the flow's latest authenticated packet (a publisher's RTP, a
+    /// subscriber's RTCP; its creation until one arrives); written by the I/O thread, read by
+    /// control calls.
+    let lastHeard: Atomic<UInt64>
     /// A WebRTC viewer's payload types, indexed by the stream's (nil: sent as they are).
     let payloadTypes: [UInt8]?
     /// A WebRTC publisher's packets lose their header extension on arrival (see `RTPRewrite`).
@@ -28,7 +29,7 @@ final class FlowCrypto: @unchecked Sendable {
         self.outbound = outbound
         self.payloadTypes = payloadTypes
         self.stripsHeaderExtensions = stripsHeaderExtensions
-        lastMedia = Atomic(monotonicNanoseconds())
+        lastHeard = Atomic(monotonicNanoseconds())
     }
 
     /// The keys a DTLS handshake produced (I/O thread).
@@ -53,6 +54,8 @@ enum RelayCommand: Sendable {
     case addSubscriber(streamId: String, subscriberId: String, rtcpSSRC: UInt32, crypto: FlowCrypto, isEdge: Bool)
     case removeSubscriber(streamId: String, subscriberId: String)
     case removeStream(id: String)
+    /// A pulled stream's new leg (``Relay/replaceUpstream(streamId:origin:)``).
+    case replaceUpstream(id: String, crypto: FlowCrypto, upstream: UpstreamLeg)
     /// A WebRTC peer's transport (after the flow it keys was added).
     case addWebRTC(WebRTCSetup)
 }
@@ -276,6 +279,12 @@ final class RelayEngine: @unchecked Sendable {
                 if upstream != nil, let handle = router.handle(streamId: id), let report = router.receiverReport(stream: handle, now: now) {
                     perform([report])
                 }
+            case .replaceUpstream(let id, let crypto, let upstream):
+                // As on a new leg, the edge speaks first.
+                if router.replaceUpstream(id: id, publisher: crypto, upstream: upstream), let handle = router.handle(streamId: id),
+                   let report = router.receiverReport(stream: handle, now: now) {
+                    perform([report])
+                }
             case .addSubscriber(let streamId, let subscriberId, let rtcpSSRC, let crypto, let isEdge):
                 if let actions = router.addSubscriber(
                     streamId: streamId, subscriberId: subscriberId, rtcpSSRC: rtcpSSRC, context: crypto, now: now, isEdge: isEdge) {
@@ -402,7 +411,7 @@ final class RelayEngine: @unchecked Sendable {
             return
         }
         router.authenticated(route, from: source)
-        crypto.lastMedia.store(now, ordering: .relaxed)
+        crypto.lastHeard.store(now, ordering: .relaxed)
         if crypto.stripsHeaderExtensions { RTPRewrite.stripHeaderExtension(&packet) }
         let layout: RTPPacketLayout
         do { layout = try RTPPacketLayout(parsing: packet) } catch {
@@ -522,6 +531,7 @@ final class RelayEngine: @unchecked Sendable {
             srtpFailures &+= 1
             return
         }
+        crypto.lastHeard.store(now, ordering: .relaxed)
         perform(router.authenticated(route, from: source, now: now))
         let compound: RTCPCompoundPacket
         do { compound = try RTCPCompoundPacket(parsing: packet) } catch {

@@ -150,7 +150,7 @@ struct RelayRouter<Context> {
         var publisher: Flow
         var tracks: [Track]
         /// Set when the stream is pulled from an origin relay: its "publisher" is that relay.
-        let upstream: UpstreamLeg?
+        var upstream: UpstreamLeg?
         /// Dense, for the fan-out loop; `subscriberSlots` indexes it by RTCP SSRC.
         var subscribers: [Subscriber] = []
         var subscriberSlots: [UInt32: Int] = [:]
@@ -210,6 +210,16 @@ struct RelayRouter<Context> {
         streams[handle] = Stream(id: id, publisher: Flow(context: publisher, address: upstream?.address), tracks: built, upstream: upstream)
         handles[id] = handle
         for (index, track) in tracks.enumerated() { routes[track.ssrc] = .track(stream: handle, track: index) }
+        return true
+    }
+
+    /// Moves a pulled stream to a new leg of its origin (new keys, the SSRC the origin assigned
+    /// the new flow); its tracks, caches and subscribers stay. False for a stream that is not pulled.
+    @discardableResult
+    mutating func replaceUpstream(id: String, publisher: Context, upstream: UpstreamLeg) -> Bool {
+        guard let handle = handles[id], streams[handle]?.upstream != nil else { return false }
+        streams[handle]!.publisher = Flow(context: publisher, address: upstream.address)
+        streams[handle]!.upstream = upstream
         return true
     }
 

@@ -211,6 +211,8 @@ actor Platform {
     var limitCalls: [String: Task<Void, Never>] = [:]
     /// Edge: legs held open for a viewer about to subscribe (a WHEP offer being answered), by stream.
     var legHolds: [String: Int] = [:]
+    /// Edge: when each silent leg was last asked of its origin again.
+    var repulls: [String: ContinuousClock.Instant] = [:]
     /// Origin: the nodes each stream published here is pulled by.
     var edges: [String: Set<String>] = [:]
     /// The live nodes as of the latest heartbeat, by id.
@@ -296,6 +298,7 @@ actor Platform {
         if healthy, !heartbeatHealthy { logger.notice("node heartbeat reaches the store again") }
         heartbeatHealthy = healthy
         if healthy { await sweepDeadNodes() }
+        superviseLegs()
     }
 
     /// Nodes gone from the membership (no heartbeat within the expiry: killed, or cut off): every

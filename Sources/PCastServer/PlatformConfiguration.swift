@@ -117,6 +117,13 @@ public struct PlatformConfiguration: Sendable, Hashable {
     public var advertisedHost: String?
     /// A node whose last heartbeat is older than this is gone (its heartbeat comes every second).
     public var nodeExpiry: Duration = .seconds(3)
+    /// An edge asks the origin again for a leg that carried nothing this long while it has viewers
+    /// (a cut link; an origin that dropped the edge meanwhile), then again every as long.
+    public var legSilenceLimit: Duration = .seconds(3)
+    /// An origin drops an edge's flow that sent no report this long (an edge reports every second;
+    /// its release may have been lost in a partition): no media is sent to a node that stopped
+    /// listening, and the edge asks again when it needs the stream.
+    public var edgeSilenceLimit: Duration = .seconds(10)
 
     /// ``database``, or the SQLite file in the data directory.
     public var storeLocation: DatabaseLocation { database ?? .sqlite(path: roomDatabasePath) }

@@ -49,6 +49,26 @@ struct CascadeRouterTests {
         #expect(none == nil)
     }
 
+    @Test("a leg moved to a new flow of the origin: the edge's reports go with the new flow's context and SSRC to the origin's address; its viewers stay; a stream that is not pulled cannot be moved")
+    func legMovesToANewFlow() throws {
+        var router = Self.edge()
+        let stream = try #require(router.handle(streamId: "s"))
+        _ = router.addSubscriber(streamId: "s", subscriberId: "v", rtcpSSRC: 500, context: 100, now: 0)
+        let moved = RelayAddress(ipv4: 0x7F00_0002, port: 7001)
+        let replaced = router.replaceUpstream(id: "s", publisher: 2, upstream: UpstreamLeg(address: moved, ssrc: 0x0E0E_0002))
+        #expect(replaced)
+        let report = try #require(router.receiverReport(stream: stream, now: 0).flatMap(Self.parsed))
+        #expect(report.context == 2 && report.address == moved)
+        guard case .receiverReport(let rr)? = report.packets.first else { Issue.record("not a receiver report"); return }
+        #expect(rr.ssrc == 0x0E0E_0002)
+        #expect(router.streams[stream]?.subscribers.count == 1, "the viewer stays on the stream")
+        var plain = RelayRouter<Int>(settings: RouterSettings(relaySSRC: 9), now: 0)
+        plain.addStream(id: "p", tracks: [videoTrack(ssrc: 5)], publisher: 1)
+        let notPulled = plain.replaceUpstream(id: "p", publisher: 2, upstream: UpstreamLeg(address: moved, ssrc: 1))
+        let unknown = plain.replaceUpstream(id: "nope", publisher: 2, upstream: UpstreamLeg(address: moved, ssrc: 1))
+        #expect(!notPulled && !unknown)
+    }
+
     @Test("keyframe requests of many viewers at an edge reach the origin as one PLI per window, sent with the edge's SSRC")
     func keyframesCoalesce() throws {
         var router = Self.edge()

@@ -75,6 +75,56 @@ struct RelayCascadeTests {
         #expect(origin.statistics().subscribers == 0 && edge.statistics().streams == 0)
     }
 
+    @Test("a leg moved to a new flow of the origin carries the stream to the same viewers; the origin tells how long an edge has been silent, and replacing a stream that is not pulled is refused")
+    func legMovesToANewFlow() throws {
+        let origin = try Relay()
+        let edge = try Relay()
+        defer {
+            edge.shutdown()
+            origin.shutdown()
+        }
+        let tracks = [videoTrack(ssrc: Self.video)]
+        let publisher = try TestPublisher(relay: origin, streamId: "s", tracks: tracks)
+        try publisher.send(rtp: try rtpPacket(ssrc: Self.video, sequence: 1))
+        #expect(origin.edgeIdleTime(streamId: "s", subscriberId: "edge@node-2") == nil)
+        let first = try origin.addEdgeSubscriber(streamId: "s", subscriberId: "edge@node-2")
+        try edge.addUpstream(streamId: "s", tracks: tracks, origin: UpstreamOrigin(host: "127.0.0.1", port: origin.mediaPort, transport: first))
+        let viewer = try TestSubscriber(relay: edge, streamId: "s", subscriberId: "viewer")
+        try viewer.sendReceiverReport()
+        #expect(waitUntil { origin.statistics().packetsIn >= 2 && edge.statistics().packetsIn >= 1 }, "the edge's report and the viewer's arrived")
+        #expect((origin.edgeIdleTime(streamId: "s", subscriberId: "edge@node-2") ?? .seconds(9)) < .seconds(1), "the edge has just reported")
+        #expect(origin.edgeIdleTime(streamId: "s", subscriberId: "viewer-unknown") == nil)
+
+        // The origin replaces the edge's flow (the edge asked again): the old keys stop working
+        // there, and the edge moves its leg to the new flow.
+        let second = try origin.addEdgeSubscriber(streamId: "s", subscriberId: "edge@node-2")
+        #expect(second.clientKey != first.clientKey && second.rtcpSSRC != first.rtcpSSRC)
+        try edge.replaceUpstream(streamId: "s", origin: UpstreamOrigin(host: "127.0.0.1", port: origin.mediaPort, transport: second))
+        #expect(waitUntil { origin.statistics().packetsIn >= 3 }, "the edge spoke first on the new flow")
+        var plain: [UInt16: [UInt8]] = [:]
+        for sequence in UInt16(2)...21 {
+            plain[sequence] = try rtpPacket(ssrc: Self.video, sequence: sequence)
+            try publisher.send(rtp: plain[sequence]!)
+        }
+        var received: [UInt16] = []
+        while received.count < 20, var datagram = viewer.socket.receive(timeout: 5) {
+            if (192...223).contains(datagram[1]) { continue }
+            try viewer.receiver.unprotect(&datagram)
+            let sequence = try RTPPacketLayout(parsing: datagram).sequenceNumber
+            #expect(datagram == plain[sequence])
+            received.append(sequence)
+        }
+        #expect(received == Array(2...21), "the same viewer, over the new flow, in order")
+        #expect(origin.statistics().subscribers == 1 && edge.statistics().srtpFailures == 0)
+
+        #expect(throws: RelayError.streamNotFound("p")) {
+            try origin.replaceUpstream(streamId: "p", origin: UpstreamOrigin(host: "127.0.0.1", port: edge.mediaPort, transport: second))
+        }
+        #expect(throws: RelayError.streamNotFound("s"), "the origin's own stream is not pulled") {
+            try origin.replaceUpstream(streamId: "s", origin: UpstreamOrigin(host: "127.0.0.1", port: edge.mediaPort, transport: second))
+        }
+    }
+
     @Test("an origin that cannot be used is refused with a typed error and leaves nothing behind")
     func badUpstream() throws {
         let edge = try Relay()

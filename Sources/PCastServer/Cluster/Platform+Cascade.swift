@@ -89,6 +89,62 @@ extension Platform {
         return .success(())
     }
 
+    /// Once a heartbeat: an edge asks the origin again for the legs that went silent, and an
+    /// origin drops the flows of edges that stopped reporting.
+    func superviseLegs() {
+        guard channel != nil else { return }
+        let now = ContinuousClock.now, silence = configuration.legSilenceLimit
+        for (streamId, leg) in legs {
+            guard case .open(let origin) = leg, registry.hasViewers(streamId) || legHolds[streamId] != nil,
+                  let idle = relay.publisherIdleTime(streamId: streamId), idle >= silence,
+                  repulls[streamId].map({ now - $0 >= silence }) ?? true else { continue }
+            repulls[streamId] = now
+            Task { await self.pullAgain(streamId, from: origin, silentFor: idle) }
+        }
+        for streamId in repulls.keys where legs[streamId] == nil { repulls[streamId] = nil }
+        for (streamId, nodes) in edges {
+            for nodeId in nodes {
+                guard let idle = relay.edgeIdleTime(streamId: streamId, subscriberId: Self.edgeSubscriberId(nodeId)),
+                      idle >= configuration.edgeSilenceLimit else { continue }
+                logger.notice("a node pulling a stream stopped reporting: its leg is dropped",
+                              metadata: ["pcast.stream": .string(streamId), "pcast.edge": .string(nodeId), "pcast.silent": .string("\(idle)")])
+                _ = releaseEdge(streamId, of: nodeId)
+            }
+        }
+    }
+
+    /// Asks the origin for a new flow of a leg that went silent and moves the leg onto it (the
+    /// origin replaces the edge's flow it had, if it still had one); the viewers stay.
+    private func pullAgain(_ streamId: String, from origin: String, silentFor idle: Duration) async {
+        guard let channel, let node = await liveNode(origin) else { return }
+        let grant: EdgeGrant
+        do throws(ClusterChannelError) {
+            grant = try await channel.call("/cluster/edges", on: node, EdgeRequest(streamId: streamId))
+        } catch {
+            logger.info("a silent leg could not be pulled again yet", metadata: [
+                "pcast.stream": .string(streamId), "pcast.node": .string(origin), "pcast.error": .string(error.description)])
+            return
+        }
+        guard case .open(origin)? = legs[streamId] else {
+            // Dropped meanwhile (its last viewer left, or the stream ended).
+            if legs[streamId] == nil { releaseAtOrigin(streamId, origin: node) }
+            return
+        }
+        do throws(RelayError) {
+            guard let (host, port) = Self.hostAndPort(grant.relayAddress) else {
+                throw .invalidUpstream("node \(origin) gave relay address '\(grant.relayAddress)'")
+            }
+            try relay.replaceUpstream(streamId: streamId, origin: UpstreamOrigin(host: host, port: port, transport: grant.transport))
+        } catch {
+            logger.warning("a silent leg could not be moved to its new flow", metadata: ["pcast.stream": .string(streamId), "pcast.error": .string(error.description)])
+            return
+        }
+        logger.notice("a pulled stream's leg was silent: pulled again", metadata: [
+            "pcast.stream": .string(streamId), "pcast.node": .string(origin), "pcast.silent": .string("\(idle)")])
+        // An origin that dropped the edge forgot its viewers' limit with it.
+        if let limit = registry.stream(streamId)?.viewerLimit { forwardViewerLimit(streamId, to: origin, bitsPerSecond: limit) }
+    }
+
     /// Ends a hold on a leg (see `legHolds`); a leg nobody watches then goes.
     func releaseHold(_ streamId: String) {
         legHolds[streamId, default: 1] -= 1
