@@ -229,6 +229,67 @@ extension Cluster {
             await nodes[0].shutdown()
         }
 
+        @Test("a channel follows its publisher to another node: the publisher's node stops, its SDK moves to node 3 and its monitor publishes again there; the member offers the new stream and the channel's viewer on node 2 decodes it")
+        func channelFollowsItsPublisher() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(3, on: postgres)
+            // The publisher's backend is node 3's (an application's backend outlives any one node).
+            var pcastOptions = PCastOptions(uri: nodes[0].signalingURL)
+            pcastOptions.fallbackURIs = [nodes[2].signalingURL]
+            var expressOptions = PCastExpressOptions(backendURI: URL(string: nodes[2].backendURL)!, pcastURI: nodes[0].signalingURL)
+            expressOptions.pcastOptions = pcastOptions
+            let publishing = ChannelExpress(roomExpress: RoomExpress(pcastExpress: PCastExpress(expressOptions)))
+            let retries = Values<StreamEndedReason>()
+            var publishOptions = PublishOptions(mediaConstraints: smallMedia(), capabilities: ["real-time"])
+            publishOptions.monitor = MonitorOptions(streamEnded: { reason, _, retry in
+                retries.append(reason)
+                if retry.isPresent { try? retry.perform() } else { retry.dismiss() }
+            })
+            let (publisherRooms, publisher) = try await publishing.publishToChannel(PublishToChannelOptions(
+                channelOptions: ChannelOptions(name: "Moves", alias: "moves"), publishOptions: publishOptions, screenName: "presenter"))
+            let first = publisher.streamId
+
+            let watching = ChannelExpress(roomExpress: RoomExpress(pcastExpress: express(nodes[1])))
+            let viewed = Values<(RequestStatus, String?)>()
+            let subscribers = Values<ExpressSubscriber>()
+            var viewerRooms: RoomService?
+            let deadline = ContinuousClock.now + .seconds(10)
+            while viewerRooms == nil {   // node 2 learns of the channel from the change log
+                do {
+                    viewerRooms = try await watching.joinChannel(JoinChannelOptions(joinRoomOptions: JoinRoomOptions(roomAlias: "moves"))) { status, subscriber, _ in
+                        viewed.append((status, subscriber?.streamId))
+                        if let subscriber { subscribers.append(subscriber) }
+                    }
+                } catch {
+                    if ContinuousClock.now > deadline { throw error }
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+            }
+            @Sendable func decodedFrames() -> Int {
+                subscribers.all.last?.mediaStream?.rtcStatsReport().stats.first { $0.type == "inbound-rtp" && $0.kind == "video" }?.framesDecoded ?? 0
+            }
+            #expect(await eventually { viewed.all.last?.1 == first && decodedFrames() > 15 }, "\(viewed.all)")
+
+            await nodes[0].shutdown()
+            let stopped = ContinuousClock.now
+            #expect(await eventually(.seconds(20)) { publisher.streamId != first && !publisher.streamId.isEmpty && !publisher.hasEnded },
+                    "republished: \(publisher.streamId), retries \(retries.all)")
+            let second = publisher.streamId
+            #expect(publisher.publisher?.streamId == second)
+            #expect(await eventually(.seconds(15)) { viewed.all.last?.1 == second && decodedFrames() > 15 },
+                    "\(viewed.all), decoded \(decodedFrames())")
+            print("cluster: a channel's viewer on node 2 decoded its publisher's new stream on node 3 \(ContinuousClock.now - stopped) after the publisher's node stopped")
+            #expect(retries.all.first == .maintenance, "\(retries.all)")
+            let offered = publisherRooms.selfMember.streams.value.map { (stream: RoomStream) in stream.pcastStreamId }
+            #expect(offered == [second], "the member offers the new stream only: \(offered)")
+            #expect(publisherRooms.selfMember.screenName.value == "presenter")
+
+            withExtendedLifetime((viewerRooms, publisherRooms)) {}
+            await publisher.stop()
+            for express in [publishing, watching] { await express.pcastExpress.shutdown() }
+            for node in [nodes[1], nodes[2]] { await node.shutdown() }
+        }
+
         @Test("a viewer whose node stops keeps watching a stream published on another node: its subscription follows it to the next node of its list (the same stream goes on decoding, in order, the last 60 frames none missing; its bandwidth limit holds there), while a stream that lived on the stopped node ends")
         func subscriptionFollows() async throws {
             let postgres = try TestPostgres.server()

@@ -570,6 +570,17 @@ public final class PCast: Sendable {
     /// Whether the SDK is reconnecting after its connection dropped.
     public var isReconnecting: Bool { state.withLock { $0.machine.isReconnecting } }
 
+    /// Waits until the SDK is online (at once if it is) or `deadline` passes, or the SDK stops;
+    /// true when online. For what must go through a connection that is being re-established:
+    /// an Express publisher publishing again after its node went.
+    package func waitUntilOnline(until deadline: ContinuousClock.Instant) async -> Bool {
+        while !isOnline {
+            guard ContinuousClock.now < deadline, !state.withLock({ $0.machine.isStopped }) else { return false }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        return true
+    }
+
     var host: String {
         URL(string: currentURI)?.host ?? "127.0.0.1"
     }

@@ -358,6 +358,7 @@ public final class ExpressPublisher: Sendable {
         var preview: Renderer?
         var stopped = false
         var endedCallbacks: [@Sendable (StreamEndedReason, String?) -> Void] = []
+        var republishedCallbacks: [@Sendable (String) -> Void] = []
     }
     private let state = Mutex(State())
     /// Limits survive republishing (monitor/retry): each new publisher gets the one in effect.
@@ -386,6 +387,12 @@ public final class ExpressPublisher: Sendable {
         state.withLock { $0.endedCallbacks.append(callback) }
     }
 
+    /// Called with the new stream id each time a retry (``MonitorOptions/streamEnded``) has
+    /// published again: a room's member offers the new stream instead.
+    func setRepublishedCallback(_ callback: @escaping @Sendable (String) -> Void) {
+        state.withLock { $0.republishedCallbacks.append(callback) }
+    }
+
     func connect() async throws(PCastError) {
         let pcast = try await express.pcast()
         let token: String
@@ -397,9 +404,10 @@ public final class ExpressPublisher: Sendable {
         }
         let publisher = try await pcast.publish(streamToken: token, mediaStream: media, tags: options.tags, settings: options.settings,
                                                 publishType: options.publishType, streamName: options.streamName)
-        let stopped = state.withLock { state -> Bool in
+        let (stopped, republished) = state.withLock { state -> (Bool, [@Sendable (String) -> Void]) in
+            let again = state.publisher != nil
             if !state.stopped { state.publisher = publisher }
-            return state.stopped
+            return (state.stopped, again ? state.republishedCallbacks : [])
         }
         if stopped {
             await publisher.stop()
@@ -409,7 +417,27 @@ public final class ExpressPublisher: Sendable {
             self?.ended(publisher, reason, description)
         }
         bandwidth.withLock { $0 }?.reapply()
+        for callback in republished { callback(publisher.streamId) }
     }
+
+    /// Publishes again after a failure. The failure may be its node going away: the SDK is then
+    /// moving to another node, so this waits until it is online again, and tries again while
+    /// what failed is the connection (a node that stopped while the request was on its way).
+    private func publishAgain() async throws(PCastError) {
+        let pcast = try await express.pcast()
+        let deadline = ContinuousClock.now + Self.republishLimit
+        while true {
+            _ = await pcast.waitUntilOnline(until: deadline)
+            do throws(PCastError) {
+                return try await connect()
+            } catch where [.offline, .disconnected, .connectionFailed, .timeout].contains(error.code) && ContinuousClock.now < deadline {
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+        }
+    }
+
+    /// How long ``publishAgain()`` waits for a connection to publish on.
+    static let republishLimit: Duration = .seconds(30)
 
     /// Limits the published video bitrate (bits per second) until the returned disposable is
     /// released, with ``Publisher/limitBandwidth(_:)``'s rules; the limit carries over to the
@@ -434,7 +462,7 @@ public final class ExpressPublisher: Sendable {
         if reason == .failed || reason == .maintenance || reason == .capacity {
             retry = OptionalAction { [weak self] perform in
                 guard perform, let self else { return }
-                Task { try? await self.express.withSetupRetry(self.options.monitor) { () async throws(PCastError) in try await self.connect() } }
+                Task { try? await self.express.withSetupRetry(self.options.monitor) { () async throws(PCastError) in try await self.publishAgain() } }
             }
         } else {
             retry = .absent

@@ -122,11 +122,25 @@ public final class RoomExpress: Sendable {
             await publisher.stop()
             throw error
         }
-        // When the stream ends, the member no longer offers it.
+        // When the stream ends, the member no longer offers it; when the publisher's monitor
+        // publishes again (after a failure, or its node going: perhaps on another node), the
+        // member offers the new stream. One change after another, in order.
+        let offered = Mutex(stream.uri)
+        let changes = SerialRequests()
         publisher.setPublisherEndedCallback { [weak rooms] _, _ in
-            guard let rooms else { return }
-            Task {
-                rooms.selfMember.streams.update { $0.removeAll { $0.uri == stream.uri } }
+            let uri = offered.withLock { $0 }
+            changes.enqueue { [weak rooms] in
+                guard let rooms else { return }
+                rooms.selfMember.streams.update { $0.removeAll { $0.uri == uri } }
+                try? await rooms.selfMember.commitChanges()
+            }
+        }
+        publisher.setRepublishedCallback { [weak self, weak rooms] streamId in
+            changes.enqueue { [weak self, weak rooms] in
+                guard let self, let rooms,
+                      let again = try? await self.roomStream(streamId, capabilities: publishOptions.capabilities, in: rooms, options) else { return }
+                offered.withLock { $0 = again.uri }
+                rooms.selfMember.streams.setValue([again])
                 try? await rooms.selfMember.commitChanges()
             }
         }
@@ -163,16 +177,22 @@ public final class RoomExpress: Sendable {
     /// options' role and screen name; returns the stream as offered.
     private func offer(_ streamId: String, capabilities: [String], in rooms: RoomService,
                        _ options: PublishToRoomOptions) async throws(PCastError) -> RoomStream {
+        let stream = try await roomStream(streamId, capabilities: capabilities, in: rooms, options)
+        rooms.selfMember.role.setValue(options.memberRole)
+        rooms.selfMember.screenName.setValue(options.screenName ?? RoomService.randomScreenName())
+        rooms.selfMember.streams.setValue([stream])
+        return stream
+    }
+
+    /// The member's stream for `streamId` (its URI with a wildcard stream token when asked).
+    private func roomStream(_ streamId: String, capabilities: [String], in rooms: RoomService,
+                            _ options: PublishToRoomOptions) async throws(PCastError) -> RoomStream {
         var uri = "pcast://\(streamId)"
         if options.wildcardTokens {
             let token = try await pcastExpress.streamToken(streamId: streamId, capabilities: capabilities)
             uri += "?streamToken=" + (token.addingPercentEncoding(withAllowedCharacters: .urlQueryValueAllowed) ?? token)
         }
-        let stream = rooms.createStream(uri: uri, type: options.streamType)
-        rooms.selfMember.role.setValue(options.memberRole)
-        rooms.selfMember.screenName.setValue(options.screenName ?? RoomService.randomScreenName())
-        rooms.selfMember.streams.setValue([stream])
-        return stream
+        return rooms.createStream(uri: uri, type: options.streamType)
     }
 
     /// Subscribes to a member's stream: with the wildcard token in its URI when there is one, else
