@@ -269,6 +269,8 @@ actor Platform {
     var clusterRelayAddress: String? { cluster == nil ? nil : node?.relayAddress }
     /// Whether the last heartbeat reached the store (to log changes, not every failure).
     private var heartbeatHealthy = true
+    /// Since when this node's heartbeats reach the store without a failure (nil: they fail now).
+    private var healthySince: ContinuousClock.Instant?
 
     /// The membership record this node heartbeats (its signaling URL at `port`, its relay's
     /// address), and its first heartbeat.
@@ -297,7 +299,11 @@ actor Platform {
         }
         if healthy, !heartbeatHealthy { logger.notice("node heartbeat reaches the store again") }
         heartbeatHealthy = healthy
-        if healthy { await sweepDeadNodes() }
+        let now = ContinuousClock.now
+        if !healthy { healthySince = nil } else if healthySince == nil { healthySince = now }
+        // Only once the other nodes have had the expiry to beat again too: after the store was
+        // out of reach for everyone, every heartbeat is old, and no node is gone.
+        if let since = healthySince, now - since >= configuration.nodeExpiry + PlatformService.heartbeatInterval { await sweepDeadNodes() }
         superviseLegs()
     }
 

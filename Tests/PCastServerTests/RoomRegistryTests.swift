@@ -879,6 +879,23 @@ struct RoomRegistryRemoteTests {
         #expect(harness.registry.room("r-1") == nil)
     }
 
+    @Test("another node removing a member of a session here (it took this node for gone) removes nothing: the member stays and is written again for the other nodes")
+    func sweptMembersAreWrittenAgain() throws {
+        var harness = Harness()
+        harness.open("s-local")
+        harness.create("s-local", "r-1")
+        harness.join("s-local", "r-1")
+        let before = try #require(harness.registry.members(of: "r-1").first)
+        let swept = remote(&harness, .deleteMember(roomId: "r-1", sessionId: "s-local"))
+        #expect(swept.roomEvents.isEmpty, "nobody is told it left")
+        guard case .saveMember(let roomId, let member, _)? = swept.persisted.first, swept.persisted.count == 1 else {
+            Issue.record("not one saveMember: \(swept.persisted)")
+            return
+        }
+        #expect(roomId == "r-1" && member == before)
+        #expect(harness.registry.members(of: "r-1") == [before])
+    }
+
     @Test("chat sequences carry the node's slot in their low bits and count past every sequence seen, local or remote")
     func sequenceSlots() {
         var harness = Harness()

@@ -82,6 +82,19 @@ extension StreamRegistryTests {
         #expect(!registry.hasViewers("s2") && registry.hasViewers("s3"))
     }
 
+    @Test("another node withdrawing a stream published here (it took this node for gone) ends nothing: the stream is announced again")
+    func withdrawnLocalStreamsAreAnnouncedAgain() throws {
+        var registry = registry()
+        registry.nodeId = "node-1"
+        publish(&registry, "here", applyTags: ["channelId:demo"])
+        let withdrawn = registry.handle(.remoteStreamEnded(streamId: "here", reason: .failed, description: "node node-1 stopped answering"))
+        #expect(relayCalls(withdrawn).isEmpty && sends(withdrawn).isEmpty, "nothing ends: no relay call, nobody told")
+        let saved = try #require(persisted(withdrawn).first)
+        guard case .saveStream(let entry) = saved else { Issue.record("not a save: \(saved)"); return }
+        #expect(entry.streamId == "here" && entry.nodeId == "node-1" && entry.tags.contains("channelId:demo"))
+        #expect(registry.stream("here") != nil && registry.localStreamCount == 1)
+    }
+
     @Test("viewer limits across nodes: an edge forwards its viewers' lowest to the origin, which counts it as one viewer's; a publisher's quality reason travels in the directory to other nodes' viewers")
     func limitsAndQualityAcrossNodes() throws {
         // Edge: two viewers of node 2's stream.

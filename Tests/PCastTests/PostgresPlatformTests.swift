@@ -56,5 +56,46 @@ extension Cluster {
             await again.stop()
             await platform.shutdown()
         }
+
+        @Test("PostgreSQL down for longer than the node expiry under two nodes: neither node takes the other for dead when it is back; members on both nodes stay in the room, a stream published on node 1 keeps its viewer on node 2, and chat flows across nodes again within seconds")
+        func clusterOutliveAnOutage() async throws {
+            let postgres = try TestPostgres.startPrivate()
+            let nodes = try await clusterNodes(2, on: postgres)
+            let one = try await client(nodes[0]), two = try await client(nodes[1])
+            _ = try await RoomService(pcast: one).createRoom(RoomOptions(name: "Outage", type: .multiPartyChat, alias: "outage"))
+            let (oneRooms, oneRoom) = try await member(one, "outage", "one")
+            let (twoRooms, twoRoom) = try await memberEventually(two, "outage", "two")
+            #expect(await eventually { oneRoom.members.value.count == 2 && twoRoom.members.value.count == 2 })
+            let (publisherSDK, media, publisher) = try await stampedPublisher(on: nodes[0])
+            let stream = try await subscribeEventually(two, nodes[1], publisher.streamId)
+            let decoded = try StampTap(decoderOf: stream)
+            #expect(await eventually { decoded.all.count >= 30 })
+
+            try postgres.stop()
+            try await Task.sleep(for: .seconds(6))   // twice the node expiry
+            try postgres.resume()
+            let back = ContinuousClock.now
+            let urls = nodes.map { $0.httpURL + "/readyz" }
+            #expect(await eventually(.seconds(60)) {
+                for url in urls where (try? await httpGet(url).1.statusCode) != 200 { return false }
+                return true
+            })
+            // Heartbeats on both sides again; then some more, for any sweep to have happened.
+            try await Task.sleep(for: .seconds(4))
+            print("postgres cluster: both nodes ready \(ContinuousClock.now - back) after the server was back")
+            #expect(oneRoom.members.value.count == 2 && twoRoom.members.value.count == 2,
+                    "\(oneRoom.members.value.map(\.screenName.value)) / \(twoRoom.members.value.map(\.screenName.value))")
+            let count = decoded.all.count
+            #expect(await eventually { decoded.all.count >= count + 30 }, "node 2's viewer still watches node 1's stream")
+            #expect(stream.endReason == nil && !publisher.hasEnded)
+            let heard = ChatService(roomService: twoRooms, batchSize: 100)
+            _ = try await ChatService(roomService: oneRooms).sendMessageToRoom("after the outage")
+            #expect(await eventually(.seconds(10)) { heard.messages.value.contains { $0.message == "after the outage" } })
+
+            await publisherSDK.stop()
+            await media.stop()
+            for sdk in [one, two] { await sdk.stop() }
+            for node in nodes { await node.shutdown() }
+        }
     }
 }

@@ -324,6 +324,11 @@ extension Platform {
                 perform(registry: .remoteStreamEnded(streamId: streamId, reason: reason, description: description))
             case .deleteNodeStreams(let nodeId, let reason, let description) where nodeId != configuration.nodeId:
                 perform(registry: .remoteNodeGone(nodeId: nodeId, reason: reason, description: description))
+            case .deleteNodeStreams(_, let reason, let description):
+                // Another node took this one for gone: the streams published here are announced again.
+                for streamId in registry.streamIds(ofNode: nil) {
+                    perform(registry: .remoteStreamEnded(streamId: streamId, reason: reason, description: description))
+                }
             default:
                 break
             }

@@ -417,6 +417,14 @@ public struct RoomRegistry: Sendable {
             rooms[roomId]?.nextJoinOrder = max(room.nextJoinOrder, joinOrder + 1)
             return member.role.isVisible ? broadcast(roomId, .memberJoined, member: member, excluding: nil) : []
         case .deleteMember(let roomId, let sessionId):
+            // A member of a session of this node, removed by another node that took this one for
+            // gone (it could not reach the store for longer than the node expiry): the session is
+            // here, so the member stays, and is written again for the other nodes.
+            if sessions[sessionId]?.rooms.contains(roomId) == true, let member = rooms[roomId]?.members[sessionId] {
+                return [.persist([.saveMember(roomId: roomId, member.description, joinOrder: member.joinOrder)]),
+                        .log(.notice, "another node removed a member of a session here (it took this node for gone): written again",
+                             sessionId: sessionId, roomId: roomId)]
+            }
             guard let member = rooms[roomId]?.members.removeValue(forKey: sessionId) else { return [] }
             rooms[roomId]?.order.removeAll { $0 == sessionId }
             guard member.description.role.isVisible else { return [] }

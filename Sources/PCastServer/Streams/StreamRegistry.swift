@@ -269,8 +269,14 @@ public struct StreamRegistry: Sendable {
         case .remoteStreamPublished(let shared):
             return remotePublished(shared)
         case .remoteStreamEnded(let streamId, let reason, let description):
-            guard let record = streams[streamId], record.originNodeId != nil else { return [] }
-            return end(streamId, reason: reason, description: description, skipping: nil)
+            guard let record = streams[streamId] else { return [] }
+            guard record.originNodeId == nil else { return end(streamId, reason: reason, description: description, skipping: nil) }
+            // A stream published here, withdrawn by another node that took this one for gone (it
+            // could not reach the store for longer than the node expiry): it lives, so it is
+            // announced again.
+            return [.persist(.saveStream(record.shared(nodeId: nodeId))),
+                    .log(.notice, "another node withdrew a stream published here (it took this node for gone): announced again",
+                         sessionId: record.publisherSessionId, streamId: streamId)]
         case .remoteNodeGone(let nodeId, let reason, let description):
             return streamIds(ofNode: nodeId).flatMap { end($0, reason: reason, description: description, skipping: nil) }
         case .edgeViewerLimit(let streamId, let nodeId, let bitsPerSecond):
