@@ -21,6 +21,13 @@ func subscribeEventually(_ sdk: PCast, _ platform: LocalPlatform, _ streamId: St
     }
 }
 
+/// A counter of a platform's `/metrics` (0 when absent or unreadable).
+func counter(_ url: String, _ name: String) async -> Double {
+    guard let (body, _) = try? await httpGet(url), let text = String(data: body, encoding: .utf8) else { return 0 }
+    let line = text.split(separator: "\n").first { $0.hasPrefix(name + " ") }
+    return line.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+}
+
 /// A publisher of stamped frames on `node`: its SDK client, its media and the publisher.
 func stampedPublisher(on node: LocalPlatform, audio: Bool = false) async throws -> (PCast, UserMediaStream, Publisher) {
     let sdk = PCast(PCastOptions(uri: node.signalingURL))
@@ -40,10 +47,12 @@ extension Cluster {
             let (publisherSDK, media, publisher) = try await stampedPublisher(on: nodes[0], audio: true)
             let sent = try StampTap(encoderOf: media)
 
-            // Two viewers on node 2, one on node 3.
+            // Two viewers on node 2, one on node 3. Their playout delay leaves room for a repair
+            // through the edge when this 2-core machine, running three nodes, a publisher and three
+            // viewers, stalls one of them: what this test checks is that none is lost, not latency.
             var viewers: [(PCast, MediaStream, StampTap)] = []
             for node in [nodes[1], nodes[1], nodes[2]] {
-                let sdk = PCast(PCastOptions(uri: node.signalingURL))
+                let sdk = PCast(PCastOptions(uri: node.signalingURL, playoutDelay: .milliseconds(200)))
                 try await sdk.start(authToken: try node.token(.auth))
                 let stream = try await subscribeEventually(sdk, node, publisher.streamId)
                 #expect(stream.getVideoTracks().count == 1 && stream.getAudioTracks().count == 1)
@@ -182,8 +191,11 @@ extension Cluster {
                     configuration.host = host
                     configuration.database = .postgres(url)
                     configuration.nodeId = "node-\(index + 1)"
-                    configuration.legSilenceLimit = .seconds(1)
+                    // The origin gives up on a silent edge before the edge asks again (the cut
+                    // spares the nodes' HTTP, from 127.0.0.1: an edge that asked again would keep
+                    // its flow at the origin fresh).
                     configuration.edgeSilenceLimit = .seconds(2)
+                    configuration.legSilenceLimit = .seconds(4)
                 })
             }
             let (publisherSDK, media, publisher) = try await stampedPublisher(on: nodes[0])
@@ -199,7 +211,9 @@ extension Cluster {
             try await Task.sleep(for: .milliseconds(500))     // what was on its way
             let before = decoded.all.count
             // The origin hears no report from the edge for 2 s: it drops the edge's flow.
-            #expect(await eventually(.seconds(5)) { origin.relay.statistics().subscribers == 0 }, "the origin dropped the silent edge")
+            let originMetrics = origin.httpURL + "/metrics", edgeMetrics = nodes[1].httpURL + "/metrics"
+            #expect(await eventually(.seconds(5)) { await counter(originMetrics, "pcast_cluster_edges_dropped_total") >= 1 },
+                    "the origin dropped the silent edge")
             try await Task.sleep(for: .seconds(1))
             let during = decoded.all.count - before
             #expect(during <= 3, "\(during) frames decoded through a cut link")
@@ -210,7 +224,8 @@ extension Cluster {
             let stalled = decoded.all.count
             #expect(await eventually(.seconds(10)) { decoded.all.count >= stalled + 30 }, "media again after the link healed")
             print("cluster: the edge pulled the stream again; its viewer decoded again \(ContinuousClock.now - healed) after the partition healed")
-            #expect(nodes[0].relay.statistics().subscribers == 1, "the edge's new flow at the origin")
+            #expect(await counter(edgeMetrics, "pcast_cluster_legs_pulled_again_total") >= 1)
+            #expect(nodes[0].relay.statistics().subscribers == 1, "the edge's one flow at the origin")
             let after = Array(decoded.all.dropFirst(stalled))
             #expect(complete(after, sent: sent.all), "after the heal: \(after.prefix(60))")
             #expect(!publisher.hasEnded && stream.endReason == nil)

@@ -109,6 +109,7 @@ extension Platform {
                 logger.notice("a node pulling a stream stopped reporting: its leg is dropped",
                               metadata: ["pcast.stream": .string(streamId), "pcast.edge": .string(nodeId), "pcast.silent": .string("\(idle)")])
                 _ = releaseEdge(streamId, of: nodeId)
+                metrics.edgesDropped.increment()
             }
         }
     }
@@ -139,6 +140,7 @@ extension Platform {
             logger.warning("a silent leg could not be moved to its new flow", metadata: ["pcast.stream": .string(streamId), "pcast.error": .string(error.description)])
             return
         }
+        metrics.legsPulledAgain.increment()
         logger.notice("a pulled stream's leg was silent: pulled again", metadata: [
             "pcast.stream": .string(streamId), "pcast.node": .string(origin), "pcast.silent": .string("\(idle)")])
         // An origin that dropped the edge forgot its viewers' limit with it.
@@ -225,6 +227,7 @@ extension Platform {
         for (streamId, nodes) in edges {
             for nodeId in nodes where !liveIds.contains(nodeId) {
                 _ = releaseEdge(streamId, of: nodeId)
+                metrics.edgesDropped.increment()
             }
         }
     }

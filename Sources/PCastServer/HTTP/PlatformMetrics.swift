@@ -11,7 +11,8 @@ import Synchronization
 /// `relay_bytes_in_total`, `relay_packets_out_total`, `relay_bytes_out_total`,
 /// `relay_srtp_failures_total`, `relay_unknown_packets_total`, `relay_nacks_served_total`,
 /// `relay_nacks_missed_total`, `relay_keyframe_requests_total`, `relay_webrtc_peers`,
-/// `relay_stun_refusals_total`, `relay_dtls_failures_total`.
+/// `relay_stun_refusals_total`, `relay_dtls_failures_total`; in a cluster, `cluster_edges_dropped_total`
+/// and `cluster_legs_pulled_again_total`.
 ///
 /// ```swift
 /// let metrics = PlatformMetrics()
@@ -25,6 +26,10 @@ public final class PlatformMetrics: Sendable {
     let subscribers: Gauge
     let messages: Counter
     let refusals: Counter
+    /// Origin: edge flows dropped because their reports stopped.
+    let edgesDropped: Counter
+    /// Edge: silent legs asked of their origin again.
+    let legsPulledAgain: Counter
 
     private let relayStreams: Gauge
     private let relaySubscribers: Gauge
@@ -41,6 +46,10 @@ public final class PlatformMetrics: Sendable {
         subscribers = registry.makeGauge(descriptor: Self.name("subscribers", "", "Subscriptions on published streams"))
         messages = registry.makeCounter(descriptor: Self.name("signaling_messages", "total", "Signaling messages received"))
         refusals = registry.makeCounter(descriptor: Self.name("signaling_refusals", "total", "Signaling requests answered with an error"))
+        edgesDropped = registry.makeCounter(descriptor: Self.name("cluster_edges_dropped", "total",
+                                                                  "Origin of a cascade: edges' flows dropped after their reports stopped"))
+        legsPulledAgain = registry.makeCounter(descriptor: Self.name("cluster_legs_pulled_again", "total",
+                                                                     "Edge of a cascade: silent legs asked of their origin again"))
         relayStreams = registry.makeGauge(descriptor: Self.name("relay_streams", "", "Streams open on the relay"))
         relaySubscribers = registry.makeGauge(descriptor: Self.name("relay_subscribers", "", "Subscriber flows open on the relay"))
         relayWebRTCPeers = registry.makeGauge(descriptor: Self.name("relay_webrtc_peers", "", "WebRTC peers (WHIP publishers and WHEP viewers) on the relay"))
