@@ -220,6 +220,9 @@ actor Platform {
     /// The last change-log id applied.
     private var lastChangeId: Int64 = 0
     private var catchingUp = false
+    /// Why this node's view of the cluster is behind for good (changes it had not read were
+    /// pruned from the log); `/readyz` says so.
+    private(set) var missedChanges: String?
     private var needsCatchUp = false
 
     /// Applies other nodes' logged changes past the last one applied (one reader at a time; a
@@ -245,7 +248,12 @@ actor Platform {
                 }
                 if last != from { needsCatchUp = true }
             } catch {
-                if !Task.isCancelled {
+                if case .missedChanges = error {
+                    // Reading on cannot bring back what was pruned: the node says so (not ready)
+                    // until it is restarted, and keeps serving its own sessions meanwhile.
+                    if missedChanges == nil { logger.error("this node missed changes of the cluster", metadata: ["pcast.error": .string(error.description)]) }
+                    missedChanges = error.description
+                } else if !Task.isCancelled {
                     logger.notice("cannot read the cluster's change log (will retry)", metadata: ["pcast.error": .string(error.description)])
                 }
                 return

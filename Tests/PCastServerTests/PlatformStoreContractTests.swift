@@ -311,6 +311,31 @@ extension Cluster {
             for store in stores { await store.close() }
         }
 
+        @Test("the change log: a reader gets other nodes' changes in order, not its own; pruning records how far, so a reader behind it gets a missed-changes error and one past it reads on")
+        func changeLogHorizon() async throws {
+            let url = try PostgresURL(parsing: try TestPostgres.server().newDatabase())
+            let writer = try await PostgresPlatformStore.open(url, logger: Logger(label: "test"))
+            let reader = try await PostgresPlatformStore.open(url, logger: Logger(label: "test"))
+            writer.publishChanges(as: "node-a")
+            reader.publishChanges(as: "node-b")
+            try await writer.apply([.saveRoom(room("r-1"), createdAt: 1)])
+            try await reader.apply([.saveRoom(room("r-2"), createdAt: 2)])
+            try await writer.apply([.saveRoom(room("r-3"), createdAt: 3)])
+            let (last, seen) = try await reader.changes(after: 0, excluding: "node-b")
+            #expect(seen == [.saveRoom(room("r-1"), createdAt: 1), .saveRoom(room("r-3"), createdAt: 3)])
+
+            try await writer.pruneChanges(olderThan: .zero)
+            var missed: RoomStoreError?
+            do throws(RoomStoreError) { _ = try await reader.changes(after: 0, excluding: "node-b") } catch { missed = error }
+            guard case .missedChanges(let why)? = missed else { Issue.record("a reader behind the pruned log: \(String(describing: missed))"); return }
+            #expect(why.contains("restart"), "\(why)")
+            try await writer.apply([.saveRoom(room("r-4"), createdAt: 4)])
+            let (_, after) = try await reader.changes(after: last, excluding: "node-b")
+            #expect(after == [.saveRoom(room("r-4"), createdAt: 4)], "a reader that had read all that was pruned reads on")
+            await writer.close()
+            await reader.close()
+        }
+
         @Test("an address where no server listens is a typed unavailable error within seconds (2 s timeout), not a hang")
         func unreachable() async throws {
             let port = try freeTCPPort()

@@ -57,6 +57,26 @@ extension Cluster {
             await platform.shutdown()
         }
 
+        @Test("a node whose place in the cluster's change log was pruned (it could not read the log for longer than the log keeps changes) is not ready, and says why")
+        func missedChangesAreNotReady() async throws {
+            let postgres = try TestPostgres.server()
+            let url = try postgres.newDatabase()
+            let secret = SRTPFreeRandom.secret()
+            let node = try await LocalPlatform.start(secret: secret) { configuration in
+                configuration.database = .postgres(try! PostgresURL(parsing: url))
+                configuration.nodeId = "node-1"
+            }
+            let readyURL = node.httpURL + "/readyz"
+            #expect(await eventually { (try? await httpGet(readyURL).1.statusCode) == 200 })
+            // As if the log had been pruned past everything this node read: its next read finds out.
+            try postgres.sql("UPDATE change_log_horizon SET pruned_through = 9223372036854775000", database: String(url.split(separator: "/").last!))
+            #expect(await eventually(.seconds(10)) { (try? await httpGet(readyURL).1.statusCode) == 503 })
+            let (body, _) = try await httpGet(readyURL)
+            let reason = String(decoding: body, as: UTF8.self)
+            #expect(reason.contains("missed changes of the cluster") && reason.contains("restart"), "\(reason)")
+            await node.shutdown()
+        }
+
         @Test("PostgreSQL down for longer than the node expiry under two nodes: neither node takes the other for dead when it is back; members on both nodes stay in the room, a stream published on node 1 keeps its viewer on node 2, and chat flows across nodes again within seconds")
         func clusterOutliveAnOutage() async throws {
             let postgres = try TestPostgres.startPrivate()

@@ -31,11 +31,13 @@ struct HTTPRoutes: Sendable {
             let accepting = await platform.isAccepting
             let relayReady = relay.mediaPort != 0
             let storeReady = await platform.storeIsReachable()
-            guard accepting, relayReady, storeReady else {
+            let missed = await platform.missedChanges
+            guard accepting, relayReady, storeReady, missed == nil else {
                 var reasons: [String] = []
                 if !accepting { reasons.append("the platform is shutting down") }
                 if !relayReady { reasons.append("the relay has no media port") }
                 if !storeReady { reasons.append("the database does not answer") }
+                if let missed { reasons.append(missed) }
                 return Self.text(reasons.joined(separator: "; ") + "\n", status: .serviceUnavailable)
             }
             return Self.text("ready\n")

@@ -36,6 +36,10 @@ import Synchronization
 //     stream        (stream_id TEXT PRIMARY KEY, node_id TEXT, published_at BIGINT, entry TEXT /* JSON SharedStream */),
 //                   INDEX (node_id)
 //
+// Version 5, how far the change log was pruned (a node that has not read that far missed changes):
+//
+//     change_log_horizon (pruned_through BIGINT): the highest id pruned
+//
 // A node that publishes its changes writes them to change_log in the same transaction as the
 // tables, under an advisory lock (so ids commit in id order), and NOTIFYs `pcast_changes`; the
 // others LISTEN and read past the last id they applied (after a reconnect too: nothing is missed).
@@ -240,6 +244,12 @@ public final class PostgresPlatformStore: PlatformStore {
             entry TEXT NOT NULL
         );
         CREATE INDEX stream_node ON stream(node_id);
+        """,
+        """
+        CREATE TABLE change_log_horizon (
+            pruned_through BIGINT NOT NULL
+        );
+        INSERT INTO change_log_horizon (pruned_through) VALUES (0);
         """,
     ]
 
@@ -638,6 +648,11 @@ public final class PostgresPlatformStore: PlatformStore {
         return try await bounded("reading the change log") { client in
             var last = after
             var changes: [RoomStoreChange] = []
+            for try await prunedThrough in try await client.query("SELECT pruned_through FROM change_log_horizon", logger: logger).decode(Int64.self)
+            where prunedThrough > after {
+                throw RoomStoreError.missedChanges(
+                    "the change log was pruned through id \(prunedThrough) and this node has applied only up to \(after): restart it to load the cluster's state again")
+            }
             let rows = try await client.query("""
                 SELECT id, node_id, changes FROM change_log WHERE id > \(after) ORDER BY id LIMIT \(limit)
                 """, logger: logger)
@@ -684,12 +699,17 @@ public final class PostgresPlatformStore: PlatformStore {
 
     private let listeners = Mutex<[Task<Void, Never>]>([])
 
-    /// Deletes change-log entries older than `age` (every node has long read them).
+    /// Deletes change-log entries older than `age` (every live node has long read them) and
+    /// records how far it pruned, so that a node that had not read that far (cut off from the
+    /// database all that time) learns it missed changes instead of going on without them.
     public func pruneChanges(olderThan age: Duration) async throws(RoomStoreError) {
         let logger = self.logger
         let seconds = Double(age / .milliseconds(1)) / 1000
         try await bounded("pruning the change log") { client in
-            try await client.query("DELETE FROM change_log WHERE created_at < now() - make_interval(secs => \(seconds))", logger: logger)
+            try await client.query("""
+                WITH pruned AS (DELETE FROM change_log WHERE created_at < now() - make_interval(secs => \(seconds)) RETURNING id)
+                UPDATE change_log_horizon SET pruned_through = GREATEST(pruned_through, COALESCE((SELECT max(id) FROM pruned), 0))
+                """, logger: logger)
         }
     }
 

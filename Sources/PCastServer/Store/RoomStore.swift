@@ -42,6 +42,9 @@ public enum RoomStoreError: Error, Sendable, Hashable, CustomStringConvertible {
     /// A database server cannot be reached (refused, lost, or no answer in time); the store keeps
     /// trying to reconnect.
     case unavailable(String)
+    /// Changes this node had not read were pruned from a cluster's change log (it could not read
+    /// the log for longer than the log keeps them): its view of rooms and streams is behind.
+    case missedChanges(String)
 
     public var description: String {
         switch self {
@@ -49,6 +52,7 @@ public enum RoomStoreError: Error, Sendable, Hashable, CustomStringConvertible {
         case .migration(let message): return "room database migration failed: \(message)"
         case .io(let message): return "room database error: \(message)"
         case .unavailable(let message): return "room database unavailable: \(message)"
+        case .missedChanges(let message): return "missed changes of the cluster: \(message)"
         }
     }
 }
