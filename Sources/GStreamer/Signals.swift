@@ -27,6 +27,24 @@ extension Element {
                               sourceSetupRelease, GConnectFlags(rawValue: 0))
     }
 
+    /// Calls `presented` with each buffer a `fakesink` (or `identity`) hands off: for a
+    /// synchronised sink that is after its clock wait, the moment the frame is presented. Sets the
+    /// element's `signal-handoffs`. `presented` runs on the streaming thread; it must not block.
+    ///
+    /// - Throws: ``GStreamerError/unknownSignal(element:signal:)`` when the element has no `handoff` signal.
+    public func onHandoff(_ presented: @escaping @Sendable (Buffer) -> Void) throws(GStreamerError) {
+        guard let type = object.pointee.g_type_instance.g_class?.pointee.g_type, g_signal_lookup("handoff", type) != 0 else {
+            throw .unknownSignal(element: name, signal: "handoff")
+        }
+        try set("signal-handoffs", true)
+        let box = Unmanaged.passRetained(HandoffHandler(presented)).toOpaque()
+        let callback: @convention(c) (UnsafeMutablePointer<GstElement>?, UnsafeMutablePointer<GstBuffer>?, UnsafeMutablePointer<GstPad>?,
+                                      UnsafeMutableRawPointer?) -> Void = handoffTrampoline
+        // As above: g_signal_connect_data, the box released with the connection.
+        g_signal_connect_data(UnsafeMutableRawPointer(pointer), "handoff", unsafeBitCast(callback, to: GCallback.self), box,
+                              handoffRelease, GConnectFlags(rawValue: 0))
+    }
+
     /// Sets a property from its textual form, as `gst-launch-1.0` would (any type GStreamer can
     /// deserialise, structures and caps included: `extra-headers` = `headers, Host=(string)a.example`).
     ///
@@ -51,4 +69,21 @@ private func sourceSetupTrampoline(_ bin: UnsafeMutablePointer<GstElement>?, _ s
 private func sourceSetupRelease(_ data: UnsafeMutableRawPointer?, _ closure: UnsafeMutablePointer<GClosure>?) {
     guard let data else { return }
     Unmanaged<SourceSetupHandler>.fromOpaque(data).release()
+}
+
+private final class HandoffHandler: @unchecked Sendable {
+    let presented: @Sendable (Buffer) -> Void
+    init(_ presented: @escaping @Sendable (Buffer) -> Void) { self.presented = presented }
+}
+
+private func handoffTrampoline(_ sink: UnsafeMutablePointer<GstElement>?, _ buffer: UnsafeMutablePointer<GstBuffer>?,
+                               _ pad: UnsafeMutablePointer<GstPad>?, _ data: UnsafeMutableRawPointer?) {
+    guard let buffer, let data else { return }
+    // The signal lends the buffer: a reference of our own for as long as the handler keeps it.
+    Unmanaged<HandoffHandler>.fromOpaque(data).takeUnretainedValue().presented(Buffer(retaining: buffer))
+}
+
+private func handoffRelease(_ data: UnsafeMutableRawPointer?, _ closure: UnsafeMutablePointer<GClosure>?) {
+    guard let data else { return }
+    Unmanaged<HandoffHandler>.fromOpaque(data).release()
 }

@@ -6,8 +6,9 @@ import PCastProtocol
 import Synchronization
 
 /// End-to-end figures through a platform (normally the embedded one): glass-to-glass latency of
-/// a 720p30 H.264 stream through the relay, at several playout delays, and the time to first
-/// frame of subscribers joining a running stream.
+/// a 720p30 H.264 stream through the relay at several playout delays, at the screen (the viewer's
+/// sink presenting the frame) and to the decoded frame, and the time to first frame of subscribers
+/// joining a running stream.
 public struct EndToEndBenchmark: Sendable {
     public struct LatencyResult: Sendable, Hashable, Codable {
         public var playoutDelayMilliseconds: Int
@@ -15,9 +16,15 @@ public struct EndToEndBenchmark: Sendable {
         public var lossPercent: Double = 0
         public var frames: Int
         public var missing: Int
+        /// Capture → decoded frame (the renderer's frame-ready hook, before the sink's wait), ms.
         public var p50: Double
         public var p90: Double
         public var p99: Double
+        /// Capture → presented by the viewer's sink (after its clock wait: glass to glass at the
+        /// screen), ms.
+        public var screenP50: Double
+        public var screenP90: Double
+        public var screenP99: Double
     }
     public struct FirstFrameResult: Sendable, Hashable, Codable {
         public var joins: Int
@@ -77,7 +84,9 @@ public struct EndToEndBenchmark: Sendable {
                 let snapshot = meter.take()
                 latency.append(LatencyResult(playoutDelayMilliseconds: delay, lossPercent: loss, frames: snapshot.frames, missing: snapshot.missing,
                                              p50: snapshot.percentile(50) ?? .nan, p90: snapshot.percentile(90) ?? .nan,
-                                             p99: snapshot.percentile(99) ?? .nan))
+                                             p99: snapshot.percentile(99) ?? .nan,
+                                             screenP50: snapshot.screenPercentile(50) ?? .nan, screenP90: snapshot.screenPercentile(90) ?? .nan,
+                                             screenP99: snapshot.screenPercentile(99) ?? .nan))
                 await renderer.stop()
                 await stream.stop()
                 await viewer.stop()

@@ -158,3 +158,30 @@ struct ProbeTests {
         await pipeline.stop()
     }
 }
+
+@Suite("Sink handoffs")
+struct HandoffTests {
+    @Test("a synchronised fakesink hands off each buffer after its clock wait (10 frames at 30 fps span about 300 ms, not a burst); an element without the signal is refused")
+    func handoffAfterTheWait() async throws {
+        let pipeline = try Pipeline(description: "videotestsrc num-buffers=10 ! \(ProbeTests.gray) ! fakesink name=sink sync=true")
+        let times = Mutex<[ContinuousClock.Instant]>([])
+        let sizes = Mutex<[Int]>([])
+        try pipeline.element(named: "sink").onHandoff { buffer in
+            times.withLock { $0.append(.now) }
+            sizes.withLock { $0.append(buffer.bytes.count) }
+        }
+        try await pipeline.play()
+        let deadline = ContinuousClock.now + .seconds(5)
+        while times.withLock({ $0.count }) < 10, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        await pipeline.stop()
+        let seen = times.withLock { $0 }
+        #expect(seen.count == 10)
+        #expect(sizes.withLock { $0 }.allSatisfy { $0 == 64 * 48 })
+        if let first = seen.first, let last = seen.last {
+            #expect(last - first >= .milliseconds(250), "handed off over \(last - first): paced by the clock")
+        }
+        #expect(throws: GStreamerError.unknownSignal(element: "src", signal: "handoff")) {
+            try Pipeline(description: "videotestsrc name=src ! fakesink").element(named: "src").onHandoff { _ in }
+        }
+    }
+}

@@ -5,9 +5,11 @@ import PCastProtocol
 import Synchronization
 
 /// Measures a stream end to end with frame stamps: the publisher side paints a counter into every
-/// captured frame (``FrameStamp``) and notes when; the subscriber side reads it after decoding.
-/// Gives glass-to-glass latency (capture → decoded frame at the subscriber) and completeness
-/// (frames missing or out of order), for the demo's status line and the benchmarks.
+/// captured frame (``FrameStamp``) and notes when; the subscriber side reads it after decoding, and
+/// again when the renderer's sink presents the frame. Gives glass-to-glass latency at the screen
+/// (capture → presented, after the sink's clock wait: what a viewer sees), the same to the decoded
+/// frame (capture → the renderer's frame-ready hook, before the playout delay's wait), and
+/// completeness (frames missing or out of order), for the demo's status line and the benchmarks.
 ///
 /// ```swift
 /// let meter = StreamMeter()
@@ -23,20 +25,29 @@ public final class StreamMeter: Sendable {
         public var missing: Int
         /// Frames that arrived after a later one.
         public var reordered: Int
-        /// Glass-to-glass latencies, milliseconds, sorted.
+        /// Capture → decoded frame (the renderer's frame-ready hook), milliseconds, sorted.
         public var latencies: [Double]
+        /// Capture → presented by the renderer's sink (glass to glass at the screen), milliseconds,
+        /// sorted; empty for a renderer whose presentation is not observed (a window sink).
+        public var screenLatencies: [Double]
 
-        public init(frames: Int = 0, missing: Int = 0, reordered: Int = 0, latencies: [Double] = []) {
+        public init(frames: Int = 0, missing: Int = 0, reordered: Int = 0, latencies: [Double] = [], screenLatencies: [Double] = []) {
             self.frames = frames
             self.missing = missing
             self.reordered = reordered
             self.latencies = latencies
+            self.screenLatencies = screenLatencies
         }
 
-        public func percentile(_ p: Double) -> Double? {
-            guard !latencies.isEmpty else { return nil }
-            let index = min(latencies.count - 1, max(0, Int((p / 100 * Double(latencies.count)).rounded(.up)) - 1))
-            return latencies[index]
+        /// A percentile of ``latencies`` (to the decoded frame).
+        public func percentile(_ p: Double) -> Double? { Self.percentile(p, of: latencies) }
+
+        /// A percentile of ``screenLatencies`` (at the screen).
+        public func screenPercentile(_ p: Double) -> Double? { Self.percentile(p, of: screenLatencies) }
+
+        private static func percentile(_ p: Double, of sorted: [Double]) -> Double? {
+            guard !sorted.isEmpty else { return nil }
+            return sorted[min(sorted.count - 1, max(0, Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1))]
         }
     }
 
@@ -48,6 +59,7 @@ public final class StreamMeter: Sendable {
         var missing = 0
         var reordered = 0
         var latencies: [Double] = []
+        var screenLatencies: [Double] = []
         var last: UInt32?
         var firstFrame: ContinuousClock.Instant?
     }
@@ -68,16 +80,22 @@ public final class StreamMeter: Sendable {
         }
     }
 
-    /// Reads the counters of the frames `renderer` shows (after the decoder).
+    /// Reads the counters of the frames `renderer` shows: after the decoder, and (on the null
+    /// video device) when its sink presents them.
     public func watch(_ renderer: Renderer, of stream: MediaStream) throws(MediaError) {
         guard let track = stream.getVideoTracks().first else { throw .unsupportedPad("the stream has no video track") }
+        if renderer.options.useNullVideoDevice {
+            try renderer.onVideoPresented { [weak self] frame in
+                guard let self, let value = FrameStamp.read(frame) else { return }
+                let now = ContinuousClock.now
+                guard let at = self.captureTime(of: value) else { return }
+                self.window.withLock { $0.screenLatencies.append(Self.milliseconds(now - at)) }
+            }
+        }
         try renderer.setFrameReadyCallback(track) { [weak self] notification in
             guard let self, case .video(let frame)? = try? notification.read(), let value = FrameStamp.read(frame) else { return }
             let now = ContinuousClock.now
-            let at = self.captured.withLock { slots -> ContinuousClock.Instant? in
-                guard let entry = slots[Int(value) % Self.slots], entry.counter == value else { return nil }
-                return entry.at
-            }
+            let at = self.captureTime(of: value)
             self.window.withLock { window in
                 window.frames += 1
                 if window.firstFrame == nil { window.firstFrame = now }
@@ -86,12 +104,22 @@ public final class StreamMeter: Sendable {
                 } else {
                     window.last = value
                 }
-                if let at {
-                    let (seconds, attoseconds) = (now - at).components
-                    window.latencies.append(Double(seconds) * 1000 + Double(attoseconds) / 1e15)
-                }
+                if let at { window.latencies.append(Self.milliseconds(now - at)) }
             }
         }
+    }
+
+    /// When the frame stamped `value` was captured, while it is remembered.
+    private func captureTime(of value: UInt32) -> ContinuousClock.Instant? {
+        captured.withLock { slots in
+            guard let entry = slots[Int(value) % Self.slots], entry.counter == value else { return nil }
+            return entry.at
+        }
+    }
+
+    private static func milliseconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return Double(seconds) * 1000 + Double(attoseconds) / 1e15
     }
 
     /// When the first stamped frame was decoded, if one has been.
@@ -105,8 +133,10 @@ public final class StreamMeter: Sendable {
                 window.missing = 0
                 window.reordered = 0
                 window.latencies = []
+                window.screenLatencies = []
             }
-            return Snapshot(frames: window.frames, missing: window.missing, reordered: window.reordered, latencies: window.latencies.sorted())
+            return Snapshot(frames: window.frames, missing: window.missing, reordered: window.reordered, latencies: window.latencies.sorted(),
+                            screenLatencies: window.screenLatencies.sorted())
         }
     }
 }

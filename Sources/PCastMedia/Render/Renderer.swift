@@ -458,6 +458,31 @@ public final class Renderer: Sendable {
         state.withLock { $0.lastFrameReceived }?(frame)
     }
 
+    /// Calls `presented` with each video frame at the moment the sink presents it: after the
+    /// sink's clock wait (the playout delay), where a viewer would see it. Read only: the frame is
+    /// already shown. For a renderer on the null video device, whose sink is in the pipeline (a
+    /// window sink presents through the display server). Runs on the streaming thread: keep it short.
+    package func onVideoPresented(_ presented: @escaping @Sendable (VideoFrame) -> Void) throws(MediaError) {
+        guard options.useNullVideoDevice else {
+            throw .unsupportedPad("presentation is observed on the null video device only (a window sink presents outside the pipeline)")
+        }
+        guard let branch = state.withLock({ $0.branches[.video] }) else {
+            throw .unsupportedPad("start the renderer (with a video track) before observing its presentation")
+        }
+        guard let sink = branch.descendants.first(where: { $0.name == "\(id)-video-sink" }) else {
+            throw .gstreamer(.elementNotFound("\(id)-video-sink"))
+        }
+        do throws(GStreamerError) {
+            try sink.onHandoff { [weak self] buffer in
+                guard let info = self?.state.withLock({ $0.info }) else { return }
+                presented(VideoFrame(storage: buffer, format: info.format, width: info.width, height: info.height,
+                                     strides: info.strides, planeOffsets: info.offsets, presentationTimestamp: nil, duration: nil))
+            }
+        } catch {
+            throw .gstreamer(error)
+        }
+    }
+
     /// Calls `callback` with every decoded frame of `track` this renderer shows (after the decoder,
     /// before the sink): read, write or drop it. Only this renderer's output is affected.
     public func setFrameReadyCallback(_ track: MediaStreamTrack, _ callback: FrameReadyCallback?,
