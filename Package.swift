@@ -281,6 +281,7 @@ let package = Package(
                 "DTLS",
                 "GStreamer",
                 "PCastTestSupport",
+                "PCastImpairment",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ]
         ),

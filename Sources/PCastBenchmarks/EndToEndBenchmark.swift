@@ -1,6 +1,7 @@
 import Foundation
 import GStreamer
 import PCast
+import PCastImpairment
 import PCastMedia
 import PCastProtocol
 import Synchronization
@@ -12,10 +13,15 @@ import Synchronization
 public struct EndToEndBenchmark: Sendable {
     public struct LatencyResult: Sendable, Hashable, Codable {
         public var playoutDelayMilliseconds: Int
-        /// Video packets dropped on the receive path (netsim), percent.
+        /// Packets lost on the viewer's leg, each way (the impairment proxy), percent.
         public var lossPercent: Double = 0
         public var frames: Int
         public var missing: Int
+        /// Frames decoded of those captured meanwhile, percent.
+        public var deliveredPercent: Double
+        /// Freezes at the screen (gaps between presented frames beyond 100 ms): total and longest, ms.
+        public var freezeMilliseconds: Double
+        public var longestFreezeMilliseconds: Double
         /// Capture → decoded frame (the renderer's frame-ready hook, before the sink's wait), ms.
         public var p50: Double
         public var p90: Double
@@ -45,9 +51,15 @@ public struct EndToEndBenchmark: Sendable {
     public var seconds: Double
     public var playoutDelays: [Int]
     public var joins: Int
-    /// Packet loss imposed for a second set of runs (0: none).
-    public var lossPercent: Double = 2
+    /// Loss on the viewer's leg for each set of runs, percent (0: none). Runs with loss need
+    /// ``relayPort``: the viewer's media then goes through a ``UDPImpairmentProxy`` in front of the
+    /// relay, losing packets each way before SRTP sees them, as a network does.
+    public var lossPercents: [Double] = [0]
+    /// The relay's media port (for the impairment proxy of runs with loss).
+    public var relayPort: UInt16?
     public static let goalP50 = 30.0, goalP99 = 60.0, goalFirstFrameP50 = 150.0
+    /// The playout delays × losses of `make bench`'s table (230 ms: the seed's default delay).
+    public static let tablePlayoutDelays = [20, 40, 80, 150, 230], tableLossPercents: [Double] = [0, 2, 5, 10]
 
     /// `tokens(type, originStreamId)` mints tokens for the platform.
     public init(signalingURL: String, seconds: Double = 10, playoutDelays: [Int] = [20, 40, 80], joins: Int = 10,
@@ -69,10 +81,19 @@ public struct EndToEndBenchmark: Sendable {
         defer { _ = publisher }
 
         var latency: [LatencyResult] = []
-        for loss in lossPercent > 0 ? [0, lossPercent] : [0] {
+        for loss in lossPercents {
+            guard loss == 0 || relayPort != nil else { throw BenchmarkSetupError("runs with loss need the relay's media port (for the impairment proxy)") }
             for delay in playoutDelays {
-                let impairment = loss > 0 ? NetworkImpairment(dropProbability: loss / 100) : nil
-                let viewer = PCast(PCastOptions(uri: signalingURL, playoutDelay: .milliseconds(delay), receiveImpairment: impairment))
+                var options = PCastOptions(uri: signalingURL, playoutDelay: .milliseconds(delay))
+                var proxy: UDPImpairmentProxy?
+                if loss > 0, let relayPort {
+                    let made = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(relayPort), seed: UInt64(delay) &* 7919 &+ UInt64(loss * 100))
+                    made.setProfile(ImpairmentProfile(loss: .uniform(loss / 100)))
+                    options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(made.port))
+                    proxy = made
+                }
+                defer { proxy?.stop() }
+                let viewer = PCast(options)
                 try await viewer.start(authToken: try tokens(.auth, nil))
                 let stream = try await viewer.subscribe(streamToken: try tokens(.stream, publisher.streamId))
                 let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
@@ -82,7 +103,11 @@ public struct EndToEndBenchmark: Sendable {
                 _ = meter.take()
                 try await Task.sleep(for: .seconds(seconds))
                 let snapshot = meter.take()
+                let seen = snapshot.frames + snapshot.missing
                 latency.append(LatencyResult(playoutDelayMilliseconds: delay, lossPercent: loss, frames: snapshot.frames, missing: snapshot.missing,
+                                             deliveredPercent: seen > 0 ? Double(snapshot.frames) * 100 / Double(seen) : 0,
+                                             freezeMilliseconds: snapshot.freezeMilliseconds,
+                                             longestFreezeMilliseconds: snapshot.longestFreezeMilliseconds,
                                              p50: snapshot.percentile(50) ?? .nan, p90: snapshot.percentile(90) ?? .nan,
                                              p99: snapshot.percentile(99) ?? .nan,
                                              screenP50: snapshot.screenPercentile(50) ?? .nan, screenP90: snapshot.screenPercentile(90) ?? .nan,
@@ -130,4 +155,10 @@ public struct EndToEndBenchmark: Sendable {
         return Result(width: 1280, height: 720, latency: latency,
                       firstFrame: FirstFrameResult(joins: joins, p50: percentile(50), p99: percentile(99), maximum: firstFrames.last ?? .nan))
     }
+}
+
+/// A benchmark asked for what it cannot set up.
+public struct BenchmarkSetupError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }

@@ -101,7 +101,7 @@ struct PluginBenchmark {
         var hooks = EndToEndBenchmark(signalingURL: platform.signalingURL, seconds: seconds, playoutDelays: [delay], joins: 1) { type, origin in
             try platform.token(type, originStreamId: origin)
         }
-        hooks.lossPercent = 0
+        hooks.lossPercents = [0]
         guard let hookToHook = try await hooks.run().latency.first(where: { $0.lossPercent == 0 }) else {
             throw BenchFailure("the SDK's hook-to-hook run measured nothing")
         }

@@ -210,12 +210,15 @@ extension OneAtATime {
 
 @Suite("End-to-end benchmark harness")
 struct EndToEndBenchmarkTests {
-    @Test("the latency and first-frame benchmark measures frames through the embedded platform, at the screen after the sink's wait and at the decoder before it")
+    @Test("the latency and first-frame benchmark measures frames through the embedded platform, at the screen after the sink's wait and at the decoder before it, and with loss on the viewer's leg through the impairment proxy")
     func runs() async throws {
         let platform = try await LocalPlatform.start()
-        let result = try await EndToEndBenchmark(signalingURL: platform.signalingURL, seconds: 2, playoutDelays: [40], joins: 2) { type, origin in
+        var benchmark = EndToEndBenchmark(signalingURL: platform.signalingURL, seconds: 2, playoutDelays: [40], joins: 2) { type, origin in
             try platform.token(type, originStreamId: origin)
-        }.run()
+        }
+        benchmark.lossPercents = [0, 5]
+        benchmark.relayPort = platform.relay.mediaPort
+        let result = try await benchmark.run()
         await platform.shutdown()
         let run = try #require(result.latency.first)
         #expect(run.frames > 10)
@@ -224,6 +227,9 @@ struct EndToEndBenchmarkTests {
         // decoder's output (which the playout delay is ahead of).
         #expect(run.screenP50.isFinite && run.screenP50 > run.p50 && run.screenP99 >= run.screenP50,
                 "screen p50 \(run.screenP50) ms, decoded p50 \(run.p50) ms")
+        // 5 % lost each way through the impairment proxy: NACKs bring nearly every frame back.
+        let lossy = try #require(result.latency.first { $0.lossPercent == 5 })
+        #expect(lossy.frames > 10 && lossy.deliveredPercent >= 80, "\(lossy)")
         #expect(result.firstFrame.joins == 2 && result.firstFrame.p50 < 10_000)
         print(String(format: "bench: glass-to-glass at the screen p50 %.1f ms p99 %.1f ms (decoded p50 %.1f ms); first frame p50 %.1f ms",
                      run.screenP50, run.screenP99, run.p50, result.firstFrame.p50))

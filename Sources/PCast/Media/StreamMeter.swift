@@ -30,13 +30,20 @@ public final class StreamMeter: Sendable {
         /// Capture → presented by the renderer's sink (glass to glass at the screen), milliseconds,
         /// sorted; empty for a renderer whose presentation is not observed (a window sink).
         public var screenLatencies: [Double]
+        /// Freezes at the screen: the time between consecutive presented frames beyond
+        /// ``freezeThreshold``, summed, and the longest, milliseconds.
+        public var freezeMilliseconds: Double
+        public var longestFreezeMilliseconds: Double
 
-        public init(frames: Int = 0, missing: Int = 0, reordered: Int = 0, latencies: [Double] = [], screenLatencies: [Double] = []) {
+        public init(frames: Int = 0, missing: Int = 0, reordered: Int = 0, latencies: [Double] = [], screenLatencies: [Double] = [],
+                    freezeMilliseconds: Double = 0, longestFreezeMilliseconds: Double = 0) {
             self.frames = frames
             self.missing = missing
             self.reordered = reordered
             self.latencies = latencies
             self.screenLatencies = screenLatencies
+            self.freezeMilliseconds = freezeMilliseconds
+            self.longestFreezeMilliseconds = longestFreezeMilliseconds
         }
 
         /// A percentile of ``latencies`` (to the decoded frame).
@@ -51,6 +58,9 @@ public final class StreamMeter: Sendable {
         }
     }
 
+    /// A gap between presented frames longer than this is a freeze (three frame times at 30 fps).
+    public static let freezeThreshold: Duration = .milliseconds(100)
+
     private static let slots = 4096
     private let captured = Mutex<[(counter: UInt32, at: ContinuousClock.Instant)?]>(Array(repeating: nil, count: 4096))
     private let counter = Atomic<UInt32>(0)
@@ -60,6 +70,9 @@ public final class StreamMeter: Sendable {
         var reordered = 0
         var latencies: [Double] = []
         var screenLatencies: [Double] = []
+        var lastPresented: ContinuousClock.Instant?
+        var freezeMilliseconds = 0.0
+        var longestFreezeMilliseconds = 0.0
         var last: UInt32?
         var firstFrame: ContinuousClock.Instant?
     }
@@ -88,8 +101,16 @@ public final class StreamMeter: Sendable {
             try renderer.onVideoPresented { [weak self] frame in
                 guard let self, let value = FrameStamp.read(frame) else { return }
                 let now = ContinuousClock.now
-                guard let at = self.captureTime(of: value) else { return }
-                self.window.withLock { $0.screenLatencies.append(Self.milliseconds(now - at)) }
+                let at = self.captureTime(of: value)
+                self.window.withLock { window in
+                    if let at { window.screenLatencies.append(Self.milliseconds(now - at)) }
+                    if let previous = window.lastPresented, now - previous > Self.freezeThreshold {
+                        let gap = Self.milliseconds(now - previous)
+                        window.freezeMilliseconds += gap
+                        window.longestFreezeMilliseconds = max(window.longestFreezeMilliseconds, gap)
+                    }
+                    window.lastPresented = now
+                }
             }
         }
         try renderer.setFrameReadyCallback(track) { [weak self] notification in
@@ -134,9 +155,12 @@ public final class StreamMeter: Sendable {
                 window.reordered = 0
                 window.latencies = []
                 window.screenLatencies = []
+                window.freezeMilliseconds = 0
+                window.longestFreezeMilliseconds = 0
             }
             return Snapshot(frames: window.frames, missing: window.missing, reordered: window.reordered, latencies: window.latencies.sorted(),
-                            screenLatencies: window.screenLatencies.sorted())
+                            screenLatencies: window.screenLatencies.sorted(), freezeMilliseconds: window.freezeMilliseconds,
+                            longestFreezeMilliseconds: window.longestFreezeMilliseconds)
         }
     }
 }

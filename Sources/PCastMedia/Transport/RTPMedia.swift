@@ -20,7 +20,11 @@ public struct EncodingSettings: Sendable, Hashable {
 }
 
 /// Loss and delay imposed on received video packets, with GStreamer's `netsim`, for tests and
-/// benchmarks of how the receive path copes (NACK retransmission, playout delay).
+/// benchmarks of how the receive path copes (playout delay, reordering). It acts after SRTP has
+/// accepted each packet, so a retransmission of a packet it dropped is an SRTP replay the
+/// receiver refuses: loss here cannot be repaired (measured: 36–46 % of frames delivered at 2 %,
+/// whatever the playout delay). For loss as a network causes it, route the media through a
+/// `UDPImpairmentProxy` (`PCastOptions.mediaRelay`): 99–100 % delivered at 10 %.
 public struct NetworkImpairment: Sendable, Hashable, Codable {
     /// Probability that a packet is dropped (0…1).
     public var dropProbability: Double
