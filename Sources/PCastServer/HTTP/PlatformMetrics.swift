@@ -26,7 +26,7 @@ public final class PlatformMetrics: Sendable {
     let subscribers: Gauge
     let messages: Counter
     let refusals: Counter
-    /// Origin: edge flows dropped because their reports stopped.
+    /// Origin: edge flows dropped unreleased (their reports stopped, or their node left).
     let edgesDropped: Counter
     /// Edge: silent legs asked of their origin again.
     let legsPulledAgain: Counter
@@ -47,7 +47,7 @@ public final class PlatformMetrics: Sendable {
         messages = registry.makeCounter(descriptor: Self.name("signaling_messages", "total", "Signaling messages received"))
         refusals = registry.makeCounter(descriptor: Self.name("signaling_refusals", "total", "Signaling requests answered with an error"))
         edgesDropped = registry.makeCounter(descriptor: Self.name("cluster_edges_dropped", "total",
-                                                                  "Origin of a cascade: edges' flows dropped after their reports stopped"))
+                                                                  "Origin of a cascade: edges' flows dropped unreleased (their reports stopped, or their node left the cluster)"))
         legsPulledAgain = registry.makeCounter(descriptor: Self.name("cluster_legs_pulled_again", "total",
                                                                      "Edge of a cascade: silent legs asked of their origin again"))
         relayStreams = registry.makeGauge(descriptor: Self.name("relay_streams", "", "Streams open on the relay"))
