@@ -100,9 +100,23 @@ struct RelayCascadeTests {
         let second = try origin.addEdgeSubscriber(streamId: "s", subscriberId: "edge@node-2")
         #expect(second.clientKey != first.clientKey && second.rtcpSSRC != first.rtcpSSRC)
         try edge.replaceUpstream(streamId: "s", origin: UpstreamOrigin(host: "127.0.0.1", port: origin.mediaPort, transport: second))
-        #expect(waitUntil { origin.statistics().packetsIn >= 3 }, "the edge spoke first on the new flow")
+        // The origin sends on the new flow once the edge's first report there has arrived (the
+        // edge speaks first): until the viewer hears a packet, what is sent goes nowhere.
+        var next: UInt16 = 2
+        var heard = false
+        while !heard, next < 300 {
+            try publisher.send(rtp: try rtpPacket(ssrc: Self.video, sequence: next))
+            next += 1
+            while let datagram = viewer.socket.receive(timeout: 0.02) {
+                if !(192...223).contains(datagram[1]) { heard = true }
+            }
+        }
+        #expect(heard, "the viewer hears the stream over the leg's new flow")
+        Thread.sleep(forTimeInterval: 0.1)
+        _ = viewer.socket.drain()
         var plain: [UInt16: [UInt8]] = [:]
-        for sequence in UInt16(2)...21 {
+        let batch = Array(next..<(next + 20))
+        for sequence in batch {
             plain[sequence] = try rtpPacket(ssrc: Self.video, sequence: sequence)
             try publisher.send(rtp: plain[sequence]!)
         }
@@ -114,7 +128,7 @@ struct RelayCascadeTests {
             #expect(datagram == plain[sequence])
             received.append(sequence)
         }
-        #expect(received == Array(2...21), "the same viewer, over the new flow, in order")
+        #expect(received == batch, "the same viewer, over the new flow, in order, none missing")
         #expect(origin.statistics().subscribers == 1 && edge.statistics().srtpFailures == 0)
 
         #expect(throws: RelayError.streamNotFound("p")) {
