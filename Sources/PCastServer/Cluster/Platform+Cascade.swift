@@ -202,11 +202,20 @@ extension Platform {
         guard let relayAddress = clusterRelayAddress else {
             return .failure(ClusterRefusal(status: 503, message: "this node has not joined the cluster"))
         }
+        // A node asking again for a flow that still reports (its reports come every second) gets
+        // the same one: its leg went quiet for another reason (a cut that healed while it asked),
+        // and a new flow would lose what is already on its way over the old one.
+        if let granted = edgeGrants[streamId]?[nodeId],
+           let idle = relay.edgeIdleTime(streamId: streamId, subscriberId: Self.edgeSubscriberId(nodeId)), idle < Self.edgeReportGrace {
+            return .success(granted)
+        }
         do throws(RelayError) {
             let transport = try relay.addEdgeSubscriber(streamId: streamId, subscriberId: Self.edgeSubscriberId(nodeId))
             edges[streamId, default: []].insert(nodeId)
+            let grant = EdgeGrant(streamId: streamId, transport: transport, relayAddress: relayAddress, tracks: record.tracks)
+            edgeGrants[streamId, default: [:]][nodeId] = grant
             logger.info("a node pulls a stream published here", metadata: ["pcast.stream": .string(streamId), "pcast.edge": .string(nodeId)])
-            return .success(EdgeGrant(streamId: streamId, transport: transport, relayAddress: relayAddress, tracks: record.tracks))
+            return .success(grant)
         } catch {
             return .failure(ClusterRefusal(status: 409, message: error.description))
         }
@@ -215,6 +224,8 @@ extension Platform {
     /// A node no longer pulls a stream (its viewers' limit goes with it).
     func releaseEdge(_ streamId: String, of nodeId: String) -> Result<ClusterDone, ClusterRefusal> {
         perform(registry: .edgeViewerLimit(streamId: streamId, nodeId: nodeId, bitsPerSecond: nil))
+        edgeGrants[streamId]?[nodeId] = nil
+        if edgeGrants[streamId]?.isEmpty == true { edgeGrants[streamId] = nil }
         if edges[streamId]?.remove(nodeId) != nil {
             relay.removeSubscriber(streamId: streamId, subscriberId: Self.edgeSubscriberId(nodeId))
             logger.info("a node stopped pulling a stream", metadata: ["pcast.stream": .string(streamId), "pcast.edge": .string(nodeId)])
@@ -233,6 +244,9 @@ extension Platform {
     }
 
     static func edgeSubscriberId(_ nodeId: String) -> String { "edge@\(nodeId)" }
+
+    /// An edge flow whose last report is younger than this still reports (one a second).
+    static let edgeReportGrace: Duration = .milliseconds(2_500)
 
     /// Another node's viewers ask the publisher of a stream published here for at most this bitrate.
     func edgeViewerLimit(_ streamId: String, from nodeId: String, bitsPerSecond: Int?) -> Result<ClusterDone, ClusterRefusal> {
