@@ -213,12 +213,10 @@ actor Platform {
     var legHolds: [String: Int] = [:]
     /// Edge: when each silent leg was last asked of its origin again.
     var repulls: [String: ContinuousClock.Instant] = [:]
-    /// Origin: the nodes each stream published here is pulled by.
-    var edges: [String: Set<String>] = [:]
-    /// Origin: what each pulling node was granted, by stream then node (asked again while its
-    /// flow still reports, the node gets the same flow back: replacing it would lose what is on
-    /// its way).
-    var edgeGrants: [String: [String: EdgeGrant]] = [:]
+    /// Origin: the nodes each stream published here is pulled by, and what each was granted
+    /// (asked again while its flow still reports, a node gets the same flow back: replacing it
+    /// would lose what is on its way).
+    var edges: [String: [String: EdgeGrant]] = [:]
     /// The live nodes as of the latest heartbeat, by id.
     var liveNodes: [String: NodeRecord] = [:]
     /// The last change-log id applied.
@@ -653,7 +651,6 @@ actor Platform {
                     relay.removeStream(streamId: streamId)
                     // Its edges' flows went with it; a leg pulled from another node is gone.
                     edges[streamId] = nil
-                    edgeGrants[streamId] = nil
                     limitCalls[streamId] = nil
                     if case .open? = legs[streamId] { legs[streamId] = nil }
                 case .persist(let change):

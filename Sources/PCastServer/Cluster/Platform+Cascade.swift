@@ -103,7 +103,7 @@ extension Platform {
         }
         for streamId in repulls.keys where legs[streamId] == nil { repulls[streamId] = nil }
         for (streamId, nodes) in edges {
-            for nodeId in nodes {
+            for nodeId in nodes.keys {
                 guard let idle = relay.edgeIdleTime(streamId: streamId, subscriberId: Self.edgeSubscriberId(nodeId)),
                       idle >= configuration.edgeSilenceLimit else { continue }
                 logger.notice("a node pulling a stream stopped reporting: its leg is dropped",
@@ -205,15 +205,14 @@ extension Platform {
         // A node asking again for a flow that still reports (its reports come every second) gets
         // the same one: its leg went quiet for another reason (a cut that healed while it asked),
         // and a new flow would lose what is already on its way over the old one.
-        if let granted = edgeGrants[streamId]?[nodeId],
+        if let granted = edges[streamId]?[nodeId],
            let idle = relay.edgeIdleTime(streamId: streamId, subscriberId: Self.edgeSubscriberId(nodeId)), idle < Self.edgeReportGrace {
             return .success(granted)
         }
         do throws(RelayError) {
             let transport = try relay.addEdgeSubscriber(streamId: streamId, subscriberId: Self.edgeSubscriberId(nodeId))
-            edges[streamId, default: []].insert(nodeId)
             let grant = EdgeGrant(streamId: streamId, transport: transport, relayAddress: relayAddress, tracks: record.tracks)
-            edgeGrants[streamId, default: [:]][nodeId] = grant
+            edges[streamId, default: [:]][nodeId] = grant
             logger.info("a node pulls a stream published here", metadata: ["pcast.stream": .string(streamId), "pcast.edge": .string(nodeId)])
             return .success(grant)
         } catch {
@@ -224,9 +223,8 @@ extension Platform {
     /// A node no longer pulls a stream (its viewers' limit goes with it).
     func releaseEdge(_ streamId: String, of nodeId: String) -> Result<ClusterDone, ClusterRefusal> {
         perform(registry: .edgeViewerLimit(streamId: streamId, nodeId: nodeId, bitsPerSecond: nil))
-        edgeGrants[streamId]?[nodeId] = nil
-        if edgeGrants[streamId]?.isEmpty == true { edgeGrants[streamId] = nil }
-        if edges[streamId]?.remove(nodeId) != nil {
+        if edges[streamId]?.removeValue(forKey: nodeId) != nil {
+            if edges[streamId]?.isEmpty == true { edges[streamId] = nil }
             relay.removeSubscriber(streamId: streamId, subscriberId: Self.edgeSubscriberId(nodeId))
             logger.info("a node stopped pulling a stream", metadata: ["pcast.stream": .string(streamId), "pcast.edge": .string(nodeId)])
         }
@@ -236,7 +234,7 @@ extension Platform {
     /// Edges of nodes gone from the membership are no longer sent to.
     func dropEdges(notIn liveIds: Set<String>) {
         for (streamId, nodes) in edges {
-            for nodeId in nodes where !liveIds.contains(nodeId) {
+            for nodeId in nodes.keys where !liveIds.contains(nodeId) {
                 _ = releaseEdge(streamId, of: nodeId)
                 metrics.edgesDropped.increment()
             }
