@@ -16,8 +16,8 @@ import Synchronization
 /// of one video frame at 30 fps) from its own socket. Each subscriber is a real socket that
 /// announces itself with an authenticated receiver report; a few receiver threads drain all of
 /// them (`poll` + `recvmmsg`), count packets in the measured window, check sequence continuity
-/// and SRTP-unprotect a sample of what arrives. Relay CPU is the I/O thread's own CPU clock; the
-/// reference's is its whole process's CPU clock.
+/// and SRTP-unprotect a sample of what arrives. Relay CPU is its threads' CPU clocks (the I/O thread
+/// and the fan-out workers); the reference's is its whole process's CPU clock.
 ///
 /// ```swift
 /// let result = try RelayFanoutBenchmark(configuration: .init(subscribers: 500)).run()
@@ -51,6 +51,8 @@ public struct RelayFanoutBenchmark: Sendable {
         /// the stream over one leg and serves `subscribers / edges` of them. The CPU measured is
         /// the origin's; 0: every subscriber is the relay's own.
         public var edges: Int = 0
+        /// The relay's ``RelayConfiguration/fanOutThreads`` (its default: one per core).
+        public var fanOutThreads: Int = RelayConfiguration.onlineCores
 
         public init(subscribers: Int = 100, duration: Double = 5) {
             self.subscribers = subscribers
@@ -167,6 +169,7 @@ public struct RelayFanoutBenchmark: Sendable {
         // The viewers send no consent checks after connecting (browsers do, every few seconds):
         // long enough a consent window that a long run of handshakes keeps the first viewers.
         relayConfiguration.webRTCConsentTimeout = .seconds(300)
+        relayConfiguration.fanOutThreads = c.fanOutThreads
         do { relay = try Relay(configuration: relayConfiguration) } catch { throw .relay(error) }
         var edges: [Relay] = []
         defer {
@@ -215,8 +218,8 @@ public struct RelayFanoutBenchmark: Sendable {
             let window = publish(
                 to: relayAddress, ssrc: ssrc, receivers: receivers, protector: protector,
                 cpuTime: {
-                    let split = relay.ioThreadCPUSplit
-                    return CPUSample(total: relay.ioThreadCPUTime.nanoseconds, user: split?.user.nanoseconds ?? 0, system: split?.system.nanoseconds ?? 0)
+                    let split = relay.cpuSplit
+                    return CPUSample(total: relay.cpuTime.nanoseconds, user: split?.user.nanoseconds ?? 0, system: split?.system.nanoseconds ?? 0)
                 }, alive: { true })
             var leg = receivers.finish(window: window, subscribers: c.subscribers)
             leg.sendFailures = relay.statistics().sendFailures

@@ -248,6 +248,9 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     public var webRTCPeers: Int = 0
     public var stunRefusals: UInt64 = 0
     public var dtlsFailures: UInt64 = 0
+    /// Batches of a stream's packets whose fan-out was split over the relay's threads (one per
+    /// core by default) rather than sent by its I/O thread alone.
+    public var sharedFanOuts: UInt64 = 0
 
     public init() {}
 }

@@ -130,12 +130,24 @@ public final class Relay: RelayControl {
         return .nanoseconds(Int64(clamping: nanoseconds))
     }
 
-    /// User and system CPU time of the I/O thread while it runs (clock-tick resolution), or nil.
-    package var ioThreadCPUSplit: (user: Duration, system: Duration)? {
-        let id = engine.threadID.load(ordering: .acquiring)
-        guard id != 0, let split = lifecycle.withLock({ state -> (user: UInt64, system: UInt64)? in
+    /// CPU time all the relay's threads have used: the I/O thread and the fan-out workers
+    /// (``RelayConfiguration/fanOutThreads``); the workers' as of their latest fan-out.
+    public var cpuTime: Duration {
+        ioThreadCPUTime + .nanoseconds(Int64(clamping: engine.workersCPUNanoseconds))
+    }
+
+    /// User and system CPU time of the relay's threads while they run (clock-tick resolution), or nil.
+    package var cpuSplit: (user: Duration, system: Duration)? {
+        let ids = engine.threadIDs
+        guard !ids.isEmpty, let split = lifecycle.withLock({ state -> (user: UInt64, system: UInt64)? in
             guard case .running = state else { return nil }
-            return ThreadIdentity.cpuSplit(thread: id)
+            var total: (user: UInt64, system: UInt64) = (0, 0)
+            for id in ids {
+                guard let thread = ThreadIdentity.cpuSplit(thread: id) else { return nil }
+                total.user &+= thread.user
+                total.system &+= thread.system
+            }
+            return total
         }) else { return nil }
         return (.nanoseconds(Int64(clamping: split.user)), .nanoseconds(Int64(clamping: split.system)))
     }
@@ -341,6 +353,7 @@ public final class Relay: RelayControl {
         result.webRTCPeers = c.webRTCPeers.load(ordering: .relaxed)
         result.stunRefusals = c.stunRefusals.load(ordering: .relaxed)
         result.dtlsFailures = c.dtlsFailures.load(ordering: .relaxed)
+        result.sharedFanOuts = c.sharedFanOuts.load(ordering: .relaxed)
         return result
     }
 

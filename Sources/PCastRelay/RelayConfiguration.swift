@@ -1,3 +1,4 @@
+import Glibc
 import PCastProtocol
 import SRTP
 
@@ -42,6 +43,12 @@ public struct RelayConfiguration: Sendable, Hashable {
     public var sendBatchSize: Int = 64
     /// Largest plain RTP/RTCP packet relayed; larger datagrams are dropped as unknown.
     public var maximumPacketSize: Int = 1500
+    /// Threads that share a large fan-out (the I/O thread is one of them; see the relay's
+    /// documentation): one per core by default, at most 64. 1 keeps the whole relay on its I/O thread.
+    public var fanOutThreads: Int = RelayConfiguration.onlineCores
+
+    /// Cores online (at least 1).
+    public static var onlineCores: Int { max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN))) }
 
     public init(host: String = "127.0.0.1", port: UInt16 = 0) {
         self.host = host

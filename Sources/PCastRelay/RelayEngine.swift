@@ -82,6 +82,7 @@ final class SharedCounters: Sendable {
     let webRTCPeers = Atomic<Int>(0)
     let stunRefusals = Atomic<UInt64>(0)
     let dtlsFailures = Atomic<UInt64>(0)
+    let sharedFanOuts = Atomic<UInt64>(0)
 }
 
 /// The I/O side of the relay: the socket, the thread's loop, and the router it feeds.
@@ -130,9 +131,13 @@ final class RelayEngine: @unchecked Sendable {
     private var nextWebRTCService: UInt64 = 0
     /// Authenticated plain publisher packets of the current receive batch, fanned out together
     /// once the batch is read (see `fanOutPending`).
-    private var pending: [(stream: Int, track: Int, video: Bool, packet: [UInt8])] = []
+    private var pending: [PendingPacket] = []
     /// Subscriber slots of the stream being fanned out whose video is not forwarded as it is.
     private var gatedSlots: [Int] = []
+    /// The subscribers of the stream being fanned out that get every packet as it is.
+    private var targets: [FanOutTarget] = []
+    /// Threads that take shares of a large fan-out; nil when the relay has one thread.
+    private let workers: FanOutWorkers?
 
     init(configuration: RelayConfiguration, relaySSRC: UInt32, dtlsContext: DTLSContext?) throws(RelayError) {
         webRTCConsentTimeout = configuration.webRTCConsentTimeout
@@ -165,10 +170,22 @@ final class RelayEngine: @unchecked Sendable {
             packetCacheDuration: min(configuration.packetCacheDuration.nanoseconds, hour),
             reportInterval: min(max(1_000_000, configuration.receiverReportInterval.nanoseconds), hour))
         router = RelayRouter(settings: settings, now: monotonicNanoseconds())
+        let threads = min(max(1, configuration.fanOutThreads), 64)
+        workers = threads > 1 ? FanOutWorkers(count: threads - 1, capacity: send.capacity, slotSize: send.slotSize) : nil
     }
 
     deinit {
+        workers?.stop()
         closeDescriptors()
+    }
+
+    /// CPU nanoseconds the fan-out workers have used (0 without workers).
+    var workersCPUNanoseconds: UInt64 { workers?.cpuTime ?? 0 }
+
+    /// The kernel ids of the relay's threads that run: the I/O thread's, then the workers'.
+    var threadIDs: [Int32] {
+        let io = threadID.load(ordering: .acquiring)
+        return (io != 0 ? [io] : []) + (workers?.threadIDs ?? [])
     }
 
     /// Closes the socket and the wake-up pipe. Only once the I/O thread has been joined (or never
@@ -227,6 +244,7 @@ final class RelayEngine: @unchecked Sendable {
         let hasClock = pthread_getcpuclockid(pthread_self(), &clock) == 0
         defer {
             send.flush(descriptor: socket.descriptor)
+            workers?.stop()
             publish()
             if hasClock { finalCPUTime.store(cpuNanoseconds(clock), ordering: .releasing) }
         }
@@ -309,10 +327,11 @@ final class RelayEngine: @unchecked Sendable {
     }
 
     private func publish() {
-        let outcome = send.takeOutcome()
-        packetsOut &+= UInt64(outcome.packets)
-        bytesOut &+= UInt64(outcome.bytes)
-        sendFailures &+= UInt64(outcome.failures)
+        for outcome in [send.takeOutcome(), workers?.takeOutcome() ?? SendBatch.Outcome()] {
+            packetsOut &+= UInt64(outcome.packets)
+            bytesOut &+= UInt64(outcome.bytes)
+            sendFailures &+= UInt64(outcome.failures)
+        }
         let c = counters
         c.packetsIn.store(packetsIn, ordering: .relaxed)
         c.bytesIn.store(bytesIn, ordering: .relaxed)
@@ -334,6 +353,7 @@ final class RelayEngine: @unchecked Sendable {
         c.webRTCPeers.store(webrtc.count, ordering: .relaxed)
         c.stunRefusals.store(stunRefusals, ordering: .relaxed)
         c.dtlsFailures.store(dtlsFailures, ordering: .relaxed)
+        c.sharedFanOuts.store(workers?.shared ?? 0, ordering: .relaxed)
         if !router.videoEvents.isEmpty {
             let events = router.takeVideoEvents()
             videoEvents.withLock { queue in
@@ -428,13 +448,14 @@ final class RelayEngine: @unchecked Sendable {
             perform(answers)
             return
         }
-        pending.append((stream, track, router.isVideo(stream: stream, track: track), packet))
+        pending.append(PendingPacket(stream: stream, track: track, video: router.isVideo(stream: stream, track: track), packet: packet))
     }
 
     /// Re-protects the batch's publisher packets for every reachable subscriber, straight into
     /// send slots, subscriber by subscriber: each SRTP session's state is then used for all the
     /// packets of a frame's burst while it is in cache, rather than once per packet across
-    /// hundreds of sessions. A subscriber still gets its packets in arrival order.
+    /// hundreds of sessions. A subscriber still gets its packets in arrival order. A large
+    /// fan-out is shared with the workers (``FanOutWorkers``).
     private func fanOutPending() {
         guard !pending.isEmpty else { return }
         let fd = socket.descriptor
@@ -445,12 +466,18 @@ final class RelayEngine: @unchecked Sendable {
             var end = first + 1
             while end < pending.count && pending[end].stream == stream { end += 1 }
             gatedSlots.removeAll(keepingCapacity: true)
+            targets.removeAll(keepingCapacity: true)
             router.forEachReachableSlot(of: stream) { subscriber, crypto, address, transparent in
-                guard transparent else {
+                if transparent {
+                    targets.append(FanOutTarget(crypto: crypto, address: address))
+                } else {
                     gatedSlots.append(subscriber)
-                    return
                 }
-                for index in first..<end { sendRTP(pending[index].packet, renumbered: nil, crypto: crypto, to: address, descriptor: fd) }
+            }
+            if let workers {
+                workers.fanOut(pending, first..<end, to: targets, send: send, descriptor: fd)
+            } else {
+                send.fanOut(pending, first..<end, to: targets[...], descriptor: fd)
             }
             // Where a subscriber's numbering continues if its video is held back later.
             if let last = pending[first..<end].last(where: \.video), last.packet.count >= 4 {
@@ -468,32 +495,13 @@ final class RelayEngine: @unchecked Sendable {
                         case .dropped: continue
                         }
                     }
-                    sendRTP(pending[index].packet, renumbered: renumbered, crypto: crypto, to: address, descriptor: fd)
+                    send.protectAndQueue(pending[index].packet, renumbered: renumbered, crypto: crypto, to: address, descriptor: fd)
                 }
             }
             first = end
         }
+        targets.removeAll(keepingCapacity: true)
         pending.removeAll(keepingCapacity: true)
-    }
-
-    /// Protects a plain RTP packet into the next send slot, with another sequence number if asked.
-    @inline(__always)
-    private func sendRTP(_ packet: [UInt8], renumbered: UInt16?, crypto: FlowCrypto, to address: RelayAddress, descriptor fd: Int32) {
-        packet.withUnsafeBytes { plain in
-            let slot = send.nextSlot(descriptor: fd)
-            slot.copyMemory(from: plain)
-            crypto.mapPayloadType(slot)
-            if let renumbered {
-                slot[2] = UInt8(renumbered >> 8)
-                slot[3] = UInt8(renumbered & 0xFF)
-            }
-            do {
-                let length = try crypto.outbound.protect(slot, length: plain.count)
-                send.commit(length: length, to: address)
-            } catch {
-                sendFailures &+= 1
-            }
-        }
     }
 
     private func publisherRTCP(_ data: UnsafeRawBufferPointer, route: RelayRoute, stream: Int, from source: RelayAddress, now: UInt64) {

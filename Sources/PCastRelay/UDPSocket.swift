@@ -323,6 +323,11 @@ final class SendBatch {
         count = 0
     }
 
+    /// A datagram that could not be made (its packet could not be protected).
+    func countFailure() {
+        outcome.failures += 1
+    }
+
     func takeOutcome() -> Outcome {
         defer { outcome = Outcome() }
         return outcome

@@ -68,6 +68,7 @@ public final class PlatformMetrics: Sendable {
             (\.upstreamRetransmissions, "relay_upstream_retransmissions", "Edge of a cascade: the origin's retransmissions sent on to the viewers that asked"),
             (\.stunRefusals, "relay_stun_refusals", "STUN messages refused (unknown ufrag, failed integrity, malformed)"),
             (\.dtlsFailures, "relay_dtls_failures", "WebRTC peers whose DTLS handshake failed (fingerprint, profile, malformed records)"),
+            (\.sharedFanOuts, "relay_shared_fan_outs", "Batches of a stream's packets whose fan-out was split over the relay's threads"),
         ]
         relayCounters = counters.map { ($0.0, registry.makeCounter(descriptor: Self.name($0.1, "total", $0.2))) }
     }

@@ -1,0 +1,223 @@
+import Dispatch
+import Glibc
+import SRTP
+import Synchronization
+
+/// An authenticated plain publisher packet of the current receive batch, waiting to be fanned out.
+struct PendingPacket {
+    let stream: Int
+    let track: Int
+    let video: Bool
+    let packet: [UInt8]
+}
+
+/// A subscriber a fan-out sends to: its flow's keys and where it is.
+struct FanOutTarget {
+    let crypto: FlowCrypto
+    let address: RelayAddress
+}
+
+extension SendBatch {
+    /// Protects a plain RTP packet for `crypto` straight into the next slot (with another sequence
+    /// number if asked) and queues it for `address`; a packet that cannot be protected is counted
+    /// as a failure.
+    @inline(__always)
+    func protectAndQueue(_ packet: [UInt8], renumbered: UInt16?, crypto: FlowCrypto, to address: RelayAddress, descriptor fd: Int32) {
+        packet.withUnsafeBytes { plain in
+            let slot = nextSlot(descriptor: fd)
+            slot.copyMemory(from: plain)
+            crypto.mapPayloadType(slot)
+            if let renumbered {
+                slot[2] = UInt8(renumbered >> 8)
+                slot[3] = UInt8(renumbered & 0xFF)
+            }
+            do {
+                let length = try crypto.outbound.protect(slot, length: plain.count)
+                commit(length: length, to: address)
+            } catch {
+                countFailure()
+            }
+        }
+    }
+
+    /// `packets[range]`, each to every one of `targets`, subscriber by subscriber (each SRTP
+    /// session's state is used for a whole burst while it is in cache).
+    @inline(__always)
+    func fanOut(_ packets: [PendingPacket], _ range: Range<Int>, to targets: ArraySlice<FanOutTarget>, descriptor fd: Int32) {
+        for target in targets {
+            for index in range { protectAndQueue(packets[index].packet, renumbered: nil, crypto: target.crypto, to: target.address, descriptor: fd) }
+        }
+    }
+}
+
+/// Threads that share a large fan-out with the relay's I/O thread.
+///
+/// What costs in a relay is the fan-out: one SRTP protect and one datagram per subscriber and
+/// packet (the kernel's send and AES-GCM took 91 % of the single thread at 1,000 subscribers).
+/// The I/O thread keeps everything else (receiving, unprotecting, routing, timers, NACKs, WebRTC
+/// peers), and when one batch of a stream's packets is to go to enough subscribers it splits the
+/// subscriber list into contiguous shares: it wakes a worker for each share after the first, sends
+/// the first itself, and waits for the workers before it goes on (fork–join).
+///
+/// - Each subscriber's SRTP session is used by one thread at a time (its share's), and nothing
+///   else touches it until the join.
+/// - A subscriber's packets leave in order: each worker flushes its own `sendmmsg` batch before it
+///   reports, so a batch is wholly sent before the I/O thread sends anything that follows it.
+/// - The per-packet path takes no lock and allocates nothing: the job is the I/O thread's own
+///   arrays, lent for the duration of the fork; a wake-up is a semaphore per share.
+///
+/// Why not `SO_REUSEPORT` sockets, one per core: the kernel spreads datagrams over such sockets by
+/// their source, that is by publisher; one stream watched by 1,000 viewers arrives on one socket
+/// and its whole fan-out would stay on one core. Splitting the fan-out spreads exactly the work
+/// that grows with viewers, whatever the number of publishers.
+///
+/// Shares smaller than ``minimumShare`` datagrams are not worth a wake-up (a futex wake and the
+/// worker's cache misses cost about as much as 30 protects): a small fan-out stays on the I/O thread.
+final class FanOutWorkers: @unchecked Sendable {
+    /// The least number of datagrams (subscribers × packets) a share must have.
+    static let minimumShare = 32
+
+    /// One worker thread and what it owns.
+    private final class Worker: @unchecked Sendable {
+        let send: SendBatch
+        let go = DispatchSemaphore(value: 0)
+        /// Its share of the current job's targets (written by the I/O thread before `go`).
+        var share: Range<Int> = 0..<0
+        /// CPU nanoseconds the thread had used at the end of its latest job (or at its exit).
+        let cpuTime = Atomic<UInt64>(0)
+        /// The thread's kernel id once it runs (0 before).
+        let threadID = Atomic<Int32>(0)
+        var thread: pthread_t?
+
+        init(send: SendBatch) { self.send = send }
+    }
+
+    private let workers: [Worker]
+    private let done = DispatchSemaphore(value: 0)
+    private let stopping = Atomic<Bool>(false)
+    private let stopped = Mutex<Bool>(false)
+
+    // The job, written by the I/O thread before it wakes the workers and cleared after the join;
+    // read by the workers in between.
+    private var packets: [PendingPacket] = []
+    private var range: Range<Int> = 0..<0
+    private var targets: [FanOutTarget] = []
+    private var descriptor: Int32 = -1
+    /// Fan-outs split so far (I/O thread).
+    private(set) var shared: UInt64 = 0
+
+    /// Starts `count` worker threads (the I/O thread is one more sharer), each with a send batch of
+    /// `capacity` slots of `slotSize` bytes. Fewer start if the system refuses threads.
+    init(count: Int, capacity: Int, slotSize: Int) {
+        workers = (0..<max(0, count)).map { _ in Worker(send: SendBatch(capacity: capacity, slotSize: slotSize)) }
+        for (index, worker) in workers.enumerated() {
+            var thread = pthread_t()
+            let context = Unmanaged.passRetained(WorkerContext(pool: self, index: index)).toOpaque()
+            if pthread_create(&thread, nil, fanOutWorkerMain, context) == 0 {
+                worker.thread = thread
+            } else {
+                Unmanaged<WorkerContext>.fromOpaque(context).release()
+            }
+        }
+    }
+
+    /// Threads that can take a share, the I/O thread included.
+    var sharers: Int { 1 + workers.lazy.filter { $0.thread != nil }.count }
+
+    /// Sends `packets[range]` to every one of `targets`, through `send` on the I/O thread and the
+    /// workers' batches, and returns once every share is sent (I/O thread only).
+    func fanOut(_ packets: [PendingPacket], _ range: Range<Int>, to targets: [FanOutTarget], send: SendBatch, descriptor fd: Int32) {
+        let shares = min(sharers, max(1, targets.count * range.count / Self.minimumShare), targets.count)
+        guard shares > 1 else {
+            send.fanOut(packets, range, to: targets[...], descriptor: fd)
+            return
+        }
+        shared &+= 1
+        self.packets = packets
+        self.range = range
+        self.targets = targets
+        descriptor = fd
+        let size = (targets.count + shares - 1) / shares
+        var woken = 0
+        for worker in workers where worker.thread != nil && woken < shares - 1 {
+            woken += 1
+            worker.share = (woken * size)..<min(targets.count, (woken + 1) * size)
+            worker.go.signal()
+        }
+        send.fanOut(packets, range, to: targets[0..<size], descriptor: fd)
+        for _ in 0..<woken { done.wait() }
+        // Give the arrays back whole: the I/O thread's next append must not copy them.
+        self.packets = []
+        self.targets = []
+    }
+
+    /// What the workers sent and failed to send since the last call (I/O thread, between fan-outs).
+    func takeOutcome() -> SendBatch.Outcome {
+        var total = SendBatch.Outcome()
+        for worker in workers {
+            let outcome = worker.send.takeOutcome()
+            total.packets += outcome.packets
+            total.bytes += outcome.bytes
+            total.failures += outcome.failures
+        }
+        return total
+    }
+
+    /// CPU nanoseconds the workers have used, as of their latest job.
+    var cpuTime: UInt64 {
+        workers.reduce(0) { $0 &+ $1.cpuTime.load(ordering: .relaxed) }
+    }
+
+    /// The workers' kernel thread ids (for `/proc`'s user / system split).
+    var threadIDs: [Int32] {
+        workers.map { $0.threadID.load(ordering: .acquiring) }.filter { $0 != 0 }
+    }
+
+    /// Ends and joins the workers. Idempotent; not during a fan-out.
+    func stop() {
+        stopped.withLock { stopped in
+            guard !stopped else { return }
+            stopped = true
+            stopping.store(true, ordering: .releasing)
+            for worker in workers where worker.thread != nil { worker.go.signal() }
+            for worker in workers { if let thread = worker.thread { pthread_join(thread, nil) } }
+        }
+    }
+
+    // MARK: Worker threads
+
+    fileprivate func work(_ index: Int) {
+        let worker = workers[index]
+        ThreadIdentity.name("pcast-fanout-\(index + 1)")
+        worker.threadID.store(ThreadIdentity.current() ?? 0, ordering: .releasing)
+        var clock = clockid_t()
+        let hasClock = pthread_getcpuclockid(pthread_self(), &clock) == 0
+        while true {
+            worker.go.wait()
+            if stopping.load(ordering: .acquiring) { break }
+            worker.send.fanOut(packets, range, to: targets[worker.share], descriptor: descriptor)
+            worker.send.flush(descriptor: descriptor)
+            if hasClock { worker.cpuTime.store(cpuNanoseconds(clock), ordering: .relaxed) }
+            done.signal()
+        }
+        if hasClock { worker.cpuTime.store(cpuNanoseconds(clock), ordering: .relaxed) }
+    }
+}
+
+/// What a worker thread starts with.
+private final class WorkerContext {
+    let pool: FanOutWorkers
+    let index: Int
+    init(pool: FanOutWorkers, index: Int) {
+        self.pool = pool
+        self.index = index
+    }
+}
+
+/// A worker thread's entry point; a C function, so it captures nothing.
+private func fanOutWorkerMain(_ context: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
+    guard let context else { return nil }
+    let start = Unmanaged<WorkerContext>.fromOpaque(context).takeRetainedValue()
+    start.pool.work(start.index)
+    return nil
+}
