@@ -1,7 +1,7 @@
 import Foundation
 import Histogram
 
-/// `pcast bench --connections-only`: a `pcast serve` child (default connection limits) flooded by
+/// `pcast bench connections`: a `pcast serve` child (default connection limits) flooded by
 /// one address with idle connections (nothing sent), while another address asks `/healthz`. It
 /// reports the other client's latency before and during the flood, and the server's descriptors,
 /// threads and RSS before, during and after (read from `/proc/<pid>`).

@@ -7,7 +7,7 @@ import PCastNode
 import PCastTestSupport
 import Synchronization
 
-/// `pcast bench --plugin-only`: our GStreamer elements against the SDK they wrap, on one embedded
+/// `pcast bench plugin`: our GStreamer elements against the SDK they wrap, on one embedded
 /// platform in this process.
 ///
 /// - CPU: `gst-launch-1.0 videotestsrc ! … ! pcastsink` against `pcast publish` of the same source

@@ -7,7 +7,7 @@ import PCastNode
 import PCastTestSupport
 import Synchronization
 
-/// The standard-WebRTC figures (`pcast bench --webrtc-only`), through an embedded platform with
+/// The standard-WebRTC figures (`pcast bench webrtc`), through an embedded platform with
 /// headless Chromium as the viewer:
 /// - **WHEP → first frame**: the platform's own page opened with `?watch=`, from its WHEP request
 ///   (offer, POST, ICE, DTLS, the keyframe the relay asks for) to the first frame the browser

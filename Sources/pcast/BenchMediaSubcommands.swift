@@ -1,0 +1,336 @@
+import ArgumentParser
+import Foundation
+import GStreamer
+import PCast
+import PCastBenchmarks
+import PCastNode
+import PCastTestSupport
+
+// The media-path benchmarks of `pcast bench`: probes, SRTP, frame hooks, capture → encode,
+// glass-to-glass latency, relay fan-out, echo cancellation.
+
+extension BenchCommand {
+    /// `pcast bench probe`: the cost of a Swift pad probe on 720p I420 frames.
+    struct Probe: BenchmarkCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "probe",
+            abstract: "Measure the CPU cost of a Swift pad probe (none, read, read + write) on 720p I420 frames."
+        )
+
+        @OptionGroup var common: BenchOptions
+
+        @Option(help: "Frames per run.")
+        var frames = 900
+
+        @Option(help: "Runs per variant (the median is reported).")
+        var runs = 5
+
+        struct Report: Codable {
+            let machine: BenchMachine
+            let gstreamer: String
+            let result: ProbeBenchmark.Result
+        }
+
+        func measure() async throws {
+            let report = Report(machine: .current(), gstreamer: GStreamerRuntime.version,
+                                result: try await ProbeBenchmark(frames: frames, runs: runs).run())
+            try common.write(report, markdown: Self.markdown(report), as: Self.name)
+        }
+
+        static func markdown(_ report: Report) -> String {
+            let probe = report.result, machine = report.machine
+            var lines = [
+                "## Pad probe cost, 720p I420 (\(probe.frames) frames per run, median of \(probe.runs) runs)",
+                "",
+                "Machine: \(machine.cores) cores, \(machine.cpu); \(report.gstreamer). Goal: read + write ≤ \(probe.goalMilliseconds) ms per frame.",
+                "Time in probe is measured around the probe's work on the streaming thread; the CPU columns are whole-process",
+                "figures whose difference includes run-to-run noise of the same order as the probe itself.",
+                "",
+                "| variant | process CPU per frame (ms) | overhead vs no probe (ms) | time in probe p50 / p99 (ms) |",
+                "|---|---:|---:|---:|",
+            ]
+            for variant in probe.variants {
+                let overhead = variant.overheadMilliseconds.map { String(format: "%.3f", $0) } ?? "—"
+                let inProbe = variant.probeP50Milliseconds.map { p50 in
+                    String(format: "%.3f / %.3f", p50, variant.probeP99Milliseconds ?? 0)
+                } ?? "—"
+                lines.append("| \(variant.name) | \(String(format: "%.3f", variant.cpuMillisecondsPerFrame)) | \(overhead) | \(inProbe) |")
+            }
+            return lines.joined(separator: "\n") + "\n"
+        }
+    }
+
+    /// `pcast bench srtp`: SRTP protect throughput per profile.
+    struct SRTPProtect: BenchmarkCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "srtp",
+            abstract: "Measure SRTP protect throughput of 1200-byte RTP packets, per profile, on one thread."
+        )
+
+        @OptionGroup var common: BenchOptions
+
+        func measure() async throws {
+            let results = try SRTPBenchmark(packets: 200_000).run()
+            try common.write(results, markdown: Self.markdown(results), as: Self.name)
+        }
+
+        static func markdown(_ results: [SRTPBenchmark.ProfileResult]) -> String {
+            var lines = [
+                "## SRTP protect, 1200-byte RTP packets, one thread (best of 3 runs of 200,000)",
+                "",
+                "| profile | packets per second | µs per packet |",
+                "|---|---:|---:|",
+            ]
+            for result in results {
+                lines.append("| \(result.profile) | \(Int(result.packetsPerSecond)) | \(String(format: "%.2f", result.microsecondsPerPacket)) |")
+            }
+            return lines.joined(separator: "\n") + "\n"
+        }
+    }
+
+    /// `pcast bench hooks`: the time spent inside the frame-ready hook.
+    struct Hooks: BenchmarkCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "hooks",
+            abstract: "Measure the time inside the frame-ready hook on 720p I420 frames (read, convert, write)."
+        )
+
+        @OptionGroup var common: BenchOptions
+
+        @Option(help: "Frames per variant.")
+        var frames = 900
+
+        func measure() async throws {
+            let results = try await FrameHookBenchmark(frames: frames, conversionThreads: 1).run()
+            try common.write(results, markdown: Self.markdown(results), as: Self.name)
+        }
+
+        static func markdown(_ results: [FrameHookBenchmark.Result]) -> String {
+            var lines = [
+                "## Frame-ready hook, 720p I420, time inside the callback (goal for read(format: .bgra) + write: ≤ \(FrameHookBenchmark.goalMilliseconds) ms)",
+                "",
+                "| variant | frames | mean (ms) | p50 (ms) | p99 (ms) |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            for result in results {
+                lines.append("| \(result.variant) | \(result.frames) | \(String(format: "%.3f", result.meanMilliseconds)) | \(String(format: "%.3f", result.p50Milliseconds)) | \(String(format: "%.3f", result.p99Milliseconds)) |")
+            }
+            return lines.joined(separator: "\n") + "\n"
+        }
+    }
+
+    /// `pcast bench capture-encode`: capture → frame hook → x264 through the SDK against gst-launch-1.0.
+    struct CaptureEncode: BenchmarkCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "capture-encode",
+            abstract: "Measure the CPU of capture → frame hook → x264 720p30 through the SDK against the same pipeline in gst-launch-1.0."
+        )
+
+        @OptionGroup var common: BenchOptions
+
+        func measure() async throws {
+            let result = try await CaptureEncodeBenchmark(seconds: 5, runs: 3).run()
+            try common.write(result, markdown: Self.markdown(result), as: Self.name)
+        }
+
+        static func markdown(_ result: CaptureEncodeBenchmark.Result) -> String {
+            [
+                "## Capture → frame hook → x264 720p30 through the SDK vs gst-launch-1.0 (median of \(result.runs) × \(Int(result.seconds)) s; goal ratio ≤ \(CaptureEncodeBenchmark.goalRatio))",
+                "",
+                "| SDK CPU (% of a core) | gst-launch-1.0 CPU | ratio | frames hooked | hook drops |",
+                "|---|---|---|---|---|",
+                "| \(String(format: "%.1f", result.sdkCPU)) | \(String(format: "%.1f", result.gstLaunchCPU)) | \(String(format: "%.3f", result.ratio)) | \(result.sdkFrames) | \(result.hookDropped) |",
+            ].joined(separator: "\n") + "\n"
+        }
+    }
+
+    /// `pcast bench latency`: glass-to-glass latency through the relay (the playout delay × loss
+    /// table) and the time to first frame.
+    struct Latency: BenchmarkCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "latency",
+            abstract: "Measure glass-to-glass latency of 720p30 through the relay (playout delay × loss table) and the time to first frame."
+        )
+
+        @OptionGroup var common: BenchOptions
+
+        @Option(help: "Seconds per latency run (one run per playout delay and loss).")
+        var latencySeconds: Double = 10
+
+        /// latency.json: the run at the SDK's default playout delay without loss, and every run under `detail`.
+        struct Report: Codable {
+            let screenP50Ms: Double
+            let screenP99Ms: Double
+            let decodedP50Ms: Double
+            let decodedP99Ms: Double
+            let playoutDelayMs: Int
+            let firstFrameP50Ms: Double
+            let detail: EndToEndBenchmark.Result
+        }
+
+        func measure() async throws {
+            let platform = try await LocalPlatform.start()
+            let result: EndToEndBenchmark.Result
+            do {
+                var benchmark = EndToEndBenchmark(signalingURL: platform.signalingURL, seconds: latencySeconds,
+                                                  playoutDelays: EndToEndBenchmark.tablePlayoutDelays) { type, origin in
+                    try platform.token(type, originStreamId: origin)
+                }
+                benchmark.lossPercents = EndToEndBenchmark.tableLossPercents
+                benchmark.relayPort = platform.relay.mediaPort
+                result = try await benchmark.run()
+            } catch {
+                await platform.shutdown()
+                throw error
+            }
+            await platform.shutdown()
+            let delay = Int(PCastOptions.defaultPlayoutDelay / .milliseconds(1))
+            guard let run = result.latency.first(where: { $0.playoutDelayMilliseconds == delay && $0.lossPercent == 0 }) else {
+                throw BenchFailure("no latency run at the default playout delay (\(delay) ms) without loss")
+            }
+            let report = Report(screenP50Ms: run.screenP50, screenP99Ms: run.screenP99, decodedP50Ms: run.p50, decodedP99Ms: run.p99,
+                                playoutDelayMs: delay, firstFrameP50Ms: result.firstFrame.p50, detail: result)
+            try common.write(report, markdown: Self.markdown(result), as: Self.name)
+        }
+
+        static func markdown(_ endToEnd: EndToEndBenchmark.Result) -> String {
+            var lines = [
+                "## Glass-to-glass latency, 720p30 H.264 through the relay (capture → presented by the viewer's sink, after its clock wait; goal p50 ≤ \(EndToEndBenchmark.goalP50) ms, p99 ≤ \(EndToEndBenchmark.goalP99) ms at the screen)",
+                "",
+                "Beside it, capture → decoded frame (the renderer's frame-ready hook, before the sink waits out the playout delay).",
+                "",
+                "Loss is on the viewer's leg, each way, through the impairment proxy (before SRTP, as a network loses packets).",
+                "",
+                "| playout delay (ms) | loss | frames | delivered | freeze total (ms) | longest freeze (ms) | screen p50 (ms) | screen p90 (ms) | screen p99 (ms) | decoded p50 (ms) | decoded p99 (ms) |",
+                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            ]
+            for run in endToEnd.latency {
+                lines.append(String(format: "| %d | %.0f %% | %d | %.1f %% | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f |", run.playoutDelayMilliseconds, run.lossPercent,
+                                    run.frames, run.deliveredPercent, run.freezeMilliseconds, run.longestFreezeMilliseconds,
+                                    run.screenP50, run.screenP90, run.screenP99, run.p50, run.p99))
+            }
+            lines.append("")
+            lines.append(String(format: "Time to first frame, %d joins of a running stream (subscribe call → first decoded frame; goal p50 ≤ %.0f ms): p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+                                endToEnd.firstFrame.joins, EndToEndBenchmark.goalFirstFrameP50, endToEnd.firstFrame.p50, endToEnd.firstFrame.p99, endToEnd.firstFrame.maximum))
+            return lines.joined(separator: "\n") + "\n"
+        }
+    }
+
+    /// `pcast bench fanout`: the relay forwarding one stream to N subscribers, against
+    /// `gst-launch-1.0 udpsrc ! multiudpsink`.
+    struct Fanout: BenchmarkCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "fanout",
+            abstract: "Measure the relay's CPU and loss forwarding one 2.5 Mbps stream to N subscribers, against gst-launch-1.0 udpsrc ! multiudpsink."
+        )
+
+        @OptionGroup var common: BenchOptions
+
+        @Option(help: "A subscriber count to run (repeat for several).")
+        var subscribers: [Int] = [100, 500, 1000, 1500]
+
+        func validate() throws {
+            guard subscribers.allSatisfy({ $0 > 0 }) else { throw ValidationError("--subscribers must be positive") }
+        }
+
+        /// One subscriber count of fanout.json. CPU is in fractions of one core, loss a fraction.
+        struct Run: Encodable {
+            let subscribers: Int
+            let relayCPU: Double
+            let referenceCPU: Double?
+            let loss: Double
+            let referenceLoss: Double?
+            let subscribersPerCore: Double
+            let cpuRatio: Double?
+            let detail: RelayFanoutBenchmark.Result
+
+            init(_ result: RelayFanoutBenchmark.Result) {
+                subscribers = result.configuration.subscribers
+                relayCPU = result.relay.cpuPercent / 100
+                referenceCPU = result.reference.map { $0.cpuPercent / 100 }
+                loss = result.relay.lossPercent / 100
+                referenceLoss = result.reference.map { $0.lossPercent / 100 }
+                subscribersPerCore = result.relay.subscribersPerCore
+                cpuRatio = result.cpuRatio
+                detail = result
+            }
+
+            private enum CodingKeys: String, CodingKey {
+                case subscribers, relayCPU, referenceCPU, loss, referenceLoss, subscribersPerCore, cpuRatio, detail
+            }
+
+            // Written out so that a missing reference reads `null` rather than a missing key.
+            func encode(to encoder: any Encoder) throws {
+                var container = encoder.container(keyedBy: CodingKeys.self)
+                try container.encode(subscribers, forKey: .subscribers)
+                try container.encode(relayCPU, forKey: .relayCPU)
+                try container.encode(referenceCPU, forKey: .referenceCPU)
+                try container.encode(loss, forKey: .loss)
+                try container.encode(referenceLoss, forKey: .referenceLoss)
+                try container.encode(subscribersPerCore, forKey: .subscribersPerCore)
+                try container.encode(cpuRatio, forKey: .cpuRatio)
+                try container.encode(detail, forKey: .detail)
+            }
+        }
+
+        /// fanout.json.
+        struct Report: Encodable {
+            let runs: [Run]
+
+            /// The largest subscriber count whose loss stayed under 0.1 %, if any.
+            var largestSubscribersUnderTenthPercentLoss: Int? {
+                runs.filter { $0.loss < 0.001 }.map(\.subscribers).max()
+            }
+
+            private enum CodingKeys: String, CodingKey { case runs, largestSubscribersUnderTenthPercentLoss }
+
+            func encode(to encoder: any Encoder) throws {
+                var container = encoder.container(keyedBy: CodingKeys.self)
+                try container.encode(runs, forKey: .runs)
+                try container.encode(largestSubscribersUnderTenthPercentLoss, forKey: .largestSubscribersUnderTenthPercentLoss)
+            }
+        }
+
+        func measure() async throws {
+            var runs: [Run] = []
+            for count in subscribers {
+                runs.append(Run(try RelayFanoutBenchmark(configuration: .init(subscribers: count, duration: 5)).run()))
+            }
+            let report = Report(runs: runs)
+            try common.write(report, markdown: Self.markdown(report), as: Self.name)
+        }
+
+        static func markdown(_ report: Report) -> String {
+            var lines = [
+                "## Relay fan-out: one 2.5 Mbps stream (1200-byte packets) to N subscribers, against `gst-launch-1.0 udpsrc ! multiudpsink` (no crypto)",
+                "",
+                "Goals: 1,000 subscribers at < 0.1 % loss, ≥ 600 subscribers per core, ≤ 1.5× the reference's CPU.",
+                "",
+                "| N | relay CPU % | relay loss % | subscribers/core | reference CPU % | reference loss % | CPU ratio |",
+                "|---:|---:|---:|---:|---:|---:|---:|",
+            ]
+            for run in report.runs {
+                let relay = run.detail.relay, reference = run.detail.reference
+                lines.append(String(format: "| %d | %.1f | %.2f | %.0f | %@ | %@ | %@ |", run.subscribers, relay.cpuPercent, relay.lossPercent, relay.subscribersPerCore,
+                                    reference.map { String(format: "%.1f", $0.cpuPercent) } ?? "–", reference.map { String(format: "%.2f", $0.lossPercent) } ?? "–",
+                                    run.cpuRatio.map { String(format: "%.2f", $0) } ?? "–"))
+            }
+            return lines.joined(separator: "\n") + "\n"
+        }
+    }
+
+    /// `pcast bench echo`: echo cancellation through a PulseAudio null-sink loop.
+    struct Echo: BenchmarkCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "echo",
+            abstract: "Measure echo cancellation (webrtcdsp) on a private PulseAudio null-sink loop."
+        )
+
+        @OptionGroup var common: BenchOptions
+
+        func measure() async throws {
+            try FileManager.default.createDirectory(at: common.directory, withIntermediateDirectories: true)
+            try await EchoBenchmark.run(output: common.directory)
+        }
+    }
+}
