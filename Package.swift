@@ -15,6 +15,7 @@ import PackageDescription
 //   PCastRecording: fragmented-MP4 recordings (boxes, fragmenter, crash-safe file), Foundation only.
 //   PCastProtocol: wire formats (digest tokens, RTP/RTCP, signaling, RTMP), pure, no I/O.
 //   CSRTP: libsrtp2, used by the relay and reported by `pcast inspect`.
+//   SRTP → CSRTP, CSRTPCipher (outbound AES-GCM RTP over OpenSSL's EVP: the relay's fan-out path).
 //   DTLS (DTLS-SRTP over the system's OpenSSL 3, through CDTLSShim) → SRTP; used by the relay.
 //   PCastGstPlugin (the GStreamer plugin libgstpcast.so: pcastsink, pcastsrc) → PCast, PCastMedia, GStreamer;
 //       its GObject boilerplate is C (CPCastGstPlugin), reached through a seam of @_cdecl functions.
@@ -218,10 +219,16 @@ let package = Package(
             // deliberate (Exports.swift re-exports what its users type).
             swiftSettings: [.enableUpcomingFeature("InternalImportsByDefault")]
         ),
-        // Safe Swift face of libsrtp2.
+        // SRTP AEAD_AES_128_GCM sealing over the system's OpenSSL 3 EVP: the relay's fan-out path
+        // (see its header for why it is C).
+        .target(
+            name: "CSRTPCipher",
+            linkerSettings: [.linkedLibrary("crypto")]
+        ),
+        // Safe Swift face of libsrtp2, with outbound AES-GCM RTP sealed by CSRTPCipher.
         .target(
             name: "SRTP",
-            dependencies: ["CSRTP"]
+            dependencies: ["CSRTP", "CSRTPCipher"]
         ),
         // What Swift cannot do with the system's OpenSSL 3 (function-like macros, a datagram BIO,
         // a verify callback, a variadic key generator); see its header.

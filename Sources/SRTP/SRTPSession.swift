@@ -1,4 +1,5 @@
 import CSRTP
+import CSRTPCipher
 import Synchronization
 
 /// An SRTP protection profile (RFC 3711, RFC 7714).
@@ -106,14 +107,24 @@ public final class SRTPSession: @unchecked Sendable {
     /// Packets remembered for replay protection; large enough for NACK-driven retransmissions.
     public static let replayWindow = 1024
 
-    private struct Context: @unchecked Sendable { let session: srtp_t }
+    private struct Context: @unchecked Sendable {
+        let session: srtp_t
+        /// Outbound AES-GCM RTP is sealed here rather than by libsrtp (see ``GCMSealer``).
+        var sealer: GCMSealer?
+    }
     private let context: Mutex<Context>
     public let profile: SRTPProfile
     public let direction: Direction
 
     private static let initialized = Mutex<srtp_err_status_t?>(nil)
 
-    public init(key: SRTPKey, direction: Direction) throws(SRTPError) {
+    public convenience init(key: SRTPKey, direction: Direction) throws(SRTPError) {
+        try self.init(key: key, direction: direction, sealsWithOpenSSL: true)
+    }
+
+    /// `sealsWithOpenSSL` false leaves outbound AES-GCM RTP to libsrtp too (the reference the
+    /// OpenSSL path is checked and measured against).
+    package init(key: SRTPKey, direction: Direction, sealsWithOpenSSL: Bool) throws(SRTPError) {
         let status = Self.initialized.withLock { state -> srtp_err_status_t in
             if let state { return state }
             let result = srtp_init()
@@ -143,18 +154,39 @@ public final class SRTPSession: @unchecked Sendable {
             return srtp_create(&session, &policy)
         }
         guard created == srtp_err_status_ok, let session else { throw SRTPError(status: created) }
-        context = Mutex(Context(session: session))
+        var sealer: GCMSealer?
+        if sealsWithOpenSSL, direction == .outbound, key.profile == .aeadAES128GCM {
+            sealer = GCMSealer(masterKey: key.bytes[0..<16], masterSalt: key.bytes[16..<28])
+            // Without it (OpenSSL failed) libsrtp seals as before.
+        }
+        context = Mutex(Context(session: session, sealer: sealer))
         profile = key.profile
         self.direction = direction
     }
 
     deinit {
-        srtp_dealloc(context.withLock { $0.session })
+        context.withLock { context in
+            srtp_dealloc(context.session)
+            context.sealer?.free()
+        }
     }
+
+    /// Whether outbound RTP is sealed through OpenSSL (AES-GCM) rather than libsrtp.
+    package var sealsWithOpenSSL: Bool { context.withLock { $0.sealer != nil } }
 
     /// Protects an RTP packet in place (the array grows by the tag).
     public func protect(_ packet: inout [UInt8]) throws(SRTPError) {
-        try transform(&packet, grows: true) { session, pointer, length in srtp_protect(session, pointer, length) }
+        guard packet.count >= 12, packet.count <= 65_535 else { throw .malformed }
+        let length = packet.count
+        packet.append(contentsOf: repeatElement(0, count: Self.maximumOverhead))
+        let outcome = packet.withUnsafeMutableBytes { raw in Result { () throws(SRTPError) in try protect(raw, length: length) } }
+        switch outcome {
+        case .success(let protected):
+            packet.removeLast(packet.count - protected)
+        case .failure(let error):
+            packet.removeLast(packet.count - length)
+            throw error
+        }
     }
 
     /// Verifies and decrypts an SRTP packet in place (the array shrinks to the RTP packet).
@@ -177,7 +209,13 @@ public final class SRTPSession: @unchecked Sendable {
     public func protect(_ buffer: UnsafeMutableRawBufferPointer, length: Int) throws(SRTPError) -> Int {
         guard length >= 12, buffer.count >= length + Self.maximumOverhead, let base = buffer.baseAddress else { throw .malformed }
         var size = Int32(length)
-        let status = context.withLock { srtp_protect($0.session, base, &size) }
+        let status = try context.withLock { context throws(SRTPError) -> srtp_err_status_t in
+            if context.sealer != nil {
+                size = Int32(try context.sealer!.seal(base, length: length))
+                return srtp_err_status_ok
+            }
+            return srtp_protect(context.session, base, &size)
+        }
         guard status == srtp_err_status_ok else { throw SRTPError(status: status) }
         return Int(size)
     }
