@@ -127,8 +127,8 @@ final class FanOutWorkers: @unchecked Sendable {
     /// Sends `packets[range]` to every one of `targets`, through `send` on the I/O thread and the
     /// workers' batches, and returns once every share is sent (I/O thread only).
     func fanOut(_ packets: [PendingPacket], _ range: Range<Int>, to targets: [FanOutTarget], send: SendBatch, descriptor fd: Int32) {
-        let shares = min(sharers, max(1, targets.count * range.count / Self.minimumShare), targets.count)
-        guard shares > 1 else {
+        let shares = Self.shares(targets: targets.count, packets: range.count, sharers: sharers)
+        guard shares.count > 1 else {
             send.fanOut(packets, range, to: targets[...], descriptor: fd)
             return
         }
@@ -137,18 +137,28 @@ final class FanOutWorkers: @unchecked Sendable {
         self.range = range
         self.targets = targets
         descriptor = fd
-        let size = (targets.count + shares - 1) / shares
         var woken = 0
-        for worker in workers where worker.thread != nil && woken < shares - 1 {
+        for worker in workers where worker.thread != nil && woken < shares.count - 1 {
             woken += 1
-            worker.share = (woken * size)..<min(targets.count, (woken + 1) * size)
+            worker.share = shares[woken]
             worker.go.signal()
         }
-        send.fanOut(packets, range, to: targets[0..<size], descriptor: fd)
+        send.fanOut(packets, range, to: targets[shares[0]], descriptor: fd)
         for _ in 0..<woken { done.wait() }
         // Give the arrays back whole: the I/O thread's next append must not copy them.
         self.packets = []
         self.targets = []
+    }
+
+    /// How `targets` subscribers are split for `packets` packets among at most `sharers` threads:
+    /// contiguous, equal but for the last, none empty, each of at least ``minimumShare`` datagrams
+    /// but the last (one share: not worth splitting).
+    static func shares(targets: Int, packets: Int, sharers: Int) -> [Range<Int>] {
+        guard targets > 0 else { return [] }
+        let wanted = max(1, min(sharers, targets * packets / minimumShare, targets))
+        // Rounding the size up can leave fewer shares than wanted.
+        let size = (targets + wanted - 1) / wanted
+        return stride(from: 0, to: targets, by: size).map { $0..<min(targets, $0 + size) }
     }
 
     /// What the workers sent and failed to send since the last call (I/O thread, between fan-outs).

@@ -97,3 +97,22 @@ struct RelayShardedFanOutTests {
         #expect(relay.cpuTime == relay.ioThreadCPUTime)
     }
 }
+
+@Suite("Fan-out shares")
+struct FanOutSharesTests {
+    @Test("shares cover every subscriber once, contiguous and in order, none empty, at most one per thread, each but the last worth a wake-up; small fan-outs stay whole")
+    func shares() {
+        for targets in [0, 1, 2, 3, 5, 7, 31, 64, 65, 200, 999, 1_000] {
+            for packets in [1, 2, 9, 30] {
+                for sharers in [1, 2, 3, 4, 8] {
+                    let shares = FanOutWorkers.shares(targets: targets, packets: packets, sharers: sharers)
+                    let context = "\(targets) targets, \(packets) packets, \(sharers) threads: \(shares)"
+                    #expect(shares.flatMap { Array($0) } == Array(0..<targets), "\(context)")
+                    #expect(shares.allSatisfy { !$0.isEmpty } && shares.count <= max(1, sharers), "\(context)")
+                    #expect(shares.dropLast().allSatisfy { $0.count * packets >= FanOutWorkers.minimumShare } || shares.count == 1, "\(context)")
+                    if targets * packets < 2 * FanOutWorkers.minimumShare { #expect(shares.count <= 1, "\(context)") }
+                }
+            }
+        }
+    }
+}
