@@ -18,17 +18,25 @@ final class SignalingClient: Sendable {
         var pending: [UInt64: CheckedContinuation<Result<ServerMessage, PCastError>, Never>] = [:]
         /// Run in the reader, in order with events, before the waiter resumes.
         var inOrder: [UInt64: @Sendable (ServerMessage) -> Void] = [:]
+        /// When each pending request times out (see `sweepDeadlines`).
+        var deadlines: [UInt64: ContinuousClock.Instant] = [:]
         var closed: UInt16?? = .none
     }
     private let state = Mutex(State())
     private let task = Mutex<Task<Void, Never>?>(nil)
+    /// Wakes the deadline sweeper when a request is added (it waits for one when none is pending).
+    private let wakeSweeper: AsyncStream<Void>.Continuation
+    /// The longest the sweeper sleeps while requests are pending: a request added with an earlier
+    /// deadline than those it sleeps towards times out at most this late.
+    static let sweepTick = Duration.milliseconds(250)
     private let onEvent: @Sendable (ServerMessage) -> Void
     private let onClose: @Sendable (UInt16?) -> Void
     private let logger: Logger
 
-    private init(outgoing: AsyncStream<WebSocketFrame>.Continuation, logger: Logger,
+    private init(outgoing: AsyncStream<WebSocketFrame>.Continuation, wakeSweeper: AsyncStream<Void>.Continuation, logger: Logger,
                  onEvent: @escaping @Sendable (ServerMessage) -> Void, onClose: @escaping @Sendable (UInt16?) -> Void) {
         self.outgoing = outgoing
+        self.wakeSweeper = wakeSweeper
         self.logger = logger
         self.onEvent = onEvent
         self.onClose = onClose
@@ -88,7 +96,9 @@ final class SignalingClient: Sendable {
             throw .connectionFailed("\(url): \(error)")
         }
         let (frames, outgoing) = AsyncStream<WebSocketFrame>.makeStream()
-        let client = SignalingClient(outgoing: outgoing, logger: logger, onEvent: onEvent, onClose: onClose)
+        let (wakeups, wakeSweeper) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let client = SignalingClient(outgoing: outgoing, wakeSweeper: wakeSweeper, logger: logger, onEvent: onEvent, onClose: onClose)
+        Task { await client.sweepDeadlines(wakeups) }
         let task = Task<Void, Never> {
             let code: UInt16?? = try? await channel.executeThenClose { inbound, outbound in
                 await withTaskGroup(of: UInt16??.self) { group in
@@ -151,7 +161,10 @@ final class SignalingClient: Sendable {
             onEvent(envelope.message)
             return
         }
-        let (waiter, inOrder) = state.withLock { ($0.pending.removeValue(forKey: id), $0.inOrder.removeValue(forKey: id)) }
+        let (waiter, inOrder) = state.withLock { state in
+            state.deadlines[id] = nil
+            return (state.pending.removeValue(forKey: id), state.inOrder.removeValue(forKey: id))
+        }
         guard let waiter else {
             logger.debug("reply to an unknown request \(id)")
             return
@@ -167,10 +180,11 @@ final class SignalingClient: Sendable {
     private func finish(code: UInt16?) {
         let waiters = state.withLock { state -> [CheckedContinuation<Result<ServerMessage, PCastError>, Never>] in
             state.closed = .some(code)
-            defer { state.pending = [:]; state.inOrder = [:] }
+            defer { state.pending = [:]; state.inOrder = [:]; state.deadlines = [:] }
             return Array(state.pending.values)
         }
         outgoing.finish()
+        wakeSweeper.finish()
         for waiter in waiters { waiter.resume(returning: .failure(.disconnected)) }
         onClose(code)
     }
@@ -189,20 +203,12 @@ final class SignalingClient: Sendable {
         guard let id else { throw .disconnected }
         let data: Data
         do { data = try SignalingCodec.encode(.request(id: id, message)) } catch { throw .invalidRequest("\(error)") }
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            guard !Task.isCancelled else { return }
-            let waiter = self?.state.withLock { state in
-                state.inOrder[id] = nil
-                return state.pending.removeValue(forKey: id)
-            }
-            waiter?.resume(returning: .failure(.timeout))
-        }
-        defer { timer.cancel() }
+        let deadline = ContinuousClock.now + timeout
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<ServerMessage, PCastError>, Never>) in
             let accepted = state.withLock { state -> Bool in
                 guard state.closed == nil else { return false }
                 state.pending[id] = continuation
+                state.deadlines[id] = deadline
                 if let inOrder { state.inOrder[id] = inOrder }
                 return true
             }
@@ -210,9 +216,41 @@ final class SignalingClient: Sendable {
                 continuation.resume(returning: .failure(.disconnected))
                 return
             }
+            wakeSweeper.yield()
             outgoing.yield(WebSocketFrame(fin: true, opcode: .text, maskKey: .random(), data: ByteBuffer(bytes: data)))
         }
         return try result.get()
+    }
+
+    /// Times out the requests whose deadline passed, for as long as the connection lives: one task
+    /// per connection rather than a sleeping task per request. A cancelled `Task.sleep` frees its
+    /// timer only at its original deadline, so a timer task per request kept each request's
+    /// memory for its whole timeout (10 s) after the reply came; this sleeps only while requests
+    /// are pending, never longer than ``sweepTick``, and is never cancelled.
+    private func sweepDeadlines(_ wakeups: AsyncStream<Void>) async {
+        var iterator = wakeups.makeAsyncIterator()
+        while true {
+            // nil: the connection ended; .some(nil): nothing pending.
+            let earliest = state.withLock { state -> ContinuousClock.Instant?? in
+                state.closed != nil ? .none : .some(state.deadlines.values.min())
+            }
+            guard let earliest else { return }
+            if let deadline = earliest {
+                try? await Task.sleep(until: min(deadline, .now + Self.sweepTick), clock: .continuous)
+            } else if await iterator.next() == nil {
+                return
+            }
+            let now = ContinuousClock.now
+            let expired = state.withLock { state -> [CheckedContinuation<Result<ServerMessage, PCastError>, Never>] in
+                let due = state.deadlines.filter { $0.value <= now }.map(\.key)
+                return due.compactMap { id in
+                    state.deadlines[id] = nil
+                    state.inOrder[id] = nil
+                    return state.pending.removeValue(forKey: id)
+                }
+            }
+            for waiter in expired { waiter.resume(returning: .failure(.timeout)) }
+        }
     }
 
     /// Drops the connection at once, without a close handshake (it is dead: a keep-alive went
