@@ -51,11 +51,15 @@ import Testing
             delays.append(delay)
             _ = machine.handle(.retryDue)
         }
-        #expect(delays == [.milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(400)])
+        // 200 ms at most while the outage is under 10 s old.
+        #expect(delays == [.milliseconds(100), .milliseconds(200), .milliseconds(200), .milliseconds(200)])
         #expect(machine.state == .reconnecting(since: t0, attempt: 4, resume: resume, connecting: true))
+        // Then 400 ms until a minute.
+        #expect(machine.handle(.connectFailed(status: .failed, reason: "refused", now: t0 + .seconds(30), jitter: 0.5)) == [.scheduleRetry(after: .milliseconds(400))])
+        _ = machine.handle(.retryDue)
         // A long outage backs off further, up to 5 s.
         let late = machine.handle(.connectFailed(status: .failed, reason: "refused", now: t0 + .seconds(90), jitter: 0.5))
-        #expect(late == [.scheduleRetry(after: .milliseconds(1600))])
+        #expect(late == [.scheduleRetry(after: .milliseconds(3200))])
         _ = machine.handle(.retryDue)
         #expect(machine.handle(.authenticated(sessionId: "s-1", resumeKey: "k-2"))
                 == [.notifyOnline(sessionId: "s-1"), .notifyAuthentication(.ok, sessionId: "s-1")])
