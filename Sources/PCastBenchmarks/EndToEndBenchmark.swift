@@ -38,6 +38,10 @@ public struct EndToEndBenchmark: Sendable {
         public var p50: Double
         public var p99: Double
         public var maximum: Double
+        /// Milliseconds from the subscribe call to the first frame the sink presents (after its
+        /// clock wait: the first frame a viewer sees).
+        public var screenP50: Double
+        public var screenP99: Double
     }
     public struct Result: Sendable, Hashable, Codable {
         public var width: Int
@@ -118,7 +122,7 @@ public struct EndToEndBenchmark: Sendable {
             }
         }
 
-        var firstFrames: [Double] = []
+        var firstFrames: [Double] = [], firstPresented: [Double] = []
         let viewer = PCast(PCastOptions(uri: signalingURL))
         try await viewer.start(authToken: try tokens(.auth, nil))
         for _ in 0..<joins {
@@ -126,20 +130,25 @@ public struct EndToEndBenchmark: Sendable {
             let started = ContinuousClock.now
             let stream = try await viewer.subscribe(streamToken: try tokens(.stream, publisher.streamId))
             let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
-            let first = Mutex<ContinuousClock.Instant?>(nil)
+            let first = Mutex<ContinuousClock.Instant?>(nil), presented = Mutex<ContinuousClock.Instant?>(nil)
             _ = await renderer.start()
             try renderer.setFrameReadyCallback(stream.getVideoTracks()[0]) { _ in
                 first.withLock { if $0 == nil { $0 = .now } }
             }
+            try renderer.onVideoPresented { _ in
+                presented.withLock { if $0 == nil { $0 = .now } }
+            }
             let deadline = ContinuousClock.now + .seconds(10)
-            while first.withLock({ $0 }) == nil && ContinuousClock.now < deadline {
+            while (first.withLock({ $0 }) == nil || presented.withLock({ $0 }) == nil) && ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(2))
             }
-            if let at = first.withLock({ $0 }) {
-                let (s, a) = (at - started).components
-                firstFrames.append(Double(s) * 1000 + Double(a) / 1e15)
-            } else {
-                firstFrames.append(10_000)
+            for (instant, into) in [(first.withLock { $0 }, 0), (presented.withLock { $0 }, 1)] {
+                var milliseconds = 10_000.0
+                if let instant {
+                    let (s, a) = (instant - started).components
+                    milliseconds = Double(s) * 1000 + Double(a) / 1e15
+                }
+                if into == 0 { firstFrames.append(milliseconds) } else { firstPresented.append(milliseconds) }
             }
             await renderer.stop()
             await stream.stop()
@@ -149,11 +158,15 @@ public struct EndToEndBenchmark: Sendable {
         await media.stop()
         await publisherSDK.stop()
         firstFrames.sort()
-        func percentile(_ p: Double) -> Double {
-            firstFrames[min(firstFrames.count - 1, max(0, Int((p / 100 * Double(firstFrames.count)).rounded(.up)) - 1))]
+        firstPresented.sort()
+        func percentile(_ p: Double, of values: [Double]) -> Double {
+            guard !values.isEmpty else { return .nan }
+            return values[min(values.count - 1, max(0, Int((p / 100 * Double(values.count)).rounded(.up)) - 1))]
         }
         return Result(width: 1280, height: 720, latency: latency,
-                      firstFrame: FirstFrameResult(joins: joins, p50: percentile(50), p99: percentile(99), maximum: firstFrames.last ?? .nan))
+                      firstFrame: FirstFrameResult(joins: joins, p50: percentile(50, of: firstFrames), p99: percentile(99, of: firstFrames),
+                                                   maximum: firstFrames.last ?? .nan,
+                                                   screenP50: percentile(50, of: firstPresented), screenP99: percentile(99, of: firstPresented)))
     }
 }
 
