@@ -19,10 +19,14 @@ struct FanOutTarget {
 
 extension SendBatch {
     /// Protects a plain RTP packet for `crypto` straight into the next slot (with another sequence
-    /// number if asked) and queues it for `address`; a packet that cannot be protected is counted
-    /// as a failure.
+    /// number if asked) and queues it for `address`; a packet that cannot be protected (or would
+    /// not fit a slot once protected) is counted as a failure.
     @inline(__always)
     func protectAndQueue(_ packet: [UInt8], renumbered: UInt16?, crypto: FlowCrypto, to address: RelayAddress, descriptor fd: Int32) {
+        guard packet.count + SRTPSession.maximumOverhead <= slotSize else {
+            countFailure()
+            return
+        }
         packet.withUnsafeBytes { plain in
             let slot = nextSlot(descriptor: fd)
             slot.copyMemory(from: plain)
@@ -78,7 +82,7 @@ final class FanOutWorkers: @unchecked Sendable {
     static let minimumShare = 32
 
     /// One worker thread and what it owns.
-    private final class Worker: @unchecked Sendable {
+    fileprivate final class Worker: @unchecked Sendable {
         let send: SendBatch
         let go = DispatchSemaphore(value: 0)
         /// Its share of the current job's targets (written by the I/O thread before `go`).
@@ -87,12 +91,13 @@ final class FanOutWorkers: @unchecked Sendable {
         let cpuTime = Atomic<UInt64>(0)
         /// The thread's kernel id once it runs (0 before).
         let threadID = Atomic<Int32>(0)
-        var thread: pthread_t?
+        var thread = pthread_t()
 
         init(send: SendBatch) { self.send = send }
     }
 
-    private let workers: [Worker]
+    /// The workers whose thread started (set in `init` only).
+    private var workers: [Worker] = []
     private let done = DispatchSemaphore(value: 0)
     private let stopping = Atomic<Bool>(false)
     private let stopped = Mutex<Bool>(false)
@@ -109,12 +114,13 @@ final class FanOutWorkers: @unchecked Sendable {
     /// Starts `count` worker threads (the I/O thread is one more sharer), each with a send batch of
     /// `capacity` slots of `slotSize` bytes. Fewer start if the system refuses threads.
     init(count: Int, capacity: Int, slotSize: Int) {
-        workers = (0..<max(0, count)).map { _ in Worker(send: SendBatch(capacity: capacity, slotSize: slotSize)) }
-        for (index, worker) in workers.enumerated() {
+        for index in 0..<max(0, count) {
+            let worker = Worker(send: SendBatch(capacity: capacity, slotSize: slotSize))
             var thread = pthread_t()
-            let context = Unmanaged.passRetained(WorkerContext(pool: self, index: index)).toOpaque()
+            let context = Unmanaged.passRetained(WorkerContext(pool: self, worker: worker, number: index + 1)).toOpaque()
             if pthread_create(&thread, nil, fanOutWorkerMain, context) == 0 {
                 worker.thread = thread
+                workers.append(worker)
             } else {
                 Unmanaged<WorkerContext>.fromOpaque(context).release()
             }
@@ -122,13 +128,13 @@ final class FanOutWorkers: @unchecked Sendable {
     }
 
     /// Threads that can take a share, the I/O thread included.
-    var sharers: Int { 1 + workers.lazy.filter { $0.thread != nil }.count }
+    var sharers: Int { workers.count + 1 }
 
     /// Sends `packets[range]` to every one of `targets`, through `send` on the I/O thread and the
     /// workers' batches, and returns once every share is sent (I/O thread only).
     func fanOut(_ packets: [PendingPacket], _ range: Range<Int>, to targets: [FanOutTarget], send: SendBatch, descriptor fd: Int32) {
-        let shares = Self.shares(targets: targets.count, packets: range.count, sharers: sharers)
-        guard shares.count > 1 else {
+        let split = Self.split(targets: targets.count, packets: range.count, sharers: sharers)
+        guard split.count > 1 else {
             send.fanOut(packets, range, to: targets[...], descriptor: fd)
             return
         }
@@ -137,14 +143,13 @@ final class FanOutWorkers: @unchecked Sendable {
         self.range = range
         self.targets = targets
         descriptor = fd
-        var woken = 0
-        for worker in workers where worker.thread != nil && woken < shares.count - 1 {
-            woken += 1
-            worker.share = shares[woken]
+        for (index, worker) in workers.prefix(split.count - 1).enumerated() {
+            let start = (index + 1) * split.size
+            worker.share = start..<min(targets.count, start + split.size)
             worker.go.signal()
         }
-        send.fanOut(packets, range, to: targets[shares[0]], descriptor: fd)
-        for _ in 0..<woken { done.wait() }
+        send.fanOut(packets, range, to: targets[0..<split.size], descriptor: fd)
+        for _ in 1..<split.count { done.wait() }
         // Give the arrays back whole: the I/O thread's next append must not copy them.
         self.packets = []
         self.targets = []
@@ -154,11 +159,19 @@ final class FanOutWorkers: @unchecked Sendable {
     /// contiguous, equal but for the last, none empty, each of at least ``minimumShare`` datagrams
     /// but the last (one share: not worth splitting).
     static func shares(targets: Int, packets: Int, sharers: Int) -> [Range<Int>] {
-        guard targets > 0 else { return [] }
+        let split = split(targets: targets, packets: packets, sharers: sharers)
+        return (0..<split.count).map { $0 * split.size..<min(targets, ($0 + 1) * split.size) }
+    }
+
+    /// The shares' size and number (what ``shares(targets:packets:sharers:)`` lists, without an
+    /// array: a fan-out allocates nothing).
+    @inline(__always)
+    static func split(targets: Int, packets: Int, sharers: Int) -> (size: Int, count: Int) {
+        guard targets > 0 else { return (0, 0) }
         let wanted = max(1, min(sharers, targets * packets / minimumShare, targets))
         // Rounding the size up can leave fewer shares than wanted.
         let size = (targets + wanted - 1) / wanted
-        return stride(from: 0, to: targets, by: size).map { $0..<min(targets, $0 + size) }
+        return (size, (targets + size - 1) / size)
     }
 
     /// What the workers sent and failed to send since the last call (I/O thread, between fan-outs).
@@ -189,16 +202,15 @@ final class FanOutWorkers: @unchecked Sendable {
             guard !stopped else { return }
             stopped = true
             stopping.store(true, ordering: .releasing)
-            for worker in workers where worker.thread != nil { worker.go.signal() }
-            for worker in workers { if let thread = worker.thread { pthread_join(thread, nil) } }
+            for worker in workers { worker.go.signal() }
+            for worker in workers { pthread_join(worker.thread, nil) }
         }
     }
 
     // MARK: Worker threads
 
-    fileprivate func work(_ index: Int) {
-        let worker = workers[index]
-        ThreadIdentity.name("pcast-fanout-\(index + 1)")
+    fileprivate func work(_ worker: Worker, number: Int) {
+        ThreadIdentity.name("pcast-fanout-\(number)")
         worker.threadID.store(ThreadIdentity.current() ?? 0, ordering: .releasing)
         var clock = clockid_t()
         let hasClock = pthread_getcpuclockid(pthread_self(), &clock) == 0
@@ -217,10 +229,12 @@ final class FanOutWorkers: @unchecked Sendable {
 /// What a worker thread starts with.
 private final class WorkerContext {
     let pool: FanOutWorkers
-    let index: Int
-    init(pool: FanOutWorkers, index: Int) {
+    let worker: FanOutWorkers.Worker
+    let number: Int
+    init(pool: FanOutWorkers, worker: FanOutWorkers.Worker, number: Int) {
         self.pool = pool
-        self.index = index
+        self.worker = worker
+        self.number = number
     }
 }
 
@@ -228,6 +242,6 @@ private final class WorkerContext {
 private func fanOutWorkerMain(_ context: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
     guard let context else { return nil }
     let start = Unmanaged<WorkerContext>.fromOpaque(context).takeRetainedValue()
-    start.pool.work(start.index)
+    start.pool.work(start.worker, number: start.number)
     return nil
 }

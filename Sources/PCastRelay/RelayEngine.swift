@@ -327,11 +327,8 @@ final class RelayEngine: @unchecked Sendable {
     }
 
     private func publish() {
-        for outcome in [send.takeOutcome(), workers?.takeOutcome() ?? SendBatch.Outcome()] {
-            packetsOut &+= UInt64(outcome.packets)
-            bytesOut &+= UInt64(outcome.bytes)
-            sendFailures &+= UInt64(outcome.failures)
-        }
+        tally(send.takeOutcome())
+        if let workers { tally(workers.takeOutcome()) }
         let c = counters
         c.packetsIn.store(packetsIn, ordering: .relaxed)
         c.bytesIn.store(bytesIn, ordering: .relaxed)
@@ -362,6 +359,12 @@ final class RelayEngine: @unchecked Sendable {
                 if queue.count > 4_096 { queue.removeFirst(queue.count - 4_096) }
             }
         }
+    }
+
+    private func tally(_ outcome: SendBatch.Outcome) {
+        packetsOut &+= UInt64(outcome.packets)
+        bytesOut &+= UInt64(outcome.bytes)
+        sendFailures &+= UInt64(outcome.failures)
     }
 
     // MARK: Packets (I/O thread)
@@ -563,19 +566,7 @@ final class RelayEngine: @unchecked Sendable {
                     sendFailures &+= 1
                 }
             case .retransmit(let crypto, let address, let rtp):
-                let slot = send.nextSlot(descriptor: fd)
-                guard rtp.count + SRTPSession.maximumOverhead <= slot.count else {
-                    sendFailures &+= 1
-                    continue
-                }
-                rtp.withUnsafeBytes { slot.copyMemory(from: $0) }
-                crypto.mapPayloadType(slot)
-                do {
-                    let length = try crypto.outbound.protect(slot, length: rtp.count)
-                    send.commit(length: length, to: address)
-                } catch {
-                    sendFailures &+= 1
-                }
+                send.protectAndQueue(rtp, renumbered: nil, crypto: crypto, to: address, descriptor: fd)
             }
         }
     }

@@ -111,6 +111,16 @@ public final class SRTPSession: @unchecked Sendable {
         let session: srtp_t
         /// Outbound AES-GCM RTP is sealed here rather than by libsrtp (see ``GCMSealer``).
         var sealer: GCMSealer?
+
+        /// Protects the RTP packet of `size` bytes at `base` in place (with room for the tag after
+        /// it): through the sealer when there is one, else libsrtp.
+        mutating func protectRTP(_ base: UnsafeMutableRawPointer, _ size: inout Int32) throws(SRTPError) {
+            if sealer != nil {
+                size = Int32(try sealer!.seal(base, length: Int(size)))
+            } else {
+                try check(srtp_protect(session, base, &size))
+            }
+        }
     }
     private let context: Mutex<Context>
     public let profile: SRTPProfile
@@ -176,32 +186,22 @@ public final class SRTPSession: @unchecked Sendable {
 
     /// Protects an RTP packet in place (the array grows by the tag).
     public func protect(_ packet: inout [UInt8]) throws(SRTPError) {
-        guard packet.count >= 12, packet.count <= 65_535 else { throw .malformed }
-        let length = packet.count
-        packet.append(contentsOf: repeatElement(0, count: Self.maximumOverhead))
-        let outcome = packet.withUnsafeMutableBytes { raw in Result { () throws(SRTPError) in try protect(raw, length: length) } }
-        switch outcome {
-        case .success(let protected):
-            packet.removeLast(packet.count - protected)
-        case .failure(let error):
-            packet.removeLast(packet.count - length)
-            throw error
-        }
+        try transform(&packet, grows: true) { context, pointer, length throws(SRTPError) in try context.protectRTP(pointer, &length) }
     }
 
     /// Verifies and decrypts an SRTP packet in place (the array shrinks to the RTP packet).
     public func unprotect(_ packet: inout [UInt8]) throws(SRTPError) {
-        try transform(&packet, grows: false) { session, pointer, length in srtp_unprotect(session, pointer, length) }
+        try transform(&packet, grows: false) { context, pointer, length throws(SRTPError) in try check(srtp_unprotect(context.session, pointer, &length)) }
     }
 
     /// Protects an RTCP packet in place.
     public func protectRTCP(_ packet: inout [UInt8]) throws(SRTPError) {
-        try transform(&packet, grows: true) { session, pointer, length in srtp_protect_rtcp(session, pointer, length) }
+        try transform(&packet, grows: true) { context, pointer, length throws(SRTPError) in try check(srtp_protect_rtcp(context.session, pointer, &length)) }
     }
 
     /// Verifies and decrypts an SRTCP packet in place.
     public func unprotectRTCP(_ packet: inout [UInt8]) throws(SRTPError) {
-        try transform(&packet, grows: false) { session, pointer, length in srtp_unprotect_rtcp(session, pointer, length) }
+        try transform(&packet, grows: false) { context, pointer, length throws(SRTPError) in try check(srtp_unprotect_rtcp(context.session, pointer, &length)) }
     }
 
     /// Protects `length` bytes at the start of `buffer`, which must have room for ``maximumOverhead``
@@ -209,20 +209,13 @@ public final class SRTPSession: @unchecked Sendable {
     public func protect(_ buffer: UnsafeMutableRawBufferPointer, length: Int) throws(SRTPError) -> Int {
         guard length >= 12, buffer.count >= length + Self.maximumOverhead, let base = buffer.baseAddress else { throw .malformed }
         var size = Int32(length)
-        let status = try context.withLock { context throws(SRTPError) -> srtp_err_status_t in
-            if context.sealer != nil {
-                size = Int32(try context.sealer!.seal(base, length: length))
-                return srtp_err_status_ok
-            }
-            return srtp_protect(context.session, base, &size)
-        }
-        guard status == srtp_err_status_ok else { throw SRTPError(status: status) }
+        try context.withLock { context throws(SRTPError) in try context.protectRTP(base, &size) }
         return Int(size)
     }
 
     private func transform(
         _ packet: inout [UInt8], grows: Bool,
-        _ operation: (srtp_t, UnsafeMutableRawPointer, UnsafeMutablePointer<Int32>) -> srtp_err_status_t
+        _ operation: (inout Context, UnsafeMutableRawPointer, inout Int32) throws(SRTPError) -> Void
     ) throws(SRTPError) {
         // The smallest RTP header is 12 bytes; RTCP's is 8. libsrtp checks lengths too, this just
         // keeps obviously short input away from it.
@@ -232,16 +225,21 @@ public final class SRTPSession: @unchecked Sendable {
         var work = packet
         if grows { work.append(contentsOf: repeatElement(0, count: Self.maximumOverhead)) }
         var length = Int32(packet.count)
-        let status = work.withUnsafeMutableBytes { raw in
-            context.withLock { operation($0.session, raw.baseAddress!, &length) }
+        let outcome = work.withUnsafeMutableBytes { raw in
+            Result { () throws(SRTPError) in try context.withLock { context throws(SRTPError) in try operation(&context, raw.baseAddress!, &length) } }
         }
-        guard status == srtp_err_status_ok else { throw SRTPError(status: status) }
+        try outcome.get()
         work.removeLast(work.count - Int(length))
         packet = work
     }
 
     /// The libsrtp version string (`libsrtp2 2.5.0`).
     public static var libraryVersion: String { String(cString: srtp_get_version_string()) }
+}
+
+/// Throws the typed error of a libsrtp status other than ok.
+private func check(_ status: srtp_err_status_t) throws(SRTPError) {
+    guard status == srtp_err_status_ok else { throw SRTPError(status: status) }
 }
 
 /// Base64 without Foundation, so this module stays small.

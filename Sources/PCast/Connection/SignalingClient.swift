@@ -15,12 +15,16 @@ final class SignalingClient: Sendable {
     private let outgoing: AsyncStream<WebSocketFrame>.Continuation
     private struct State {
         var nextID: UInt64 = 1
-        var pending: [UInt64: CheckedContinuation<Result<ServerMessage, PCastError>, Never>] = [:]
-        /// Run in the reader, in order with events, before the waiter resumes.
-        var inOrder: [UInt64: @Sendable (ServerMessage) -> Void] = [:]
-        /// When each pending request times out (see `sweepDeadlines`).
-        var deadlines: [UInt64: ContinuousClock.Instant] = [:]
+        var pending: [UInt64: Pending] = [:]
         var closed: UInt16?? = .none
+    }
+    /// A request waiting for its reply.
+    private struct Pending {
+        let waiter: CheckedContinuation<Result<ServerMessage, PCastError>, Never>
+        /// Run in the reader, in order with events, before the waiter resumes.
+        let inOrder: (@Sendable (ServerMessage) -> Void)?
+        /// When it times out (see `sweepDeadlines`).
+        let deadline: ContinuousClock.Instant
     }
     private let state = Mutex(State())
     private let task = Mutex<Task<Void, Never>?>(nil)
@@ -161,15 +165,12 @@ final class SignalingClient: Sendable {
             onEvent(envelope.message)
             return
         }
-        let (waiter, inOrder) = state.withLock { state in
-            state.deadlines[id] = nil
-            return (state.pending.removeValue(forKey: id), state.inOrder.removeValue(forKey: id))
-        }
-        guard let waiter else {
+        guard let pending = state.withLock({ $0.pending.removeValue(forKey: id) }) else {
             logger.debug("reply to an unknown request \(id)")
             return
         }
-        inOrder?(envelope.message)
+        let waiter = pending.waiter
+        pending.inOrder?(envelope.message)
         if case .failure(let failure) = envelope.message {
             waiter.resume(returning: .failure(.refused(failure.status, failure.message)))
         } else {
@@ -180,8 +181,8 @@ final class SignalingClient: Sendable {
     private func finish(code: UInt16?) {
         let waiters = state.withLock { state -> [CheckedContinuation<Result<ServerMessage, PCastError>, Never>] in
             state.closed = .some(code)
-            defer { state.pending = [:]; state.inOrder = [:]; state.deadlines = [:] }
-            return Array(state.pending.values)
+            defer { state.pending = [:] }
+            return state.pending.values.map(\.waiter)
         }
         outgoing.finish()
         wakeSweeper.finish()
@@ -207,9 +208,7 @@ final class SignalingClient: Sendable {
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<ServerMessage, PCastError>, Never>) in
             let accepted = state.withLock { state -> Bool in
                 guard state.closed == nil else { return false }
-                state.pending[id] = continuation
-                state.deadlines[id] = deadline
-                if let inOrder { state.inOrder[id] = inOrder }
+                state.pending[id] = Pending(waiter: continuation, inOrder: inOrder, deadline: deadline)
                 return true
             }
             guard accepted else {
@@ -232,7 +231,7 @@ final class SignalingClient: Sendable {
         while true {
             // nil: the connection ended; .some(nil): nothing pending.
             let earliest = state.withLock { state -> ContinuousClock.Instant?? in
-                state.closed != nil ? .none : .some(state.deadlines.values.min())
+                state.closed != nil ? .none : .some(state.pending.values.lazy.map(\.deadline).min())
             }
             guard let earliest else { return }
             if let deadline = earliest {
@@ -242,12 +241,9 @@ final class SignalingClient: Sendable {
             }
             let now = ContinuousClock.now
             let expired = state.withLock { state -> [CheckedContinuation<Result<ServerMessage, PCastError>, Never>] in
-                let due = state.deadlines.filter { $0.value <= now }.map(\.key)
-                return due.compactMap { id in
-                    state.deadlines[id] = nil
-                    state.inOrder[id] = nil
-                    return state.pending.removeValue(forKey: id)
-                }
+                let due = state.pending.filter { $0.value.deadline <= now }
+                for id in due.keys { state.pending[id] = nil }
+                return due.values.map(\.waiter)
             }
             for waiter in expired { waiter.resume(returning: .failure(.timeout)) }
         }
