@@ -57,6 +57,16 @@ public protocol RelayControl: Sendable {
     /// Counters since the relay started.
     func statistics() -> RelayStatistics
 
+    // MARK: Simulcast
+
+    /// A simulcast viewer's own bandwidth limit (bits per second; nil lifts it): it is sent the
+    /// best layer under it, and the publisher's encodings stay. Ignored without layers.
+    func limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?)
+
+    /// The layer a simulcast viewer is sent and the one it moves to; nil for viewers of streams
+    /// without layers.
+    func subscriberLayer(streamId: String, subscriberId: String) -> SubscriberLayer?
+
     /// Subscribers whose video the relay stopped or started sending again since the last call
     /// (the audio-only fallback), oldest first. The platform tells their sessions.
     func takeSubscriberVideoEvents() -> [SubscriberVideoEvent]
@@ -251,6 +261,20 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     /// Batches of a stream's packets whose fan-out was split over the relay's threads (one per
     /// core by default) rather than sent by its I/O thread alone.
     public var sharedFanOuts: UInt64 = 0
+    /// Simulcast viewers moved from one layer to another.
+    public var layerSwitches: UInt64 = 0
 
     public init() {}
+}
+
+/// The layers a simulcast viewer is sent (`current`, nil before its first keyframe) and is moving
+/// to (`target`, equal when settled), by RID.
+public struct SubscriberLayer: Sendable, Equatable {
+    public var current: String?
+    public var target: String
+
+    public init(current: String?, target: String) {
+        self.current = current
+        self.target = target
+    }
 }

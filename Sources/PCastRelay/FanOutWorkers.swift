@@ -11,6 +11,13 @@ struct PendingPacket {
     let packet: [UInt8]
 }
 
+/// What one subscriber's copy of a packet gets: another sequence number (its numbering), and for a
+/// simulcast layer the SSRC the viewer knows the video by.
+struct PacketRewrite {
+    let sequence: UInt16
+    let ssrc: UInt32?
+}
+
 /// A subscriber a fan-out sends to: its flow's keys and where it is.
 struct FanOutTarget {
     let crypto: FlowCrypto
@@ -22,7 +29,7 @@ extension SendBatch {
     /// number if asked) and queues it for `address`; a packet that cannot be protected (or would
     /// not fit a slot once protected) is counted as a failure.
     @inline(__always)
-    func protectAndQueue(_ packet: [UInt8], renumbered: UInt16?, crypto: FlowCrypto, to address: RelayAddress, descriptor fd: Int32) {
+    func protectAndQueue(_ packet: [UInt8], rewrite: PacketRewrite?, crypto: FlowCrypto, to address: RelayAddress, descriptor fd: Int32) {
         guard packet.count + SRTPSession.maximumOverhead <= slotSize else {
             countFailure()
             return
@@ -31,9 +38,15 @@ extension SendBatch {
             let slot = nextSlot(descriptor: fd)
             slot.copyMemory(from: plain)
             crypto.mapPayloadType(slot)
-            if let renumbered {
-                slot[2] = UInt8(renumbered >> 8)
-                slot[3] = UInt8(renumbered & 0xFF)
+            if let rewrite {
+                slot[2] = UInt8(rewrite.sequence >> 8)
+                slot[3] = UInt8(rewrite.sequence & 0xFF)
+                if let ssrc = rewrite.ssrc {
+                    slot[8] = UInt8(ssrc >> 24)
+                    slot[9] = UInt8(ssrc >> 16 & 0xFF)
+                    slot[10] = UInt8(ssrc >> 8 & 0xFF)
+                    slot[11] = UInt8(ssrc & 0xFF)
+                }
             }
             do {
                 let length = try crypto.outbound.protect(slot, length: plain.count)
@@ -49,7 +62,7 @@ extension SendBatch {
     @inline(__always)
     func fanOut(_ packets: [PendingPacket], _ range: Range<Int>, to targets: ArraySlice<FanOutTarget>, descriptor fd: Int32) {
         for target in targets {
-            for index in range { protectAndQueue(packets[index].packet, renumbered: nil, crypto: target.crypto, to: target.address, descriptor: fd) }
+            for index in range { protectAndQueue(packets[index].packet, rewrite: nil, crypto: target.crypto, to: target.address, descriptor: fd) }
         }
     }
 }

@@ -312,6 +312,19 @@ public final class Relay: RelayControl {
         }
     }
 
+    /// A simulcast viewer's own bandwidth limit (bits per second; nil lifts it): the relay sends
+    /// it the best layer under the limit, and the publisher's encodings stay as they are. Ignored
+    /// for a stream without layers.
+    public func limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?) {
+        engine.enqueue(.limitSubscriber(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond))
+    }
+
+    /// The layer a simulcast viewer is sent and the one it is moving to; nil for a viewer of a
+    /// stream without layers (or not known). Updated by the I/O thread as layers change.
+    public func subscriberLayer(streamId: String, subscriberId: String) -> SubscriberLayer? {
+        engine.layers.withLock { $0[streamId]?[subscriberId] }
+    }
+
     public func publisherIdleTime(streamId: String) -> Duration? {
         registry.withLock { $0.streams[streamId]?.publisher }.map(Self.idleTime)
     }
@@ -354,6 +367,7 @@ public final class Relay: RelayControl {
         result.stunRefusals = c.stunRefusals.load(ordering: .relaxed)
         result.dtlsFailures = c.dtlsFailures.load(ordering: .relaxed)
         result.sharedFanOuts = c.sharedFanOuts.load(ordering: .relaxed)
+        result.layerSwitches = c.layerSwitches.load(ordering: .relaxed)
         return result
     }
 

@@ -58,6 +58,8 @@ enum RelayCommand: Sendable {
     case replaceUpstream(id: String, crypto: FlowCrypto, upstream: UpstreamLeg)
     /// A WebRTC peer's transport (after the flow it keys was added).
     case addWebRTC(WebRTCSetup)
+    /// A simulcast viewer's own bandwidth limit (``Relay/limitSubscriber(streamId:subscriberId:bitsPerSecond:)``).
+    case limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?)
 }
 
 /// Counters written by the I/O thread after each batch, read by anyone.
@@ -73,6 +75,7 @@ final class SharedCounters: Sendable {
     let nacksMissed = Atomic<UInt64>(0)
     let keyframeRequests = Atomic<UInt64>(0)
     let sendFailures = Atomic<UInt64>(0)
+    let layerSwitches = Atomic<UInt64>(0)
     let videoSuspensions = Atomic<UInt64>(0)
     let videoProbes = Atomic<UInt64>(0)
     let videoResumptions = Atomic<UInt64>(0)
@@ -100,6 +103,9 @@ final class RelayEngine: @unchecked Sendable {
     let counters = SharedCounters()
     /// Audio-only fallback events, moved here from the router after each batch.
     private let videoEvents = Mutex<[SubscriberVideoEvent]>([])
+    /// Simulcast viewers' layers (stream id → subscriber id → layer), copied from the router when
+    /// they change.
+    let layers = Mutex<[String: [String: SubscriberLayer]]>([:])
     /// CPU nanoseconds the thread had used when it ended.
     let finalCPUTime = Atomic<UInt64>(0)
     /// The I/O thread's kernel id once it runs (0 before).
@@ -316,6 +322,10 @@ final class RelayEngine: @unchecked Sendable {
                 for peer in webrtc.peers(ofStream: id) { close(peer) }
             case .addWebRTC(let setup):
                 openWebRTC(setup)
+            case .limitSubscriber(let streamId, let subscriberId, let bitsPerSecond):
+                if let action = router.setSubscriberLimit(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond, now: now) {
+                    perform([action])
+                }
             }
         }
         nextTick = min(nextTick, router.nextDeadline)
@@ -351,6 +361,8 @@ final class RelayEngine: @unchecked Sendable {
         c.stunRefusals.store(stunRefusals, ordering: .relaxed)
         c.dtlsFailures.store(dtlsFailures, ordering: .relaxed)
         c.sharedFanOuts.store(workers?.shared ?? 0, ordering: .relaxed)
+        c.layerSwitches.store(router.counters.layerSwitches, ordering: .relaxed)
+        if router.layersChanged { layers.withLock { $0 = router.takeLayers() } }
         if !router.videoEvents.isEmpty {
             let events = router.takeVideoEvents()
             videoEvents.withLock { queue in
@@ -490,15 +502,16 @@ final class RelayEngine: @unchecked Sendable {
             for subscriber in gatedSlots {
                 guard let (crypto, address) = router.reachableSubscriber(stream: stream, slot: subscriber) else { continue }
                 for index in first..<end {
-                    var renumbered: UInt16?
+                    var rewrite: PacketRewrite?
                     if pending[index].video {
-                        switch router.forwardVideo(stream: stream, slot: subscriber, packet: pending[index].packet) {
+                        switch router.forwardVideo(stream: stream, track: pending[index].track, slot: subscriber, packet: pending[index].packet) {
                         case .unchanged: break
-                        case .renumbered(let sequence): renumbered = sequence
+                        case .renumbered(let sequence): rewrite = PacketRewrite(sequence: sequence, ssrc: nil)
+                        case .rewritten(let ssrc, let sequence): rewrite = PacketRewrite(sequence: sequence, ssrc: ssrc)
                         case .dropped: continue
                         }
                     }
-                    send.protectAndQueue(pending[index].packet, renumbered: renumbered, crypto: crypto, to: address, descriptor: fd)
+                    send.protectAndQueue(pending[index].packet, rewrite: rewrite, crypto: crypto, to: address, descriptor: fd)
                 }
             }
             first = end
@@ -522,8 +535,14 @@ final class RelayEngine: @unchecked Sendable {
         }
         guard router.publisherRTCP(stream: stream, packets: compound.packets, now: now) else { return }
         let fd = socket.descriptor
-        router.forEachReachableSubscriber(of: stream) { crypto, address in
+        let sender = bigEndian32(data, 4)
+        router.forEachReachableSlot(of: stream) { slot, crypto, address, _ in
             var copy = packet
+            switch router.rtcpForwarding(stream: stream, slot: slot, senderSSRC: sender) {
+            case .unchanged: break
+            case .rewritten(let ssrc): RTPRewrite.replaceSenderSSRC(&copy, sender, with: ssrc)
+            case .dropped: return
+            }
             do {
                 try crypto.outbound.protectRTCP(&copy)
                 send.append(copy, to: address, descriptor: fd)
@@ -566,7 +585,7 @@ final class RelayEngine: @unchecked Sendable {
                     sendFailures &+= 1
                 }
             case .retransmit(let crypto, let address, let rtp):
-                send.protectAndQueue(rtp, renumbered: nil, crypto: crypto, to: address, descriptor: fd)
+                send.protectAndQueue(rtp, rewrite: nil, crypto: crypto, to: address, descriptor: fd)
             }
         }
     }

@@ -1,4 +1,5 @@
 import PCastProtocol
+import PCastContracts
 
 /// What the router is tuned by; times in nanoseconds of a monotonic clock.
 struct RouterSettings: Sendable, Equatable {
@@ -17,6 +18,19 @@ struct RouterSettings: Sendable, Equatable {
     /// How long an edge waits for the origin to answer a retransmission it asked for before a
     /// subscriber's NACK of that packet asks again.
     var upstreamRetransmissionTimeout: UInt64 = 250_000_000
+    /// How simulcast viewers are given a layer.
+    var layerSelection = LayerSelector.Settings()
+}
+
+/// A simulcast viewer's layer: which it is sent (and how), and which it should get.
+struct SimulcastViewer: Sendable, Equatable {
+    var switcher: LayerSwitcher
+    var selector: LayerSelector
+
+    init(selector: LayerSelector) {
+        self.selector = selector
+        switcher = LayerSwitcher(target: selector.initial)
+    }
 }
 
 /// The leg over which an edge relay pulls a stream from the origin relay that has its publisher
@@ -47,12 +61,23 @@ enum RelayAction<Context> {
     case retransmit(Context, RelayAddress, rtp: [UInt8])
 }
 
+/// What happens to a publisher's RTCP compound on its way to one subscriber.
+enum RTCPForwarding: Equatable {
+    case unchanged
+    /// Sent with the sender SSRC of its packets set to this (a simulcast layer's report, sent
+    /// under the one video SSRC the viewer knows).
+    case rewritten(UInt32)
+    case dropped
+}
+
 /// What happens to one video packet on its way to one subscriber.
 enum VideoForwarding: Equatable {
     /// Sent as it is.
     case unchanged
     /// Sent with this sequence number (the subscriber's numbering).
     case renumbered(UInt16)
+    /// Sent with this SSRC and sequence number: a simulcast layer under the viewer's one video SSRC.
+    case rewritten(ssrc: UInt32, sequence: UInt16)
     /// Not sent.
     case dropped
 }
@@ -74,6 +99,8 @@ struct RouterCounters: Sendable, Equatable {
     /// edge's cache lacked them), and those retransmissions answered to the subscribers waiting.
     var nacksForwarded: UInt64 = 0
     var upstreamRetransmissions: UInt64 = 0
+    /// Simulcast viewers moved from one layer to another (at a keyframe of the new one).
+    var layerSwitches: UInt64 = 0
 }
 
 /// The relay's routing, caching, keyframe throttling and report aggregation, without sockets or
@@ -108,13 +135,16 @@ struct RelayRouter<Context> {
         var lastForwarded: UInt16?
         /// Edge only: packets asked of the origin, by sequence number, with who waits for them.
         var requested: [UInt16: Requested] = [:]
+        /// A simulcast encoding: its index among the stream's layers (0 is the best).
+        var layer: Int?
     }
 
     /// A retransmission an edge asked its origin for.
     struct Requested {
         var until: UInt64
-        /// Each waiting subscriber's RTCP SSRC and the sequence number it NACKed (its numbering).
-        var waiters: [(rtcpSSRC: UInt32, sequence: UInt16)]
+        /// Each waiting subscriber's RTCP SSRC and the sequence number it NACKed (its numbering),
+        /// and for a simulcast viewer the SSRC it knows the video by.
+        var waiters: [(rtcpSSRC: UInt32, sequence: UInt16, ssrc: UInt32?)]
     }
 
     struct SubscriberReport: Equatable {
@@ -135,11 +165,16 @@ struct RelayRouter<Context> {
         var isEdge = false
         /// An edge's latest REMB (bits per second) and when it came: its estimate of the leg.
         var edgeEstimate: (bitrate: UInt64, arrival: UInt64)?
+        /// Its layer of a simulcast video (viewers of a stream with layers; never an edge, which
+        /// takes every layer and chooses for its own viewers).
+        var simulcast: SimulcastViewer?
 
         /// Whether its report on `track` counts towards what the publisher is told: not for video
         /// it is not being sent (held back or probed), nor a loss at which it falls back to audio
         /// only (that viewer's leg is the problem, not the encoding).
         func counts(_ report: SubscriberReport, on track: Track) -> Bool {
+            // A simulcast viewer's losses choose its layer; the encodings stay as they are.
+            guard track.layer == nil || isEdge else { return false }
             guard track.throttle != nil, let gate else { return true }
             return gate.isForwarding && Double(report.block.fractionLost) / 256 < gate.settings.suspendLoss
         }
@@ -155,6 +190,10 @@ struct RelayRouter<Context> {
         var subscribers: [Subscriber] = []
         var subscriberSlots: [UInt32: Int] = [:]
         var subscriberIDs: [String: UInt32] = [:]
+        /// The track indices of a simulcast video's layers, best first (empty without simulcast),
+        /// and the SSRC its viewers know it by (the best layer's).
+        var layers: [Int] = []
+        var layerSSRC: UInt32 = 0
 
         func trackIndex(ssrc: UInt32) -> Int? {
             tracks.firstIndex { $0.description.ssrc == ssrc }
@@ -169,6 +208,8 @@ struct RelayRouter<Context> {
     private(set) var counters = RouterCounters()
     /// Video suspended or resumed for subscribers, oldest first, until taken.
     private(set) var videoEvents: [SubscriberVideoEvent] = []
+    /// Whether a simulcast viewer's layer changed since ``takeLayers()``.
+    private(set) var layersChanged = false
     private var nextReport: UInt64
     /// The earliest window end of a pending keyframe request (may be early, never late), so the
     /// timer need not scan every track after each request.
@@ -207,7 +248,12 @@ struct RelayRouter<Context> {
                     return ArrivalEstimator(settings: settings)
                 } : nil)
         }
-        streams[handle] = Stream(id: id, publisher: Flow(context: publisher, address: upstream?.address), tracks: built, upstream: upstream)
+        var stream = Stream(id: id, publisher: Flow(context: publisher, address: upstream?.address), tracks: built, upstream: upstream)
+        stream.layers = tracks.indices.filter { tracks[$0].layer != nil && tracks[$0].kind == .video }
+            .sorted { tracks[$0].layer!.bitrate > tracks[$1].layer!.bitrate }
+        for (rank, index) in stream.layers.enumerated() { stream.tracks[index].layer = rank }
+        stream.layerSSRC = stream.layers.first.map { tracks[$0].ssrc } ?? 0
+        streams[handle] = stream
         handles[id] = handle
         for (index, track) in tracks.enumerated() { routes[track.ssrc] = .track(stream: handle, track: index) }
         return true
@@ -226,6 +272,7 @@ struct RelayRouter<Context> {
     /// Removes a stream with its publisher and every subscriber; unknown ids are ignored.
     mutating func removeStream(id: String) {
         guard let handle = handles.removeValue(forKey: id), let stream = streams.removeValue(forKey: handle) else { return }
+        if !stream.layers.isEmpty { layersChanged = true }
         for track in stream.tracks { routes[track.description.ssrc] = nil }
         for subscriber in stream.subscribers { routes[subscriber.rtcpSSRC] = nil }
     }
@@ -242,8 +289,16 @@ struct RelayRouter<Context> {
         routes[rtcpSSRC] = .subscriber(stream: handle, rtcpSSRC: rtcpSSRC)
         streams[handle]!.subscriberSlots[rtcpSSRC] = streams[handle]!.subscribers.count
         let kinds = Set(streams[handle]!.tracks.map(\.description.kind))
-        let gate = isEdge ? nil : settings.videoGate.flatMap { kinds == [.audio, .video] ? VideoGate(settings: $0) : nil }
-        streams[handle]!.subscribers.append(Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: Flow(context: context), gate: gate, isEdge: isEdge))
+        let layers = streams[handle]!.layers
+        // A simulcast viewer's poor leg is served a smaller layer rather than audio alone.
+        let gate = isEdge || !layers.isEmpty ? nil : settings.videoGate.flatMap { kinds == [.audio, .video] ? VideoGate(settings: $0) : nil }
+        var subscriber = Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: Flow(context: context), gate: gate, isEdge: isEdge)
+        if !isEdge && !layers.isEmpty {
+            let bitrates = layers.map { streams[handle]!.tracks[$0].description.layer!.bitrate }
+            subscriber.simulcast = SimulcastViewer(selector: LayerSelector(bitrates: bitrates, settings: settings.layerSelection))
+        }
+        streams[handle]!.subscribers.append(subscriber)
+        if subscriber.simulcast != nil { layersChanged = true }
         streams[handle]!.subscriberIDs[subscriberId] = rtcpSSRC
         // The keyframe is asked for when the subscriber is first heard from (see `authenticated`).
         return []
@@ -256,6 +311,7 @@ struct RelayRouter<Context> {
               let slot = streams[handle]!.subscriberSlots.removeValue(forKey: rtcpSSRC)
         else { return }
         routes[rtcpSSRC] = nil
+        if streams[handle]!.subscribers[slot].simulcast != nil { layersChanged = true }
         let last = streams[handle]!.subscribers.count - 1
         if slot != last {
             streams[handle]!.subscribers.swapAt(slot, last)
@@ -295,7 +351,10 @@ struct RelayRouter<Context> {
             streams[stream]!.subscribers[slot].flow.address = address
             guard first else { return [] }
             var actions: [RelayAction<Context>] = []
+            let target = streams[stream]!.subscribers[slot].simulcast.map { streams[stream]!.layers[$0.switcher.target] }
             for index in streams[stream]!.tracks.indices where streams[stream]!.tracks[index].throttle != nil {
+                // A simulcast viewer needs a keyframe of the layer it starts on only.
+                if let target, streams[stream]!.tracks[index].layer != nil, index != target { continue }
                 if let action = requestKeyframe(stream: stream, track: index, kind: .pli, now: now) { actions.append(action) }
             }
             return actions
@@ -361,10 +420,7 @@ struct RelayRouter<Context> {
                   let address = streams[stream]!.subscribers[slot].flow.address
             else { continue }
             var bytes = packet
-            if waiter.sequence != sequenceNumber, bytes.count >= 4 {
-                bytes[2] = UInt8(waiter.sequence >> 8)
-                bytes[3] = UInt8(waiter.sequence & 0xFF)
-            }
+            if waiter.sequence != sequenceNumber || waiter.ssrc != nil { Self.rewrite(&bytes, ssrc: waiter.ssrc, sequence: waiter.sequence) }
             actions.append(.retransmit(streams[stream]!.subscribers[slot].flow.context, address, rtp: bytes))
             counters.upstreamRetransmissions += 1
         }
@@ -392,7 +448,9 @@ struct RelayRouter<Context> {
     func forEachReachableSlot(of stream: Int, _ body: (_ slot: Int, Context, RelayAddress, _ transparent: Bool) -> Void) {
         guard let s = streams[stream] else { return }
         for (slot, subscriber) in s.subscribers.enumerated() {
-            if let address = subscriber.flow.address { body(slot, subscriber.flow.context, address, subscriber.gate?.isTransparent ?? true) }
+            if let address = subscriber.flow.address {
+                body(slot, subscriber.flow.context, address, subscriber.simulcast == nil && subscriber.gate?.isTransparent ?? true)
+            }
         }
     }
 
@@ -405,14 +463,28 @@ struct RelayRouter<Context> {
     /// Whether a track carries video (its packets may be held back from a subscriber).
     func isVideo(stream: Int, track: Int) -> Bool { streams[stream]?.tracks[track].throttle != nil }
 
-    /// The fate of a plain video packet towards the subscriber in `slot` (whose fallback is not
-    /// transparent): dropped while its video is held back or a keyframe is awaited, else
-    /// renumbered into its continuous sequence.
-    mutating func forwardVideo(stream: Int, slot: Int, packet: [UInt8]) -> VideoForwarding {
-        guard streams[stream] != nil, slot < streams[stream]!.subscribers.count,
-              streams[stream]!.subscribers[slot].gate != nil, packet.count >= RTPPacketLayout.fixedHeaderLength
+    /// The fate of a plain video packet of `track` towards the subscriber in `slot` (which is not
+    /// transparent): for a simulcast viewer, sent under its one video SSRC when it is the layer
+    /// it gets (see ``LayerSwitcher``); otherwise dropped while its video is held back or a
+    /// keyframe is awaited, else renumbered into its continuous sequence.
+    mutating func forwardVideo(stream: Int, track: Int, slot: Int, packet: [UInt8]) -> VideoForwarding {
+        guard streams[stream] != nil, slot < streams[stream]!.subscribers.count, packet.count >= RTPPacketLayout.fixedHeaderLength
         else { return .unchanged }
         let sequence = UInt16(packet[2]) << 8 | UInt16(packet[3])
+        if streams[stream]!.subscribers[slot].simulcast != nil {
+            guard let layer = streams[stream]!.tracks[track].layer else { return .unchanged }
+            let before = streams[stream]!.subscribers[slot].simulcast!.switcher.current
+            let outgoing = streams[stream]!.subscribers[slot].simulcast!.switcher.forward(
+                layer: layer, sequence: sequence, marker: packet[1] & 0x80 != 0
+            ) { packet.withUnsafeBytes { H264Payload.packetStartsWithParameterSets($0) } }
+            guard let outgoing else { return .dropped }
+            if before != layer {
+                if before != nil { counters.layerSwitches += 1 }
+                layersChanged = true
+            }
+            return .rewritten(ssrc: streams[stream]!.layerSSRC, sequence: outgoing)
+        }
+        guard streams[stream]!.subscribers[slot].gate != nil else { return .unchanged }
         let outgoing = streams[stream]!.subscribers[slot].gate!.forward(sequenceNumber: sequence) {
             packet.withUnsafeBytes { H264Payload.packetStartsKeyframe($0) }
         }
@@ -462,6 +534,9 @@ struct RelayRouter<Context> {
                 actions += record(report.reportBlocks, stream: handle, slot: slot, now: now)
             case .senderReport(let report):
                 actions += record(report.reportBlocks, stream: handle, slot: slot, now: now)
+            case .genericNACK(let nack) where streams[handle]!.subscribers[slot].simulcast != nil && nack.mediaSSRC == streams[handle]!.layerSSRC:
+                guard let address else { continue }
+                actions += simulcastRetransmissions(nack, stream: handle, slot: slot, context: context, address: address, now: now)
             case .genericNACK(let nack):
                 guard let index = streams[handle]!.trackIndex(ssrc: nack.mediaSSRC), let address else { continue }
                 let cache = streams[handle]!.tracks[index].cache
@@ -481,7 +556,7 @@ struct RelayRouter<Context> {
                     } else if let original, streams[handle]!.upstream != nil {
                         // An edge lacks it: the origin may have it. Asked once per timeout
                         // however many subscribers want it; each waiter is sent the answer.
-                        if askOrigin(stream: handle, track: index, original: original, waiter: (rtcpSSRC, sequence), now: now) {
+                        if askOrigin(stream: handle, track: index, original: original, waiter: (rtcpSSRC, sequence, nil), now: now) {
                             upstream.append(original)
                         }
                     } else {
@@ -495,6 +570,13 @@ struct RelayRouter<Context> {
                 }
             case .receiverEstimatedMaxBitrate(let remb) where streams[handle]!.subscribers[slot].isEdge:
                 streams[handle]!.subscribers[slot].edgeEstimate = (remb.bitrate, now)
+            case .receiverEstimatedMaxBitrate(let remb) where streams[handle]!.subscribers[slot].simulcast != nil:
+                streams[handle]!.subscribers[slot].simulcast!.selector.estimate(Int(clamping: remb.bitrate), now: now)
+                if let action = chooseLayer(stream: handle, slot: slot, now: now) { actions.append(action) }
+            case .pictureLossIndication(let pli) where streams[handle]!.subscribers[slot].simulcast != nil && pli.mediaSSRC == streams[handle]!.layerSSRC:
+                if let action = requestLayerKeyframe(stream: handle, slot: slot, kind: .pli, now: now) { actions.append(action) }
+            case .fullIntraRequest(let fir) where streams[handle]!.subscribers[slot].simulcast != nil && fir.entries.contains(where: { $0.ssrc == streams[handle]!.layerSSRC }):
+                if let action = requestLayerKeyframe(stream: handle, slot: slot, kind: .fir, now: now) { actions.append(action) }
             case .pictureLossIndication(let pli):
                 // A subscriber whose video is held back is sent a keyframe when a probe begins.
                 if streams[handle]!.subscribers[slot].gate?.isSuspended != true,
@@ -518,7 +600,7 @@ struct RelayRouter<Context> {
 
     /// Notes that `waiter` waits for `original` from the origin; true when the origin must be
     /// asked (no request for it is outstanding).
-    private mutating func askOrigin(stream: Int, track: Int, original: UInt16, waiter: (UInt32, UInt16), now: UInt64) -> Bool {
+    private mutating func askOrigin(stream: Int, track: Int, original: UInt16, waiter: (rtcpSSRC: UInt32, sequence: UInt16, ssrc: UInt32?), now: UInt64) -> Bool {
         if var pending = streams[stream]!.tracks[track].requested[original], pending.until > now {
             if !pending.waiters.contains(where: { $0.rtcpSSRC == waiter.0 }) { pending.waiters.append(waiter) }
             streams[stream]!.tracks[track].requested[original] = pending
@@ -545,6 +627,19 @@ struct RelayRouter<Context> {
         for block in blocks {
             guard let index = streams[stream]!.trackIndex(ssrc: block.ssrc) else { continue }
             streams[stream]!.subscribers[slot].reports[block.ssrc] = SubscriberReport(block: block, arrival: now)
+            if streams[stream]!.subscribers[slot].simulcast != nil, block.ssrc == streams[stream]!.layerSSRC {
+                // Losses of the layer it is sent: measured on the viewer's own leg.
+                let sent = streams[stream]!.subscribers[slot].simulcast!.switcher.current ?? 0
+                let legLoss = streams[stream]!.tracks[streams[stream]!.layers[sent]].publisherLegLoss
+                let target = streams[stream]!.subscribers[slot].simulcast!.switcher.target
+                if let lower = streams[stream]!.subscribers[slot].simulcast!.selector.report(block, publisherLegLoss: legLoss, current: target, now: now),
+                   lower != target {
+                    streams[stream]!.subscribers[slot].simulcast!.switcher.target = lower
+                    layersChanged = true
+                }
+                if let action = chooseLayer(stream: stream, slot: slot, now: now) { actions.append(action) }
+                continue
+            }
             guard streams[stream]!.subscribers[slot].gate != nil else { continue }
             let change: VideoGate.Change?
             if streams[stream]!.tracks[index].throttle != nil {
@@ -688,5 +783,146 @@ struct RelayRouter<Context> {
         else { return nil }
         if !remb.isEmpty { counters.rembsSent += 1 }
         return .toPublisher(stream.publisher.context, address, rtcp: bytes)
+    }
+}
+
+// MARK: Simulcast
+
+extension RelayRouter {
+    /// Sets a simulcast viewer's own bandwidth limit (bits per second; nil lifts it): its layer
+    /// follows at once. Returns the keyframe request a move needs; nil for unknown or
+    /// non-simulcast subscribers.
+    mutating func setSubscriberLimit(streamId: String, subscriberId: String, bitsPerSecond: Int?, now: UInt64) -> RelayAction<Context>? {
+        guard let handle = handles[streamId], let rtcpSSRC = streams[handle]!.subscriberIDs[subscriberId],
+              let slot = streams[handle]!.subscriberSlots[rtcpSSRC], streams[handle]!.subscribers[slot].simulcast != nil
+        else { return nil }
+        streams[handle]!.subscribers[slot].simulcast!.selector.setLimit(bitsPerSecond)
+        return chooseLayer(stream: handle, slot: slot, now: now)
+    }
+
+    /// Whether the stream is a simulcast (its viewers each get one of its layers).
+    func isSimulcast(streamId: String) -> Bool {
+        guard let handle = handles[streamId] else { return false }
+        return !(streams[handle]?.layers.isEmpty ?? true)
+    }
+
+    /// Every simulcast viewer's layers, by stream id and subscriber id; clears ``layersChanged``.
+    mutating func takeLayers() -> [String: [String: SubscriberLayer]] {
+        layersChanged = false
+        var all: [String: [String: SubscriberLayer]] = [:]
+        for stream in streams.values where !stream.layers.isEmpty {
+            for subscriber in stream.subscribers where subscriber.simulcast != nil {
+                all[stream.id, default: [:]][subscriber.id] = subscriberLayer(streamId: stream.id, subscriberId: subscriber.id)
+            }
+        }
+        return all
+    }
+
+    /// The layers a simulcast viewer is sent and is moving to (RIDs); nil for others.
+    func subscriberLayer(streamId: String, subscriberId: String) -> SubscriberLayer? {
+        guard let handle = handles[streamId], let stream = streams[handle], let rtcpSSRC = stream.subscriberIDs[subscriberId],
+              let slot = stream.subscriberSlots[rtcpSSRC], let simulcast = stream.subscribers[slot].simulcast
+        else { return nil }
+        func rid(_ layer: Int) -> String { stream.tracks[stream.layers[layer]].description.layer?.rid ?? "" }
+        return SubscriberLayer(current: simulcast.switcher.current.map(rid), target: rid(simulcast.switcher.target))
+    }
+
+    /// The layers some viewer is sent or awaits (RIDs), for each simulcast stream: the encodings
+    /// nobody watches could rest.
+    func watchedLayers(streamId: String) -> Set<String>? {
+        guard let handle = handles[streamId], let stream = streams[handle], !stream.layers.isEmpty else { return nil }
+        var watched = Set<String>()
+        for subscriber in stream.subscribers {
+            if subscriber.isEdge { return Set(stream.layers.compactMap { stream.tracks[$0].description.layer?.rid }) }
+            guard let switcher = subscriber.simulcast?.switcher else { continue }
+            for layer in [switcher.current, switcher.target].compactMap({ $0 }) {
+                if let rid = stream.tracks[stream.layers[layer]].description.layer?.rid { watched.insert(rid) }
+            }
+        }
+        return watched
+    }
+
+    /// What a publisher's RTCP compound sent from `senderSSRC` becomes for the subscriber in
+    /// `slot`: a simulcast viewer gets the reports of the layer it is sent only, under its one
+    /// video SSRC (the layers share timestamps, so each layer's report maps its clock the same).
+    func rtcpForwarding(stream: Int, slot: Int, senderSSRC: UInt32) -> RTCPForwarding {
+        guard let s = streams[stream], slot < s.subscribers.count, let simulcast = s.subscribers[slot].simulcast,
+              let index = s.trackIndex(ssrc: senderSSRC), s.tracks[index].layer != nil
+        else { return .unchanged }
+        guard let current = simulcast.switcher.current, s.layers[current] == index else { return .dropped }
+        return senderSSRC == s.layerSSRC ? .unchanged : .rewritten(s.layerSSRC)
+    }
+
+    /// Moves a simulcast viewer to the layer its selector chooses; the keyframe request the new
+    /// layer needs (also while a move waits for one).
+    fileprivate mutating func chooseLayer(stream: Int, slot: Int, now: UInt64) -> RelayAction<Context>? {
+        let target = streams[stream]!.subscribers[slot].simulcast!.switcher.target
+        let chosen = streams[stream]!.subscribers[slot].simulcast!.selector.choose(current: target, now: now)
+        if chosen != target {
+            streams[stream]!.subscribers[slot].simulcast!.switcher.target = chosen
+            layersChanged = true
+        }
+        guard streams[stream]!.subscribers[slot].simulcast!.switcher.isSwitching else { return nil }
+        return requestLayerKeyframe(stream: stream, slot: slot, kind: .pli, now: now)
+    }
+
+    /// A keyframe of the layer a simulcast viewer gets or moves to.
+    fileprivate mutating func requestLayerKeyframe(stream: Int, slot: Int, kind: KeyframeThrottle.Kind, now: UInt64) -> RelayAction<Context>? {
+        guard let target = streams[stream]!.subscribers[slot].simulcast?.switcher.target else { return nil }
+        return requestKeyframe(stream: stream, track: streams[stream]!.layers[target], kind: kind, now: now)
+    }
+
+    /// A simulcast viewer's NACK: each sequence number is mapped back to the layer and number it
+    /// was sent as, and answered from that layer's cache under the viewer's numbering (an edge
+    /// asks its origin for what it lacks).
+    fileprivate mutating func simulcastRetransmissions(
+        _ nack: RTCPGenericNACK, stream handle: Int, slot: Int, context: Context, address: RelayAddress, now: UInt64
+    ) -> [RelayAction<Context>] {
+        var actions: [RelayAction<Context>] = []
+        var upstream: [UInt32: [UInt16]] = [:]
+        let switcher = streams[handle]!.subscribers[slot].simulcast!.switcher
+        let ssrc = streams[handle]!.layerSSRC
+        var seen = Set<UInt16>()
+        for sequence in nack.lostSequenceNumbers where seen.insert(sequence).inserted {
+            guard let (layer, original) = switcher.original(ofSent: sequence) else {
+                counters.nacksMissed += 1
+                continue
+            }
+            let track = streams[handle]!.layers[layer]
+            if var bytes = streams[handle]!.tracks[track].cache.packet(sequenceNumber: original, now: now) {
+                Self.rewrite(&bytes, ssrc: ssrc, sequence: sequence)
+                actions.append(.retransmit(context, address, rtp: bytes))
+                counters.nacksServed += 1
+            } else if streams[handle]!.upstream != nil {
+                let rtcpSSRC = streams[handle]!.subscribers[slot].rtcpSSRC
+                if askOrigin(stream: handle, track: track, original: original, waiter: (rtcpSSRC, sequence, ssrc), now: now) {
+                    upstream[streams[handle]!.tracks[track].description.ssrc, default: []].append(original)
+                }
+            } else {
+                counters.nacksMissed += 1
+            }
+        }
+        if let leg = streams[handle]!.upstream, let publisherAddress = streams[handle]!.publisher.address {
+            for (mediaSSRC, lost) in upstream {
+                guard let bytes = feedback([.genericNACK(RTCPGenericNACK(senderSSRC: leg.ssrc, mediaSSRC: mediaSSRC, lostSequenceNumbers: lost))], stream: handle)
+                else { continue }
+                counters.nacksForwarded += UInt64(lost.count)
+                actions.append(.toPublisher(streams[handle]!.publisher.context, publisherAddress, rtcp: bytes))
+            }
+        }
+        return actions
+    }
+
+    /// Sets a plain RTP packet's SSRC and sequence number.
+    static func rewrite(_ bytes: inout [UInt8], ssrc: UInt32?, sequence: UInt16) {
+        guard bytes.count >= RTPPacketLayout.fixedHeaderLength else { return }
+        bytes[2] = UInt8(sequence >> 8)
+        bytes[3] = UInt8(sequence & 0xFF)
+        if let ssrc {
+            bytes[8] = UInt8(ssrc >> 24)
+            bytes[9] = UInt8(ssrc >> 16 & 0xFF)
+            bytes[10] = UInt8(ssrc >> 8 & 0xFF)
+            bytes[11] = UInt8(ssrc & 0xFF)
+        }
     }
 }

@@ -126,6 +126,23 @@ enum RTPRewrite {
         packet[0] &= ~0x10
     }
 
+    /// Sets the sender SSRC of each packet of a plain RTCP compound that has `ssrc` there (a
+    /// sender report, a source description's first chunk) to `replacement`.
+    static func replaceSenderSSRC(_ packet: inout [UInt8], _ ssrc: UInt32, with replacement: UInt32) {
+        var offset = 0
+        while offset + 8 <= packet.count {
+            let words = Int(packet[offset + 2]) << 8 | Int(packet[offset + 3])
+            let sender = UInt32(packet[offset + 4]) << 24 | UInt32(packet[offset + 5]) << 16 | UInt32(packet[offset + 6]) << 8 | UInt32(packet[offset + 7])
+            if sender == ssrc {
+                packet[offset + 4] = UInt8(replacement >> 24)
+                packet[offset + 5] = UInt8(replacement >> 16 & 0xFF)
+                packet[offset + 6] = UInt8(replacement >> 8 & 0xFF)
+                packet[offset + 7] = UInt8(replacement & 0xFF)
+            }
+            offset += (words + 1) * 4
+        }
+    }
+
     /// A 128-entry payload type table from a mapping (entries not named map to themselves).
     static func table(_ mapping: [UInt8: UInt8]) -> [UInt8]? {
         guard mapping.contains(where: { $0.key != $0.value }) else { return nil }

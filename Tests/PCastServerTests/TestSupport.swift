@@ -19,6 +19,7 @@ final class RecordingRelay: RelayControl {
         case addSubscriber(streamId: String, subscriberId: String)
         case removeSubscriber(streamId: String, subscriberId: String)
         case removeStream(streamId: String)
+        case limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?)
     }
 
     private struct State {
@@ -76,6 +77,12 @@ final class RecordingRelay: RelayControl {
     }
 
     func statistics() -> RelayStatistics { state.withLock { $0.statistics } }
+
+    func limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?) {
+        state.withLock { $0.calls.append(.limitSubscriber(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond)) }
+    }
+
+    func subscriberLayer(streamId: String, subscriberId: String) -> SubscriberLayer? { nil }
 
     /// Queues an audio-only fallback event for the platform's next tick.
     func pushVideoEvent(_ event: SubscriberVideoEvent) { state.withLock { $0.videoEvents.append(event) } }

@@ -36,6 +36,24 @@ public enum H264Payload {
         }
     }
 
+    /// True when the payload begins with a sequence parameter set (alone or first in a STAP-A):
+    /// where a receiver can start a keyframe of another resolution (the IDR slice alone would be
+    /// decoded with the previous encoding's parameter sets).
+    public static func startsWithParameterSets(_ payload: UnsafeRawBufferPointer) -> Bool {
+        guard let header = payload.first else { return false }
+        switch header & 0x1F {
+        case sequenceParameterSet: return true
+        case stapA: return payload.count >= 4 && payload[3] & 0x1F == sequenceParameterSet
+        default: return false
+        }
+    }
+
+    /// `startsWithParameterSets` of a whole RTP packet's payload; false if the packet does not parse.
+    public static func packetStartsWithParameterSets(_ packet: UnsafeRawBufferPointer) -> Bool {
+        guard let layout = try? RTPPacketLayout(parsing: packet) else { return false }
+        return startsWithParameterSets(UnsafeRawBufferPointer(rebasing: packet[layout.payloadRange]))
+    }
+
     /// `startsKeyframe` of the payload of a whole RTP packet; false if the packet does not parse.
     public static func packetStartsKeyframe(_ packet: UnsafeRawBufferPointer) -> Bool {
         guard let layout = try? RTPPacketLayout(parsing: packet) else { return false }

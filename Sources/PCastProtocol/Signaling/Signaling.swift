@@ -55,13 +55,55 @@ public struct MediaTrackDescription: Codable, Sendable, Hashable {
     public var payloadType: UInt8
     public var clockRate: UInt32
     public var ssrc: UInt32
+    /// Set on each encoding of a simulcast video (the `multi-bitrate` capability): the tracks
+    /// with a layer are one picture at several sizes, and a viewer is sent one of them at a time.
+    public var layer: SimulcastLayer?
 
-    public init(kind: Kind, codec: String, payloadType: UInt8, clockRate: UInt32, ssrc: UInt32) {
+    public init(kind: Kind, codec: String, payloadType: UInt8, clockRate: UInt32, ssrc: UInt32, layer: SimulcastLayer? = nil) {
         self.kind = kind
         self.codec = codec
         self.payloadType = payloadType
         self.clockRate = clockRate
         self.ssrc = ssrc
+        self.layer = layer
+    }
+}
+
+/// One encoding of a simulcast video track: its RID (RFC 8851), picture size and target bitrate.
+/// The encodings of one picture share their RTP timestamps (one capture, one timestamp offset),
+/// so a relay can switch a viewer between them at a keyframe without rewriting timestamps.
+public struct SimulcastLayer: Codable, Sendable, Hashable {
+    public var rid: String
+    public var width: Int
+    public var height: Int
+    /// Bits per second the encoder aims at.
+    public var bitrate: Int
+
+    public init(rid: String, width: Int, height: Int, bitrate: Int) {
+        self.rid = rid
+        self.width = width
+        self.height = height
+        self.bitrate = bitrate
+    }
+}
+
+extension [MediaTrackDescription] {
+    /// The tracks as a viewer receives them: the layers of a simulcast video become one video
+    /// track, under the SSRC of its best layer (the relay sends whichever layer it chose with it).
+    public var asReceived: [MediaTrackDescription] {
+        let layered = filter { $0.layer != nil }
+        guard let best = layered.max(by: { $0.layer!.bitrate < $1.layer!.bitrate }) else { return self }
+        var received: [MediaTrackDescription] = []
+        for track in self {
+            if track.layer == nil {
+                received.append(track)
+            } else if track.ssrc == best.ssrc {
+                var merged = track
+                merged.layer = nil
+                received.append(merged)
+            }
+        }
+        return received
     }
 }
 

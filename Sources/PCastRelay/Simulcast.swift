@@ -1,0 +1,160 @@
+import PCastProtocol
+
+/// Which encoding of a simulcast video one viewer is sent, and how its packets are rewritten so
+/// that, whatever layer they come from, the viewer sees one video stream: one SSRC, continuous
+/// sequence numbers. Timestamps need no rewriting: the layers of one picture share them.
+///
+/// A switch happens where the viewer can decode the new layer from scratch and has nothing half
+/// done of the old one: at the first packet of a keyframe that carries its parameter sets (the
+/// resolution changes with them), and only when the last packet sent ended a frame (a frame cut
+/// short would be decoded as a corrupt picture). A keyframe that comes mid-frame is let pass; the
+/// router asks for another.
+///
+/// Layers are indexed best first (0 is the largest encoding).
+///
+/// ```swift
+/// var switcher = LayerSwitcher(target: 1)
+/// let outgoing = switcher.forward(layer: 1, sequence: 812, marker: false) { startsWithSPS }   // nil: not sent
+/// let (layer, original) = switcher.original(ofSent: nackedSequence)!
+/// ```
+struct LayerSwitcher: Sendable, Equatable {
+    /// The layer sent now; nil until its first keyframe.
+    private(set) var current: Int?
+    /// The layer to move to at its next keyframe (equal to `current` when settled).
+    var target: Int
+    /// Outgoing sequence number minus the layer's own, for the current layer.
+    private var offset: UInt16 = 0
+    /// The latest outgoing sequence number sent, and whether that packet ended a frame.
+    private var lastSent: UInt16?
+    private var atFrameEnd = true
+    /// The outgoing sequence number where each recent layer began (newest last): NACKs of
+    /// packets sent before a switch name another layer's packets.
+    private var segments: [(layer: Int, start: UInt16, offset: UInt16)] = []
+    private(set) var switches = 0
+
+    static let remembered = 8
+
+    init(target: Int) {
+        self.target = target
+    }
+
+    static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.current == rhs.current && lhs.target == rhs.target && lhs.offset == rhs.offset && lhs.lastSent == rhs.lastSent
+            && lhs.switches == rhs.switches
+    }
+
+    /// Whether the viewer waits for a keyframe of `target` to switch.
+    var isSwitching: Bool { current != target }
+
+    /// The outgoing sequence number of a packet of `layer`, or nil when it is not sent.
+    /// `startsWithParameterSets` is asked only while a switch to `layer` is due.
+    mutating func forward(layer: Int, sequence: UInt16, marker: Bool, startsWithParameterSets: () -> Bool) -> UInt16? {
+        if layer == target, layer != current, atFrameEnd, startsWithParameterSets() {
+            offset = lastSent.map { ($0 &+ 1) &- sequence } ?? 0
+            current = layer
+            segments.append((layer, sequence &+ offset, offset))
+            if segments.count > Self.remembered { segments.removeFirst() }
+            if lastSent != nil { switches += 1 }
+        }
+        guard layer == current, let start = segments.last?.start else { return nil }
+        let outgoing = sequence &+ offset
+        // Older than the switch (reordered): in the viewer's numbering it belongs to the old layer.
+        guard Int16(bitPattern: outgoing &- start) >= 0 else { return nil }
+        if let last = lastSent, Int16(bitPattern: outgoing &- last) <= 0 { return outgoing }
+        lastSent = outgoing
+        atFrameEnd = marker
+        return outgoing
+    }
+
+    /// The layer and the layer's own sequence number of a packet sent as `sequence`; nil when it
+    /// is older than what is remembered.
+    func original(ofSent sequence: UInt16) -> (layer: Int, sequence: UInt16)? {
+        guard let last = lastSent, Int16(bitPattern: sequence &- last) <= 0 else { return nil }
+        for segment in segments.reversed() where Int16(bitPattern: sequence &- segment.start) >= 0 {
+            return (segment.layer, sequence &- segment.offset)
+        }
+        return nil
+    }
+}
+
+/// Which layer a viewer should get: the best one that fits its budget, the lowest of its own
+/// bandwidth limit and its estimate of its downlink (REMB: the SDK measures how fast a frame's
+/// packets arrive once they queue behind each other; a browser sends its delay-based estimate).
+///
+/// - *Down* at once when the current layer no longer fits, or by one layer when a window of its
+///   reports shows `lossDown` or more (its own leg's loss); after a loss nothing goes up for
+///   `lossHold`.
+/// - *Up* only when the better layer fits with `upHeadroom` to spare, and has for `upHold`.
+/// - A viewer without a budget yet starts on the middle layer (on a constrained link the best
+///   layer's keyframe alone could fill its queue), and without any estimate climbs after `upHold`
+///   (a client that sends no REMB falls back on its losses).
+struct LayerSelector: Sendable, Equatable {
+    struct Settings: Sendable, Equatable {
+        var upHeadroom = 1.25
+        var upHold: UInt64 = 1_000_000_000
+        var lossDown = 0.10
+        var lossHold: UInt64 = 8_000_000_000
+        var estimateLifetime: UInt64 = 3_000_000_000
+        var lossWindow: UInt64 = 1_000_000_000
+    }
+
+    let settings: Settings
+    /// Each layer's bitrate, best first.
+    let bitrates: [Int]
+    private(set) var limit: Int?
+    private var estimate: (bitrate: Int, at: UInt64)?
+    private var upSince: (layer: Int, at: UInt64)?
+    private var holdUntil: UInt64 = 0
+    private var losses = LossWindow()
+
+    init(bitrates: [Int], settings: Settings = Settings()) {
+        self.bitrates = bitrates
+        self.settings = settings
+    }
+
+    static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.bitrates == rhs.bitrates && lhs.limit == rhs.limit && lhs.estimate?.bitrate == rhs.estimate?.bitrate
+    }
+
+    /// Where a viewer starts.
+    var initial: Int { bitrates.count / 2 }
+
+    mutating func setLimit(_ bitsPerSecond: Int?) { limit = bitsPerSecond }
+
+    mutating func estimate(_ bitsPerSecond: Int, now: UInt64) { estimate = (bitsPerSecond, now) }
+
+    /// A report block about the viewer's video; `publisherLegLoss` is what every viewer shares
+    /// (lost before the relay). Returns the layer to go down to when the window lost too much.
+    mutating func report(_ block: RTCPReportBlock, publisherLegLoss: Double, current: Int, now: UInt64) -> Int? {
+        guard let loss = losses.add(block, now: now, minimum: settings.lossWindow),
+              loss - publisherLegLoss >= settings.lossDown else { return nil }
+        holdUntil = now &+ settings.lossHold
+        upSince = nil
+        return min(current + 1, bitrates.count - 1)
+    }
+
+    /// The layer to send given the one sent (or awaited) now.
+    mutating func choose(current: Int, now: UInt64) -> Int {
+        var budget = limit ?? .max
+        if let estimate, now &- estimate.at <= settings.estimateLifetime { budget = min(budget, estimate.bitrate) }
+        let fits = bitrates.firstIndex { $0 <= budget } ?? bitrates.count - 1
+        if fits > current {
+            upSince = nil
+            return fits
+        }
+        let roomy = bitrates.firstIndex { Double($0) * settings.upHeadroom <= Double(budget) } ?? bitrates.count - 1
+        guard roomy < current, now >= holdUntil else {
+            upSince = nil
+            return current
+        }
+        // A limit the viewer raised itself is followed at once; the network has to prove itself.
+        if limit != nil, estimate == nil { return roomy }
+        if let since = upSince, since.layer == roomy {
+            guard now &- since.at >= settings.upHold else { return current }
+            upSince = nil
+            return roomy
+        }
+        upSince = (roomy, now)
+        return current
+    }
+}
