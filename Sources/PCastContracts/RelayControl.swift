@@ -263,6 +263,9 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     public var sharedFanOuts: UInt64 = 0
     /// Simulcast viewers moved from one layer to another.
     public var layerSwitches: UInt64 = 0
+    /// Retransmissions held back: they would have taken more than a quarter of the subscriber's
+    /// estimated downlink (its REMB), on a leg losing packets because it is full.
+    public var nacksThrottled: UInt64 = 0
 
     public init() {}
 }

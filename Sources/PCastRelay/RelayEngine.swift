@@ -76,6 +76,7 @@ final class SharedCounters: Sendable {
     let keyframeRequests = Atomic<UInt64>(0)
     let sendFailures = Atomic<UInt64>(0)
     let layerSwitches = Atomic<UInt64>(0)
+    let nacksThrottled = Atomic<UInt64>(0)
     let videoSuspensions = Atomic<UInt64>(0)
     let videoProbes = Atomic<UInt64>(0)
     let videoResumptions = Atomic<UInt64>(0)
@@ -362,6 +363,7 @@ final class RelayEngine: @unchecked Sendable {
         c.dtlsFailures.store(dtlsFailures, ordering: .relaxed)
         c.sharedFanOuts.store(workers?.shared ?? 0, ordering: .relaxed)
         c.layerSwitches.store(router.counters.layerSwitches, ordering: .relaxed)
+        c.nacksThrottled.store(router.counters.nacksThrottled, ordering: .relaxed)
         if router.layersChanged { layers.withLock { $0 = router.takeLayers() } }
         if !router.videoEvents.isEmpty {
             let events = router.takeVideoEvents()

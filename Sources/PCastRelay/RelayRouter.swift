@@ -101,6 +101,9 @@ struct RouterCounters: Sendable, Equatable {
     var upstreamRetransmissions: UInt64 = 0
     /// Simulcast viewers moved from one layer to another (at a keyframe of the new one).
     var layerSwitches: UInt64 = 0
+    /// Retransmissions not sent because they would have taken more than a subscriber's share of
+    /// its estimated downlink (a congested leg whose NACKs would feed its congestion).
+    var nacksThrottled: UInt64 = 0
 }
 
 /// The relay's routing, caching, keyframe throttling and report aggregation, without sockets or
@@ -168,6 +171,8 @@ struct RelayRouter<Context> {
         /// Its layer of a simulcast video (viewers of a stream with layers; never an edge, which
         /// takes every layer and chooses for its own viewers).
         var simulcast: SimulcastViewer?
+        /// What its retransmissions may still use of its downlink (see ``RetransmissionBudget``).
+        var resends = RetransmissionBudget()
 
         /// Whether its report on `track` counts towards what the publisher is told: not for video
         /// it is not being sent (held back or probed), nor a loss at which it falls back to audio
@@ -547,6 +552,10 @@ struct RelayRouter<Context> {
                     // In the subscriber's numbering when its video was ever held back.
                     let original = gate.map { $0.original(ofNacked: sequence) } ?? sequence
                     if let original, var bytes = cache.packet(sequenceNumber: original, now: now) {
+                        guard streams[handle]!.subscribers[slot].resends.spend(bytes.count, now: now) else {
+                            counters.nacksThrottled += 1
+                            continue
+                        }
                         if original != sequence {
                             bytes[2] = UInt8(sequence >> 8)
                             bytes[3] = UInt8(sequence & 0xFF)
@@ -570,7 +579,9 @@ struct RelayRouter<Context> {
                 }
             case .receiverEstimatedMaxBitrate(let remb) where streams[handle]!.subscribers[slot].isEdge:
                 streams[handle]!.subscribers[slot].edgeEstimate = (remb.bitrate, now)
-            case .receiverEstimatedMaxBitrate(let remb) where streams[handle]!.subscribers[slot].simulcast != nil:
+            case .receiverEstimatedMaxBitrate(let remb):
+                streams[handle]!.subscribers[slot].resends.estimate(Int(clamping: remb.bitrate), now: now)
+                guard streams[handle]!.subscribers[slot].simulcast != nil else { continue }
                 streams[handle]!.subscribers[slot].simulcast!.selector.estimate(Int(clamping: remb.bitrate), now: now)
                 if let action = chooseLayer(stream: handle, slot: slot, now: now) { actions.append(action) }
             case .pictureLossIndication(let pli) where streams[handle]!.subscribers[slot].simulcast != nil && pli.mediaSSRC == streams[handle]!.layerSSRC:
@@ -890,6 +901,10 @@ extension RelayRouter {
             }
             let track = streams[handle]!.layers[layer]
             if var bytes = streams[handle]!.tracks[track].cache.packet(sequenceNumber: original, now: now) {
+                guard streams[handle]!.subscribers[slot].resends.spend(bytes.count, now: now) else {
+                    counters.nacksThrottled += 1
+                    continue
+                }
                 Self.rewrite(&bytes, ssrc: ssrc, sequence: sequence)
                 actions.append(.retransmit(context, address, rtp: bytes))
                 counters.nacksServed += 1

@@ -90,7 +90,7 @@ struct LayerSwitcher: Sendable, Equatable {
 ///   (a client that sends no REMB falls back on its losses).
 struct LayerSelector: Sendable, Equatable {
     struct Settings: Sendable, Equatable {
-        var upHeadroom = 1.25
+        var upHeadroom = 1.15
         var upHold: UInt64 = 1_000_000_000
         var lossDown = 0.10
         var lossHold: UInt64 = 8_000_000_000
@@ -156,5 +156,47 @@ struct LayerSelector: Sendable, Equatable {
         }
         upSince = (roomy, now)
         return current
+    }
+}
+
+/// How much a subscriber's retransmissions may send: a share of its estimated downlink (its REMB),
+/// refilled as time passes. A leg that loses packets because it is full would otherwise be sent
+/// every lost packet again each time the receiver asks (a receiver asks every few milliseconds
+/// while the packet could still be played), and the answers would keep it full: a NACK storm.
+/// Without a fresh estimate nothing is held back (random loss on a roomy link needs quick,
+/// repeated answers).
+struct RetransmissionBudget: Sendable, Equatable {
+    /// The share of the estimate retransmissions may take, how long an estimate holds, and how many
+    /// seconds' worth of budget may build up.
+    static let share = 0.25
+    static let lifetime: UInt64 = 3_000_000_000
+    static let burst = 0.25
+
+    private var rate: Double?
+    private var estimatedAt: UInt64 = 0
+    private var tokens: Double = 0
+    private var refilledAt: UInt64 = 0
+
+    mutating func estimate(_ bitsPerSecond: Int, now: UInt64) {
+        refill(now: now)
+        let bytesPerSecond = Double(bitsPerSecond) / 8 * Self.share
+        if rate == nil { tokens = bytesPerSecond * Self.burst }
+        rate = bytesPerSecond
+        estimatedAt = now
+    }
+
+    /// Whether `bytes` may be resent now (and takes them from the budget).
+    mutating func spend(_ bytes: Int, now: UInt64) -> Bool {
+        guard rate != nil, now &- estimatedAt <= Self.lifetime else { return true }
+        refill(now: now)
+        guard tokens >= Double(bytes) else { return false }
+        tokens -= Double(bytes)
+        return true
+    }
+
+    private mutating func refill(now: UInt64) {
+        defer { refilledAt = now }
+        guard let rate, now > refilledAt else { return }
+        tokens = min(rate * Self.burst, tokens + rate * Double(now - refilledAt) / 1e9)
     }
 }

@@ -657,6 +657,8 @@ actor Platform {
                     persistence.submit([change])
                 case .forwardViewerLimit(let streamId, let origin, let bitsPerSecond):
                     forwardViewerLimit(streamId, to: origin, bitsPerSecond: bitsPerSecond)
+                case .limitSubscriber(let streamId, let subscriberId, let bitsPerSecond):
+                    relay.limitSubscriber(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond)
                 case .record(let streamId, let name, let type):
                     // A node without a recorder refused the recording publish before it got here.
                     if let recordings { Task { await recordings.start(streamId: streamId, name: name, type: type) } }

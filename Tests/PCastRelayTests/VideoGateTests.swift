@@ -113,6 +113,16 @@ struct VideoGateTests {
         #expect(starts([0x7C, 0x85]) && !starts([0x7C, 0x05]) && !starts([0x7C, 0x81]))
         #expect(!starts([0x41, 0x9A]) && !starts([]) && !starts([0x78, 0x00]) && !starts([0x7C]))
     }
+
+    @Test("parameter sets: an SPS alone, or a STAP-A whose first unit after an access unit delimiter and SEI is the SPS (x264's keyframe through rtph264pay); not an IDR slice or its fragment, nor a STAP-A that reaches a slice first or runs out")
+    func parameterSetStarts() {
+        func starts(_ bytes: [UInt8]) -> Bool { bytes.withUnsafeBytes { H264Payload.startsWithParameterSets($0) } }
+        // As captured from x264enc ! rtph264pay config-interval=-1 aggregate-mode=zero-latency.
+        #expect(starts([0x78, 0x00, 0x02, 0x09, 0x10, 0x00, 0x1D, 0x67, 0xF4, 0x00, 0x1E]))
+        #expect(starts([0x67, 0x42]) && starts([0x78, 0x00, 0x03, 0x06, 0x05, 0x01, 0x00, 0x02, 0x67, 0x42]))
+        #expect(!starts([0x65, 0x88]) && !starts([0x7C, 0x85]) && !starts([0x78, 0x00, 0x02, 0x09, 0x10, 0x00, 0x05, 0x65]))
+        #expect(!starts([0x78, 0x00, 0x02, 0x09, 0x10]) && !starts([0x78, 0x00]) && !starts([]))
+    }
 }
 
 /// The router's side of the fallback: what reaches the subscriber, what the publisher hears.

@@ -26,7 +26,7 @@ import Testing
     func relayCalls(_ actions: [StreamRegistry.Action]) -> [StreamRegistry.Action] {
         actions.filter {
             switch $0 {
-            case .addPublisher, .addSubscriber, .removeStream, .removeSubscriber: return true
+            case .addPublisher, .addSubscriber, .removeStream, .removeSubscriber, .limitSubscriber: return true
             case .send, .log, .record, .persist, .forwardViewerLimit: return false
             }
         }
@@ -107,7 +107,7 @@ import Testing
             (Fixture.token(.stream, now: now), .badRequest),
             (Fixture.token(.stream, now: now) { $0.originStreamId("s1").sessionId("pub") }, .unauthorized),
             (Fixture.token(.stream, now: now) { $0.originStreamId("s1").remoteAddress("192.0.2.1") }, .unauthorized),
-            (Fixture.token(.stream, now: now) { $0.originStreamId("s1").capability("multi-bitrate") }, .notSupported),
+            (Fixture.token(.stream, now: now) { $0.originStreamId("s1").capability("teleport") }, .notSupported),
             (Fixture.token(.stream, now: now) { $0.originStreamId("s1").capabilities(["audio-only", "video-only"]) }, .badRequest),
         ]
         for (token, status) in cases {
@@ -273,6 +273,48 @@ import Testing
         // Only a subscriber of the stream may ask.
         let stranger = registry.handle(.request(sessionId: "sub2", requestId: 11, .limitBandwidth(.init(streamId: "s1", bitsPerSecond: 100_000)), now: now, newId: ""))
         #expect(failure(stranger)?.status == .notFound)
+    }
+
+    static let layers = [
+        MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: 31,
+                              layer: SimulcastLayer(rid: "h", width: 1280, height: 720, bitrate: 2_500_000)),
+        MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: 32,
+                              layer: SimulcastLayer(rid: "m", width: 640, height: 360, bitrate: 400_000)),
+        Fixture.audio,
+    ]
+
+    @Test("simulcast layers need the multi-bitrate capability and a sound description; viewers are told one video track (the best layer's SSRC); a viewer's limit goes to the relay for its own layer, not to the publisher")
+    func simulcastPublishAndViewerLimits() {
+        var registry = registry()
+        let plain = Fixture.token(.publish, now: now)
+        let refused = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(plain, tracks: Self.layers)), now: now, newId: "s0"))
+        #expect(failure(refused)?.status == .unauthorized)
+        #expect(failure(refused)?.message.contains("multi-bitrate") == true)
+        let granted = Fixture.token(.publish, now: now) { $0.capability("multi-bitrate") }
+        var twins = Self.layers
+        twins[1].layer!.rid = "h"
+        let malformed = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(granted, tracks: twins)), now: now, newId: "s0"))
+        #expect(failure(malformed)?.status == .badRequest)
+        let single = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(granted, tracks: [Self.layers[0], Fixture.audio])), now: now, newId: "s0"))
+        #expect(failure(single)?.message.contains("2 to 4 layers") == true)
+
+        let published = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(granted, tracks: Self.layers)), now: now, newId: "s1"))
+        #expect(relayCalls(published) == [.addPublisher(streamId: "s1", tracks: Self.layers)], "the relay is told every layer")
+        _ = registry.handle(.publisherAdded(streamId: "s1", .success(transport)))
+        _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1") }, subscriberId: "a")
+        let added = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "a", .success(transport)))
+        guard case .subscribed(let subscribed)? = sends(added).first(where: { $0.0 == "sub" })?.1.message else {
+            Issue.record("no subscribed reply: \(added)")
+            return
+        }
+        var video = Self.layers[0]
+        video.layer = nil
+        #expect(subscribed.tracks == [video, Fixture.audio])
+
+        let limited = registry.handle(.request(sessionId: "sub", requestId: 9, .limitBandwidth(.init(streamId: "s1", bitsPerSecond: 500_000)), now: now, newId: ""))
+        #expect(relayCalls(limited) == [.limitSubscriber(streamId: "s1", subscriberId: "a", bitsPerSecond: 500_000)])
+        #expect(sends(limited).allSatisfy { $0.0 != "pub" }, "the publisher keeps its encodings")
+        #expect(registry.stream("s1")?.viewerLimit == nil)
     }
 
     @Test func thePublishersQualityReachesItsViewersAndLaterOnes() {

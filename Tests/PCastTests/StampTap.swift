@@ -8,17 +8,37 @@ import Synchronization
 final class StampTap: Sendable {
     private let values = Values<UInt32>()
     private let probes: [PadProbe]
+    /// Frame widths seen, in order of change (a simulcast viewer's layers), and frames whose stamp
+    /// did not read (damaged, or from no stamped source).
+    let widths = Values<Int>()
+    /// Each read stamp's frame width, in step with `all`.
+    let frameWidths = Values<Int>()
+    let unreadable = Counter()
 
-    init(_ pad: Pad) {
-        let values = self.values
+    final class Counter: Sendable {
+        private let value = Atomic<Int>(0)
+        func add() { value.add(1, ordering: .relaxed) }
+        var count: Int { value.load(ordering: .relaxed) }
+    }
+
+    /// `paintedWidth`: the width the stamps were painted at, when frames may arrive smaller
+    /// (simulcast layers); nil reads every frame at the painted scale.
+    init(_ pad: Pad, paintedWidth: Int? = nil) {
+        let values = self.values, widths = self.widths, unreadable = self.unreadable, frameWidths = self.frameWidths
         let info = LayoutBox()
         info.value.withLock { $0 = pad.currentCaps?.videoInfo }   // caps negotiated before the tap
         let caps = pad.addCapsProbe { caps in info.value.withLock { $0 = caps.videoInfo } }
         let buffers = pad.addBufferProbe { buffer in
             // Caps may have been set between reading them and installing the caps probe.
             if info.value.withLock({ $0 }) == nil { info.value.withLock { $0 = pad.currentCaps?.videoInfo } }
-            if let layout = info.value.withLock({ $0 }), let value = FrameStamp.read(buffer, info: layout) {
+            guard let layout = info.value.withLock({ $0 }) else { return .pass }
+            if widths.all.last != layout.width { widths.append(layout.width) }
+            let scale = paintedWidth.map { Double(layout.width) / Double($0) } ?? 1
+            if let value = FrameStamp.read(buffer, info: layout, scale: scale) {
                 values.append(value)
+                frameWidths.append(layout.width)
+            } else {
+                unreadable.add()
             }
             return .pass
         }
@@ -31,9 +51,15 @@ final class StampTap: Sendable {
         self.init(try encoder.staticPad("sink"))
     }
 
+    /// Where a user-media stream's frames leave for the encoders, after the frame-ready hook that
+    /// paints them (what every simulcast layer was encoded from).
+    convenience init(captureOf media: UserMediaStream) throws {
+        self.init(try media.engine.pipeline.element(named: "video-tee").staticPad("sink"))
+    }
+
     /// At the decoder's output of a subscribed stream.
-    convenience init(decoderOf stream: MediaStream) throws {
-        self.init(try stream.engine.pipeline.element(named: "video-hook").staticPad("src"))
+    convenience init(decoderOf stream: MediaStream, paintedWidth: Int? = nil) throws {
+        self.init(try stream.engine.pipeline.element(named: "video-hook").staticPad("src"), paintedWidth: paintedWidth)
     }
 
     var all: [UInt32] { values.all }

@@ -26,6 +26,11 @@ final class MediaSocket: @unchecked Sendable {
     /// Rewrites the sender SSRC of outgoing RTCP (a subscriber's is assigned by the relay).
     private let rtcpSenderSSRC: UInt32?
     let statistics = Statistics()
+    /// A subscriber's estimate of its downlink, sent to the relay in REMB (a simulcast's layer
+    /// follows it); receive thread only.
+    private var downlink = DispersionEstimator()
+    private var nextEstimate: UInt64 = 0
+    static let estimateInterval: UInt64 = 250_000_000
 
     final class Statistics: Sendable {
         let packetsSent = Atomic<Int>(0)
@@ -65,6 +70,11 @@ final class MediaSocket: @unchecked Sendable {
         guard bound == 0 else {
             close(descriptor)
             throw .invalidTransport("bind: errno \(errno)")
+        }
+        if rtcpSenderSSRC != nil {
+            // Arrival times taken as packets reach the socket, for the downlink estimate.
+            var on: Int32 = 1
+            setsockopt(descriptor, SOL_SOCKET, Self.timestampOption, &on, socklen_t(MemoryLayout<Int32>.size))
         }
         fd = descriptor
         self.rtcpSenderSSRC = rtcpSenderSSRC
@@ -141,12 +151,72 @@ final class MediaSocket: @unchecked Sendable {
         }
     }
 
+    /// `SO_TIMESTAMPNS` (and `SCM_TIMESTAMPNS`, the control message it brings): Linux's value,
+    /// which Glibc's module does not export.
+    static let timestampOption: Int32 = 35
+
+    /// Receives one datagram into `storage`; with the kernel's arrival time (CLOCK_REALTIME
+    /// nanoseconds) when the socket stamps them.
+    private func receive(into storage: inout [UInt8], control: inout [UInt8]) -> (Int, UInt64?) {
+        storage.withUnsafeMutableBytes { data in
+            control.withUnsafeMutableBytes { control in
+                var vector = iovec(iov_base: data.baseAddress, iov_len: data.count)
+                return withUnsafeMutablePointer(to: &vector) { vector in
+                    var message = msghdr()
+                    message.msg_iov = vector
+                    message.msg_iovlen = 1
+                    message.msg_control = control.baseAddress
+                    message.msg_controllen = control.count
+                    let count = recvmsg(fd, &message, 0)
+                    guard count > 0 else { return (count, nil) }
+                    // One cmsghdr (length, level, type) then the timespec, as the kernel lays it out on LP64.
+                    var offset = 0
+                    let header = MemoryLayout<Int>.size + 8
+                    while offset + header <= message.msg_controllen {
+                        let length = control.load(fromByteOffset: offset, as: Int.self)
+                        let level = control.load(fromByteOffset: offset + MemoryLayout<Int>.size, as: Int32.self)
+                        let type = control.load(fromByteOffset: offset + MemoryLayout<Int>.size + 4, as: Int32.self)
+                        guard length >= header else { break }
+                        if level == SOL_SOCKET, type == Self.timestampOption, offset + header + 16 <= message.msg_controllen {
+                            let seconds = control.load(fromByteOffset: offset + header, as: Int.self)
+                            let nanoseconds = control.load(fromByteOffset: offset + header + 8, as: Int.self)
+                            return (count, UInt64(seconds) &* 1_000_000_000 &+ UInt64(nanoseconds))
+                        }
+                        offset += (length + 7) & ~7
+                    }
+                    return (count, nil)
+                }
+            }
+        }
+    }
+
+    /// Feeds the downlink estimate and sends it when due (a subscriber's flow only).
+    private func estimate(_ packet: [UInt8], size: Int, arrival: UInt64) {
+        guard let rtcpSSRC = rtcpSenderSSRC, packet.count >= 12 else { return }
+        let ssrc = UInt32(packet[8]) << 24 | UInt32(packet[9]) << 16 | UInt32(packet[10]) << 8 | UInt32(packet[11])
+        downlink.packet(ssrc: ssrc, sequence: UInt16(packet[2]) << 8 | UInt16(packet[3]),
+                        timestamp: UInt32(packet[4]) << 24 | UInt32(packet[5]) << 16 | UInt32(packet[6]) << 8 | UInt32(packet[7]),
+                        marker: packet[1] & 0x80 != 0, size: size, arrival: arrival)
+        guard arrival >= nextEstimate, let bitsPerSecond = downlink.estimate(now: arrival) else { return }
+        nextEstimate = arrival &+ Self.estimateInterval
+        let remb = RTCPReceiverEstimatedMaxBitrate(senderSSRC: rtcpSSRC, bitrate: UInt64(bitsPerSecond), ssrcs: [ssrc])
+        guard var bytes = try? RTCPCompoundPacket(packets: [.receiverReport(RTCPReceiverReport(ssrc: rtcpSSRC)), .receiverEstimatedMaxBitrate(remb)]).serialized()
+        else { return }
+        do {
+            try sendLock.withLock { _ throws(SRTPError) in try protector.protectRTCP(&bytes) }
+        } catch {
+            return
+        }
+        send(raw: bytes)
+    }
+
     private func receiveLoop() {
         var storage = [UInt8](repeating: 0, count: 2048)
+        var control = [UInt8](repeating: 0, count: 64)
         var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         while running.load(ordering: .relaxed) {
             guard poll(&poller, 1, 200) > 0 else { continue }
-            let count = storage.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            let (count, arrival) = receive(into: &storage, control: &control)
             guard count > 0 else { continue }
             var packet = Array(storage[0..<count])
             guard packet.count >= 8 else { continue }
@@ -159,6 +229,7 @@ final class MediaSocket: @unchecked Sendable {
             }
             statistics.packetsReceived.add(1, ordering: .relaxed)
             statistics.bytesReceived.add(count, ordering: .relaxed)
+            if !isRTCP, let arrival { estimate(packet, size: count, arrival: arrival) }
             let buffer = Buffer(bytes: packet)
             if isRTCP { onRTCP(buffer) } else { onRTP(buffer, packet[1] & 0x7F) }
         }

@@ -290,7 +290,8 @@ extension PCast {
         let socketBox = SocketSlot()
         let rtp: RTPPublisher
         do {
-            rtp = try await RTPPublisher.start(stream: mediaStream.mediaStream, settings: settings) { packet in
+            rtp = try await RTPPublisher.start(stream: mediaStream.mediaStream, settings: settings,
+                                               simulcast: Self.grantsSimulcast(streamToken)) { packet in
                 socketBox.value.withLock { $0 }?.send(packet)
             }
         } catch {
@@ -316,6 +317,14 @@ extension PCast {
             publisher.setPublisherEndedCallback { _, _ in media.removeEndObserver(observer) }
         }
         return publisher
+    }
+
+    /// Whether a publish token carries the `multi-bitrate` capability: the video is then sent as
+    /// three simulcast layers and each viewer is sent the one its link carries. Read from the
+    /// token's claims, which anyone may read (the platform checks the digest).
+    static func grantsSimulcast(_ streamToken: String) -> Bool {
+        guard case .some(let token) = try? DigestToken.decode(streamToken) else { return false }
+        return token.claims.capabilities.contains(SimulcastLayer.capability)
     }
 
     /// Publishes a remote source (a URI GStreamer can pull, or pushed FLV) without decoding its

@@ -40,20 +40,23 @@ public enum FrameStamp {
     }
 
     /// Reads a painted value back; nil when the checksum does not match (no stamp, or damaged).
-    public static func read(_ frame: VideoFrame) -> UInt32? {
+    /// `scale` is the frame's width over the painted frame's (a smaller simulcast layer of it).
+    public static func read(_ frame: VideoFrame, scale: Double = 1) -> UInt32? {
+        let block = max(4, Int((Double(Self.block) * scale).rounded()))
         guard frame.format == .i420 || frame.format == .nv12, frame.width >= columns * block, frame.height >= rows * block else { return nil }
+        let inset = block / 4, side = block / 2
         let stride = frame.strides[0], offset = frame.planeOffsets[0]
         let bits: UInt32? = try? frame.withUnsafeBytes { bytes in
             var bits: UInt32 = 0
             for bit in 0..<32 {
                 let x0 = (bit % columns) * block, y0 = (bit / columns) * block
-                // The centre 8 × 8 of each block, away from edges compression smears.
+                // The centre half of each block, away from edges compression smears.
                 var sum = 0
-                for y in (y0 + 4)..<(y0 + 12) {
-                    let row = offset + y * stride + x0 + 4
-                    for x in 0..<8 { sum += Int(bytes[row + x]) }
+                for y in (y0 + inset)..<(y0 + inset + side) {
+                    let row = offset + y * stride + x0 + inset
+                    for x in 0..<side { sum += Int(bytes[row + x]) }
                 }
-                bits = bits << 1 | (sum / 64 > 125 ? 1 : 0)
+                bits = bits << 1 | (sum / (side * side) > 125 ? 1 : 0)
             }
             return bits
         }
@@ -63,10 +66,10 @@ public enum FrameStamp {
     }
 
     /// Reads a stamp from a raw I420/NV12 buffer of the given layout (in a pad probe).
-    public static func read(_ buffer: Buffer, info: VideoInfo) -> UInt32? {
+    public static func read(_ buffer: Buffer, info: VideoInfo, scale: Double = 1) -> UInt32? {
         guard info.format == .i420 || info.format == .nv12 else { return nil }
         let frame = VideoFrame(storage: buffer, format: info.format, width: info.width, height: info.height,
                                strides: info.strides, planeOffsets: info.offsets, presentationTimestamp: nil, duration: nil)
-        return read(frame)
+        return read(frame, scale: scale)
     }
 }

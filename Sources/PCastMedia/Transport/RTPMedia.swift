@@ -234,7 +234,23 @@ package final class RTPPublisher: RTPSource, Sendable {
 
     static func randomSSRC() -> UInt32 { UInt32.random(in: 1...UInt32.max) }
 
-    package static func start(stream: MediaStream, settings: EncodingSettings = EncodingSettings(),
+    /// The encodings of a simulcast video from a `width`×`height` capture at `bitrate` kbit/s:
+    /// the full size at that bitrate, half the size at 12 % of it and a quarter at 6 % (from
+    /// 2,500 kbit/s: 2.5 Mbit/s, 300 kbit/s, 150 kbit/s). Sizes are kept even (4:2:0). The middle
+    /// layer leaves a 500 kbit/s link room for its retransmissions and keyframes.
+    package static func simulcastLayers(width: Int, height: Int, bitrate: Int) -> [SimulcastLayer] {
+        func even(_ value: Int) -> Int { max(2, value / 2 * 2) }
+        return [
+            SimulcastLayer(rid: "h", width: width, height: height, bitrate: bitrate * 1000),
+            SimulcastLayer(rid: "m", width: even(width / 2), height: even(height / 2), bitrate: max(100_000, bitrate * 120)),
+            SimulcastLayer(rid: "l", width: even(width / 4), height: even(height / 4), bitrate: max(50_000, bitrate * 60)),
+        ]
+    }
+
+    /// Starts encoding the stream's tracks. With `simulcast`, the video is encoded three times
+    /// (``simulcastLayers(width:height:bitrate:)``), each layer its own SSRC and RTP session, all
+    /// with one timestamp offset so a relay can switch a viewer between them at a keyframe.
+    package static func start(stream: MediaStream, settings: EncodingSettings = EncodingSettings(), simulcast: Bool = false,
                              send: @escaping @Sendable (OutgoingPacket) -> Void) async throws(MediaError) -> RTPPublisher {
         var tracks: [MediaTrackDescription] = []
         var consumers: [MediaConsumer] = []
@@ -243,17 +259,38 @@ package final class RTPPublisher: RTPSource, Sendable {
         let counters = SentCounters()
         let feedback = RTCPFeedbackRecorder()
         do {
+            // One entry per encoding: a video with simulcast is three.
+            var encodings: [(track: MediaStreamTrack, layer: SimulcastLayer?)] = []
             for track in stream.getTracks() {
+                guard simulcast, track.kind == .video else {
+                    encodings.append((track, nil))
+                    continue
+                }
+                guard case .caps(let caps?) = try stream.engine.pipeline.element(named: "video-caps").property("caps"), let size = caps.videoInfo else {
+                    throw MediaError.unsupportedFormat("simulcast needs the capture's size, and the stream's video caps give none")
+                }
+                for layer in simulcastLayers(width: size.width, height: size.height, bitrate: settings.videoBitrate) { encodings.append((track, layer)) }
+            }
+            let timestampOffset = String(UInt32.random(in: 0..<UInt32.max))
+            for (track, layer) in encodings {
                 let prefix = "pub-\(track.kind)-\(UUID().uuidString.prefix(6).lowercased())"
                 let ssrc = randomSSRC()
                 let description: String
                 let announced: MediaTrackDescription
                 switch track.kind {
                 case .video:
-                    description = try StockPipelines.template("publish-video").render([
-                        "prefix": prefix, "ssrc": String(ssrc), "pt": "96",
-                        "bitrate": String(settings.videoBitrate), "keyint": String(settings.keyframeInterval)])
-                    announced = MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: ssrc)
+                    var values = ["prefix": prefix, "ssrc": String(ssrc), "pt": "96",
+                                  "bitrate": String((layer?.bitrate).map { $0 / 1000 } ?? settings.videoBitrate),
+                                  "keyint": String(settings.keyframeInterval)]
+                    if let layer {
+                        values["timestamp-offset"] = timestampOffset
+                        // A keyframe of at most 200 ms of the layer's bitrate: a viewer whose link
+                        // just carries the layer takes it without overflowing its queue.
+                        values["vbv"] = "200"
+                        if layer.rid != "h" { values["size"] = "video/x-raw,width=\(layer.width),height=\(layer.height)" }
+                    }
+                    description = try StockPipelines.template("publish-video").render(values)
+                    announced = MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: ssrc, layer: layer)
                 case .audio:
                     description = try StockPipelines.template("publish-audio").render([
                         "prefix": prefix, "ssrc": String(ssrc), "pt": "111", "bitrate": String(settings.audioBitrate)])
@@ -270,7 +307,8 @@ package final class RTPPublisher: RTPSource, Sendable {
                 }
                 if kind == .video {
                     let encoder = try pipeline.element(named: "\(prefix)-encoder")
-                    videoEncoder = encoder
+                    // The estimate and limits steer the best encoding; the others keep their bitrates.
+                    if videoEncoder == nil { videoEncoder = encoder }
                     encoder.pads.first { $0.isSource }?.addBufferProbe { buffer in
                         if buffer.isKeyframe { counters.keyframesEncoded.add(1, ordering: .relaxed) }
                         return .pass

@@ -36,15 +36,31 @@ public enum H264Payload {
         }
     }
 
-    /// True when the payload begins with a sequence parameter set (alone or first in a STAP-A):
-    /// where a receiver can start a keyframe of another resolution (the IDR slice alone would be
-    /// decoded with the previous encoding's parameter sets).
+    static let supplementalInformation: UInt8 = 6
+    static let accessUnitDelimiter: UInt8 = 9
+
+    /// True when the payload begins with a sequence parameter set (alone, or in a STAP-A after
+    /// nothing but an access unit delimiter or SEI, as x264 lays out a keyframe): where a receiver
+    /// can start a keyframe of another resolution (the IDR slice alone would be decoded with the
+    /// previous encoding's parameter sets).
     public static func startsWithParameterSets(_ payload: UnsafeRawBufferPointer) -> Bool {
         guard let header = payload.first else { return false }
         switch header & 0x1F {
-        case sequenceParameterSet: return true
-        case stapA: return payload.count >= 4 && payload[3] & 0x1F == sequenceParameterSet
-        default: return false
+        case sequenceParameterSet:
+            return true
+        case stapA:
+            var offset = 1
+            while offset + 3 <= payload.count {
+                let size = Int(payload[offset]) << 8 | Int(payload[offset + 1])
+                switch payload[offset + 2] & 0x1F {
+                case sequenceParameterSet: return true
+                case accessUnitDelimiter, supplementalInformation: offset += 2 + size
+                default: return false
+                }
+            }
+            return false
+        default:
+            return false
         }
     }
 

@@ -73,6 +73,9 @@ public struct MediaTrackDescription: Codable, Sendable, Hashable {
 /// The encodings of one picture share their RTP timestamps (one capture, one timestamp offset),
 /// so a relay can switch a viewer between them at a keyframe without rewriting timestamps.
 public struct SimulcastLayer: Codable, Sendable, Hashable {
+    /// The token capability that makes a publisher send simulcast layers (the seed's name).
+    public static let capability = "multi-bitrate"
+
     public var rid: String
     public var width: Int
     public var height: Int

@@ -140,6 +140,8 @@ public struct StreamRegistry: Sendable {
         case persist(RoomStoreChange)
         /// Tell the node that has the stream the lowest bitrate its viewers here ask for (nil: none).
         case forwardViewerLimit(streamId: String, originNodeId: String, bitsPerSecond: Int?)
+        /// A simulcast viewer's own limit: the relay picks its layer (the publisher is not asked).
+        case limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?)
         case log(Logger.Level, String, sessionId: String?, streamId: String?)
     }
 
@@ -370,7 +372,8 @@ public struct StreamRegistry: Sendable {
         case .failure(let failure): return fail(failure.status, failure.message)
         case .success(let found): record = found
         }
-        var tracks = record.tracks
+        // A simulcast's layers reach a viewer as one video track; the relay picks the layer.
+        var tracks = record.tracks.asReceived
         if let kind = TokenAuthority.onlyKind(claims) {
             tracks = tracks.filter { $0.kind == kind }
             if tracks.isEmpty { return fail(.notFound, "stream '\(record.streamId)' has no \(kind.rawValue) track") }
@@ -493,6 +496,11 @@ public struct StreamRegistry: Sendable {
             $0.sessionId == sessionId && (request.subscriberId == nil || $0.subscriberId == request.subscriberId)
         })?.subscriberId else {
             return [send(sessionId, requestId, .failure(.init(status: .notFound, message: "this session does not subscribe to '\(request.streamId)'")))]
+        }
+        if streams[request.streamId]?.tracks.contains(where: { $0.layer != nil }) == true {
+            // Each viewer of a simulcast is sent the layer under its own limit; the others keep theirs.
+            return [send(sessionId, requestId, .ok),
+                    .limitSubscriber(streamId: request.streamId, subscriberId: subscriberId, bitsPerSecond: request.bitsPerSecond)]
         }
         return [send(sessionId, requestId, .ok)] + setViewerLimit(request.bitsPerSecond, streamId: request.streamId, subscriberId: subscriberId)
     }

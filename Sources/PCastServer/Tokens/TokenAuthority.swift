@@ -34,7 +34,7 @@ public struct TokenAuthority: PublishAuthorizing, Hashable {
     public static let defaultMaximumLifetime: TimeInterval = 366 * 86_400
 
     /// Capabilities a token may carry.
-    public static let recognisedCapabilities: Set<String> = ["real-time", "streaming", "audio-only", "video-only", RecordingAccess.capability, MetricsAccess.capability]
+    public static let recognisedCapabilities: Set<String> = ["real-time", "streaming", "audio-only", "video-only", SimulcastLayer.capability, RecordingAccess.capability, MetricsAccess.capability]
 
     public init(applicationId: String, secret: String, maximumLifetime: TimeInterval? = Self.defaultMaximumLifetime) {
         self.applicationId = applicationId
@@ -118,6 +118,12 @@ public struct TokenAuthority: PublishAuthorizing, Hashable {
         if let kind = Self.onlyKind(claims), let tracks, tracks.contains(where: { $0.kind != kind }) {
             return .failure(.init(status: .unauthorized, message: "the token allows \(kind.rawValue) tracks only"))
         }
+        if let tracks, tracks.contains(where: { $0.layer != nil }), !claims.capabilities.contains(SimulcastLayer.capability) {
+            return .failure(.init(status: .unauthorized, message: "simulcast layers need the '\(SimulcastLayer.capability)' capability"))
+        }
+        if let tracks, let refusal = Self.layerProblem(tracks) {
+            return .failure(.init(status: .badRequest, message: refusal))
+        }
         var tags: [String] = []
         if let required = claims.requiredTag?.rawValue {
             let allowed = Set([required] + claims.applyTags)
@@ -171,6 +177,23 @@ public struct TokenAuthority: PublishAuthorizing, Hashable {
     public static func role(in capability: String) -> MemberRole? {
         guard capability.hasPrefix("role:") else { return nil }
         return MemberRole(rawValue: String(capability.dropFirst(5)))
+    }
+
+    /// What is wrong with a publish's simulcast layers, if anything: layers are video, at least
+    /// two, with distinct RIDs and bitrates, and sizes a codec can take.
+    static func layerProblem(_ tracks: [MediaTrackDescription]) -> String? {
+        let layered = tracks.filter { $0.layer != nil }
+        guard !layered.isEmpty else { return nil }
+        if layered.contains(where: { $0.kind != .video }) { return "only video tracks may be simulcast layers" }
+        if layered.count < 2 || layered.count > 4 { return "a simulcast has 2 to 4 layers, not \(layered.count)" }
+        let layers = layered.map { $0.layer! }
+        if Set(layers.map(\.rid)).count != layers.count { return "simulcast layers need distinct RIDs" }
+        if Set(layers.map(\.bitrate)).count != layers.count { return "simulcast layers need distinct bitrates" }
+        if layers.contains(where: { $0.rid.isEmpty || $0.rid.count > 16 || $0.width < 2 || $0.height < 2 || $0.bitrate <= 0 }) {
+            return "a simulcast layer has an empty or long RID, a size under 2×2 or no bitrate"
+        }
+        if tracks.filter({ $0.kind == .video && $0.layer == nil }).count > 0 { return "a stream's video is either simulcast or one encoding" }
+        return nil
     }
 
     /// The media kind a token restricts to (`audio-only` / `video-only`), if any.

@@ -177,8 +177,8 @@ extension Platform {
         guard let record = registry.stream(name) ?? registry.newestStream(tagged: "channelAlias:\(name)") else {
             return .failure(WebRTCRefusal(404, "Not Found", "no stream or channel '\(name)' is live"))
         }
-        let video = record.tracks.first { $0.kind == .video }
-        let audio = record.tracks.first { $0.kind == .audio }
+        let video = record.tracks.asReceived.first { $0.kind == .video }
+        let audio = record.tracks.asReceived.first { $0.kind == .audio }
         if let video, video.codec.uppercased() != "H264" {
             return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries \(video.codec) video; WebRTC viewers are sent H.264 only"))
         }
