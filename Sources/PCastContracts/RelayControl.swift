@@ -63,6 +63,10 @@ public protocol RelayControl: Sendable {
     /// best layer under it, and the publisher's encodings stay. Ignored without layers.
     func limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?)
 
+    /// Keeps a simulcast viewer on one layer (`best`, `lowest` or a RID; nil: adaptive again),
+    /// whatever its link: a recording takes the best, a thumbnail the lowest.
+    func pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?)
+
     /// The layer a simulcast viewer is sent and the one it moves to; nil for viewers of streams
     /// without layers.
     func subscriberLayer(streamId: String, subscriberId: String) -> SubscriberLayer?

@@ -319,6 +319,10 @@ public final class Relay: RelayControl {
         engine.enqueue(.limitSubscriber(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond))
     }
 
+    public func pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?) {
+        engine.enqueue(.pinSubscriberLayer(streamId: streamId, subscriberId: subscriberId, layer: layer))
+    }
+
     /// The layer a simulcast viewer is sent and the one it is moving to; nil for a viewer of a
     /// stream without layers (or not known). Updated by the I/O thread as layers change.
     public func subscriberLayer(streamId: String, subscriberId: String) -> SubscriberLayer? {

@@ -60,6 +60,8 @@ enum RelayCommand: Sendable {
     case addWebRTC(WebRTCSetup)
     /// A simulcast viewer's own bandwidth limit (``Relay/limitSubscriber(streamId:subscriberId:bitsPerSecond:)``).
     case limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?)
+    /// A simulcast viewer kept on one layer (``Relay/pinSubscriberLayer(streamId:subscriberId:layer:)``).
+    case pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?)
 }
 
 /// Counters written by the I/O thread after each batch, read by anyone.
@@ -325,6 +327,10 @@ final class RelayEngine: @unchecked Sendable {
                 openWebRTC(setup)
             case .limitSubscriber(let streamId, let subscriberId, let bitsPerSecond):
                 if let action = router.setSubscriberLimit(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond, now: now) {
+                    perform([action])
+                }
+            case .pinSubscriberLayer(let streamId, let subscriberId, let layer):
+                if let action = router.pinSubscriberLayer(streamId: streamId, subscriberId: subscriberId, layer: layer, now: now) {
                     perform([action])
                 }
             }

@@ -811,6 +811,26 @@ extension RelayRouter {
         return chooseLayer(stream: handle, slot: slot, now: now)
     }
 
+    /// Keeps a simulcast viewer on one layer: `best`, `lowest` or a RID (nil: adaptive again).
+    /// Returns the keyframe request a move needs; nil for unknown names and non-simulcast viewers.
+    mutating func pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?, now: UInt64) -> RelayAction<Context>? {
+        guard let handle = handles[streamId], let rtcpSSRC = streams[handle]!.subscriberIDs[subscriberId],
+              let slot = streams[handle]!.subscriberSlots[rtcpSSRC], streams[handle]!.subscribers[slot].simulcast != nil
+        else { return nil }
+        let layers = streams[handle]!.layers
+        let index: Int?
+        switch layer {
+        case nil: index = nil
+        case SimulcastLayer.best?: index = 0
+        case SimulcastLayer.lowest?: index = layers.count - 1
+        case let rid?:
+            guard let found = layers.firstIndex(where: { streams[handle]!.tracks[$0].description.layer?.rid == rid }) else { return nil }
+            index = found
+        }
+        streams[handle]!.subscribers[slot].simulcast!.selector.pin(index)
+        return chooseLayer(stream: handle, slot: slot, now: now)
+    }
+
     /// Whether the stream is a simulcast (its viewers each get one of its layers).
     func isSimulcast(streamId: String) -> Bool {
         guard let handle = handles[streamId] else { return false }
@@ -873,7 +893,9 @@ extension RelayRouter {
             streams[stream]!.subscribers[slot].simulcast!.switcher.target = chosen
             layersChanged = true
         }
-        guard streams[stream]!.subscribers[slot].simulcast!.switcher.isSwitching else { return nil }
+        // One not heard from yet is sent a keyframe when it is (see `authenticated`).
+        guard streams[stream]!.subscribers[slot].simulcast!.switcher.isSwitching, streams[stream]!.subscribers[slot].flow.address != nil
+        else { return nil }
         return requestLayerKeyframe(stream: stream, slot: slot, kind: .pli, now: now)
     }
 
@@ -896,7 +918,8 @@ extension RelayRouter {
         var seen = Set<UInt16>()
         for sequence in nack.lostSequenceNumbers where seen.insert(sequence).inserted {
             guard let (layer, original) = switcher.original(ofSent: sequence) else {
-                counters.nacksMissed += 1
+                // A jitter buffer also asks for the packet it expects next, before it is sent.
+                if !switcher.isAhead(sequence) { counters.nacksMissed += 1 }
                 continue
             }
             let track = streams[handle]!.layers[layer]

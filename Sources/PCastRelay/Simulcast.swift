@@ -66,8 +66,14 @@ struct LayerSwitcher: Sendable, Equatable {
         return outgoing
     }
 
+    /// Whether `sequence` is later than anything sent (nothing sent yet counts as ahead).
+    func isAhead(_ sequence: UInt16) -> Bool {
+        guard let last = lastSent else { return true }
+        return Int16(bitPattern: sequence &- last) > 0
+    }
+
     /// The layer and the layer's own sequence number of a packet sent as `sequence`; nil when it
-    /// is older than what is remembered.
+    /// is older than what is remembered, or not sent yet.
     func original(ofSent sequence: UInt16) -> (layer: Int, sequence: UInt16)? {
         guard let last = lastSent, Int16(bitPattern: sequence &- last) <= 0 else { return nil }
         for segment in segments.reversed() where Int16(bitPattern: sequence &- segment.start) >= 0 {
@@ -106,6 +112,8 @@ struct LayerSelector: Sendable, Equatable {
     private var upSince: (layer: Int, at: UInt64)?
     private var holdUntil: UInt64 = 0
     private var losses = LossWindow()
+    /// The layer the viewer asked to stay on, if any.
+    private(set) var pinned: Int?
 
     init(bitrates: [Int], settings: Settings = Settings()) {
         self.bitrates = bitrates
@@ -121,12 +129,18 @@ struct LayerSelector: Sendable, Equatable {
 
     mutating func setLimit(_ bitsPerSecond: Int?) { limit = bitsPerSecond }
 
+    /// Keeps the viewer on `layer` whatever its link (nil: adaptive again).
+    mutating func pin(_ layer: Int?) {
+        pinned = layer.map { min(max(0, $0), bitrates.count - 1) }
+        upSince = nil
+    }
+
     mutating func estimate(_ bitsPerSecond: Int, now: UInt64) { estimate = (bitsPerSecond, now) }
 
     /// A report block about the viewer's video; `publisherLegLoss` is what every viewer shares
     /// (lost before the relay). Returns the layer to go down to when the window lost too much.
     mutating func report(_ block: RTCPReportBlock, publisherLegLoss: Double, current: Int, now: UInt64) -> Int? {
-        guard let loss = losses.add(block, now: now, minimum: settings.lossWindow),
+        guard pinned == nil, let loss = losses.add(block, now: now, minimum: settings.lossWindow),
               loss - publisherLegLoss >= settings.lossDown else { return nil }
         holdUntil = now &+ settings.lossHold
         upSince = nil
@@ -135,6 +149,7 @@ struct LayerSelector: Sendable, Equatable {
 
     /// The layer to send given the one sent (or awaited) now.
     mutating func choose(current: Int, now: UInt64) -> Int {
+        if let pinned { return pinned }
         var budget = limit ?? .max
         if let estimate, now &- estimate.at <= settings.estimateLifetime { budget = min(budget, estimate.bitrate) }
         let fits = bitrates.firstIndex { $0 <= budget } ?? bitrates.count - 1

@@ -659,6 +659,8 @@ actor Platform {
                     forwardViewerLimit(streamId, to: origin, bitsPerSecond: bitsPerSecond)
                 case .limitSubscriber(let streamId, let subscriberId, let bitsPerSecond):
                     relay.limitSubscriber(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond)
+                case .pinLayer(let streamId, let subscriberId, let layer):
+                    relay.pinSubscriberLayer(streamId: streamId, subscriberId: subscriberId, layer: layer)
                 case .record(let streamId, let name, let type):
                     // A node without a recorder refused the recording publish before it got here.
                     if let recordings { Task { await recordings.start(streamId: streamId, name: name, type: type) } }

@@ -150,6 +150,31 @@ struct SimulcastRouterTests {
         #expect(router.setSubscriberLimit(streamId: "s", subscriberId: "nobody", bitsPerSecond: 1, now: 0) == nil)
     }
 
+    @Test("a viewer pinned to a layer (best, lowest or a RID) stays there whatever its estimate and losses; unpinned it is adaptive again; unknown RIDs and subscribers change nothing")
+    func pinnedLayers() throws {
+        var (router, stream) = try Self.router()
+        _ = router.addSubscriber(streamId: "s", subscriberId: "v", rtcpSSRC: 500, context: 100, now: 0)
+        // Pinned before it is first heard from: its first keyframe request is for that layer.
+        #expect(router.pinSubscriberLayer(streamId: "s", subscriberId: "v", layer: "best", now: 0) == nil, "nothing to ask before it is heard from")
+        let first = router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: RelayAddress(ipv4: 2, port: 2), now: 0)
+        guard case .toPublisher(_, _, let rtcp)? = first.first, case .pictureLossIndication(let pli)? = try RTCPCompoundPacket(parsing: rtcp).packets.last
+        else { throw SimulcastFailure.unexpected("\(first)") }
+        #expect(first.count == 1 && pli.mediaSSRC == Self.high)
+        let remb = RTCPPacket.receiverEstimatedMaxBitrate(RTCPReceiverEstimatedMaxBitrate(senderSSRC: 500, bitrate: 100_000, ssrcs: [Self.high]))
+        _ = router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [remb], now: Self.s)
+        #expect(router.subscriberLayer(streamId: "s", subscriberId: "v")?.target == "h", "a 100 kbit/s estimate does not move a pinned viewer")
+        _ = router.pinSubscriberLayer(streamId: "s", subscriberId: "v", layer: "m", now: Self.s)
+        #expect(router.subscriberLayer(streamId: "s", subscriberId: "v")?.target == "m")
+        _ = router.pinSubscriberLayer(streamId: "s", subscriberId: "v", layer: "lowest", now: Self.s)
+        #expect(router.subscriberLayer(streamId: "s", subscriberId: "v")?.target == "l")
+        #expect(router.pinSubscriberLayer(streamId: "s", subscriberId: "v", layer: "x", now: Self.s) == nil)
+        #expect(router.subscriberLayer(streamId: "s", subscriberId: "v")?.target == "l", "an unknown RID changes nothing")
+        #expect(router.pinSubscriberLayer(streamId: "s", subscriberId: "nobody", layer: "best", now: Self.s) == nil)
+        _ = router.pinSubscriberLayer(streamId: "s", subscriberId: "v", layer: nil, now: Self.s)
+        _ = router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [remb], now: 2 * Self.s)
+        #expect(router.subscriberLayer(streamId: "s", subscriberId: "v")?.target == "l", "adaptive again: 100 kbit/s fits none better")
+    }
+
     @Test("a window of its reports with 10 % loss moves the viewer down one layer and holds it there; losses before the relay (the publisher's leg) do not count; its reports do not reach the publisher")
     func lossMovesDown() throws {
         var (router, stream) = try Self.router()

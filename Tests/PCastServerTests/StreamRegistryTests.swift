@@ -26,7 +26,7 @@ import Testing
     func relayCalls(_ actions: [StreamRegistry.Action]) -> [StreamRegistry.Action] {
         actions.filter {
             switch $0 {
-            case .addPublisher, .addSubscriber, .removeStream, .removeSubscriber, .limitSubscriber: return true
+            case .addPublisher, .addSubscriber, .removeStream, .removeSubscriber, .limitSubscriber, .pinLayer: return true
             case .send, .log, .record, .persist, .forwardViewerLimit: return false
             }
         }
@@ -315,6 +315,15 @@ import Testing
         #expect(relayCalls(limited) == [.limitSubscriber(streamId: "s1", subscriberId: "a", bitsPerSecond: 500_000)])
         #expect(sends(limited).allSatisfy { $0.0 != "pub" }, "the publisher keeps its encodings")
         #expect(registry.stream("s1")?.viewerLimit == nil)
+
+        // A viewer may ask to stay on one layer: by RID, best or lowest; not one the stream lacks.
+        let token = Fixture.token(.stream, now: now) { $0.originStreamId("s1") }
+        let unknown = registry.handle(.request(sessionId: "sub", requestId: 5, .subscribe(.init(streamToken: token, layer: "x")), now: now, newId: "b"))
+        #expect(failure(unknown)?.status == .badRequest)
+        #expect(relayCalls(unknown).isEmpty)
+        _ = registry.handle(.request(sessionId: "sub", requestId: 6, .subscribe(.init(streamToken: token, layer: "m")), now: now, newId: "c"))
+        let pinned = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "c", .success(transport)))
+        #expect(pinned.first == .pinLayer(streamId: "s1", subscriberId: "c", layer: "m"), "before the reply: \(pinned)")
     }
 
     @Test func thePublishersQualityReachesItsViewersAndLaterOnes() {

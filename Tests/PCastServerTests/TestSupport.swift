@@ -84,6 +84,8 @@ final class RecordingRelay: RelayControl {
 
     func subscriberLayer(streamId: String, subscriberId: String) -> SubscriberLayer? { nil }
 
+    func pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?) {}
+
     /// Queues an audio-only fallback event for the platform's next tick.
     func pushVideoEvent(_ event: SubscriberVideoEvent) { state.withLock { $0.videoEvents.append(event) } }
 

@@ -68,6 +68,9 @@ extension OneAtATime.NetworkQualityTests {
         try await clearSDK.start(authToken: try platform.token(.auth))
         let clearStream = try await clearSDK.subscribe(streamToken: token)
         let clearFrames = try StampTap(decoderOf: clearStream, paintedWidth: 1280)
+        // A thumbnail: kept on the lowest layer whatever its link.
+        let thumbnail = try await clearSDK.subscribe(streamToken: token, layer: .lowest)
+        let thumbnailFrames = try StampTap(decoderOf: thumbnail, paintedWidth: 1280)
 
         // Settled: the clear viewer on the best layer, the capped one on the middle layer.
         #expect(await eventually(.seconds(10)) { clearFrames.widths.all.last == 1280 }, "clear viewer: \(clearFrames.widths.all)")
@@ -83,6 +86,7 @@ extension OneAtATime.NetworkQualityTests {
         #expect(cappedFrames.widths.all.last == 640, "capped viewer: \(cappedFrames.widths.all)")
         #expect(clearShare >= 0.98, "clear viewer: \(clearShare)")
         #expect(clearFrames.widths.all.last == 1280, "clear viewer: \(clearFrames.widths.all)")
+        #expect(thumbnailFrames.widths.all == [320] && thumbnailFrames.all.count >= 200, "thumbnail: \(thumbnailFrames.widths.all), \(thumbnailFrames.all.count) frames")
 
         proxy.setProfile(.clear, for: .toClient)
         let lifted = ContinuousClock.now
@@ -103,6 +107,7 @@ extension OneAtATime.NetworkQualityTests {
         #expect(platform.relay.statistics().layerSwitches >= 2)
         #expect(publisher.tracks.count == 3)
 
+        await thumbnail.stop()
         await cappedStream.stop()
         await clearStream.stop()
         await cappedSDK.stop()

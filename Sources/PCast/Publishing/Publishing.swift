@@ -187,6 +187,29 @@ public final class Publisher: Sendable {
     }
 }
 
+/// Which layer of a simulcast stream (published with the `multi-bitrate` capability) a viewer is
+/// sent. Streams without layers ignore it.
+public enum LayerSelection: Sendable, Hashable {
+    /// The best layer the viewer's link carries, moving as it changes (the relay measures).
+    case adaptive
+    /// The largest layer, whatever the link (a recording).
+    case best
+    /// The smallest layer (a thumbnail).
+    case lowest
+    /// The layer with this RID (the SDK's publishers name theirs `h`, `m`, `l`).
+    case rid(String)
+
+    /// What the subscribe request carries.
+    var requested: String? {
+        switch self {
+        case .adaptive: nil
+        case .best: SimulcastLayer.best
+        case .lowest: SimulcastLayer.lowest
+        case .rid(let rid): rid
+        }
+    }
+}
+
 /// A subscribed stream: its receive engine (`receiver`, decoding into `stream`) for its whole
 /// life, and under it the flow to a relay (socket, keys, the subscriber id the platform gave).
 /// The flow is replaced when the SDK's session moves to another node and the stream is subscribed
@@ -198,6 +221,8 @@ final class Subscription: Sendable {
     /// What subscribes to it again on another node.
     let streamToken: String
     let tracks: [MediaTrackDescription]
+    /// The simulcast layer it asked to stay on (nil: adaptive); asked again when it follows.
+    let layer: String?
     let stream: MediaStream
     let receiver: RTPReceiver
     /// The current flow's socket (the receiver's RTCP goes through it).
@@ -210,9 +235,10 @@ final class Subscription: Sendable {
         var closed = false
     }
 
-    init(streamId: String, streamToken: String, tracks: [MediaTrackDescription], stream: MediaStream, receiver: RTPReceiver, slot: SocketSlot) {
+    init(streamId: String, streamToken: String, layer: String?, tracks: [MediaTrackDescription], stream: MediaStream, receiver: RTPReceiver, slot: SocketSlot) {
         self.streamId = streamId
         self.streamToken = streamToken
+        self.layer = layer
         self.tracks = tracks
         self.stream = stream
         self.receiver = receiver
@@ -425,9 +451,13 @@ extension PCast {
     ///
     /// - Throws: ``PCastError/refused(_:_:)``: `unauthorized` for a bad token, `not-found` or
     ///   `no-stream-playing` when there is nothing to subscribe to.
-    public func subscribe(streamToken: String, playoutDelay: Duration? = nil) async throws(PCastError) -> MediaStream {
+    ///
+    /// `layer` matters for a simulcast (a stream published with `multi-bitrate`): by default the
+    /// relay sends the best layer this viewer's link carries and moves it as the link changes;
+    /// ``LayerSelection/best``, ``LayerSelection/lowest`` or a RID keep it on one.
+    public func subscribe(streamToken: String, playoutDelay: Duration? = nil, layer: LayerSelection = .adaptive) async throws(PCastError) -> MediaStream {
         let delay = playoutDelay ?? options.playoutDelay, impairment = options.receiveImpairment
-        return try await openSubscription(streamToken: streamToken) { tracks, sendRTCP throws(MediaError) in
+        return try await openSubscription(streamToken: streamToken, layer: layer) { tracks, sendRTCP throws(MediaError) in
             try await RTPReceiver.start(tracks: tracks, playoutDelay: delay, impairment: impairment, sendRTCP: sendRTCP)
         }.stream
     }
@@ -448,12 +478,13 @@ extension PCast {
 
     /// Records a stream into a fragmented MP4 file at `path` without decoding it (see
     /// ``MediaRecorder``): `.record` replaces the file, `.append` continues it after its end. The
-    /// recording follows the stream until it ends or ``StreamRecording/stop()`` is called.
+    /// recording follows the stream until it ends or ``StreamRecording/stop()`` is called. A
+    /// simulcast is recorded from its best layer throughout.
     ///
-    /// - Throws: the refusals of ``subscribe(streamToken:playoutDelay:)``.
+    /// - Throws: the refusals of ``subscribe(streamToken:playoutDelay:layer:)``.
     public func record(streamToken: String, to path: String, mode: RecordingMode = .record) async throws(PCastError) -> StreamRecording {
         let recorder = MediaRecorder(path: path, mode: mode)
-        let (streamId, stream) = try await openSubscription(streamToken: streamToken) { tracks, sendRTCP throws(MediaError) in
+        let (streamId, stream) = try await openSubscription(streamToken: streamToken, layer: .best) { tracks, sendRTCP throws(MediaError) in
             try await RTPReceiver.startRecording(tracks: tracks, into: recorder, sendRTCP: sendRTCP)
         }
         return StreamRecording(streamId: streamId, stream: stream, recorder: recorder)
@@ -461,11 +492,11 @@ extension PCast {
 
     /// Subscribes and connects the flow's socket to a receive engine `start` builds for the tracks.
     private func openSubscription(
-        streamToken: String,
+        streamToken: String, layer: LayerSelection = .adaptive,
         start: (_ tracks: [MediaTrackDescription], _ sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream)
     ) async throws(PCastError) -> (streamId: String, stream: MediaStream) {
         let client = try signaling()
-        let reply = try await client.request(.subscribe(.init(streamToken: streamToken)))
+        let reply = try await client.request(.subscribe(.init(streamToken: streamToken, layer: layer.requested)))
         guard case .subscribed(let subscribed) = reply else {
             throw .invalidRequest("unexpected reply to subscribe: \(reply.type)")
         }
@@ -483,7 +514,7 @@ extension PCast {
             _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId, subscriberId: subscribed.subscriberId)))
             throw .media(error)
         }
-        let subscription = Subscription(streamId: subscribed.streamId, streamToken: streamToken, tracks: subscribed.tracks,
+        let subscription = Subscription(streamId: subscribed.streamId, streamToken: streamToken, layer: layer.requested, tracks: subscribed.tracks,
                                         stream: stream, receiver: receiver, slot: slot)
         do {
             let endpoint = mediaEndpoint(subscribed.transport)
@@ -527,7 +558,7 @@ extension PCast {
         var subscribed: ServerMessage.Subscribed?
         let refusal: String?
         do throws(PCastError) {
-            let reply = try await client.request(.subscribe(.init(streamToken: subscription.streamToken)))
+            let reply = try await client.request(.subscribe(.init(streamToken: subscription.streamToken, layer: subscription.layer)))
             guard case .subscribed(let answer) = reply else { throw .invalidRequest("unexpected reply to subscribe: \(reply.type)") }
             subscribed = answer
             guard answer.streamId == streamId else { throw .invalidRequest("the token now leads to another stream (\(answer.streamId))") }

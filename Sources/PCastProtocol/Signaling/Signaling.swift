@@ -75,6 +75,8 @@ public struct MediaTrackDescription: Codable, Sendable, Hashable {
 public struct SimulcastLayer: Codable, Sendable, Hashable {
     /// The token capability that makes a publisher send simulcast layers (the seed's name).
     public static let capability = "multi-bitrate"
+    /// What a viewer may ask to stay on instead of a RID: whichever layer is best, or lowest.
+    public static let best = "best", lowest = "lowest"
 
     public var rid: String
     public var width: Int
@@ -180,7 +182,13 @@ public enum ClientMessage: Sendable, Hashable {
     }
     public struct Subscribe: Codable, Sendable, Hashable {
         public var streamToken: String
-        public init(streamToken: String) { self.streamToken = streamToken }
+        /// For a simulcast: the layer to stay on (``SimulcastLayer/best``, ``SimulcastLayer/lowest``
+        /// or a RID); absent, the relay picks the layer the viewer's link carries.
+        public var layer: String?
+        public init(streamToken: String, layer: String? = nil) {
+            self.streamToken = streamToken
+            self.layer = layer
+        }
     }
     public struct StreamReference: Codable, Sendable, Hashable {
         public var streamId: String

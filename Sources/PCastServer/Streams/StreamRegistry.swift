@@ -142,6 +142,8 @@ public struct StreamRegistry: Sendable {
         case forwardViewerLimit(streamId: String, originNodeId: String, bitsPerSecond: Int?)
         /// A simulcast viewer's own limit: the relay picks its layer (the publisher is not asked).
         case limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?)
+        /// A simulcast viewer asked to stay on one layer (best, lowest or a RID).
+        case pinLayer(streamId: String, subscriberId: String, layer: String)
         case log(Logger.Level, String, sessionId: String?, streamId: String?)
     }
 
@@ -166,6 +168,7 @@ public struct StreamRegistry: Sendable {
         var requestId: UInt64?
         var streamId: String
         var tracks: [MediaTrackDescription]
+        var layer: String? = nil
     }
 
     public let tokens: TokenAuthority
@@ -381,7 +384,14 @@ public struct StreamRegistry: Sendable {
         guard pendingSubscribes[subscriberId] == nil, !record.subscribers.contains(where: { $0.subscriberId == subscriberId }) else {
             return fail(.conflict, "subscriber id '\(subscriberId)' is taken")
         }
-        pendingSubscribes[subscriberId] = PendingSubscribe(sessionId: sessionId, requestId: requestId, streamId: record.streamId, tracks: tracks)
+        if let layer = request.layer {
+            let rids = Set(record.tracks.compactMap(\.layer?.rid))
+            guard layer == SimulcastLayer.best || layer == SimulcastLayer.lowest || rids.contains(layer) else {
+                return fail(.badRequest, "stream '\(record.streamId)' has no layer '\(layer)' (its layers: \(rids.sorted()); or best, lowest)")
+            }
+        }
+        pendingSubscribes[subscriberId] = PendingSubscribe(sessionId: sessionId, requestId: requestId, streamId: record.streamId, tracks: tracks,
+                                                           layer: request.layer)
         return [.addSubscriber(streamId: record.streamId, subscriberId: subscriberId)]
     }
 
@@ -429,7 +439,10 @@ public struct StreamRegistry: Sendable {
             }
             streams[pending.streamId]?.subscribers.append((subscriberId, pending.sessionId))
             sessions[pending.sessionId]?.subscriptions[subscriberId] = pending.streamId
-            var actions: [Action] = [
+            var actions: [Action] = []
+            // Before the reply: the relay has it before the viewer's first packet can arrive.
+            if let layer = pending.layer { actions.append(.pinLayer(streamId: pending.streamId, subscriberId: subscriberId, layer: layer)) }
+            actions += [
                 send(pending.sessionId, pending.requestId, .subscribed(.init(streamId: pending.streamId, tracks: pending.tracks, transport: transport, subscriberId: subscriberId))),
                 .log(.info, "subscribed (\(subscriberId))", sessionId: pending.sessionId, streamId: pending.streamId),
             ]
