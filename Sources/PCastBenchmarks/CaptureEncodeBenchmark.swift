@@ -48,7 +48,7 @@ public struct CaptureEncodeBenchmark: Sendable {
                       ratio: referenceMedian > 0 ? sdkMedian / referenceMedian : 0, sdkFrames: frames / runs, hookDropped: dropped)
     }
 
-    static func processCPUSeconds() -> Double {
+    package static func processCPUSeconds() -> Double {
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
         return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6

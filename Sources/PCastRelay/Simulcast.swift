@@ -114,6 +114,8 @@ struct LayerSelector: Sendable, Equatable {
     private var losses = LossWindow()
     /// The layer the viewer asked to stay on, if any.
     private(set) var pinned: Int?
+    /// When the viewer was last moved down: the losses of the next windows are the layer it left.
+    private var movedDownAt: UInt64?
 
     init(bitrates: [Int], settings: Settings = Settings()) {
         self.bitrates = bitrates
@@ -144,6 +146,9 @@ struct LayerSelector: Sendable, Equatable {
               loss - publisherLegLoss >= settings.lossDown else { return nil }
         holdUntil = now &+ settings.lossHold
         upSince = nil
+        // Just moved down: these losses are the larger layer's, which the viewer has left.
+        if let movedDownAt, now &- movedDownAt < 2 * settings.lossWindow { return nil }
+        movedDownAt = now
         return min(current + 1, bitrates.count - 1)
     }
 
@@ -155,6 +160,7 @@ struct LayerSelector: Sendable, Equatable {
         let fits = bitrates.firstIndex { $0 <= budget } ?? bitrates.count - 1
         if fits > current {
             upSince = nil
+            movedDownAt = now
             return fits
         }
         let roomy = bitrates.firstIndex { Double($0) * settings.upHeadroom <= Double(budget) } ?? bitrates.count - 1

@@ -72,6 +72,26 @@ extension BenchCommand {
         }
     }
 
+    /// `pcast bench simulcast`: what three layers cost the publisher, and how fast a viewer changes layer.
+    struct Simulcast: BenchmarkCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "simulcast",
+            abstract: "Measure simulcast: publisher CPU with three layers against one, and layer switch times when a viewer's leg is capped at 500 kbit/s and lifted."
+        )
+
+        @OptionGroup var common: BenchOptions
+
+        @Option(help: "Caps and lifts to time.")
+        var switches = 3
+
+        func measure() async throws {
+            var benchmark = SimulcastBenchmark()
+            benchmark.switches = switches
+            let result = try await benchmark.run()
+            try common.write(result, markdown: SimulcastBenchmark.markdown(result), as: Self.name)
+        }
+    }
+
     /// `pcast bench reconnect`: how long publisher and viewer take to come back after a signaling outage.
     struct Reconnect: BenchmarkCommand {
         static let configuration = CommandConfiguration(

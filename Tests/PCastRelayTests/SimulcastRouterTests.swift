@@ -210,6 +210,22 @@ struct SimulcastRouterTests {
         #expect(own.reportBlocks.first { $0.ssrc == Self.high }?.fractionLost == 0)
     }
 
+    @Test("losses just after a move down are the larger layer's: they do not move the viewer down again; later ones do, holding it down")
+    func lossAfterAMoveDown() {
+        var selector = LayerSelector(bitrates: [2_500_000, 300_000, 150_000])
+        func block(_ highest: UInt32, lost: Int32) -> RTCPReportBlock {
+            RTCPReportBlock(ssrc: 1, cumulativeLost: lost, extendedHighestSequenceNumber: highest)
+        }
+        #expect(selector.report(block(0, lost: 0), publisherLegLoss: 0, current: 0, now: 0) == nil)
+        selector.estimate(400_000, now: Self.s / 2)
+        #expect(selector.choose(current: 0, now: Self.s / 2) == 1, "down at once")
+        #expect(selector.report(block(100, lost: 40), publisherLegLoss: 0, current: 1, now: Self.s) == nil, "the best layer's losses")
+        #expect(selector.report(block(200, lost: 40), publisherLegLoss: 0, current: 1, now: 2 * Self.s) == nil, "a clean window")
+        #expect(selector.report(block(300, lost: 80), publisherLegLoss: 0, current: 1, now: 3 * Self.s) == 2, "the middle layer's own losses")
+        #expect(selector.report(block(400, lost: 120), publisherLegLoss: 0, current: 2, now: 4 * Self.s) == nil, "just moved down")
+        #expect(selector.report(block(500, lost: 160), publisherLegLoss: 0, current: 2, now: 6 * Self.s) == 2, "already the lowest")
+    }
+
     @Test("an estimate below the current layer moves the viewer down at once; one that fits the middle layer but not the best one keeps it there")
     func estimateMovesDownAtOnce() {
         var selector = LayerSelector(bitrates: [2_500_000, 400_000, 150_000])

@@ -30,6 +30,8 @@ final class MediaSocket: @unchecked Sendable {
     /// follows it); receive thread only.
     private var downlink = DispersionEstimator()
     private var nextEstimate: UInt64 = 0
+    private var lastEstimate = 0
+    /// REMB goes out every `estimateInterval`, and at once when the estimate moved by a quarter.
     static let estimateInterval: UInt64 = 250_000_000
 
     final class Statistics: Sendable {
@@ -197,8 +199,11 @@ final class MediaSocket: @unchecked Sendable {
         downlink.packet(ssrc: ssrc, sequence: UInt16(packet[2]) << 8 | UInt16(packet[3]),
                         timestamp: UInt32(packet[4]) << 24 | UInt32(packet[5]) << 16 | UInt32(packet[6]) << 8 | UInt32(packet[7]),
                         marker: packet[1] & 0x80 != 0, size: size, arrival: arrival)
-        guard arrival >= nextEstimate, let bitsPerSecond = downlink.estimate(now: arrival) else { return }
+        guard let bitsPerSecond = downlink.estimate(now: arrival) else { return }
+        let moved = Double(bitsPerSecond) < Double(lastEstimate) * 0.75 || Double(bitsPerSecond) > Double(lastEstimate) * 1.25
+        guard arrival >= nextEstimate || moved else { return }
         nextEstimate = arrival &+ Self.estimateInterval
+        lastEstimate = bitsPerSecond
         let remb = RTCPReceiverEstimatedMaxBitrate(senderSSRC: rtcpSSRC, bitrate: UInt64(bitsPerSecond), ssrcs: [ssrc])
         guard var bytes = try? RTCPCompoundPacket(packets: [.receiverReport(RTCPReceiverReport(ssrc: rtcpSSRC)), .receiverEstimatedMaxBitrate(remb)]).serialized()
         else { return }

@@ -31,7 +31,7 @@ public struct DispersionEstimator: Sendable {
     private var trains: [UInt32: Train] = [:]
     private var samples: [(at: UInt64, bitsPerSecond: Int)] = []
 
-    public init(window: UInt64 = 1_000_000_000, minimumSamples: Int = 3, ceiling: Int = 1_000_000_000) {
+    public init(window: UInt64 = 500_000_000, minimumSamples: Int = 3, ceiling: Int = 1_000_000_000) {
         self.window = window
         self.minimumSamples = minimumSamples
         self.ceiling = ceiling
