@@ -67,6 +67,11 @@ public protocol RelayControl: Sendable {
     /// whatever its link: a recording takes the best, a thumbnail the lowest.
     func pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?)
 
+    /// The RIDs of a simulcast stream's layers that some viewer is sent or moves to (every layer
+    /// while another node pulls the stream); nil for a stream without layers. The platform lets
+    /// the publisher rest the others.
+    func watchedLayers(streamId: String) -> Set<String>?
+
     /// The layer a simulcast viewer is sent and the one it moves to; nil for viewers of streams
     /// without layers.
     func subscriberLayer(streamId: String, subscriberId: String) -> SubscriberLayer?

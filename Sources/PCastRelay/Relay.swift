@@ -319,6 +319,10 @@ public final class Relay: RelayControl {
         engine.enqueue(.limitSubscriber(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond))
     }
 
+    public func watchedLayers(streamId: String) -> Set<String>? {
+        engine.watchedLayers.withLock { $0[streamId] }
+    }
+
     public func pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?) {
         engine.enqueue(.pinSubscriberLayer(streamId: streamId, subscriberId: subscriberId, layer: layer))
     }

@@ -109,6 +109,8 @@ final class RelayEngine: @unchecked Sendable {
     /// Simulcast viewers' layers (stream id → subscriber id → layer), copied from the router when
     /// they change.
     let layers = Mutex<[String: [String: SubscriberLayer]]>([:])
+    /// Each simulcast stream's layers some viewer is sent or awaits (all of them while an edge pulls it).
+    let watchedLayers = Mutex<[String: Set<String>]>([:])
     /// CPU nanoseconds the thread had used when it ended.
     let finalCPUTime = Atomic<UInt64>(0)
     /// The I/O thread's kernel id once it runs (0 before).
@@ -370,7 +372,11 @@ final class RelayEngine: @unchecked Sendable {
         c.sharedFanOuts.store(workers?.shared ?? 0, ordering: .relaxed)
         c.layerSwitches.store(router.counters.layerSwitches, ordering: .relaxed)
         c.nacksThrottled.store(router.counters.nacksThrottled, ordering: .relaxed)
-        if router.layersChanged { layers.withLock { $0 = router.takeLayers() } }
+        if router.layersChanged {
+            let taken = router.takeLayers()
+            layers.withLock { $0 = taken.viewers }
+            watchedLayers.withLock { $0 = taken.watched }
+        }
         if !router.videoEvents.isEmpty {
             let events = router.takeVideoEvents()
             videoEvents.withLock { queue in

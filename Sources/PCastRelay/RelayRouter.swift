@@ -258,6 +258,7 @@ struct RelayRouter<Context> {
             .sorted { tracks[$0].layer!.bitrate > tracks[$1].layer!.bitrate }
         for (rank, index) in stream.layers.enumerated() { stream.tracks[index].layer = rank }
         stream.layerSSRC = stream.layers.first.map { tracks[$0].ssrc } ?? 0
+        if !stream.layers.isEmpty { layersChanged = true }
         streams[handle] = stream
         handles[id] = handle
         for (index, track) in tracks.enumerated() { routes[track.ssrc] = .track(stream: handle, track: index) }
@@ -837,16 +838,19 @@ extension RelayRouter {
         return !(streams[handle]?.layers.isEmpty ?? true)
     }
 
-    /// Every simulcast viewer's layers, by stream id and subscriber id; clears ``layersChanged``.
-    mutating func takeLayers() -> [String: [String: SubscriberLayer]] {
+    /// Every simulcast viewer's layers, by stream id and subscriber id, and each simulcast
+    /// stream's watched layers (``watchedLayers(streamId:)``); clears ``layersChanged``.
+    mutating func takeLayers() -> (viewers: [String: [String: SubscriberLayer]], watched: [String: Set<String>]) {
         layersChanged = false
         var all: [String: [String: SubscriberLayer]] = [:]
+        var watched: [String: Set<String>] = [:]
         for stream in streams.values where !stream.layers.isEmpty {
+            watched[stream.id] = watchedLayers(streamId: stream.id)
             for subscriber in stream.subscribers where subscriber.simulcast != nil {
                 all[stream.id, default: [:]][subscriber.id] = subscriberLayer(streamId: stream.id, subscriberId: subscriber.id)
             }
         }
-        return all
+        return (all, watched)
     }
 
     /// The layers a simulcast viewer is sent and is moving to (RIDs); nil for others.

@@ -36,6 +36,8 @@ actor Platform {
     var registry: StreamRegistry
     /// WHIP and WHEP sessions (standard WebRTC peers), each a session of its own in the registry.
     var webRTCSessions = WebRTCSessions()
+    /// The layers each local simulcast's publisher is told to encode.
+    private var layerActivity = LayerActivity()
     private(set) var rooms: RoomRegistry
     private let persistence: RoomPersistence
     /// Sessions that can be resumed: SHA-256 of their resume key, and whether a connection holds them.
@@ -182,6 +184,7 @@ actor Platform {
         for event in relay.takeSubscriberVideoEvents() { perform(registry: .subscriberVideo(event)) }
         // WebRTC peers whose transport ended on its own (DTLS closed or failed, consent expired).
         webRTCTransportEvents(relay.takeWebRTCEvents())
+        restUnwatchedLayers(now: now)
         // A detached publisher whose media stopped as well is gone, not merely cut off.
         let timeout = Duration.milliseconds(Int64(configuration.detachedMediaTimeout * 1000))
         for streamId in registry.detachedStreamIds {
@@ -191,6 +194,23 @@ actor Platform {
             }
         }
         Task { await self.sendIngestProgress() }
+    }
+
+    /// Tells each local simulcast's publisher which layers to encode (``LayerActivity``): those
+    /// nobody watches rest.
+    private func restUnwatchedLayers(now: Date) {
+        guard let rest = configuration.unwatchedLayerRest else { return }
+        layerActivity.rest = rest
+        let simulcasts = registry.localSimulcastStreams
+        for record in simulcasts {
+            guard let watched = relay.watchedLayers(streamId: record.streamId) else { continue }
+            let layers = record.tracks.compactMap(\.layer).sorted { $0.bitrate > $1.bitrate }
+            guard let active = layerActivity.update(streamId: record.streamId, layers: layers, watched: watched, now: now),
+                  let connection = connection(of: record.publisherSessionId), !connection.machine.isClosed
+            else { continue }
+            deliver(.event(.layerActivity(.init(streamId: record.streamId, active: active.sorted()))), to: connection)
+        }
+        layerActivity.keep(only: Set(simulcasts.map(\.streamId)))
     }
 
     /// A new session id; in a cluster it ends with `@<node id>`, so that the shared store tells

@@ -42,6 +42,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// publisher stopped sending, so it is gone (a crash) rather than cut off from signaling.
     /// Such a stream ends as `failed` long before ``resumeWindow`` does.
     public var detachedMediaTimeout: TimeInterval = Self.defaultDetachedMediaTimeout
+    /// Seconds a simulcast layer nobody watches is still encoded before its publisher is told to
+    /// rest it (nil: every layer is always encoded). The layer new viewers start on never rests.
+    public var unwatchedLayerRest: TimeInterval? = 5
     /// What ingest may pull: schemes, internal addresses allowed, `file://` directory.
     public var ingestPolicy = IngestURIPolicy()
     /// The RTMP push endpoint's port (`rtmp://host:port/live/<publish token>`); nil: no endpoint,

@@ -8,7 +8,9 @@ import Synchronization
 
 /// Simulcast through the embedded platform, from a 1280×720 30 fps test pattern:
 /// - what the three layers cost the publisher: the process's CPU while publishing with one
-///   encoding and with `multi-bitrate` (no viewers, the same source), in the same run;
+///   encoding, with `multi-bitrate` and every layer encoded, and with `multi-bitrate` once the
+///   layers nobody watches rested (no viewers: the starting layer alone), the same source, in the
+///   same run;
 /// - how long a viewer takes to change layer when its leg is capped at 500 kbit/s (down to
 ///   640×360) and when the cap is lifted (back to 1280×720), measured at the renderer: from the
 ///   moment the proxy changes to the first frame of the new size presented; and what share of the
@@ -19,6 +21,8 @@ struct SimulcastBenchmark {
         let oneLayerCPU: Double
         let threeLayerCPU: Double
         let cpuRatio: Double
+        /// Three layers announced, nobody watching: the platform rested all but the middle one.
+        let restedCPU: Double
         let switches: Int
         let downMilliseconds: [Double]
         let upMilliseconds: [Double]
@@ -36,24 +40,27 @@ struct SimulcastBenchmark {
     var playoutDelay: Duration = .milliseconds(200)
 
     func run() async throws -> Result {
-        let one = try await publisherCPU(simulcast: false)
-        let three = try await publisherCPU(simulcast: true)
+        let one = try await publisherCPU(simulcast: false, rest: nil)
+        let three = try await publisherCPU(simulcast: true, rest: nil)
+        let rested = try await publisherCPU(simulcast: true, rest: 1)
         let (down, up, capped, clear) = try await switchTimes()
         func p50(_ values: [Double]) -> Double { values.isEmpty ? 0 : values.sorted()[values.count / 2] }
-        return Result(seconds: seconds, oneLayerCPU: one, threeLayerCPU: three, cpuRatio: one > 0 ? three / one : 0, switches: switches,
+        return Result(seconds: seconds, oneLayerCPU: one, threeLayerCPU: three, cpuRatio: one > 0 ? three / one : 0, restedCPU: rested, switches: switches,
                       downMilliseconds: down, upMilliseconds: up, downP50Milliseconds: p50(down), upP50Milliseconds: p50(up),
                       cappedDeliveredPercent: capped, clearDeliveredPercent: clear,
                       playoutDelayMilliseconds: Int(playoutDelay / .milliseconds(1)))
     }
 
-    /// The process's CPU (fraction of one core) while one publisher sends, after 2 s of settling.
-    private func publisherCPU(simulcast: Bool) async throws -> Double {
-        let platform = try await LocalPlatform.start()
+    /// The process's CPU (fraction of one core) while one publisher sends, after 3 s of settling;
+    /// `rest`: the platform's unwatched-layer rest (nil: every layer encoded).
+    private func publisherCPU(simulcast: Bool, rest: TimeInterval?) async throws -> Double {
+        let platform = try await LocalPlatform.start { $0.unwatchedLayerRest = rest }
         let sdk = PCast(PCastOptions(uri: platform.signalingURL))
         try await sdk.start(authToken: try platform.token(.auth))
         let media = try await sdk.getUserMedia(.synthetic(width: 1280, height: 720, audio: false))
         let publisher = try await sdk.publish(streamToken: try platform.token(.publish, capabilities: simulcast ? ["multi-bitrate"] : []), mediaStream: media)
-        try await Task.sleep(for: .seconds(2))
+        try await Task.sleep(for: .seconds(3))
+        if simulcast, rest != nil, publisher.encodedLayers != ["m"] { throw BenchFailure("unwatched layers did not rest: \(publisher.encodedLayers)") }
         let before = CaptureEncodeBenchmark.processCPUSeconds(), start = ContinuousClock.now
         try await Task.sleep(for: .seconds(seconds))
         let cpu = CaptureEncodeBenchmark.processCPUSeconds() - before
@@ -159,6 +166,7 @@ struct SimulcastBenchmark {
             "|---|---:|",
             String(format: "| publisher process CPU, one encoding | %.1f %% of a core |", result.oneLayerCPU * 100),
             String(format: "| publisher process CPU, three layers | %.1f %% of a core (%.2f×) |", result.threeLayerCPU * 100, result.cpuRatio),
+            String(format: "| publisher process CPU, three layers announced, nobody watching (the middle one encoded) | %.1f %% of a core |", result.restedCPU * 100),
             String(format: "| leg capped at 500 kbit/s → first 640×360 frame presented: p50 (each: %@) | %.0f ms |", list(result.downMilliseconds), result.downP50Milliseconds),
             String(format: "| cap lifted → first 1280×720 frame presented: p50 (each: %@) | %.0f ms |", list(result.upMilliseconds), result.upP50Milliseconds),
             String(format: "| frames presented over %d caps and lifts of %.0f s: capped viewer (%d ms playout delay) / clear viewer | %.1f %% / %.1f %% |",

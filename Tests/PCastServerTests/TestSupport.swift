@@ -86,6 +86,8 @@ final class RecordingRelay: RelayControl {
 
     func pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?) {}
 
+    func watchedLayers(streamId: String) -> Set<String>? { nil }
+
     /// Queues an audio-only fallback event for the platform's next tick.
     func pushVideoEvent(_ event: SubscriberVideoEvent) { state.withLock { $0.videoEvents.append(event) } }
 

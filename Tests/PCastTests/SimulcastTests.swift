@@ -119,3 +119,37 @@ extension OneAtATime.NetworkQualityTests {
         await platform.shutdown()
     }
 }
+
+extension OneAtATime.NetworkQualityTests {
+    @Test("simulcast layers nobody watches stop being encoded: with one viewer on the best layer the smallest rests; a viewer of the smallest wakes it and decodes it; once that viewer leaves it rests again")
+    func unwatchedLayersRest() async throws {
+        let platform = try await LocalPlatform.start { $0.unwatchedLayerRest = 2 }
+        let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+        try await sdk.start(authToken: try platform.token(.auth))
+        let media = try await stampedHDMedia()
+        let publisher = try await sdk.publish(streamToken: try platform.token(.publish, capabilities: ["multi-bitrate"]), mediaStream: media)
+        #expect(publisher.encodedLayers == ["h", "m", "l"])
+        let token = try platform.token(.stream, originStreamId: publisher.streamId)
+        let best = try await sdk.subscribe(streamToken: token, layer: .best)
+        let bestFrames = try StampTap(decoderOf: best, paintedWidth: 1280)
+        #expect(await eventually(.seconds(8)) { publisher.encodedLayers == ["h", "m"] }, "\(publisher.encodedLayers)")
+        let keyframesBefore = platform.relay.statistics().keyframeRequests
+
+        let thumbnail = try await sdk.subscribe(streamToken: token, layer: .lowest)
+        let thumbnailFrames = try StampTap(decoderOf: thumbnail, paintedWidth: 1280)
+        let asked = ContinuousClock.now
+        #expect(await eventually(.seconds(5)) { thumbnailFrames.all.count >= 30 }, "the rested layer woke: \(thumbnailFrames.all.count) frames")
+        print("simulcast: a rested layer's first viewer decoded 30 frames \(ContinuousClock.now - asked) after subscribing; relay asked \(platform.relay.statistics().keyframeRequests - keyframesBefore) keyframes")
+        #expect(publisher.encodedLayers == ["h", "m", "l"])
+        #expect(thumbnailFrames.widths.all == [320])
+        await thumbnail.stop()
+        #expect(await eventually(.seconds(8)) { publisher.encodedLayers == ["h", "m"] }, "\(publisher.encodedLayers)")
+        #expect(bestFrames.widths.all.last == 1280 && bestFrames.unreadable.count == 0)
+
+        await best.stop()
+        await publisher.stop()
+        await sdk.stop()
+        await media.stop()
+        await platform.shutdown()
+    }
+}

@@ -476,6 +476,12 @@ public final class PCast: Sendable {
             logger.info("viewers' bandwidth limit", metadata: ["stream": "\(limit.streamId)", "bps": "\(limit.bitsPerSecond.map(String.init) ?? "none")"])
             return
         }
+        if case .layerActivity(let activity) = event {
+            let publisher = state.withLock { $0.publishers[activity.streamId] }
+            (publisher?.rtp as? RTPPublisher)?.setActiveLayers(Set(activity.active))
+            logger.info("simulcast layers encoded", metadata: ["stream": "\(activity.streamId)", "layers": "\(activity.active)"])
+            return
+        }
         if case .publisherQuality(let quality) = event {
             let streams = state.withLock { $0.subscriptions.values.filter { $0.streamId == quality.streamId }.map(\.stream) }
             let reason: DataQualityReason = switch quality.reason {

@@ -127,6 +127,10 @@ public final class Publisher: Sendable {
     /// The tracks announced to the platform.
     public var tracks: [MediaTrackDescription] { rtp.tracks }
 
+    /// The simulcast layers being encoded now (RIDs): the platform rests those nobody watches.
+    /// Empty without simulcast.
+    public var encodedLayers: Set<String> { (rtp as? RTPPublisher)?.activeLayers ?? [] }
+
     public var hasEnded: Bool { ending.withLock { $0.ended != nil } }
 
     /// Called once when the stream ends: stopped here, ended by the platform (censored,

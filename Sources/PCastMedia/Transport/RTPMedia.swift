@@ -115,6 +115,8 @@ package final class RTPPublisher: RTPSource, Sendable {
     private let videoBitrate: Int
     let counters: SentCounters
     private let videoSSRC: UInt32?
+    /// A simulcast's layers: the valve in front of each one's encoder, by RID.
+    private let layerValves: [String: Element]
     /// The user's limit and the loss-based estimate: the encoder gets the lowest of them and the
     /// configured bitrate.
     private let rate: Mutex<RateInputs>
@@ -150,8 +152,9 @@ package final class RTPPublisher: RTPSource, Sendable {
     private let feedback: RTCPFeedbackRecorder
 
     private init(tracks: [MediaTrackDescription], consumers: [MediaConsumer], rtcpInputs: [AppSource], videoEncoder: Element?,
-                 videoBitrate: Int, counters: SentCounters, feedback: RTCPFeedbackRecorder) {
+                 layerValves: [String: Element], videoBitrate: Int, counters: SentCounters, feedback: RTCPFeedbackRecorder) {
         self.tracks = tracks
+        self.layerValves = layerValves
         self.feedback = feedback
         self.consumers = consumers
         self.rtcpInputs = rtcpInputs
@@ -194,6 +197,17 @@ package final class RTPPublisher: RTPSource, Sendable {
             rate.limit = bitsPerSecond
             applyRate(rate)
         }
+    }
+
+    /// Encodes only the simulcast layers named (RIDs): the others' frames stop before their
+    /// encoders. A layer started again begins with the keyframe its first viewer's relay asks for.
+    package func setActiveLayers(_ active: Set<String>) {
+        for (rid, valve) in layerValves { try? valve.set("drop", !active.contains(rid)) }
+    }
+
+    /// The simulcast layers being encoded now (RIDs); empty without simulcast.
+    package var activeLayers: Set<String> {
+        Set(layerValves.filter { (try? $0.value.property("drop", as: Bool.self)) == false }.map(\.key))
     }
 
     /// Caps the video bitrate at what the stream's viewers ask for (nil: no viewer asks), on top
@@ -256,6 +270,7 @@ package final class RTPPublisher: RTPSource, Sendable {
         var consumers: [MediaConsumer] = []
         var inputs: [AppSource] = []
         var videoEncoder: Element?
+        var layerValves: [String: Element] = [:]
         let counters = SentCounters()
         let feedback = RTCPFeedbackRecorder()
         do {
@@ -309,6 +324,7 @@ package final class RTPPublisher: RTPSource, Sendable {
                     let encoder = try pipeline.element(named: "\(prefix)-encoder")
                     // The estimate and limits steer the best encoding; the others keep their bitrates.
                     if videoEncoder == nil { videoEncoder = encoder }
+                    if let layer { layerValves[layer.rid] = try pipeline.element(named: "\(prefix)-valve") }
                     encoder.pads.first { $0.isSource }?.addBufferProbe { buffer in
                         if buffer.isKeyframe { counters.keyframesEncoded.add(1, ordering: .relaxed) }
                         return .pass
@@ -333,7 +349,7 @@ package final class RTPPublisher: RTPSource, Sendable {
             throw .gstreamer(.flow("\(error)"))
         }
         return RTPPublisher(tracks: tracks, consumers: consumers, rtcpInputs: inputs, videoEncoder: videoEncoder,
-                            videoBitrate: settings.videoBitrate, counters: counters, feedback: feedback)
+                            layerValves: layerValves, videoBitrate: settings.videoBitrate, counters: counters, feedback: feedback)
     }
 
     /// RTCP from the network (the relay's PLI, FIR, receiver reports: their loss drives the

@@ -364,6 +364,18 @@ public enum ServerMessage: Sendable, Hashable {
     /// To a viewer: the relay stopped sending it the stream's video (its leg cannot carry it; the
     /// audio still flows), or sends it again.
     case subscriberVideo(SubscriberVideoEvent)
+    /// To a simulcast publisher: the layers to encode (the others nobody watches: they rest).
+    case layerActivity(LayerActivity)
+
+    public struct LayerActivity: Codable, Sendable, Hashable {
+        public var streamId: String
+        /// The RIDs of the layers to encode.
+        public var active: [String]
+        public init(streamId: String, active: [String]) {
+            self.streamId = streamId
+            self.active = active
+        }
+    }
 
     public struct BandwidthLimit: Codable, Sendable, Hashable {
         public var streamId: String
@@ -394,6 +406,7 @@ public enum ServerMessage: Sendable, Hashable {
         case .bandwidthLimit: return "bandwidth-limit"
         case .publisherQuality: return "publisher-quality"
         case .subscriberVideo: return "subscriber-video"
+        case .layerActivity: return "layer-activity"
         }
     }
 }
@@ -561,6 +574,7 @@ public enum SignalingCodec {
         case .bandwidthLimit(let p): return try wire(envelope, p)
         case .publisherQuality(let p): return try wire(envelope, p)
         case .subscriberVideo(let p): return try wire(envelope, p)
+        case .layerActivity(let p): return try wire(envelope, p)
         }
     }
 
@@ -628,6 +642,7 @@ public enum SignalingCodec {
         case "bandwidth-limit": message = .bandwidthLimit(try payload(data, type, id))
         case "publisher-quality": message = .publisherQuality(try payload(data, type, id))
         case "subscriber-video": message = .subscriberVideo(try payload(data, type, id))
+        case "layer-activity": message = .layerActivity(try payload(data, type, id))
         default: throw SignalingError(kind: .unknownType(type), requestId: id)
         }
         return Envelope(id: id, message)

@@ -195,6 +195,10 @@ public struct StreamRegistry: Sendable {
     public var subscriberCount: Int { streams.values.reduce(0) { $0 + $1.subscribers.count } }
     public var streamIds: [String] { streams.values.sorted { $0.sequence < $1.sequence }.map(\.streamId) }
     /// Streams whose publishing session is detached, oldest first.
+    /// The simulcast streams published on this node.
+    public var localSimulcastStreams: [StreamRecord] {
+        streams.values.filter { $0.originNodeId == nil && $0.tracks.contains { $0.layer != nil } }
+    }
     public var detachedStreamIds: [String] {
         streams.values.filter { sessions[$0.publisherSessionId]?.attached == false }.sorted { $0.sequence < $1.sequence }.map(\.streamId)
     }
