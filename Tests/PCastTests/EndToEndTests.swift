@@ -17,12 +17,12 @@ final class Values<Value: Sendable>: Sendable {
     var all: [Value] { values.withLock { $0 } }
 }
 
-/// A user-media stream whose frames carry a counter (``FrameStamp``), 640×360 test pattern.
-func stampedMedia(audio: Bool = false) async throws -> UserMediaStream {
+/// A user-media stream whose frames carry a counter (``FrameStamp``): a 30 fps test pattern, 640×360 unless told.
+func stampedMedia(audio: Bool = false, width: Int = 640, height: Int = 360) async throws -> UserMediaStream {
     var options = UserMediaOptions()
     options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
-    options.video.width = .exact(640)
-    options.video.height = .exact(360)
+    options.video.width = .exact(width)
+    options.video.height = .exact(height)
     options.video.frameRate = .exact(30)
     options.audio.enabled = audio
     if audio { options.audio.deviceId = .exact(SourceDevices.syntheticAudioId) }

@@ -11,20 +11,7 @@ import Synchronization
 
 /// A stamped 1280×720 test pattern (the simulcast's best layer is its full size).
 func stampedHDMedia() async throws -> UserMediaStream {
-    var options = UserMediaOptions()
-    options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
-    options.video.width = .exact(1280)
-    options.video.height = .exact(720)
-    options.video.frameRate = .exact(30)
-    options.audio.enabled = false
-    let media = try await UserMedia.getUserMedia(options)
-    let counter = Atomic<UInt32>(0)
-    try media.setFrameReadyCallback(media.mediaStream.getVideoTracks()[0]) { notification in
-        guard case .video(var frame)? = try? notification.read() else { return }
-        FrameStamp.paint(counter.add(1, ordering: .relaxed).newValue, into: &frame)
-        try? notification.write(.video(frame))
-    }
-    return media
+    try await stampedMedia(width: 1280, height: 720)
 }
 
 /// The share of the frames sent between the first and last of `received` that were received.
