@@ -280,13 +280,17 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
 }
 
 /// The layers a simulcast viewer is sent (`current`, nil before its first keyframe) and is moving
-/// to (`target`, equal when settled), by RID.
+/// to (`target`, equal when settled), by RID, and whether its link holds it down.
 public struct SubscriberLayer: Sendable, Equatable {
     public var current: String?
     public var target: String
+    /// Whether the viewer's link holds it below the best layer (not its own choice or limit): its
+    /// data quality reads `downloadLimited`.
+    public var reduced: Bool
 
-    public init(current: String?, target: String) {
+    public init(current: String?, target: String, reduced: Bool = false) {
         self.current = current
         self.target = target
+        self.reduced = reduced
     }
 }

@@ -859,7 +859,8 @@ extension RelayRouter {
               let slot = stream.subscriberSlots[rtcpSSRC], let simulcast = stream.subscribers[slot].simulcast
         else { return nil }
         func rid(_ layer: Int) -> String { stream.tracks[stream.layers[layer]].description.layer?.rid ?? "" }
-        return SubscriberLayer(current: simulcast.switcher.current.map(rid), target: rid(simulcast.switcher.target))
+        return SubscriberLayer(current: simulcast.switcher.current.map(rid), target: rid(simulcast.switcher.target),
+                               reduced: simulcast.switcher.current.map { simulcast.selector.isHeldDown($0) } ?? false)
     }
 
     /// The layers some viewer is sent or awaits (RIDs), for each simulcast stream: the encodings

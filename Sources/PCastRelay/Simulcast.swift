@@ -131,6 +131,14 @@ struct LayerSelector: Sendable, Equatable {
 
     mutating func setLimit(_ bitsPerSecond: Int?) { limit = bitsPerSecond }
 
+    /// Whether sending `layer` is the link's doing: a better layer exists, the viewer did not pin
+    /// this one, and its own limit would allow a better one.
+    func isHeldDown(_ layer: Int) -> Bool {
+        guard layer > 0, pinned == nil else { return false }
+        let allowed = limit.map { limit in bitrates.firstIndex { $0 <= limit } ?? bitrates.count - 1 } ?? 0
+        return layer > allowed
+    }
+
     /// Keeps the viewer on `layer` whatever its link (nil: adaptive again).
     mutating func pin(_ layer: Int?) {
         pinned = layer.map { min(max(0, $0), bitrates.count - 1) }

@@ -38,6 +38,11 @@ actor Platform {
     var webRTCSessions = WebRTCSessions()
     /// The layers each local simulcast's publisher is told to encode.
     private var layerActivity = LayerActivity()
+    /// Simulcast viewers last told their link holds them down, and those held down at the last
+    /// tick (told at the second in a row: a viewer starting on the middle layer is held down for
+    /// the second it takes to move up), by subscriber id.
+    private var reducedViewers: Set<String> = []
+    private var heldDownLastTick: Set<String> = []
     private(set) var rooms: RoomRegistry
     private let persistence: RoomPersistence
     /// Sessions that can be resumed: SHA-256 of their resume key, and whether a connection holds them.
@@ -211,6 +216,21 @@ actor Platform {
             deliver(.event(.layerActivity(.init(streamId: record.streamId, active: active.sorted()))), to: connection)
         }
         layerActivity.keep(only: Set(simulcasts.map(\.streamId)))
+        // Each simulcast viewer here hears when its link holds it below the best layer.
+        var heldDown: Set<String> = [], told: Set<String> = []
+        for record in registry.simulcastStreams {
+            for (subscriberId, sessionId) in record.subscribers {
+                guard let layer = relay.subscriberLayer(streamId: record.streamId, subscriberId: subscriberId), let current = layer.current else { continue }
+                if layer.reduced { heldDown.insert(subscriberId) }
+                let reduced = layer.reduced && heldDownLastTick.contains(subscriberId)
+                if reduced || (layer.reduced && reducedViewers.contains(subscriberId)) { told.insert(subscriberId) }
+                guard reduced != reducedViewers.contains(subscriberId), reduced || !layer.reduced,
+                      let connection = connection(of: sessionId), !connection.machine.isClosed else { continue }
+                deliver(.event(.subscriberLayer(.init(streamId: record.streamId, subscriberId: subscriberId, layer: current, reduced: reduced))), to: connection)
+            }
+        }
+        heldDownLastTick = heldDown
+        reducedViewers = told
     }
 
     /// A new session id; in a cluster it ends with `@<node id>`, so that the shared store tells

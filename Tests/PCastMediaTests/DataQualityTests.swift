@@ -34,6 +34,13 @@ struct DataQualityTests {
         #expect(DataQualityEvaluator.assess(sample(video: 0), videoSuspended: false) == (.audioOnly, .none))
     }
 
+    @Test("a simulcast viewer its link holds below the best layer: all/downloadLimited, before the publisher's reason")
+    func layerReduced() {
+        #expect(DataQualityEvaluator.assess(sample(), layerReduced: true) == (.all, .downloadLimited))
+        #expect(DataQualityEvaluator.assess(sample(), publisher: .uploadLimited, layerReduced: true) == (.all, .downloadLimited))
+        #expect(DataQualityEvaluator.assess(sample(), layerReduced: false) == (.all, .none))
+    }
+
     @Test("the first second is reported at once; a change needs two seconds in a row; one bad second does not flap")
     func hysteresis() {
         var evaluator = DataQualityEvaluator()

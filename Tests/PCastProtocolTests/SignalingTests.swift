@@ -20,6 +20,13 @@ struct SignalingTests {
         .request(id: 9, .limitBandwidth(.init(streamId: "st-1", subscriberId: "subscriber-2", bitsPerSecond: 300_000))),
         .request(id: 10, .limitBandwidth(.init(streamId: "st-1", bitsPerSecond: nil))),
         .request(id: 11, .publisherQuality(.init(streamId: "st-1", reason: .uploadLimited))),
+        .request(id: 12, .subscribe(.init(streamToken: "DIGEST:y", layer: "best"))),
+        .request(id: 13, .publish(.init(streamToken: "DIGEST:x", tracks: [
+            MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: 7,
+                                  layer: SimulcastLayer(rid: "h", width: 1280, height: 720, bitrate: 2_500_000)),
+            MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: 8,
+                                  layer: SimulcastLayer(rid: "m", width: 640, height: 360, bitrate: 300_000)),
+        ]))),
         .event(.bye),
     ]
 
@@ -32,6 +39,8 @@ struct SignalingTests {
         .event(.bandwidthLimit(.init(streamId: "st-1", bitsPerSecond: nil))),
         .event(.publisherQuality(.init(streamId: "st-1", reason: .networkLimited))),
         .event(.subscriberVideo(.init(streamId: "st-1", subscriberId: "subscriber-2", suspended: true))),
+        .event(.layerActivity(.init(streamId: "st-1", active: ["h", "m"]))),
+        .event(.subscriberLayer(.init(streamId: "st-1", subscriberId: "subscriber-2", layer: "m", reduced: true))),
         .request(id: 7, .ok),
         .event(.streamEnded(.init(streamId: "st-1", reason: .censored, description: "by operator"))),
         .request(id: 9, .failure(.init(status: .unauthorized, message: "token expired"))),

@@ -66,7 +66,7 @@ struct SimulcastRouterTests {
         #expect(try Self.frame(&router, stream, slot: 0, frame: 1) == [.dropped, .dropped, .dropped], "no keyframe yet")
         #expect(try Self.frame(&router, stream, slot: 0, frame: 2, keyframe: true) == [.dropped, .rewritten(ssrc: Self.high, sequence: 5002), .dropped])
         #expect(try Self.frame(&router, stream, slot: 0, frame: 3) == [.dropped, .rewritten(ssrc: Self.high, sequence: 5003), .dropped])
-        #expect(router.subscriberLayer(streamId: "s", subscriberId: "v") == SubscriberLayer(current: "m", target: "m"))
+        #expect(router.subscriberLayer(streamId: "s", subscriberId: "v") == SubscriberLayer(current: "m", target: "m", reduced: true), "held below the best layer, which nothing of its own asks")
         #expect(router.rtcpForwarding(stream: stream, slot: 0, senderSSRC: Self.middle) == .rewritten(Self.high), "the layer's sender report, under the viewer's SSRC")
         #expect(router.rtcpForwarding(stream: stream, slot: 0, senderSSRC: Self.high) == .dropped)
         #expect(router.rtcpForwarding(stream: stream, slot: 0, senderSSRC: Self.audio) == .unchanged)
@@ -92,12 +92,13 @@ struct SimulcastRouterTests {
         #expect(router.subscriberLayer(streamId: "s", subscriberId: "v")?.target == "m")
         let moved = router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [remb], now: 1_200 * Self.ms)
         #expect(moved.count == 1, "a keyframe of the best layer is asked for")
-        #expect(router.subscriberLayer(streamId: "s", subscriberId: "v") == SubscriberLayer(current: "m", target: "h"))
+        #expect(router.subscriberLayer(streamId: "s", subscriberId: "v") == SubscriberLayer(current: "m", target: "h", reduced: true))
         // Still the middle layer until the best one's keyframe.
         #expect(try Self.frame(&router, stream, slot: 0, frame: 4) == [.dropped, .rewritten(ssrc: Self.high, sequence: 5004), .dropped])
         #expect(try Self.frame(&router, stream, slot: 0, frame: 5, keyframe: true) == [.rewritten(ssrc: Self.high, sequence: 5005), .dropped, .dropped])
         #expect(try Self.frame(&router, stream, slot: 0, frame: 6) == [.rewritten(ssrc: Self.high, sequence: 5006), .dropped, .dropped])
         #expect(router.counters.layerSwitches == 1)
+        #expect(router.subscriberLayer(streamId: "s", subscriberId: "v") == SubscriberLayer(current: "h", target: "h", reduced: false))
 
         let nack = RTCPPacket.genericNACK(RTCPGenericNACK(senderSSRC: 500, mediaSSRC: Self.high, lostSequenceNumbers: [5004, 5005]))
         let answers = router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [nack], now: 1_300 * Self.ms)
@@ -224,6 +225,17 @@ struct SimulcastRouterTests {
         #expect(selector.report(block(300, lost: 80), publisherLegLoss: 0, current: 1, now: 3 * Self.s) == 2, "the middle layer's own losses")
         #expect(selector.report(block(400, lost: 120), publisherLegLoss: 0, current: 2, now: 4 * Self.s) == nil, "just moved down")
         #expect(selector.report(block(500, lost: 160), publisherLegLoss: 0, current: 2, now: 6 * Self.s) == 2, "already the lowest")
+    }
+
+    @Test("held down: a layer below the best that the viewer neither pinned nor limited itself to")
+    func heldDown() {
+        var selector = LayerSelector(bitrates: [2_500_000, 300_000, 150_000])
+        #expect(!selector.isHeldDown(0) && selector.isHeldDown(1) && selector.isHeldDown(2))
+        selector.setLimit(400_000)
+        #expect(!selector.isHeldDown(1) && selector.isHeldDown(2), "its own limit allows the middle layer")
+        selector.setLimit(nil)
+        selector.pin(2)
+        #expect(!selector.isHeldDown(2), "its own choice")
     }
 
     @Test("an estimate below the current layer moves the viewer down at once; one that fits the middle layer but not the best one keeps it there")

@@ -51,6 +51,7 @@ extension OneAtATime.NetworkQualityTests {
         let cappedStream = try await cappedSDK.subscribe(streamToken: token)
         #expect(cappedStream.getVideoTracks().count == 1, "the layers reach a viewer as one video track")
         let cappedFrames = try StampTap(decoderOf: cappedStream, paintedWidth: 1280)
+        let (qualityRenderer, quality) = await watchDataQuality(cappedStream)
         let clearSDK = PCast(PCastOptions(uri: platform.signalingURL))
         try await clearSDK.start(authToken: try platform.token(.auth))
         let clearStream = try await clearSDK.subscribe(streamToken: token)
@@ -63,6 +64,7 @@ extension OneAtATime.NetworkQualityTests {
         #expect(await eventually(.seconds(10)) { clearFrames.widths.all.last == 1280 }, "clear viewer: \(clearFrames.widths.all)")
         try await Task.sleep(for: .seconds(4))
         #expect(cappedFrames.widths.all.last == 640, "capped viewer: \(cappedFrames.widths.all)")
+        #expect(await eventually(.seconds(5)) { quality.all.last == "all/downloadLimited" }, "the capped viewer's data quality: \(quality.all)")
         let cappedStart = cappedFrames.all.count, clearStart = clearFrames.all.count
         try await Task.sleep(for: .seconds(10))
         let cappedWindow = Array(cappedFrames.all.dropFirst(cappedStart)), clearWindow = Array(clearFrames.all.dropFirst(clearStart))
@@ -79,6 +81,7 @@ extension OneAtATime.NetworkQualityTests {
         let lifted = ContinuousClock.now
         #expect(await eventually(.seconds(10)) { cappedFrames.widths.all.last == 1280 }, "after the cap: \(cappedFrames.widths.all)")
         print("simulcast: back on 1280×720 \(ContinuousClock.now - lifted) after the cap was lifted; relay \(platform.relay.statistics())")
+        #expect(await eventually(.seconds(5)) { quality.all.last == "all/none" }, "the capped viewer's data quality: \(quality.all)")
         try await Task.sleep(for: .seconds(1))
 
         // Every frame of both viewers read whole and in order through every switch. Moving up, the
@@ -94,6 +97,7 @@ extension OneAtATime.NetworkQualityTests {
         #expect(platform.relay.statistics().layerSwitches >= 2)
         #expect(publisher.tracks.count == 3)
 
+        await qualityRenderer.stop()
         await thumbnail.stop()
         await cappedStream.stop()
         await clearStream.stop()

@@ -492,6 +492,13 @@ public final class PCast: Sendable {
             for stream in streams { stream.setPublisherQuality(reason) }
             return
         }
+        if case .subscriberLayer(let layer) = event {
+            let stream = state.withLock { $0.subscriptions.values.first { $0.subscriberId == layer.subscriberId }?.stream }
+            stream?.setLayerReduced(layer.reduced)
+            logger.info(layer.reduced ? "the relay sends this viewer a smaller layer: its link cannot carry more" : "the relay sends this viewer the layer it asked for",
+                        metadata: ["stream": "\(layer.streamId)", "layer": "\(layer.layer)"])
+            return
+        }
         if case .subscriberVideo(let video) = event {
             let stream = state.withLock { $0.subscriptions.values.first { $0.subscriberId == video.subscriberId }?.stream }
             stream?.setVideoSuspended(video.suspended)

@@ -188,7 +188,8 @@ public final class Renderer: Sendable {
                                                packetsMissingOnArrival: now.missing - previous.missing)
                 previous = now
                 if let (status, reason) = evaluator.evaluate(sample, publisher: self.stream.publisherQuality,
-                                                             videoSuspended: self.stream.isVideoSuspended) {
+                                                             videoSuspended: self.stream.isVideoSuspended,
+                                                             layerReduced: self.stream.isLayerReduced) {
                     self.state.withLock { $0.dataQualityChanged }?(status, reason)
                     self.qualityEvents.yield(DataQuality(status: status, reason: reason))
                 }

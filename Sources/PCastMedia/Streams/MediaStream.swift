@@ -188,6 +188,13 @@ public final class MediaStream: Sendable, Identifiable {
     private let videoSuspended = Mutex(false)
     package func setVideoSuspended(_ suspended: Bool) { videoSuspended.withLock { $0 = suspended } }
 
+    /// True while the relay sends this simulcast viewer a smaller layer than the best because its
+    /// link cannot carry more (not its own choice or limit). Data quality then reads
+    /// `downloadLimited`.
+    public var isLayerReduced: Bool { layerReduced.withLock { $0 } }
+    private let layerReduced = Mutex(false)
+    package func setLayerReduced(_ reduced: Bool) { layerReduced.withLock { $0 = reduced } }
+
     /// The stream's tracks, video first.
     public var tracks: [MediaStreamTrack] { trackList }
     public var videoTracks: [MediaStreamTrack] { trackList.filter { $0.kind == .video } }

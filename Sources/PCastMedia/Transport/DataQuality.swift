@@ -55,8 +55,10 @@ public struct DataQualityEvaluator: Sendable {
     public init() {}
 
     /// `publisher`: the publisher's own reason (`uploadLimited`, `networkLimited` or `none`).
-    /// `videoSuspended`: the relay holds this viewer's video back.
-    public static func assess(_ sample: DataQualitySample, publisher: DataQualityReason = .none, videoSuspended: Bool = false)
+    /// `videoSuspended`: the relay holds this viewer's video back. `layerReduced`: the relay sends
+    /// this simulcast viewer a smaller layer because its link cannot carry more.
+    public static func assess(_ sample: DataQualitySample, publisher: DataQualityReason = .none, videoSuspended: Bool = false,
+                              layerReduced: Bool = false)
         -> (status: DataQualityStatus, reason: DataQualityReason) {
         let status: DataQualityStatus
         if videoSuspended {
@@ -70,7 +72,7 @@ public struct DataQualityEvaluator: Sendable {
             status = .noData
         }
         let loss = sample.packetsExpected > 0 ? Double(sample.packetsMissingOnArrival) / Double(sample.packetsExpected) : 0
-        if loss >= lossThreshold { return (status, .downloadLimited) }
+        if loss >= lossThreshold || layerReduced { return (status, .downloadLimited) }
         switch publisher {
         case .uploadLimited, .publisherLimited: return (status, .publisherLimited)
         case .networkLimited: return (status, .networkLimited)
@@ -79,9 +81,10 @@ public struct DataQualityEvaluator: Sendable {
     }
 
     /// The new status and reason when they change; nil otherwise.
-    public mutating func evaluate(_ sample: DataQualitySample, publisher: DataQualityReason = .none, videoSuspended: Bool = false)
+    public mutating func evaluate(_ sample: DataQualitySample, publisher: DataQualityReason = .none, videoSuspended: Bool = false,
+                                  layerReduced: Bool = false)
         -> (status: DataQualityStatus, reason: DataQualityReason)? {
-        evaluate(assessed: Self.assess(sample, publisher: publisher, videoSuspended: videoSuspended))
+        evaluate(assessed: Self.assess(sample, publisher: publisher, videoSuspended: videoSuspended, layerReduced: layerReduced))
     }
 
     /// A publisher's data quality over an interval: `all` while video packets leave, `audioOnly`

@@ -366,6 +366,22 @@ public enum ServerMessage: Sendable, Hashable {
     case subscriberVideo(SubscriberVideoEvent)
     /// To a simulcast publisher: the layers to encode (the others nobody watches: they rest).
     case layerActivity(LayerActivity)
+    /// To a simulcast viewer: its link holds it below the best layer, or no longer does.
+    case subscriberLayer(SubscriberLayerEvent)
+
+    public struct SubscriberLayerEvent: Codable, Sendable, Hashable {
+        public var streamId: String
+        public var subscriberId: String
+        /// The RID of the layer it is sent.
+        public var layer: String
+        public var reduced: Bool
+        public init(streamId: String, subscriberId: String, layer: String, reduced: Bool) {
+            self.streamId = streamId
+            self.subscriberId = subscriberId
+            self.layer = layer
+            self.reduced = reduced
+        }
+    }
 
     public struct LayerActivity: Codable, Sendable, Hashable {
         public var streamId: String
@@ -407,6 +423,7 @@ public enum ServerMessage: Sendable, Hashable {
         case .publisherQuality: return "publisher-quality"
         case .subscriberVideo: return "subscriber-video"
         case .layerActivity: return "layer-activity"
+        case .subscriberLayer: return "subscriber-layer"
         }
     }
 }
@@ -575,6 +592,7 @@ public enum SignalingCodec {
         case .publisherQuality(let p): return try wire(envelope, p)
         case .subscriberVideo(let p): return try wire(envelope, p)
         case .layerActivity(let p): return try wire(envelope, p)
+        case .subscriberLayer(let p): return try wire(envelope, p)
         }
     }
 
@@ -643,6 +661,7 @@ public enum SignalingCodec {
         case "publisher-quality": message = .publisherQuality(try payload(data, type, id))
         case "subscriber-video": message = .subscriberVideo(try payload(data, type, id))
         case "layer-activity": message = .layerActivity(try payload(data, type, id))
+        case "subscriber-layer": message = .subscriberLayer(try payload(data, type, id))
         default: throw SignalingError(kind: .unknownType(type), requestId: id)
         }
         return Envelope(id: id, message)

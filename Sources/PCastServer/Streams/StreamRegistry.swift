@@ -197,7 +197,11 @@ public struct StreamRegistry: Sendable {
     /// Streams whose publishing session is detached, oldest first.
     /// The simulcast streams published on this node.
     public var localSimulcastStreams: [StreamRecord] {
-        streams.values.filter { $0.originNodeId == nil && $0.tracks.contains { $0.layer != nil } }
+        simulcastStreams.filter { $0.originNodeId == nil }
+    }
+    /// The simulcast streams this node serves (published here or pulled from another node).
+    public var simulcastStreams: [StreamRecord] {
+        streams.values.filter { $0.tracks.contains { $0.layer != nil } }
     }
     public var detachedStreamIds: [String] {
         streams.values.filter { sessions[$0.publisherSessionId]?.attached == false }.sorted { $0.sequence < $1.sequence }.map(\.streamId)
