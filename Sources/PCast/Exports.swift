@@ -72,6 +72,7 @@
 @_exported import enum PCastProtocol.StreamEndedReason
 @_exported import enum PCastProtocol.PublishType
 @_exported import struct PCastProtocol.MediaTrackDescription
+@_exported import struct PCastProtocol.SimulcastLayer
 @_exported import enum PCastProtocol.RoomType
 @_exported import enum PCastProtocol.MemberRole
 @_exported import enum PCastProtocol.MemberState
