@@ -38,16 +38,7 @@ extension SendBatch {
             let slot = nextSlot(descriptor: fd)
             slot.copyMemory(from: plain)
             crypto.mapPayloadType(slot)
-            if let rewrite {
-                slot[2] = UInt8(rewrite.sequence >> 8)
-                slot[3] = UInt8(rewrite.sequence & 0xFF)
-                if let ssrc = rewrite.ssrc {
-                    slot[8] = UInt8(ssrc >> 24)
-                    slot[9] = UInt8(ssrc >> 16 & 0xFF)
-                    slot[10] = UInt8(ssrc >> 8 & 0xFF)
-                    slot[11] = UInt8(ssrc & 0xFF)
-                }
-            }
+            if let rewrite { RTPRewrite.setSequence(rewrite.sequence, ssrc: rewrite.ssrc, in: slot) }
             do {
                 let length = try crypto.outbound.protect(slot, length: plain.count)
                 commit(length: length, to: address)

@@ -23,7 +23,7 @@ struct RouterSettings: Sendable, Equatable {
 }
 
 /// A simulcast viewer's layer: which it is sent (and how), and which it should get.
-struct SimulcastViewer: Sendable, Equatable {
+struct SimulcastViewer: Sendable {
     var switcher: LayerSwitcher
     var selector: LayerSelector
 
@@ -557,10 +557,7 @@ struct RelayRouter<Context> {
                             counters.nacksThrottled += 1
                             continue
                         }
-                        if original != sequence {
-                            bytes[2] = UInt8(sequence >> 8)
-                            bytes[3] = UInt8(sequence & 0xFF)
-                        }
+                        if original != sequence { Self.rewrite(&bytes, ssrc: nil, sequence: sequence) }
                         actions.append(.retransmit(context, address, rtp: bytes))
                         counters.nacksServed += 1
                     } else if let original, streams[handle]!.upstream != nil {
@@ -805,19 +802,24 @@ extension RelayRouter {
     /// follows at once. Returns the keyframe request a move needs; nil for unknown or
     /// non-simulcast subscribers.
     mutating func setSubscriberLimit(streamId: String, subscriberId: String, bitsPerSecond: Int?, now: UInt64) -> RelayAction<Context>? {
+        guard let (handle, slot) = simulcastSlot(streamId: streamId, subscriberId: subscriberId) else { return nil }
+        streams[handle]!.subscribers[slot].simulcast!.selector.setLimit(bitsPerSecond)
+        layersChanged = true   // whether its link holds it down depends on its limit
+        return chooseLayer(stream: handle, slot: slot, now: now)
+    }
+
+    /// The stream handle and slot of a simulcast viewer; nil for unknown and other subscribers.
+    private func simulcastSlot(streamId: String, subscriberId: String) -> (handle: Int, slot: Int)? {
         guard let handle = handles[streamId], let rtcpSSRC = streams[handle]!.subscriberIDs[subscriberId],
               let slot = streams[handle]!.subscriberSlots[rtcpSSRC], streams[handle]!.subscribers[slot].simulcast != nil
         else { return nil }
-        streams[handle]!.subscribers[slot].simulcast!.selector.setLimit(bitsPerSecond)
-        return chooseLayer(stream: handle, slot: slot, now: now)
+        return (handle, slot)
     }
 
     /// Keeps a simulcast viewer on one layer: `best`, `lowest` or a RID (nil: adaptive again).
     /// Returns the keyframe request a move needs; nil for unknown names and non-simulcast viewers.
     mutating func pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?, now: UInt64) -> RelayAction<Context>? {
-        guard let handle = handles[streamId], let rtcpSSRC = streams[handle]!.subscriberIDs[subscriberId],
-              let slot = streams[handle]!.subscriberSlots[rtcpSSRC], streams[handle]!.subscribers[slot].simulcast != nil
-        else { return nil }
+        guard let (handle, slot) = simulcastSlot(streamId: streamId, subscriberId: subscriberId) else { return nil }
         let layers = streams[handle]!.layers
         let index: Int?
         switch layer {
@@ -829,13 +831,8 @@ extension RelayRouter {
             index = found
         }
         streams[handle]!.subscribers[slot].simulcast!.selector.pin(index)
+        layersChanged = true
         return chooseLayer(stream: handle, slot: slot, now: now)
-    }
-
-    /// Whether the stream is a simulcast (its viewers each get one of its layers).
-    func isSimulcast(streamId: String) -> Bool {
-        guard let handle = handles[streamId] else { return false }
-        return !(streams[handle]?.layers.isEmpty ?? true)
     }
 
     /// Every simulcast viewer's layers, by stream id and subscriber id, and each simulcast
@@ -956,16 +953,9 @@ extension RelayRouter {
         return actions
     }
 
-    /// Sets a plain RTP packet's SSRC and sequence number.
+    /// Sets a plain RTP packet's sequence number (and SSRC, when given).
     static func rewrite(_ bytes: inout [UInt8], ssrc: UInt32?, sequence: UInt16) {
         guard bytes.count >= RTPPacketLayout.fixedHeaderLength else { return }
-        bytes[2] = UInt8(sequence >> 8)
-        bytes[3] = UInt8(sequence & 0xFF)
-        if let ssrc {
-            bytes[8] = UInt8(ssrc >> 24)
-            bytes[9] = UInt8(ssrc >> 16 & 0xFF)
-            bytes[10] = UInt8(ssrc >> 8 & 0xFF)
-            bytes[11] = UInt8(ssrc & 0xFF)
-        }
+        bytes.withUnsafeMutableBytes { RTPRewrite.setSequence(sequence, ssrc: ssrc, in: $0) }
     }
 }

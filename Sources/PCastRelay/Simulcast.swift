@@ -17,7 +17,7 @@ import PCastProtocol
 /// let outgoing = switcher.forward(layer: 1, sequence: 812, marker: false) { startsWithSPS }   // nil: not sent
 /// let (layer, original) = switcher.original(ofSent: nackedSequence)!
 /// ```
-struct LayerSwitcher: Sendable, Equatable {
+struct LayerSwitcher: Sendable {
     /// The layer sent now; nil until its first keyframe.
     private(set) var current: Int?
     /// The layer to move to at its next keyframe (equal to `current` when settled).
@@ -36,11 +36,6 @@ struct LayerSwitcher: Sendable, Equatable {
 
     init(target: Int) {
         self.target = target
-    }
-
-    static func == (lhs: Self, rhs: Self) -> Bool {
-        lhs.current == rhs.current && lhs.target == rhs.target && lhs.offset == rhs.offset && lhs.lastSent == rhs.lastSent
-            && lhs.switches == rhs.switches
     }
 
     /// Whether the viewer waits for a keyframe of `target` to switch.
@@ -94,7 +89,7 @@ struct LayerSwitcher: Sendable, Equatable {
 /// - A viewer without a budget yet starts on the middle layer (on a constrained link the best
 ///   layer's keyframe alone could fill its queue), and without any estimate climbs after `upHold`
 ///   (a client that sends no REMB falls back on its losses).
-struct LayerSelector: Sendable, Equatable {
+struct LayerSelector: Sendable {
     struct Settings: Sendable, Equatable {
         var upHeadroom = 1.15
         var upHold: UInt64 = 1_000_000_000
@@ -120,10 +115,6 @@ struct LayerSelector: Sendable, Equatable {
     init(bitrates: [Int], settings: Settings = Settings()) {
         self.bitrates = bitrates
         self.settings = settings
-    }
-
-    static func == (lhs: Self, rhs: Self) -> Bool {
-        lhs.bitrates == rhs.bitrates && lhs.limit == rhs.limit && lhs.estimate?.bitrate == rhs.estimate?.bitrate
     }
 
     /// Where a viewer starts.
@@ -194,7 +185,7 @@ struct LayerSelector: Sendable, Equatable {
 /// while the packet could still be played), and the answers would keep it full: a NACK storm.
 /// Without a fresh estimate nothing is held back (random loss on a roomy link needs quick,
 /// repeated answers).
-struct RetransmissionBudget: Sendable, Equatable {
+struct RetransmissionBudget: Sendable {
     /// The share of the estimate retransmissions may take, how long an estimate holds, and how many
     /// seconds' worth of budget may build up.
     static let share = 0.25

@@ -493,15 +493,13 @@ public final class PCast: Sendable {
             return
         }
         if case .subscriberLayer(let layer) = event {
-            let stream = state.withLock { $0.subscriptions.values.first { $0.subscriberId == layer.subscriberId }?.stream }
-            stream?.setLayerReduced(layer.reduced)
+            stream(ofSubscriber: layer.subscriberId)?.setLayerReduced(layer.reduced)
             logger.info(layer.reduced ? "the relay sends this viewer a smaller layer: its link cannot carry more" : "the relay sends this viewer the layer it asked for",
                         metadata: ["stream": "\(layer.streamId)", "layer": "\(layer.layer)"])
             return
         }
         if case .subscriberVideo(let video) = event {
-            let stream = state.withLock { $0.subscriptions.values.first { $0.subscriberId == video.subscriberId }?.stream }
-            stream?.setVideoSuspended(video.suspended)
+            stream(ofSubscriber: video.subscriberId)?.setVideoSuspended(video.suspended)
             logger.info(video.suspended ? "the relay holds this viewer's video back: its leg cannot carry it (audio only)" : "the relay sends this viewer's video again",
                         metadata: ["stream": "\(video.streamId)", "subscriber": "\(video.subscriberId)"])
             return
@@ -514,6 +512,11 @@ public final class PCast: Sendable {
         logger.info("stream ended", metadata: ["stream": "\(ended.streamId)", "reason": "\(ended.reason.rawValue)"])
         publisher?.finish(ended.reason, ended.description)
         for subscription in subscriptions { subscription.finish(ended.reason, ended.description) }
+    }
+
+    /// The stream of the subscription the platform knows by `subscriberId`.
+    private func stream(ofSubscriber subscriberId: String) -> MediaStream? {
+        state.withLock { $0.subscriptions.values.first { $0.subscriberId == subscriberId }?.stream }
     }
 
     /// Sees every event from the platform, in order, on the connection's reader (keep it short).

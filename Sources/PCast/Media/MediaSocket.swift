@@ -196,10 +196,12 @@ final class MediaSocket: @unchecked Sendable {
     private func estimate(_ packet: [UInt8], size: Int, arrival: UInt64) {
         guard let rtcpSSRC = rtcpSenderSSRC, packet.count >= 12 else { return }
         let ssrc = UInt32(packet[8]) << 24 | UInt32(packet[9]) << 16 | UInt32(packet[10]) << 8 | UInt32(packet[11])
-        downlink.packet(ssrc: ssrc, sequence: UInt16(packet[2]) << 8 | UInt16(packet[3]),
-                        timestamp: UInt32(packet[4]) << 24 | UInt32(packet[5]) << 16 | UInt32(packet[6]) << 8 | UInt32(packet[7]),
-                        marker: packet[1] & 0x80 != 0, size: size, arrival: arrival)
-        guard let bitsPerSecond = downlink.estimate(now: arrival) else { return }
+        // The median is taken only when a frame's train adds a sample, not for every packet.
+        guard downlink.packet(ssrc: ssrc, sequence: UInt16(packet[2]) << 8 | UInt16(packet[3]),
+                              timestamp: UInt32(packet[4]) << 24 | UInt32(packet[5]) << 16 | UInt32(packet[6]) << 8 | UInt32(packet[7]),
+                              marker: packet[1] & 0x80 != 0, size: size, arrival: arrival),
+              let bitsPerSecond = downlink.estimate(now: arrival)
+        else { return }
         let moved = Double(bitsPerSecond) < Double(lastEstimate) * 0.75 || Double(bitsPerSecond) > Double(lastEstimate) * 1.25
         guard arrival >= nextEstimate || moved else { return }
         nextEstimate = arrival &+ Self.estimateInterval

@@ -37,8 +37,11 @@ public struct DispersionEstimator: Sendable {
         self.ceiling = ceiling
     }
 
-    /// A received RTP packet (`size` bytes as received; `arrival` in nanoseconds).
-    public mutating func packet(ssrc: UInt32, sequence: UInt16, timestamp: UInt32, marker: Bool, size: Int, arrival: UInt64) {
+    /// A received RTP packet (`size` bytes as received; `arrival` in nanoseconds). Returns whether
+    /// it closed a train into a new sample (only then can the estimate have changed).
+    @discardableResult
+    public mutating func packet(ssrc: UInt32, sequence: UInt16, timestamp: UInt32, marker: Bool, size: Int, arrival: UInt64) -> Bool {
+        let before = samples.count
         if var train = trains[ssrc], train.timestamp == timestamp, train.next == sequence {
             train.bytes += size
             train.packets += 1
@@ -50,6 +53,7 @@ public struct DispersionEstimator: Sendable {
             trains[ssrc] = Train(timestamp: timestamp, next: sequence &+ 1, first: arrival, last: arrival)
         }
         if marker, let ended = trains.removeValue(forKey: ssrc) { close(ended) }
+        return samples.count != before
     }
 
     private mutating func close(_ train: Train) {
