@@ -63,6 +63,10 @@ public protocol RelayControl: Sendable {
     /// best layer under it, and the publisher's encodings stay. Ignored without layers.
     func limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?)
 
+    /// The size a simulcast viewer shows the video at (nil: any): it is sent no better layer than
+    /// the smallest that fills it. Ignored without layers.
+    func setSubscriberViewSize(streamId: String, subscriberId: String, size: ViewSize?)
+
     /// Keeps a simulcast viewer on one layer (`best`, `lowest` or a RID; nil: adaptive again),
     /// whatever its link: a recording takes the best, a thumbnail the lowest.
     func pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?)
@@ -167,12 +171,17 @@ public struct WebRTCPeerParameters: Sendable, Hashable {
     public var remoteFingerprint: String
     /// For a viewer: the stream's payload types → the peer's (what it negotiated for each codec).
     public var payloadTypes: [UInt8: UInt8]
+    /// For a simulcast publisher: the header extension id of `rtp-stream-id`, by which each
+    /// packet of a new SSRC names its layer (the tracks' ``SimulcastLayer/rid``).
+    public var rtpStreamIDExtension: UInt8?
 
-    public init(local: ICECredentials, remoteUfrag: String, remoteFingerprint: String, payloadTypes: [UInt8: UInt8] = [:]) {
+    public init(local: ICECredentials, remoteUfrag: String, remoteFingerprint: String, payloadTypes: [UInt8: UInt8] = [:],
+                rtpStreamIDExtension: UInt8? = nil) {
         self.local = local
         self.remoteUfrag = remoteUfrag
         self.remoteFingerprint = remoteFingerprint
         self.payloadTypes = payloadTypes
+        self.rtpStreamIDExtension = rtpStreamIDExtension
     }
 }
 

@@ -60,6 +60,8 @@ enum RelayCommand: Sendable {
     case addWebRTC(WebRTCSetup)
     /// A simulcast viewer's own bandwidth limit (``Relay/limitSubscriber(streamId:subscriberId:bitsPerSecond:)``).
     case limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?)
+    /// The size a simulcast viewer shows the video at (``Relay/setSubscriberViewSize(streamId:subscriberId:size:)``).
+    case viewSize(streamId: String, subscriberId: String, size: ViewSize?)
     /// A simulcast viewer kept on one layer (``Relay/pinSubscriberLayer(streamId:subscriberId:layer:)``).
     case pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?)
 }
@@ -331,6 +333,10 @@ final class RelayEngine: @unchecked Sendable {
                 if let action = router.setSubscriberLimit(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond, now: now) {
                     perform([action])
                 }
+            case .viewSize(let streamId, let subscriberId, let size):
+                if let action = router.setSubscriberViewSize(streamId: streamId, subscriberId: subscriberId, size, now: now) {
+                    perform([action])
+                }
             case .pinSubscriberLayer(let streamId, let subscriberId, let layer):
                 if let action = router.pinSubscriberLayer(streamId: streamId, subscriberId: subscriberId, layer: layer, now: now) {
                     perform([action])
@@ -440,17 +446,36 @@ final class RelayEngine: @unchecked Sendable {
             case .subscriber(let stream, let rtcpSSRC): subscriberRTCP(data, route: route, stream: stream, rtcpSSRC: rtcpSSRC, from: source, now: now)
             }
         } else {
-            guard data.count >= RTPPacketLayout.fixedHeaderLength,
-                  case .track(let stream, let track)? = router.route(ssrc: bigEndian32(data, 8))
-            else {
+            guard data.count >= RTPPacketLayout.fixedHeaderLength else {
                 unknownPackets &+= 1
                 return
             }
-            publisherRTP(data, route: .track(stream: stream, track: track), from: source, now: now)
+            let ssrc = bigEndian32(data, 8)
+            if case .track(let stream, let track)? = router.route(ssrc: ssrc) {
+                publisherRTP(data, route: .track(stream: stream, track: track), from: source, now: now)
+            } else if let (stream, track) = simulcastLayer(of: data, from: source) {
+                publisherRTP(data, route: .track(stream: stream, track: track), from: source, now: now, binding: ssrc)
+            } else {
+                unknownPackets &+= 1
+            }
         }
     }
 
-    private func publisherRTP(_ data: UnsafeRawBufferPointer, route: RelayRoute, from source: RelayAddress, now: UInt64) {
+    /// The simulcast layer a WebRTC publisher's packet from an SSRC not yet known belongs to, by
+    /// the RID in its header extension (read before SRTP: headers are authenticated, not
+    /// encrypted; the binding waits for the packet to authenticate).
+    private func simulcastLayer(of data: UnsafeRawBufferPointer, from source: RelayAddress) -> (stream: Int, track: Int)? {
+        guard let peer = webrtc.peer(at: source), peer.connected, peer.setup.subscriberId == nil,
+              let id = peer.setup.parameters.rtpStreamIDExtension,
+              let rid = RTPHeaderExtensions.element(id, in: data),
+              let stream = router.handle(streamId: peer.setup.streamId),
+              let track = router.layerTrack(stream: stream, rid: String(decoding: rid, as: UTF8.self))
+        else { return nil }
+        return (stream, track)
+    }
+
+    private func publisherRTP(_ data: UnsafeRawBufferPointer, route: RelayRoute, from source: RelayAddress, now: UInt64,
+                              binding wireSSRC: UInt32? = nil) {
         guard case .track(let stream, let track) = route, let crypto = router.publisherContext(stream: stream) else { return }
         var packet = [UInt8](data)
         do throws(SRTPError) { try crypto.inbound.unprotect(&packet) } catch {
@@ -459,9 +484,16 @@ final class RelayEngine: @unchecked Sendable {
             if error == .replayed { duplicates &+= 1 } else { srtpFailures &+= 1 }
             return
         }
+        if let wireSSRC { router.bindWireSSRC(stream: stream, track: track, ssrc: wireSSRC) }
         router.authenticated(route, from: source)
         crypto.lastHeard.store(now, ordering: .relaxed)
-        if crypto.stripsHeaderExtensions { RTPRewrite.stripHeaderExtension(&packet) }
+        if crypto.stripsHeaderExtensions {
+            RTPRewrite.stripHeaderExtension(&packet)
+            // A WebRTC simulcast layer goes on under the SSRC it was declared with.
+            if let declared = router.declaredSSRC(stream: stream, track: track) {
+                packet.withUnsafeMutableBytes { $0.storeBytes(of: declared.bigEndian, toByteOffset: 8, as: UInt32.self) }
+            }
+        }
         let layout: RTPPacketLayout
         do { layout = try RTPPacketLayout(parsing: packet) } catch {
             unknownPackets &+= 1
@@ -542,6 +574,8 @@ final class RelayEngine: @unchecked Sendable {
             return
         }
         router.authenticated(route, from: source)
+        // A WebRTC simulcast layer's reports go on under the SSRC it was declared with.
+        for (wire, declared) in router.wireSSRCs(stream: stream) { RTPRewrite.replaceSenderSSRC(&packet, wire, with: declared) }
         let compound: RTCPCompoundPacket
         do { compound = try RTCPCompoundPacket(parsing: packet) } catch {
             unknownPackets &+= 1
@@ -549,7 +583,7 @@ final class RelayEngine: @unchecked Sendable {
         }
         guard router.publisherRTCP(stream: stream, packets: compound.packets, now: now) else { return }
         let fd = socket.descriptor
-        let sender = bigEndian32(data, 4)
+        let sender = UInt32(packet[4]) << 24 | UInt32(packet[5]) << 16 | UInt32(packet[6]) << 8 | UInt32(packet[7])
         router.forEachReachableSlot(of: stream) { slot, crypto, address, _ in
             var copy = packet
             switch router.rtcpForwarding(stream: stream, slot: slot, senderSSRC: sender) {

@@ -140,6 +140,21 @@ struct RelayRouter<Context> {
         var requested: [UInt16: Requested] = [:]
         /// A simulcast encoding: its index among the stream's layers (0 is the best).
         var layer: Int?
+        /// The SSRC the publisher actually sends the track with: its declared one, except for a
+        /// WebRTC simulcast layer, declared by the platform and bound to the browser's own SSRC
+        /// when its RID first arrives (``RelayRouter/bindWireSSRC(stream:track:ssrc:)``). Feedback
+        /// to the publisher names this one; everything downstream sees the declared one.
+        var wireSSRC: UInt32
+
+        init(description: MediaTrackDescription, cache: PacketCache, reception: ReceptionStatistics,
+             throttle: KeyframeThrottle?, estimator: ArrivalEstimator?) {
+            self.description = description
+            self.cache = cache
+            self.reception = reception
+            self.throttle = throttle
+            self.estimator = estimator
+            wireSSRC = description.ssrc
+        }
     }
 
     /// A retransmission an edge asked its origin for.
@@ -279,7 +294,10 @@ struct RelayRouter<Context> {
     mutating func removeStream(id: String) {
         guard let handle = handles.removeValue(forKey: id), let stream = streams.removeValue(forKey: handle) else { return }
         if !stream.layers.isEmpty { layersChanged = true }
-        for track in stream.tracks { routes[track.description.ssrc] = nil }
+        for track in stream.tracks {
+            routes[track.description.ssrc] = nil
+            if track.wireSSRC != track.description.ssrc { routes[track.wireSSRC] = nil }
+        }
         for subscriber in stream.subscribers { routes[subscriber.rtcpSSRC] = nil }
     }
 
@@ -330,6 +348,38 @@ struct RelayRouter<Context> {
 
     @inline(__always)
     func route(ssrc: UInt32) -> RelayRoute? { routes[ssrc] }
+
+    /// The track of a stream's simulcast layer `rid` (a WebRTC publisher's packet names it).
+    func layerTrack(stream: Int, rid: String) -> Int? {
+        streams[stream]?.layers.first { streams[stream]!.tracks[$0].description.layer?.rid == rid }
+    }
+
+    /// The SSRC a track is declared with (what the relay forwards it under).
+    func declaredSSRC(stream: Int, track: Int) -> UInt32? {
+        streams[stream].flatMap { track < $0.tracks.count ? $0.tracks[track].description.ssrc : nil }
+    }
+
+    /// Routes the publisher's own SSRC `ssrc` to a track declared under another (a WebRTC
+    /// simulcast layer, found by its RID): the publisher's RTCP reaches it, and feedback to the
+    /// publisher names `ssrc`. A later binding replaces an earlier one (a new encoder's SSRC).
+    /// False when `ssrc` routes elsewhere already.
+    @discardableResult
+    mutating func bindWireSSRC(stream: Int, track: Int, ssrc: UInt32) -> Bool {
+        guard let current = streams[stream], track < current.tracks.count else { return false }
+        let old = current.tracks[track].wireSSRC
+        if old == ssrc { return true }
+        guard routes[ssrc] == nil else { return false }
+        if old != current.tracks[track].description.ssrc { routes[old] = nil }
+        routes[ssrc] = .track(stream: stream, track: track)
+        streams[stream]!.tracks[track].wireSSRC = ssrc
+        return true
+    }
+
+    /// Pairs (wire, declared) of a stream's tracks the publisher sends under SSRCs of its own.
+    func wireSSRCs(stream: Int) -> [(wire: UInt32, declared: UInt32)] {
+        guard let current = streams[stream] else { return [] }
+        return current.tracks.compactMap { $0.wireSSRC == $0.description.ssrc ? nil : ($0.wireSSRC, $0.description.ssrc) }
+    }
 
     func publisherContext(stream: Int) -> Context? { streams[stream]?.publisher.context }
 
@@ -392,12 +442,23 @@ struct RelayRouter<Context> {
     /// make it fit the worst of them.
     private func remb(stream: Int, now: UInt64) -> [RTCPPacket] {
         guard let s = streams[stream] else { return [] }
-        var lowest = s.tracks.compactMap { $0.estimator?.estimate }.min().map(UInt64.init)
+        var lowest: UInt64?
+        if s.layers.isEmpty {
+            lowest = s.tracks.compactMap { $0.estimator?.estimate }.min().map(UInt64.init)
+        } else if s.layers.contains(where: { s.tracks[$0].estimator?.estimate != nil }) {
+            // The layers share the uplink, and REMB caps what the publisher sends in all: the sum
+            // of each layer's estimate (its arrival rate with the same headroom where none has
+            // shown a limit yet). The smallest layer's estimate alone would starve the others.
+            lowest = s.layers.reduce(0) { sum, index in
+                guard let estimator = s.tracks[index].estimator else { return sum }
+                return sum + UInt64(estimator.estimate ?? estimator.incomingRate * 3 / 2)
+            }
+        }
         for subscriber in s.subscribers where subscriber.isEdge {
             guard let estimate = subscriber.edgeEstimate, now &- estimate.arrival <= settings.subscriberReportLifetime else { continue }
             lowest = min(lowest ?? .max, estimate.bitrate)
         }
-        let video = s.tracks.filter { $0.throttle != nil }.map(\.description.ssrc)
+        let video = s.tracks.filter { $0.throttle != nil }.map(\.wireSSRC)
         guard let lowest, !video.isEmpty else { return [] }
         return [.receiverEstimatedMaxBitrate(RTCPReceiverEstimatedMaxBitrate(
             senderSSRC: localSSRC(stream), bitrate: lowest, ssrcs: video))]
@@ -696,7 +757,7 @@ struct RelayRouter<Context> {
     private mutating func keyframeAction(
         stream: Int, track: Int, kind: KeyframeThrottle.Kind, to address: RelayAddress, context: Context
     ) -> RelayAction<Context>? {
-        let ssrc = streams[stream]!.tracks[track].description.ssrc
+        let ssrc = streams[stream]!.tracks[track].wireSSRC
         let packet: RTCPPacket
         switch kind {
         case .pli:
@@ -774,7 +835,7 @@ struct RelayRouter<Context> {
         var blocks: [RTCPReportBlock] = []
         for index in stream.tracks.indices where stream.tracks[index].reception.started {
             let ssrc = stream.tracks[index].description.ssrc
-            var block = streams[handle]!.tracks[index].reception.reportBlock(ssrc: ssrc, now: now)
+            var block = streams[handle]!.tracks[index].reception.reportBlock(ssrc: stream.tracks[index].wireSSRC, now: now)
             streams[handle]!.tracks[index].publisherLegLoss = Double(block.fractionLost) / 256
             for subscriber in stream.subscribers {
                 guard let report = subscriber.reports[ssrc], now &- report.arrival <= settings.subscriberReportLifetime,
@@ -809,6 +870,21 @@ extension RelayRouter {
     }
 
     /// The stream handle and slot of a simulcast viewer; nil for unknown and other subscribers.
+    /// Sets the size a simulcast viewer shows the video at (nil: any): it is sent no better layer
+    /// than the smallest that fills it (width and height), the best when none does. Layers of
+    /// unknown size (a browser's) are not capped. Returns the keyframe request a move needs.
+    mutating func setSubscriberViewSize(streamId: String, subscriberId: String, _ size: ViewSize?, now: UInt64) -> RelayAction<Context>? {
+        guard let (handle, slot) = simulcastSlot(streamId: streamId, subscriberId: subscriberId) else { return nil }
+        let layers = streams[handle]!.layers.map { streams[handle]!.tracks[$0].description.layer! }
+        var cap: Int?
+        if let size, layers.allSatisfy({ $0.width > 0 && $0.height > 0 }) {
+            cap = layers.lastIndex { $0.width >= size.width && $0.height >= size.height } ?? 0
+        }
+        streams[handle]!.subscribers[slot].simulcast!.selector.setSizeCap(cap)
+        layersChanged = true   // whether its link holds it down depends on its size
+        return chooseLayer(stream: handle, slot: slot, now: now)
+    }
+
     private func simulcastSlot(streamId: String, subscriberId: String) -> (handle: Int, slot: Int)? {
         guard let handle = handles[streamId], let rtcpSSRC = streams[handle]!.subscriberIDs[subscriberId],
               let slot = streams[handle]!.subscriberSlots[rtcpSSRC], streams[handle]!.subscribers[slot].simulcast != nil

@@ -109,6 +109,9 @@ struct LayerSelector: Sendable {
     private var losses = LossWindow()
     /// The layer the viewer asked to stay on, if any.
     private(set) var pinned: Int?
+    /// The best layer worth sending for the size the viewer shows the video at (the smallest
+    /// that fills it); nil: any.
+    private(set) var sizeCap: Int?
     /// When the viewer was last moved down: the losses of the next windows are the layer it left.
     private var movedDownAt: UInt64?
 
@@ -122,12 +125,18 @@ struct LayerSelector: Sendable {
 
     mutating func setLimit(_ bitsPerSecond: Int?) { limit = bitsPerSecond }
 
+    /// Sends no layer better than `layer` (the smallest that fills the viewer's view; nil: any).
+    mutating func setSizeCap(_ layer: Int?) {
+        sizeCap = layer.map { min(max(0, $0), bitrates.count - 1) }
+        upSince = nil
+    }
+
     /// Whether sending `layer` is the link's doing: a better layer exists, the viewer did not pin
-    /// this one, and its own limit would allow a better one.
+    /// this one, and neither its own limit nor the size it shows the video at would keep it there.
     func isHeldDown(_ layer: Int) -> Bool {
         guard layer > 0, pinned == nil else { return false }
         let allowed = limit.map { limit in bitrates.firstIndex { $0 <= limit } ?? bitrates.count - 1 } ?? 0
-        return layer > allowed
+        return layer > max(allowed, sizeCap ?? 0)
     }
 
     /// Keeps the viewer on `layer` whatever its link (nil: adaptive again).
@@ -156,13 +165,14 @@ struct LayerSelector: Sendable {
         if let pinned { return pinned }
         var budget = limit ?? .max
         if let estimate, now &- estimate.at <= settings.estimateLifetime { budget = min(budget, estimate.bitrate) }
-        let fits = bitrates.firstIndex { $0 <= budget } ?? bitrates.count - 1
+        let floor = sizeCap ?? 0
+        let fits = max(floor, bitrates.firstIndex { $0 <= budget } ?? bitrates.count - 1)
         if fits > current {
             upSince = nil
             movedDownAt = now
             return fits
         }
-        let roomy = bitrates.firstIndex { Double($0) * settings.upHeadroom <= Double(budget) } ?? bitrates.count - 1
+        let roomy = max(floor, bitrates.firstIndex { Double($0) * settings.upHeadroom <= Double(budget) } ?? bitrates.count - 1)
         guard roomy < current, now >= holdUntil else {
             upSince = nil
             return current

@@ -531,7 +531,7 @@ actor Platform {
                     }
                     newId = Self.makeId("stream")
                 case .subscribe: newId = Self.makeId("subscriber")
-                case .unpublish, .unsubscribe, .limitBandwidth, .publisherQuality: newId = ""
+                case .unpublish, .unsubscribe, .limitBandwidth, .setViewSize, .publisherQuality: newId = ""
                 case .room(let roomRequest):
                     if case .createRoom = roomRequest { newId = Self.makeId("room") } else { newId = "" }
                     perform(rooms: .request(sessionId: id, requestId: requestId, roomRequest, now: clock(), newId: newId))
@@ -699,6 +699,8 @@ actor Platform {
                     forwardViewerLimit(streamId, to: origin, bitsPerSecond: bitsPerSecond)
                 case .limitSubscriber(let streamId, let subscriberId, let bitsPerSecond):
                     relay.limitSubscriber(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond)
+                case .sizeSubscriber(let streamId, let subscriberId, let size):
+                    relay.setSubscriberViewSize(streamId: streamId, subscriberId: subscriberId, size: size)
                 case .pinLayer(let streamId, let subscriberId, let layer):
                     relay.pinSubscriberLayer(streamId: streamId, subscriberId: subscriberId, layer: layer)
                 case .record(let streamId, let name, let type):

@@ -21,6 +21,8 @@ struct SignalingTests {
         .request(id: 10, .limitBandwidth(.init(streamId: "st-1", bitsPerSecond: nil))),
         .request(id: 11, .publisherQuality(.init(streamId: "st-1", reason: .uploadLimited))),
         .request(id: 12, .subscribe(.init(streamToken: "DIGEST:y", layer: "best"))),
+        .request(id: 14, .setViewSize(.init(streamId: "st-1", subscriberId: "subscriber-2", size: ViewSize(width: 320, height: 180)))),
+        .request(id: 15, .setViewSize(.init(streamId: "st-1", size: nil))),
         .request(id: 13, .publish(.init(streamToken: "DIGEST:x", tracks: [
             MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: 7,
                                   layer: SimulcastLayer(rid: "h", width: 1280, height: 720, bitrate: 2_500_000)),
@@ -116,6 +118,11 @@ struct SignalingTests {
         #expect(try limit(-5) != nil)
         #expect(try limit(2_000_000_000) != nil)
         #expect(try limit(300_000) == nil && limit(nil) == nil)
+        func viewSize(_ width: Int, _ height: Int) throws -> SignalingError? {
+            decodeError(String(decoding: try SignalingCodec.encode(.request(id: 1, .setViewSize(.init(streamId: "s", size: ViewSize(width: width, height: height))))), as: UTF8.self))
+        }
+        #expect(try viewSize(0, 180) != nil && viewSize(320, -1) != nil && viewSize(20_000, 180) != nil)
+        #expect(try viewSize(320, 180) == nil)
     }
 
     @Test("an error's reply is a bad-request failure echoing the request id")

@@ -92,6 +92,65 @@ struct WebRTCNegotiationTests {
         #expect(answer.media[0].formats == ["111"] && answer.media[0].value("rtpmap") == "111 opus/48000/2")
     }
 
+    /// The browser offer's video as Chromium 156 writes it for `sendEncodings` with three RIDs:
+    /// no `a=ssrc`, the RIDs in `a=rid` and `a=simulcast`, `rtp-stream-id` among the extensions.
+    static func simulcastOffer(rids: [String] = ["l", "m", "h"], ridLines: [String]? = nil, simulcast: String? = nil) -> String {
+        var offer = browserOffer.replacingOccurrences(of: "a=ssrc:2002 cname:browser\r\n", with: "")
+        let lines = (ridLines ?? rids.map { "a=rid:\($0) send" }) + ["a=simulcast:\(simulcast ?? "send " + rids.joined(separator: ";"))"]
+        offer = offer.replacingOccurrences(of: "a=extmap:3 http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01\r\n",
+                                           with: "a=extmap:3 http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01\r\n" +
+                                               "a=extmap:10 urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id\r\n" +
+                                               "a=extmap:11 urn:ietf:params:rtp-hdrext:sdes:repaired-rtp-stream-id\r\n")
+        return offer + lines.map { $0 + "\r\n" }.joined()
+    }
+
+    @Test("Chromium's simulcast offer (three RIDs, no video SSRC): the answer receives each RID (a=rid recv, a=simulcast:recv in the same order) and keeps rtp-stream-id, not its repaired twin; the layers are best first at nominal bitrates")
+    func simulcastPublish() throws {
+        let result = try Self.answer(Self.simulcastOffer())
+        let video = try #require(result.media.first { $0.kind == "video" })
+        #expect(video.rids.map(\.id) == ["l", "m", "h"] && video.remoteSSRCs.isEmpty)
+        #expect(video.headerExtensions == [2: WebRTCNegotiation.absSendTime, 10: WebRTCNegotiation.sdesRTPStreamID])
+        #expect(result.media[0].rids.isEmpty, "audio is no simulcast")
+        let answer = try SessionDescription(parsing: result.answer.text)
+        #expect(answer.media[1].values("rid") == ["l recv", "m recv", "h recv"])
+        #expect(answer.media[1].value("simulcast") == "recv l;m;h")
+        #expect(answer.media[1].values("extmap").contains("10 \(WebRTCNegotiation.sdesRTPStreamID)"))
+        #expect(!answer.media[1].values("extmap").contains { $0.contains("repaired") })
+        #expect(answer.media[0].values("rid").isEmpty && answer.media[0].value("simulcast") == nil)
+        // Offered lowest first: the best layer is the last RID, each step down a quarter of the bitrate.
+        #expect(video.simulcastLayers == [SimulcastLayer(rid: "h", width: 0, height: 0, bitrate: 2_500_000),
+                                          SimulcastLayer(rid: "m", width: 0, height: 0, bitrate: 625_000),
+                                          SimulcastLayer(rid: "l", width: 0, height: 0, bitrate: 156_250)])
+    }
+
+    @Test("simulcast RIDs: restrictions order the layers and give their sizes and bitrates; paused and undescribed RIDs are left out; more than four are declined; one RID, or no rtp-stream-id extension, is no simulcast")
+    func simulcastRIDs() throws {
+        // Stated restrictions win over the offer's order.
+        let stated = try Self.answer(Self.simulcastOffer(ridLines: ["a=rid:hi send max-width=1280;max-height=720;max-br=2000000",
+                                                                    "a=rid:lo send max-width=320;max-height=180;max-br=100000",
+                                                                    "a=rid:mid send max-width=640;max-height=360;max-br=500000;max-fps=30"],
+                                                         simulcast: "send hi;lo;mid"))
+        #expect(stated.media[1].simulcastLayers == [SimulcastLayer(rid: "hi", width: 1280, height: 720, bitrate: 2_000_000),
+                                                    SimulcastLayer(rid: "mid", width: 640, height: 360, bitrate: 500_000),
+                                                    SimulcastLayer(rid: "lo", width: 320, height: 180, bitrate: 100_000)])
+        // Alternatives take their first; a paused stream and one without its a=rid line are skipped.
+        let alternatives = try Self.answer(Self.simulcastOffer(ridLines: ["a=rid:a send", "a=rid:b send", "a=rid:c send", "a=rid:d recv"],
+                                                               simulcast: "send a,b;~c;d;b"))
+        #expect(alternatives.media[1].rids.map(\.id) == ["a", "b"])
+        let five = try Self.answer(Self.simulcastOffer(rids: ["1", "2", "3", "4", "5"]))
+        #expect(five.media[1].rids.map(\.id) == ["1", "2", "3", "4"])
+        #expect(try SessionDescription(parsing: five.answer.text).media[1].value("simulcast") == "recv 1;2;3;4")
+        // One RID is a single stream without an SSRC: refused later for want of one, not answered as simulcast.
+        let one = try Self.answer(Self.simulcastOffer(rids: ["only"]))
+        #expect(one.media[1].rids.isEmpty && !one.answer.text.contains("a=simulcast"))
+        let noExtension = try Self.answer(Self.simulcastOffer().replacingOccurrences(of: "a=extmap:10 urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id\r\n", with: ""))
+        #expect(noExtension.media[1].rids.isEmpty && !noExtension.answer.text.contains("a=rid"))
+        // A viewer's offer with a simulcast line is answered as a plain viewer.
+        let viewer = try Self.answer(Self.simulcastOffer().replacingOccurrences(of: "a=sendonly", with: "a=recvonly"),
+                                     as: .viewer(videoSSRC: 7, audioSSRC: 8, cname: "relay"))
+        #expect(viewer.media.allSatisfy(\.rids.isEmpty) && !viewer.answer.text.contains("a=simulcast"))
+    }
+
     @Test("webrtcbin's publish offer is answered, and webrtcbin accepts the answer (its signaling state becomes stable)")
     func webrtcbinPublisher() throws {
         let offer = try WebRTCBinPeer.offer(sending: true)

@@ -151,6 +151,56 @@ struct SimulcastRouterTests {
         #expect(router.setSubscriberLimit(streamId: "s", subscriberId: "nobody", bitsPerSecond: 1, now: 0) == nil)
     }
 
+    @Test("the size a viewer shows the video at caps its layer at the smallest that fills it (at once, and not counted as held down); a larger view or none lets it climb as its estimate allows; a view larger than every layer takes the best; a pin wins")
+    func viewSizeCapsTheLayer() throws {
+        var (router, stream) = try Self.router()
+        _ = router.addSubscriber(streamId: "s", subscriberId: "v", rtcpSSRC: 500, context: 100, now: 0)
+        router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: RelayAddress(ipv4: 2, port: 2), now: 0)
+        func target() -> String? { router.subscriberLayer(streamId: "s", subscriberId: "v")?.target }
+        func estimate(_ bits: UInt64, at now: UInt64) {
+            let remb = RTCPPacket.receiverEstimatedMaxBitrate(RTCPReceiverEstimatedMaxBitrate(senderSSRC: 500, bitrate: bits, ssrcs: [Self.high]))
+            _ = router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [remb], now: now)
+        }
+        let down = router.setSubscriberViewSize(streamId: "s", subscriberId: "v", ViewSize(width: 320, height: 180), now: 10 * Self.ms)
+        #expect(target() == "l" && down != nil, "320×180 is filled by the lowest layer, whose keyframe is asked for")
+        estimate(50_000_000, at: 100 * Self.ms)
+        estimate(50_000_000, at: 2 * Self.s)
+        #expect(target() == "l", "a roomy link does not take it above what its view shows")
+        #expect(router.subscriberLayer(streamId: "s", subscriberId: "v")?.reduced == false, "its own view holds it there, not its link")
+        _ = router.setSubscriberViewSize(streamId: "s", subscriberId: "v", ViewSize(width: 400, height: 300), now: 3 * Self.s)
+        estimate(50_000_000, at: 3 * Self.s)
+        estimate(50_000_000, at: 4_100 * Self.ms)
+        #expect(target() == "m", "400×300 needs 640×360, after the usual hold on the way up")
+        _ = router.setSubscriberViewSize(streamId: "s", subscriberId: "v", ViewSize(width: 1920, height: 1080), now: 5 * Self.s)
+        estimate(50_000_000, at: 5 * Self.s)
+        estimate(50_000_000, at: 6_100 * Self.ms)
+        #expect(target() == "h", "no layer fills 1920×1080: the best")
+        _ = router.setSubscriberViewSize(streamId: "s", subscriberId: "v", ViewSize(width: 320, height: 180), now: 7 * Self.s)
+        #expect(target() == "l", "a smaller view moves it down at once")
+        _ = router.setSubscriberViewSize(streamId: "s", subscriberId: "v", nil, now: 8 * Self.s)
+        estimate(50_000_000, at: 8 * Self.s)
+        estimate(50_000_000, at: 9_100 * Self.ms)
+        #expect(target() == "h", "no view size: as its link allows")
+        _ = router.setSubscriberViewSize(streamId: "s", subscriberId: "v", ViewSize(width: 320, height: 180), now: 10 * Self.s)
+        _ = router.pinSubscriberLayer(streamId: "s", subscriberId: "v", layer: "best", now: 10 * Self.s)
+        #expect(target() == "h", "a pin wins over the view")
+        #expect(router.setSubscriberViewSize(streamId: "s", subscriberId: "nobody", nil, now: 0) == nil)
+    }
+
+    @Test("layers of unknown size (a browser's) are not capped by a view size")
+    func unsizedLayersIgnoreTheView() throws {
+        var router = RelayRouter<Int>(settings: RouterSettings(relaySSRC: 9), now: 0)
+        let unsized = [(Self.high, "h", 2_500_000), (Self.middle, "m", 625_000), (Self.low, "l", 156_250)].map { ssrc, rid, bitrate in
+            MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: ssrc,
+                                  layer: SimulcastLayer(rid: rid, width: 0, height: 0, bitrate: bitrate))
+        }
+        let added = router.addStream(id: "s", tracks: unsized, publisher: 1)
+        #expect(added)
+        _ = router.addSubscriber(streamId: "s", subscriberId: "v", rtcpSSRC: 500, context: 100, now: 0)
+        _ = router.setSubscriberViewSize(streamId: "s", subscriberId: "v", ViewSize(width: 160, height: 90), now: 0)
+        #expect(router.subscriberLayer(streamId: "s", subscriberId: "v")?.target == "m", "still the starting layer")
+    }
+
     @Test("a viewer pinned to a layer (best, lowest or a RID) stays there whatever its estimate and losses; unpinned it is adaptive again; unknown RIDs and subscribers change nothing")
     func pinnedLayers() throws {
         var (router, stream) = try Self.router()
@@ -268,6 +318,80 @@ struct SimulcastRouterTests {
         #expect(transparent == true)
         #expect(router.rtcpForwarding(stream: stream, slot: 0, senderSSRC: Self.middle) == .unchanged)
         #expect(router.watchedLayers(streamId: "s") == ["h", "m", "l"])
+    }
+
+    @Test("a browser's layer bound to its own SSRC: its packets and reports route to the declared track, feedback to the publisher (PLI, receiver report, REMB) names the browser's SSRC, a new binding replaces the old, and removing the stream frees both")
+    func wireSSRCs() throws {
+        var (router, stream) = try Self.router()
+        let browser: UInt32 = 0xB0B0
+        #expect(router.route(ssrc: browser) == nil)
+        #expect(router.layerTrack(stream: stream, rid: "l") == 3 && router.layerTrack(stream: stream, rid: "x") == nil)
+        let bound = router.bindWireSSRC(stream: stream, track: 3, ssrc: browser)
+        #expect(bound)
+        #expect(router.route(ssrc: browser) == .track(stream: stream, track: 3))
+        #expect(router.route(ssrc: Self.low) == .track(stream: stream, track: 3), "the declared SSRC still routes")
+        #expect(router.declaredSSRC(stream: stream, track: 3) == Self.low)
+        #expect(router.wireSSRCs(stream: stream).map { [$0.wire, $0.declared] } == [[browser, Self.low]])
+        let taken = router.bindWireSSRC(stream: stream, track: 3, ssrc: Self.high)
+        #expect(!taken, "another track's SSRC is not taken")
+
+        // A viewer pinned to the lowest layer asks for its keyframe: under the browser's SSRC.
+        _ = router.addSubscriber(streamId: "s", subscriberId: "v", rtcpSSRC: 500, context: 100, now: 0)
+        _ = router.pinSubscriberLayer(streamId: "s", subscriberId: "v", layer: SimulcastLayer.lowest, now: 0)
+        let first = router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: RelayAddress(ipv4: 2, port: 2), now: 0)
+        let asked = try first.compactMap { action -> UInt32? in
+            guard case .toPublisher(_, _, let rtcp) = action else { return nil }
+            guard case .pictureLossIndication(let pli)? = try RTCPCompoundPacket(parsing: rtcp).packets.last else { return nil }
+            return pli.mediaSSRC
+        }
+        #expect(asked == [browser])
+
+        // The relay's report to the publisher: the layer's block under the browser's SSRC.
+        for sequence in UInt16(0)..<10 {
+            router.publisherRTP(stream: stream, track: 3, packet: try Self.packet(Self.low, sequence, timestamp: UInt32(sequence) * 3000),
+                                sequenceNumber: sequence, timestamp: UInt32(sequence) * 3000, now: UInt64(sequence) * 33 * Self.ms)
+        }
+        guard case .toPublisher(_, _, let rtcp)? = router.receiverReport(stream: stream, now: Self.s) else {
+            Issue.record("no receiver report")
+            return
+        }
+        guard case .receiverReport(let report)? = try RTCPCompoundPacket(parsing: rtcp).packets.first else {
+            Issue.record("no receiver report in \(rtcp)")
+            return
+        }
+        #expect(report.reportBlocks.map(\.ssrc) == [browser])
+
+        // A new SSRC for the same layer replaces the old one.
+        let rebound = router.bindWireSSRC(stream: stream, track: 3, ssrc: browser + 1)
+        #expect(rebound)
+        #expect(router.route(ssrc: browser) == nil && router.route(ssrc: browser + 1) == .track(stream: stream, track: 3))
+        router.removeStream(id: "s")
+        #expect(router.route(ssrc: browser + 1) == nil && router.route(ssrc: Self.low) == nil)
+    }
+
+    @Test("RTP header extensions: an element found in one-byte and two-byte forms past padding; absent, reserved or overrunning ones are nil")
+    func headerExtensions() throws {
+        func packet(profile: UInt16, _ elements: [UInt8]) -> [UInt8] {
+            var bytes: [UInt8] = [0x90, 96, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2]
+            var body = elements
+            while body.count % 4 != 0 { body.append(0) }
+            bytes += [UInt8(profile >> 8), UInt8(profile & 0xFF), 0, UInt8(body.count / 4)] + body + [0xAA, 0xBB]
+            return bytes
+        }
+        func element(_ id: UInt8, _ bytes: [UInt8]) -> [UInt8]? { bytes.withUnsafeBytes { RTPHeaderExtensions.element(id, in: $0) } }
+        // One-byte: mid "1" (id 4), padding, rid "h" (id 10).
+        let oneByte = packet(profile: 0xBEDE, [0x40, 0x31, 0x00, 0xA0, 0x68])
+        #expect(element(10, oneByte) == Array("h".utf8) && element(4, oneByte) == Array("1".utf8) && element(3, oneByte) == nil)
+        // Two-byte (extmap-allow-mixed): id, length, value; rid "mid" (id 12).
+        let twoByte = packet(profile: 0x1000, [0x00, 12, 3, 0x6D, 0x69, 0x64])
+        #expect(element(12, twoByte) == Array("mid".utf8))
+        #expect(element(10, packet(profile: 0xBEDE, [0xF0, 0xA0, 0x68])) == nil, "id 15 ends the elements")
+        #expect(element(10, packet(profile: 0xBEDE, [0xA7, 0x68])) == nil, "an element longer than the extension")
+        #expect(element(10, packet(profile: 0xABCD, [0xA0, 0x68])) == nil, "an unknown profile")
+        var plain = oneByte
+        plain[0] = 0x80
+        #expect(element(10, plain) == nil, "no extension bit")
+        #expect(element(10, Array(oneByte.prefix(14))) == nil, "truncated")
     }
 }
 

@@ -26,7 +26,7 @@ import Testing
     func relayCalls(_ actions: [StreamRegistry.Action]) -> [StreamRegistry.Action] {
         actions.filter {
             switch $0 {
-            case .addPublisher, .addSubscriber, .removeStream, .removeSubscriber, .limitSubscriber, .pinLayer: return true
+            case .addPublisher, .addSubscriber, .removeStream, .removeSubscriber, .limitSubscriber, .sizeSubscriber, .pinLayer: return true
             case .send, .log, .record, .persist, .forwardViewerLimit: return false
             }
         }
@@ -297,6 +297,15 @@ import Testing
         #expect(failure(malformed)?.status == .badRequest)
         let single = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(granted, tracks: [Self.layers[0], Fixture.audio])), now: now, newId: "s0"))
         #expect(failure(single)?.message.contains("2 to 4 layers") == true)
+        var tiny = Self.layers
+        (tiny[1].layer!.width, tiny[1].layer!.height) = (1, 1)
+        let tooSmall = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(granted, tracks: tiny)), now: now, newId: "s0"))
+        #expect(failure(tooSmall)?.message.contains("2×2") == true)
+        // A browser's layers are not sized by its offer: 0×0 is "not known", and accepted.
+        var unsized = Self.layers
+        for index in unsized.indices where unsized[index].layer != nil { (unsized[index].layer!.width, unsized[index].layer!.height) = (0, 0) }
+        let browser = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(granted, tracks: unsized)), now: now, newId: "s9"))
+        #expect(relayCalls(browser) == [.addPublisher(streamId: "s9", tracks: unsized)])
 
         let published = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(granted, tracks: Self.layers)), now: now, newId: "s1"))
         #expect(relayCalls(published) == [.addPublisher(streamId: "s1", tracks: Self.layers)], "the relay is told every layer")
@@ -315,6 +324,13 @@ import Testing
         #expect(relayCalls(limited) == [.limitSubscriber(streamId: "s1", subscriberId: "a", bitsPerSecond: 500_000)])
         #expect(sends(limited).allSatisfy { $0.0 != "pub" }, "the publisher keeps its encodings")
         #expect(registry.stream("s1")?.viewerLimit == nil)
+        // The size it shows the video at goes to the relay too; a session that does not subscribe is refused.
+        let sized = registry.handle(.request(sessionId: "sub", requestId: 10, .setViewSize(.init(streamId: "s1", size: ViewSize(width: 320, height: 180))),
+                                             now: now, newId: ""))
+        #expect(relayCalls(sized) == [.sizeSubscriber(streamId: "s1", subscriberId: "a", size: ViewSize(width: 320, height: 180))])
+        #expect(sends(sized).contains { $0.0 == "sub" && $0.1.message == .ok })
+        let stranger = registry.handle(.request(sessionId: "pub", requestId: 11, .setViewSize(.init(streamId: "s1", size: nil)), now: now, newId: ""))
+        #expect(failure(stranger)?.status == .notFound && relayCalls(stranger).isEmpty)
 
         // A viewer may ask to stay on one layer: by RID, best or lowest; not one the stream lacks.
         let token = Fixture.token(.stream, now: now) { $0.originStreamId("s1") }

@@ -20,6 +20,7 @@ final class RecordingRelay: RelayControl {
         case removeSubscriber(streamId: String, subscriberId: String)
         case removeStream(streamId: String)
         case limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?)
+        case sizeSubscriber(streamId: String, subscriberId: String, size: ViewSize?)
     }
 
     private struct State {
@@ -77,6 +78,10 @@ final class RecordingRelay: RelayControl {
     }
 
     func statistics() -> RelayStatistics { state.withLock { $0.statistics } }
+
+    func setSubscriberViewSize(streamId: String, subscriberId: String, size: ViewSize?) {
+        state.withLock { $0.calls.append(.sizeSubscriber(streamId: streamId, subscriberId: subscriberId, size: size)) }
+    }
 
     func limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?) {
         state.withLock { $0.calls.append(.limitSubscriber(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond)) }

@@ -144,3 +144,44 @@ extension OneAtATime.NetworkQualityTests {
         await platform.shutdown()
     }
 }
+
+extension OneAtATime.NetworkQualityTests {
+    @Test("a simulcast viewer whose renderer shows the video at 320×180 is sent the 320×180 layer on a roomy link; a renderer at the video's own size brings it to 1280×720; the stream's viewSize follows its renderers")
+    func renderersSizeChooseTheLayer() async throws {
+        let platform = try await LocalPlatform.start()
+        let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+        try await sdk.start(authToken: try platform.token(.auth))
+        let media = try await stampedHDMedia()
+        let publisher = try await sdk.publish(streamToken: try platform.token(.publish, capabilities: ["multi-bitrate"]), mediaStream: media)
+        let stream = try await sdk.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+        let frames = try StampTap(decoderOf: stream, paintedWidth: 1280)
+        #expect(stream.viewSize == nil)
+
+        let thumbnail = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true,
+                                                              displaySize: Dimensions(width: 320, height: 180)))
+        #expect(await thumbnail.start() == .ok)
+        #expect(stream.viewSize == Dimensions(width: 320, height: 180))
+        #expect(await eventually(.seconds(10)) { frames.frameWidths.all.suffix(30).count == 30 && frames.frameWidths.all.suffix(30).allSatisfy { $0 == 320 } },
+                "the 320×180 view is sent the smallest layer: \(frames.widths.all)")
+        // Its link is roomy: it stays there only because of its view, which is no reduction.
+        #expect(!stream.isLayerReduced)
+
+        let full = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+        #expect(await full.start() == .ok)
+        #expect(stream.viewSize == nil, "a renderer at the video's own size lifts the cap")
+        let lifted = ContinuousClock.now
+        #expect(await eventually(.seconds(10)) { frames.widths.all.last == 1280 }, "\(frames.widths.all)")
+        print("simulcast: a renderer at full size brought 1280×720 after \(ContinuousClock.now - lifted)")
+        await full.stop()
+        #expect(stream.viewSize == Dimensions(width: 320, height: 180))
+        #expect(await eventually(.seconds(10)) { frames.widths.all.last == 320 }, "back to the view's layer: \(frames.widths.all)")
+        #expect(frames.unreadable.count == 0, "every frame across the switches read whole")
+
+        await thumbnail.stop()
+        await stream.stop()
+        await publisher.stop()
+        await sdk.stop()
+        await media.stop()
+        await platform.shutdown()
+    }
+}

@@ -10,10 +10,18 @@ import Testing
 
 /// Counts the frames a subscriber's renderer shows, and their size.
 final class FrameCount: Sendable {
-    private let state = Mutex<(count: Int, width: Int, height: Int)>((0, 0, 0))
+    private let state = Mutex<(count: Int, width: Int, height: Int, widths: [Int: Int])>((0, 0, 0, [:]))
     var count: Int { state.withLock { $0.count } }
     var size: (width: Int, height: Int) { state.withLock { ($0.width, $0.height) } }
-    func add(_ frame: VideoFrame) { state.withLock { $0 = ($0.count + 1, frame.width, frame.height) } }
+    /// How many frames of each width were shown.
+    var widths: [Int: Int] { state.withLock { $0.widths } }
+    func add(_ frame: VideoFrame) {
+        state.withLock {
+            $0.count += 1
+            ($0.width, $0.height) = (frame.width, frame.height)
+            $0.widths[frame.width, default: 0] += 1
+        }
+    }
 }
 
 func countFrames(_ stream: MediaStream) async throws -> (Renderer, FrameCount) {
@@ -28,11 +36,11 @@ func countFrames(_ stream: MediaStream) async throws -> (Renderer, FrameCount) {
 
 /// Subscribes to the newest stream of a channel alias, retrying while the WHIP peer is still
 /// getting its answer.
-func subscribeToChannel(_ sdk: PCast, _ platform: LocalPlatform, alias: String) async throws -> MediaStream {
+func subscribeToChannel(_ sdk: PCast, _ platform: LocalPlatform, alias: String, layer: LayerSelection = .adaptive) async throws -> MediaStream {
     let deadline = ContinuousClock.now + .seconds(20)
     while true {
         do {
-            return try await sdk.subscribe(streamToken: try platform.token(.stream, tag: .channelAlias(alias)))
+            return try await sdk.subscribe(streamToken: try platform.token(.stream, tag: .channelAlias(alias)), layer: layer)
         } catch {
             if ContinuousClock.now > deadline { throw error }
             try await Task.sleep(for: .milliseconds(200))
@@ -244,6 +252,57 @@ extension OneAtATime {
             let statistics = platform.relay.statistics()
             #expect(statistics.webRTCPeers == 2 && statistics.dtlsFailures == 0 && statistics.srtpFailures == 0)
             _ = renderer
+            await sdk.stop()
+            await platform.shutdown()
+        }
+
+        @Test("headless Chromium publishes a simulcast with WHIP (three RIDs, H.264, no SSRCs in its offer): the relay binds each layer to the browser's SSRC from its RID; SDK viewers kept on the lowest and the best layer decode 320×180 and 1280×720, one limiting itself to 800 kbit/s gets 640×360; Chromium watching it back over WHEP decodes a layer")
+        func chromiumPublishesSimulcast() async throws {
+            let platform = try await LocalPlatform.start()
+            let collector = try ReportCollector()
+            defer { collector.close() }
+            var query = URLComponents(string: platform.httpURL + "/")!
+            query.queryItems = [
+                URLQueryItem(name: "publish", value: "layers"),
+                URLQueryItem(name: "publishToken", value: try platform.token(.publish, capabilities: [SimulcastLayer.capability])),
+                URLQueryItem(name: "simulcast", value: "1"),
+                URLQueryItem(name: "watch", value: "layers"),
+                URLQueryItem(name: "token", value: try platform.token(.stream, tag: .channelAlias("layers"))),
+                URLQueryItem(name: "report", value: collector.url),
+            ]
+            let browser = try HeadlessChromium.open(query.url!.absoluteString)
+            defer { browser.close() }
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let lowest = try await subscribeToChannel(sdk, platform, alias: "layers", layer: .lowest)
+            #expect(lowest.getVideoTracks().count == 1, "the layers reach a viewer as one video track")
+            let best = try await subscribeToChannel(sdk, platform, alias: "layers", layer: .best)
+            let limited = try await subscribeToChannel(sdk, platform, alias: "layers")
+            let limit = limited.getVideoTracks()[0].limitBandwidth(800_000)
+            let (lowestRenderer, lowestFrames) = try await countFrames(lowest)
+            let (bestRenderer, bestFrames) = try await countFrames(best)
+            let (limitedRenderer, limitedFrames) = try await countFrames(limited)
+
+            try await eventually("the lowest layer decoded at 320×180", within: .seconds(30)) { lowestFrames.widths[320, default: 0] >= 30 }
+            try await eventually("the limited viewer on the 640×360 layer", within: .seconds(30)) { limitedFrames.widths[640, default: 0] >= 30 }
+            // The best layer comes once the browser's own estimate of its uplink allows it.
+            try await eventually("the best layer decoded at 1280×720", within: .seconds(40)) { bestFrames.widths[1280, default: 0] >= 30 }
+            #expect(lowestFrames.widths.keys.sorted() == [320], "\(lowestFrames.widths)")
+            #expect(bestFrames.size == (1280, 720) && lowestFrames.size == (320, 180) && limitedFrames.size == (640, 360))
+            #expect(limitedFrames.widths[1280] == nil, "never above its own limit: \(limitedFrames.widths)")
+
+            let published = try #require(collector.latest("publish"))
+            #expect(published.string("layerSizes") == "h 1280×720, l 320×180, m 640×360", "\(published)")
+            try await eventually("Chromium decoding 60 frames of its own simulcast", within: .seconds(30)) {
+                collector.latest("watch").map { $0.number("framesDecoded") >= 60 } ?? false
+            }
+            let watched = try #require(collector.latest("watch"))
+            #expect([320, 640, 1280].contains(Int(watched.number("width"))), "\(watched)")
+            #expect(collector.reports("watch").allSatisfy { $0["error"] == nil } && collector.reports("publish").allSatisfy { $0["error"] == nil })
+            let statistics = platform.relay.statistics()
+            #expect(statistics.webRTCPeers == 2 && statistics.srtpFailures == 0 && statistics.dtlsFailures == 0, "\(statistics)")
+            limit.dispose()
+            _ = (lowestRenderer, bestRenderer, limitedRenderer)
             await sdk.stop()
             await platform.shutdown()
         }

@@ -535,6 +535,14 @@ extension PCast {
         // one request after another so the last one said is the one that holds. The subscriber
         // id is read when the request goes: the flow may have moved to another node.
         let requests = SerialRequests()
+        // The size its renderers show the video at chooses a simulcast viewer's layer.
+        stream.setViewSizeRequester { [weak self, weak subscription] size in
+            guard let pcast = self, let subscription else { return }
+            requests.enqueue { [weak pcast] in
+                await pcast?.requestWhenOnline(.setViewSize(.init(streamId: streamId, subscriberId: subscription.subscriberId,
+                                                                  size: size.map { ViewSize(width: $0.width, height: $0.height) })))
+            }
+        }
         for track in stream.getVideoTracks() {
             track.setBandwidthRequester { [weak self, weak subscription] bitsPerSecond in
                 guard let pcast = self, let subscription else { return }
@@ -581,6 +589,7 @@ extension PCast {
         guard let refusal else {
             // A limit the viewer set holds on the new node too.
             for track in subscription.stream.getVideoTracks() { track.reapplyBandwidthLimit() }
+            subscription.stream.reapplyViewSize()
             logger.info("subscription followed to the new session's node", metadata: ["stream": "\(streamId)"])
             return
         }

@@ -265,6 +265,7 @@ public final class Renderer: Sendable {
             return state.muted
         }
         applyMute(muted)
+        if attached[.video] != nil { stream.renderer(id, showing: true, displaySize: options.displaySize) }
         watchBus()
         watchDataQuality()
         if attached[.video] != nil, options.useNullVideoDevice {
@@ -293,6 +294,7 @@ public final class Renderer: Sendable {
             probes.forEach { $0.remove() }
             tap?.remove()
             for branch in branches.values { await self.stream.engine.pipeline.detach(branch) }
+            if branches[.video] != nil { self.stream.renderer(self.id, showing: false, displaySize: nil) }
             self.endEvents(closing: false)
         }
     }

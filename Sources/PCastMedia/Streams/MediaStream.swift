@@ -195,6 +195,54 @@ public final class MediaStream: Sendable, Identifiable {
     private let layerReduced = Mutex(false)
     package func setLayerReduced(_ reduced: Bool) { layerReduced.withLock { $0 = reduced } }
 
+    /// The renderers showing the stream's video, by id, with their display size (nil: the video's
+    /// own), and who the platform is told through (a subscribed stream).
+    private struct ViewSizes {
+        var renderers: [String: Dimensions?] = [:]
+        /// What the platform was last told (it starts knowing of no size).
+        var told: Dimensions?? = .some(nil)
+        var request: (@Sendable (Dimensions?) -> Void)?
+
+        /// The largest display size of the renderers showing the video; nil when one shows it at
+        /// its own size, or none shows it.
+        var current: Dimensions? {
+            guard !renderers.isEmpty, renderers.values.allSatisfy({ $0 != nil }) else { return nil }
+            let sizes = renderers.values.compactMap { $0 }
+            return Dimensions(width: sizes.map(\.width).max()!, height: sizes.map(\.height).max()!)
+        }
+    }
+    private let viewSizes = Mutex(ViewSizes())
+
+    /// The size this stream's video is shown at: the largest ``RendererOptions/displaySize`` of
+    /// its started renderers, nil when one has none (it shows the video at its own size) or none
+    /// is started. Of a simulcast, a subscriber is sent no better layer than the smallest that
+    /// fills it, so a thumbnail does not take a 720p layer.
+    public var viewSize: Dimensions? { viewSizes.withLock { $0.current } }
+
+    /// Makes changes of ``viewSize`` call `request` (a subscribed stream tells the platform).
+    package func setViewSizeRequester(_ request: @escaping @Sendable (Dimensions?) -> Void) {
+        viewSizes.withLock { $0.request = request }
+    }
+
+    /// Tells the view size again, if it is set (the subscription moved to another node).
+    package func reapplyViewSize() {
+        let (request, size) = viewSizes.withLock { ($0.request, $0.current) }
+        if let request, let size { request(size) }
+    }
+
+    /// A renderer started showing the video (`displaySize` nil: at the video's own size) or
+    /// stopped (`showing` false).
+    func renderer(_ id: String, showing: Bool, displaySize: Dimensions?) {
+        let change: (@Sendable (Dimensions?) -> Void, Dimensions?)? = viewSizes.withLock { sizes in
+            if showing { sizes.renderers[id] = .some(displaySize) } else { sizes.renderers[id] = nil }
+            let current = sizes.current
+            guard let request = sizes.request, sizes.told != .some(current) else { return nil }
+            sizes.told = .some(current)
+            return (request, current)
+        }
+        if let (request, size) = change { request(size) }
+    }
+
     /// The stream's tracks, video first.
     public var tracks: [MediaStreamTrack] { trackList }
     public var videoTracks: [MediaStreamTrack] { trackList.filter { $0.kind == .video } }

@@ -169,6 +169,41 @@ public struct MediaDescription: Sendable, Hashable {
         return out
     }
 
+    /// The RTP stream ids a simulcast sender offers (RFC 8853 `a=simulcast:send`, each with its
+    /// RFC 8851 `a=rid:<id> send` line), in the offer's order, the first of each group of
+    /// alternatives; paused streams (`~id`) and ids without a matching `a=rid` are left out.
+    public var sentRIDs: [RTPStreamID] {
+        guard let line = values("simulcast").first(where: { $0.hasPrefix("send ") }) else { return [] }
+        var described: [String: RTPStreamID] = [:]
+        for rid in values("rid") {
+            let parts = rid.split(separator: " ", maxSplits: 2)
+            guard parts.count >= 2, parts[1] == "send" else { continue }
+            var stream = RTPStreamID(id: String(parts[0]))
+            if parts.count == 3 {
+                for restriction in parts[2].split(separator: ";") {
+                    let pair = restriction.split(separator: "=", maxSplits: 1)
+                    guard pair.count == 2, let value = Int(pair[1]), value > 0 else { continue }
+                    switch pair[0] {
+                    case "max-width": stream.maxWidth = value
+                    case "max-height": stream.maxHeight = value
+                    case "max-br": stream.maxBitrate = value
+                    default: break
+                    }
+                }
+            }
+            described[stream.id] = stream
+        }
+        // `send l;m;h` (possibly followed by ` recv …`): `;` separates streams, `,` alternatives.
+        let list = line.dropFirst("send ".count).split(separator: " ").first ?? ""
+        var out: [RTPStreamID] = []
+        for group in list.split(separator: ";") {
+            guard let first = group.split(separator: ",").first, !first.hasPrefix("~"),
+                  let stream = described[String(first)], !out.contains(where: { $0.id == stream.id }) else { continue }
+            out.append(stream)
+        }
+        return out
+    }
+
     /// The SSRCs of the media itself: ``ssrcs`` less those an `a=ssrc-group` names after its
     /// first (the repair streams of `FID` retransmission and `FEC-FR`).
     public var mediaSSRCs: [UInt32] {
@@ -188,6 +223,22 @@ public struct MediaDescription: Sendable, Hashable {
             seen.append(id)
         }
         return seen
+    }
+}
+
+/// One RTP stream id a simulcast sender offers (RFC 8851), with the restrictions it states.
+public struct RTPStreamID: Sendable, Hashable {
+    public var id: String
+    public var maxWidth: Int?
+    public var maxHeight: Int?
+    /// Bits per second (`max-br`).
+    public var maxBitrate: Int?
+
+    public init(id: String, maxWidth: Int? = nil, maxHeight: Int? = nil, maxBitrate: Int? = nil) {
+        self.id = id
+        self.maxWidth = maxWidth
+        self.maxHeight = maxHeight
+        self.maxBitrate = maxBitrate
     }
 }
 

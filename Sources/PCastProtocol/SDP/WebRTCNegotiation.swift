@@ -39,15 +39,43 @@ public struct NegotiatedMedia: Sendable, Hashable {
     public var codec: RTPCodec
     /// Header extensions both sides use: id → URI (only the mid and abs-send-time).
     public var headerExtensions: [UInt8: String]
-    /// The SSRCs the offerer announced for its media (repair streams left out; may be empty).
+    /// The SSRCs the offerer announced for its media (repair streams left out; may be empty:
+    /// a simulcast sender names its streams by RID instead).
     public var remoteSSRCs: [UInt32]
+    /// A WHIP simulcast: the RTP stream ids the offerer sends, in its order (lowest first by the
+    /// convention of the W3C's and mediasoup's examples), each packet naming its own in the
+    /// `rtp-stream-id` header extension until its SSRC is acknowledged; empty otherwise.
+    public var rids: [RTPStreamID] = []
     /// For a viewer: the SSRC the relay sends this section's media with.
     public var localSSRC: UInt32?
 }
 
+extension NegotiatedMedia {
+    /// A WHIP simulcast's layers, best first: ordered by the `max-br` (else `max-width`) every
+    /// RID states, else taken as offered lowest first. A layer's bitrate is its `max-br`, else a
+    /// nominal figure: 2.5 Mbit/s for the best, a quarter of that for each step down (each is
+    /// half the width and height of the one above, as a browser's `scaleResolutionDownBy: 2`
+    /// makes it). Width and height are the RID's `max-width` / `max-height`, else 0 (unknown).
+    public var simulcastLayers: [SimulcastLayer] {
+        var ordered: [RTPStreamID]
+        if rids.allSatisfy({ $0.maxBitrate != nil }) {
+            ordered = rids.sorted { $0.maxBitrate! > $1.maxBitrate! }
+        } else if rids.allSatisfy({ $0.maxWidth != nil }) {
+            ordered = rids.sorted { $0.maxWidth! > $1.maxWidth! }
+        } else {
+            ordered = rids.reversed()
+        }
+        return ordered.enumerated().map { step, rid in
+            SimulcastLayer(rid: rid.id, width: rid.maxWidth ?? 0, height: rid.maxHeight ?? 0,
+                           bitrate: rid.maxBitrate ?? WebRTCNegotiation.nominalBestBitrate >> (2 * step))
+        }
+    }
+}
+
 /// Answers a browser's (or any WebRTC client's) offer as the relay: ICE-lite, DTLS server
 /// (`setup:passive`), everything bundled on one transport, H.264 constrained baseline and Opus
-/// only, and nothing the relay does not do (no RTX, no transport-cc, no simulcast).
+/// only, and nothing the relay does not do (no RTX, no transport-cc). A publisher's video may be
+/// a simulcast of 2 to 4 RTP streams named by RID (RFC 8853; more are declined in the answer).
 ///
 /// ```swift
 /// let result = try WebRTCNegotiation.answer(offer, as: .publisher, local: credentials,
@@ -73,6 +101,11 @@ public enum WebRTCNegotiation {
     /// The header extensions the relay keeps.
     public static let absSendTime = "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time"
     public static let sdesMid = "urn:ietf:params:rtp-hdrext:sdes:mid"
+    public static let sdesRTPStreamID = "urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id"
+    /// The most RTP streams of one simulcast the relay takes (more are declined in the answer).
+    public static let maximumRIDs = 4
+    /// What a browser's best simulcast layer is taken to send when its RID states no `max-br`.
+    public static let nominalBestBitrate = 2_500_000
 
     /// The feedback the relay honours for video (NACK, PLI, FIR, REMB) and audio (none).
     static let videoFeedback = ["nack", "nack pli", "ccm fir", "goog-remb"]
@@ -132,7 +165,15 @@ public enum WebRTCNegotiation {
                 }
                 chosen = opus
             }
-            let extensions = section.headerExtensions.filter { $0.value == absSendTime || $0.value == sdesMid }
+            // A publisher's simulcast: its streams are told apart by the RID in each packet.
+            var rids: [RTPStreamID] = []
+            if role == .publisher, section.kind == "video", section.headerExtensions.values.contains(sdesRTPStreamID) {
+                rids = Array(section.sentRIDs.prefix(maximumRIDs))
+                if rids.count < 2 { rids = [] }
+            }
+            let extensions = section.headerExtensions.filter {
+                $0.value == absSendTime || $0.value == sdesMid || (!rids.isEmpty && $0.value == sdesRTPStreamID)
+            }
             var codec = chosen
             codec.feedback = section.kind == "video" ? videoFeedback.filter { chosen.feedback.contains($0) } : []
             // The parameters the answer states: the offer's, less what only describes its sender.
@@ -140,7 +181,7 @@ public enum WebRTCNegotiation {
             var localSSRC: UInt32?
             if case .viewer(let video, let audio, _) = role { localSSRC = section.kind == "video" ? video : audio }
             negotiated.append(NegotiatedMedia(mid: mid, kind: section.kind, codec: codec, headerExtensions: extensions,
-                                              remoteSSRCs: role == .publisher ? section.mediaSSRCs : [], localSSRC: localSSRC))
+                                              remoteSSRCs: role == .publisher ? section.mediaSSRCs : [], rids: rids, localSSRC: localSSRC))
 
             var attributes: [SDPAttribute] = [
                 SDPAttribute("mid", mid),
@@ -157,6 +198,10 @@ public enum WebRTCNegotiation {
             if let parameters = codec.formatParameters { attributes.append(SDPAttribute("fmtp", "\(codec.payloadType) \(parameters)")) }
             for feedback in codec.feedback { attributes.append(SDPAttribute("rtcp-fb", "\(codec.payloadType) \(feedback)")) }
             for (id, uri) in extensions.sorted(by: { $0.key < $1.key }) { attributes.append(SDPAttribute("extmap", "\(id) \(uri)")) }
+            if !rids.isEmpty {
+                for rid in rids { attributes.append(SDPAttribute("rid", "\(rid.id) recv")) }
+                attributes.append(SDPAttribute("simulcast", "recv " + rids.map(\.id).joined(separator: ";")))
+            }
             if let localSSRC, case .viewer(_, _, let cname) = role {
                 attributes.append(SDPAttribute("msid", "pcast \(section.kind)"))
                 attributes.append(SDPAttribute("ssrc", "\(localSSRC) cname:\(cname)"))

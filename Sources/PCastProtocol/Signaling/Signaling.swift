@@ -69,6 +69,16 @@ public struct MediaTrackDescription: Codable, Sendable, Hashable {
     }
 }
 
+/// The size, in pixels, a viewer shows a stream's video at.
+public struct ViewSize: Codable, Sendable, Hashable {
+    public var width: Int
+    public var height: Int
+    public init(width: Int, height: Int) {
+        self.width = width
+        self.height = height
+    }
+}
+
 /// One encoding of a simulcast video track: its RID (RFC 8851), picture size and target bitrate.
 /// The encodings of one picture share their RTP timestamps (one capture, one timestamp offset),
 /// so a relay can switch a viewer between them at a keyframe without rewriting timestamps.
@@ -79,6 +89,7 @@ public struct SimulcastLayer: Codable, Sendable, Hashable {
     public static let best = "best", lowest = "lowest"
 
     public var rid: String
+    /// The encoding's size; 0×0 when not known (a browser's layer: its offer does not size it).
     public var width: Int
     public var height: Int
     /// Bits per second the encoder aims at.
@@ -215,6 +226,20 @@ public enum ClientMessage: Sendable, Hashable {
         }
     }
 
+    /// A viewer tells the platform the size it shows a stream's video at (nil lifts it): of a
+    /// simulcast, it is sent no better layer than the smallest that fills that size.
+    public struct SetViewSize: Codable, Sendable, Hashable {
+        public var streamId: String
+        /// Which of the session's subscriptions to the stream; without it, the oldest.
+        public var subscriberId: String?
+        public var size: ViewSize?
+        public init(streamId: String, subscriberId: String? = nil, size: ViewSize?) {
+            self.streamId = streamId
+            self.subscriberId = subscriberId
+            self.size = size
+        }
+    }
+
     /// A publisher tells the platform why its stream's quality is reduced (passed on to viewers).
     public struct PublisherQuality: Codable, Sendable, Hashable {
         public var streamId: String
@@ -246,6 +271,7 @@ public enum ClientMessage: Sendable, Hashable {
     /// Stops an ingest this session started.
     case stopIngest(StreamReference)
     case limitBandwidth(LimitBandwidth)
+    case setViewSize(SetViewSize)
     case publisherQuality(PublisherQuality)
 
     public var type: String {
@@ -269,6 +295,7 @@ public enum ClientMessage: Sendable, Hashable {
         case .publishRemote: return "publish-remote"
         case .stopIngest: return "stop-ingest"
         case .limitBandwidth: return "limit-bandwidth"
+        case .setViewSize: return "set-view-size"
         case .publisherQuality: return "publisher-quality"
         }
     }
@@ -567,6 +594,7 @@ public enum SignalingCodec {
         case .publishRemote(let p): return try wire(envelope, p)
         case .stopIngest(let p): return try wire(envelope, p)
         case .limitBandwidth(let p): return try wire(envelope, p)
+        case .setViewSize(let p): return try wire(envelope, p)
         case .publisherQuality(let p): return try wire(envelope, p)
         }
     }
@@ -629,6 +657,7 @@ public enum SignalingCodec {
         case "publish-remote": message = .publishRemote(try payload(data, type, id))
         case "stop-ingest": message = .stopIngest(try payload(data, type, id))
         case "limit-bandwidth": message = .limitBandwidth(try payload(data, type, id))
+        case "set-view-size": message = .setViewSize(try payload(data, type, id))
         case "publisher-quality": message = .publisherQuality(try payload(data, type, id))
         default: throw SignalingError(kind: .unknownType(type), requestId: id)
         }
@@ -793,6 +822,12 @@ public enum SignalingCodec {
             try check(p.streamId, "streamId")
             try check(p.subscriberId, "subscriberId")
             if let bits = p.bitsPerSecond, !(1_000...1_000_000_000).contains(bits) { throw fail("bitsPerSecond must be 1000…1000000000") }
+        case .setViewSize(let p):
+            try check(p.streamId, "streamId")
+            try check(p.subscriberId, "subscriberId")
+            if let size = p.size, !(1...16_384).contains(size.width) || !(1...16_384).contains(size.height) {
+                throw fail("a view size is 1…16384 pixels each way")
+            }
         case .publisherQuality(let p):
             try check(p.streamId, "streamId")
         }

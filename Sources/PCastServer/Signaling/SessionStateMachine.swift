@@ -106,6 +106,8 @@ public struct SessionStateMachine: Sendable {
         case stopIngest(ClientMessage.StreamReference)
         /// A viewer's bandwidth request for the publisher (for the ``StreamRegistry``).
         case limitBandwidth(ClientMessage.LimitBandwidth)
+        /// The size a viewer shows a stream's video at (for the ``StreamRegistry``).
+        case setViewSize(ClientMessage.SetViewSize)
         /// A publisher's quality, for its stream's viewers.
         case publisherQuality(ClientMessage.PublisherQuality)
     }
@@ -260,6 +262,8 @@ public struct SessionStateMachine: Sendable {
             return [.request(sessionId: sessionId, requestId: id, .stopIngest(request))]
         case (.authenticated, .limitBandwidth(let request)):
             return [.request(sessionId: sessionId, requestId: id, .limitBandwidth(request))]
+        case (.authenticated, .setViewSize(let request)):
+            return [.request(sessionId: sessionId, requestId: id, .setViewSize(request))]
         case (.authenticated, .publisherQuality(let request)):
             return [.request(sessionId: sessionId, requestId: id, .publisherQuality(request))]
         case (.closed, _):

@@ -142,6 +142,8 @@ public struct StreamRegistry: Sendable {
         case forwardViewerLimit(streamId: String, originNodeId: String, bitsPerSecond: Int?)
         /// A simulcast viewer's own limit: the relay picks its layer (the publisher is not asked).
         case limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?)
+        /// The size a simulcast viewer shows the video at: the relay sends no larger layer than fills it.
+        case sizeSubscriber(streamId: String, subscriberId: String, size: ViewSize?)
         /// A simulcast viewer asked to stay on one layer (best, lowest or a RID).
         case pinLayer(streamId: String, subscriberId: String, layer: String)
         case log(Logger.Level, String, sessionId: String?, streamId: String?)
@@ -264,6 +266,8 @@ public struct StreamRegistry: Sendable {
                 return self.unsubscribe(reference.streamId, subscriberId: reference.subscriberId, sessionId: sessionId, requestId: requestId)
             case .limitBandwidth(let request):
                 return limitBandwidth(request, sessionId: sessionId, requestId: requestId)
+            case .setViewSize(let request):
+                return setViewSize(request, sessionId: sessionId, requestId: requestId)
             case .publisherQuality(let quality):
                 return publisherQuality(quality, sessionId: sessionId, requestId: requestId)
             case .room, .publishRemote, .stopIngest:
@@ -524,6 +528,18 @@ public struct StreamRegistry: Sendable {
                     .limitSubscriber(streamId: request.streamId, subscriberId: subscriberId, bitsPerSecond: request.bitsPerSecond)]
         }
         return [send(sessionId, requestId, .ok)] + setViewerLimit(request.bitsPerSecond, streamId: request.streamId, subscriberId: subscriberId)
+    }
+
+    /// A viewer's view size: of a simulcast, the relay chooses its layer by it; a single encoding
+    /// is what it is (the publisher is not asked to change it for one viewer).
+    private mutating func setViewSize(_ request: ClientMessage.SetViewSize, sessionId: String, requestId: UInt64?) -> [Action] {
+        guard let subscriberId = streams[request.streamId]?.subscribers.first(where: {
+            $0.sessionId == sessionId && (request.subscriberId == nil || $0.subscriberId == request.subscriberId)
+        })?.subscriberId else {
+            return [send(sessionId, requestId, .failure(.init(status: .notFound, message: "this session does not subscribe to '\(request.streamId)'")))]
+        }
+        guard streams[request.streamId]?.tracks.contains(where: { $0.layer != nil }) == true else { return [send(sessionId, requestId, .ok)] }
+        return [send(sessionId, requestId, .ok), .sizeSubscriber(streamId: request.streamId, subscriberId: subscriberId, size: request.size)]
     }
 
     /// Records one viewer's limit; tells the publisher when the lowest limit changes.

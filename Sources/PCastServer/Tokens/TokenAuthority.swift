@@ -180,7 +180,8 @@ public struct TokenAuthority: PublishAuthorizing, Hashable {
     }
 
     /// What is wrong with a publish's simulcast layers, if anything: layers are video, at least
-    /// two, with distinct RIDs and bitrates, and sizes a codec can take.
+    /// two, with distinct RIDs and bitrates, and sizes a codec can take (or 0×0: not known, as
+    /// for a browser's layers, which its offer does not size).
     static func layerProblem(_ tracks: [MediaTrackDescription]) -> String? {
         let layered = tracks.filter { $0.layer != nil }
         guard !layered.isEmpty else { return nil }
@@ -189,8 +190,9 @@ public struct TokenAuthority: PublishAuthorizing, Hashable {
         let layers = layered.map { $0.layer! }
         if Set(layers.map(\.rid)).count != layers.count { return "simulcast layers need distinct RIDs" }
         if Set(layers.map(\.bitrate)).count != layers.count { return "simulcast layers need distinct bitrates" }
-        if layers.contains(where: { $0.rid.isEmpty || $0.rid.count > 16 || $0.width < 2 || $0.height < 2 || $0.bitrate <= 0 }) {
-            return "a simulcast layer has an empty or long RID, a size under 2×2 or no bitrate"
+        let unsized = { (layer: SimulcastLayer) in layer.width == 0 && layer.height == 0 }
+        if layers.contains(where: { $0.rid.isEmpty || $0.rid.count > 16 || (!unsized($0) && ($0.width < 2 || $0.height < 2)) || $0.bitrate <= 0 }) {
+            return "a simulcast layer has an empty or long RID, a size under 2×2 (other than 0×0, not known) or no bitrate"
         }
         if tracks.filter({ $0.kind == .video && $0.layer == nil }).count > 0 { return "a stream's video is either simulcast or one encoding" }
         return nil

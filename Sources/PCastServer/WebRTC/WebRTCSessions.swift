@@ -136,7 +136,21 @@ extension Platform {
             return .failure(WebRTCRefusal(400, "Bad Request", "\(error)"))
         }
         var tracks: [MediaTrackDescription] = []
-        for media in negotiated.media {
+        var generator = SystemRandomNumberGenerator()
+        for media in negotiated.media where !media.rids.isEmpty {
+            // A browser's simulcast names its streams by RID, not SSRC: each layer is declared
+            // here under an SSRC of the platform's, and the relay binds the browser's own to it
+            // when the layer's first packet names its RID.
+            let announced = Set(negotiated.media.flatMap(\.remoteSSRCs))
+            for layer in media.simulcastLayers {
+                var ssrc: UInt32
+                repeat { ssrc = UInt32.random(in: 1...UInt32.max, using: &generator) }
+                while announced.contains(ssrc) || tracks.contains(where: { $0.ssrc == ssrc })
+                tracks.append(MediaTrackDescription(kind: .video, codec: media.codec.name.uppercased(), payloadType: media.codec.payloadType,
+                                                    clockRate: UInt32(media.codec.clockRate), ssrc: ssrc, layer: layer))
+            }
+        }
+        for media in negotiated.media where media.rids.isEmpty {
             guard let ssrc = media.remoteSSRCs.first else {
                 return .failure(WebRTCRefusal(422, "Unprocessable Content",
                                               "the \(media.kind) section \(media.mid) announces no SSRC (a=ssrc): the relay finds a publisher's media by it"))
@@ -144,8 +158,10 @@ extension Platform {
             tracks.append(MediaTrackDescription(kind: media.kind == "video" ? .video : .audio, codec: media.codec.name.uppercased(),
                                                 payloadType: media.codec.payloadType, clockRate: UInt32(media.codec.clockRate), ssrc: ssrc))
         }
+        let ridExtension = negotiated.media.first { !$0.rids.isEmpty }?.headerExtensions
+            .first { $0.value == WebRTCNegotiation.sdesRTPStreamID }?.key
         let peer = WebRTCPeerParameters(local: local, remoteUfrag: negotiated.remote.iceUfrag,
-                                        remoteFingerprint: negotiated.remote.fingerprint?.digest ?? "")
+                                        remoteFingerprint: negotiated.remote.fingerprint?.digest ?? "", rtpStreamIDExtension: ridExtension)
         let publish = ClientMessage.Publish(streamToken: token, tags: ["channelAlias:\(name)"], publishType: publishType, streamName: name, tracks: tracks)
         let (sessionId, reply) = request(.publish(publish), as: "whip", flowId: Self.makeId("stream"), peer: peer, remoteAddress: remoteAddress)
         guard case .published(let published)? = reply else {
