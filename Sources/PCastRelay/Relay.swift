@@ -279,7 +279,9 @@ public final class Relay: RelayControl {
             }
             registry.ssrcs.insert(ssrc)
             registry.streams[streamId]!.edgeFlows[subscriberId] = isEdge ? crypto : nil
-            engine.enqueue(.addSubscriber(streamId: streamId, subscriberId: subscriberId, rtcpSSRC: ssrc, crypto: crypto, isEdge: isEdge))
+            // A WebRTC viewer's REMB is its browser's receive-side estimate, bounded by what it receives.
+            engine.enqueue(.addSubscriber(streamId: streamId, subscriberId: subscriberId, rtcpSSRC: ssrc, crypto: crypto, isEdge: isEdge,
+                                          receiveBoundEstimate: peer != nil))
             if let peer {
                 engine.enqueue(.addWebRTC(WebRTCSetup(streamId: streamId, subscriberId: subscriberId, rtcpSSRC: ssrc, parameters: peer, crypto: crypto)))
             }

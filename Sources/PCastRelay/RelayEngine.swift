@@ -51,7 +51,7 @@ final class FlowCrypto: @unchecked Sendable {
 /// A control request, carried from the calling thread to the I/O thread.
 enum RelayCommand: Sendable {
     case addStream(id: String, tracks: [MediaTrackDescription], crypto: FlowCrypto, upstream: UpstreamLeg?)
-    case addSubscriber(streamId: String, subscriberId: String, rtcpSSRC: UInt32, crypto: FlowCrypto, isEdge: Bool)
+    case addSubscriber(streamId: String, subscriberId: String, rtcpSSRC: UInt32, crypto: FlowCrypto, isEdge: Bool, receiveBoundEstimate: Bool)
     case removeSubscriber(streamId: String, subscriberId: String)
     case removeStream(id: String)
     /// A pulled stream's new leg (``Relay/replaceUpstream(streamId:origin:)``).
@@ -316,9 +316,10 @@ final class RelayEngine: @unchecked Sendable {
                    let report = router.receiverReport(stream: handle, now: now) {
                     perform([report])
                 }
-            case .addSubscriber(let streamId, let subscriberId, let rtcpSSRC, let crypto, let isEdge):
+            case .addSubscriber(let streamId, let subscriberId, let rtcpSSRC, let crypto, let isEdge, let receiveBound):
                 if let actions = router.addSubscriber(
-                    streamId: streamId, subscriberId: subscriberId, rtcpSSRC: rtcpSSRC, context: crypto, now: now, isEdge: isEdge) {
+                    streamId: streamId, subscriberId: subscriberId, rtcpSSRC: rtcpSSRC, context: crypto, now: now, isEdge: isEdge,
+                    receiveBoundEstimate: receiveBound) {
                     perform(actions)
                 }
             case .removeSubscriber(let streamId, let subscriberId):

@@ -145,6 +145,12 @@ struct RelayRouter<Context> {
         /// when its RID first arrives (``RelayRouter/bindWireSSRC(stream:track:ssrc:)``). Feedback
         /// to the publisher names this one; everything downstream sees the declared one.
         var wireSSRC: UInt32
+        /// A simulcast layer's measured rate.
+        var meter = RateMeter()
+        /// An H.264 video track's latest keyframe: the sequence number of its first packet (the
+        /// one that carries the parameter sets) and when it came.
+        var keyframe: (sequence: UInt16, arrival: UInt64)?
+        let isH264: Bool
 
         init(description: MediaTrackDescription, cache: PacketCache, reception: ReceptionStatistics,
              throttle: KeyframeThrottle?, estimator: ArrivalEstimator?) {
@@ -154,6 +160,7 @@ struct RelayRouter<Context> {
             self.throttle = throttle
             self.estimator = estimator
             wireSSRC = description.ssrc
+            isH264 = description.kind == .video && description.codec.uppercased() == "H264"
         }
     }
 
@@ -174,6 +181,8 @@ struct RelayRouter<Context> {
         let id: String
         let rtcpSSRC: UInt32
         var flow: Flow
+        /// When it was added: a keyframe that came after was asked for it (see `addSubscriber`).
+        var joined: UInt64 = 0
         /// Latest report block per publisher SSRC.
         var reports: [UInt32: SubscriberReport] = [:]
         /// Its audio-only fallback, on streams with audio and video (never on an edge: its viewers
@@ -303,9 +312,12 @@ struct RelayRouter<Context> {
 
     /// Adds a subscriber flow (replacing one with the same id on that stream). Returns nil if the
     /// stream or the SSRC is unknown/taken. An edge relay (`isEdge`) has no audio-only fallback,
-    /// and its REMB joins the estimate the publisher is told.
+    /// and its REMB joins the estimate the publisher is told. A viewer whose REMB is bounded by
+    /// what it receives (`receiveBoundEstimate`: a browser's) is probed up a simulcast's layers
+    /// (see ``LayerSelector``).
     mutating func addSubscriber(
-        streamId: String, subscriberId: String, rtcpSSRC: UInt32, context: Context, now: UInt64, isEdge: Bool = false
+        streamId: String, subscriberId: String, rtcpSSRC: UInt32, context: Context, now: UInt64, isEdge: Bool = false,
+        receiveBoundEstimate: Bool = false
     ) -> [RelayAction<Context>]? {
         guard let handle = handles[streamId] else { return nil }
         removeSubscriber(streamId: streamId, subscriberId: subscriberId)
@@ -317,16 +329,26 @@ struct RelayRouter<Context> {
         // A simulcast viewer's poor leg is served a smaller layer rather than audio alone.
         let gate = isEdge || !layers.isEmpty ? nil : settings.videoGate.flatMap { kinds == [.audio, .video] ? VideoGate(settings: $0) : nil }
         var subscriber = Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: Flow(context: context), gate: gate, isEdge: isEdge)
+        subscriber.joined = now
         if !isEdge && !layers.isEmpty {
             let bitrates = layers.map { streams[handle]!.tracks[$0].description.layer!.bitrate }
-            subscriber.simulcast = SimulcastViewer(selector: LayerSelector(bitrates: bitrates, settings: settings.layerSelection))
+            subscriber.simulcast = SimulcastViewer(selector: LayerSelector(bitrates: bitrates, settings: settings.layerSelection,
+                                                                           probesUp: receiveBoundEstimate))
         }
         streams[handle]!.subscribers.append(subscriber)
         if subscriber.simulcast != nil { layersChanged = true }
         streams[handle]!.subscriberIDs[subscriberId] = rtcpSSRC
-        // The keyframe is asked for when the subscriber is first heard from (see `authenticated`).
-        return []
+        // Its keyframe is asked for now, while it sets up its receiver: by the time it is first
+        // heard from the keyframe is often here, and is sent from the cache at once (see
+        // `authenticated`). A simulcast viewer's keyframe is its layer's, asked for then.
+        guard subscriber.simulcast == nil else { return [] }
+        return streams[handle]!.tracks.indices.compactMap { index in
+            streams[handle]!.tracks[index].throttle == nil ? nil : requestKeyframe(stream: handle, track: index, kind: .pli, now: now)
+        }
     }
+
+    /// How long a keyframe asked for a new subscriber is waited for before it is asked again.
+    static var joinKeyframeWait: UInt64 { 500_000_000 }
 
     /// Removes a subscriber flow; unknown ids are ignored.
     mutating func removeSubscriber(streamId: String, subscriberId: String) {
@@ -407,14 +429,41 @@ struct RelayRouter<Context> {
             streams[stream]!.subscribers[slot].flow.address = address
             guard first else { return [] }
             var actions: [RelayAction<Context>] = []
-            let target = streams[stream]!.subscribers[slot].simulcast.map { streams[stream]!.layers[$0.switcher.target] }
+            let subscriber = streams[stream]!.subscribers[slot]
+            let target = subscriber.simulcast.map { streams[stream]!.layers[$0.switcher.target] }
             for index in streams[stream]!.tracks.indices where streams[stream]!.tracks[index].throttle != nil {
                 // A simulcast viewer needs a keyframe of the layer it starts on only.
                 if let target, streams[stream]!.tracks[index].layer != nil, index != target { continue }
+                if target == nil {
+                    // The keyframe asked for when it was added came: from it on, what it missed.
+                    let replay = cachedSinceKeyframe(stream: stream, track: index, after: subscriber.joined, now: now)
+                    if !replay.isEmpty {
+                        actions += replay.map { .retransmit(subscriber.flow.context, address, rtp: $0) }
+                        continue
+                    }
+                    // Still on its way.
+                    if now &- subscriber.joined < Self.joinKeyframeWait { continue }
+                }
                 if let action = requestKeyframe(stream: stream, track: index, kind: .pli, now: now) { actions.append(action) }
             }
             return actions
         }
+    }
+
+    /// The cached packets of a track from its latest keyframe, if that came after `joined`, to
+    /// the latest packet; empty otherwise, or when one of them is no longer cached.
+    private func cachedSinceKeyframe(stream: Int, track: Int, after joined: UInt64, now: UInt64) -> [[UInt8]] {
+        let state = streams[stream]!.tracks[track]
+        guard let keyframe = state.keyframe, keyframe.arrival >= joined, let last = state.lastForwarded else { return [] }
+        let count = Int(last &- keyframe.sequence) + 1
+        guard count <= state.cache.capacity else { return [] }
+        var packets: [[UInt8]] = []
+        packets.reserveCapacity(count)
+        for offset in 0..<count {
+            guard let packet = state.cache.packet(sequenceNumber: keyframe.sequence &+ UInt16(offset), now: now) else { return [] }
+            packets.append(packet)
+        }
+        return packets
     }
 
     /// An authenticated plain RTP packet from a publisher: cached, counted for the upstream report
@@ -426,6 +475,10 @@ struct RelayRouter<Context> {
     ) -> RelayAction<Context>? {
         guard streams[stream] != nil else { return nil }
         streams[stream]!.tracks[track].cache.store(sequenceNumber: sequenceNumber, packet: packet, now: now)
+        if streams[stream]!.tracks[track].isH264, packet.withUnsafeBytes({ H264Payload.packetStartsWithParameterSets($0) }) {
+            streams[stream]!.tracks[track].keyframe = (sequenceNumber, now)
+        }
+        if streams[stream]!.tracks[track].layer != nil { streams[stream]!.tracks[track].meter.add(packet.count, now: now) }
         streams[stream]!.tracks[track].reception.update(sequenceNumber: sequenceNumber, rtpTimestamp: timestamp, arrival: now)
         guard streams[stream]!.tracks[track].estimator?.packet(timestamp: timestamp, size: packet.count, arrival: now) == true,
               let address = streams[stream]!.publisher.address,
@@ -966,6 +1019,10 @@ extension RelayRouter {
     /// layer needs (also while a move waits for one).
     fileprivate mutating func chooseLayer(stream: Int, slot: Int, now: UInt64) -> RelayAction<Context>? {
         let target = streams[stream]!.subscribers[slot].simulcast!.switcher.target
+        if streams[stream]!.subscribers[slot].simulcast!.selector.probesUp {
+            let measured = streams[stream]!.layers.map { streams[stream]!.tracks[$0].meter.rate(now: now) }
+            streams[stream]!.subscribers[slot].simulcast!.selector.measured = measured
+        }
         let chosen = streams[stream]!.subscribers[slot].simulcast!.selector.choose(current: target, now: now)
         if chosen != target {
             streams[stream]!.subscribers[slot].simulcast!.switcher.target = chosen

@@ -89,6 +89,17 @@ struct LayerSwitcher: Sendable {
 /// - A viewer without a budget yet starts on the middle layer (on a constrained link the best
 ///   layer's keyframe alone could fill its queue), and without any estimate climbs after `upHold`
 ///   (a client that sends no REMB falls back on its losses).
+///
+/// A viewer whose estimate is bounded by what it receives (`probesUp`: a browser's REMB, a
+/// receive-side delay-based estimate that never grows past about 1.5× its incoming rate) would
+/// never show room for a layer larger than the one it is sent. For it the layers' measured rates
+/// stand in for their declared bitrates, and:
+/// - its estimate moves it *down* only when it signals congestion: it dropped by 10 %, or stayed
+///   below the layer without rising for `flatTime` (a rising estimate is still catching up);
+/// - when no better layer fits but the estimate has shown `probeRoom` over the current layer for
+///   `probeHold`, it is moved *up* one layer (one that flows) as a probe; a move down (by estimate or loss) within
+///   `probeWindow` of it means the link could not carry it, and the next probe waits
+///   `probeBackoff`, doubled after each failure up to `probeBackoffLimit`.
 struct LayerSelector: Sendable {
     struct Settings: Sendable, Equatable {
         var upHeadroom = 1.15
@@ -97,11 +108,30 @@ struct LayerSelector: Sendable {
         var lossHold: UInt64 = 8_000_000_000
         var estimateLifetime: UInt64 = 3_000_000_000
         var lossWindow: UInt64 = 1_000_000_000
+        var flatTime: UInt64 = 3_000_000_000
+        var probeRoom = 1.2
+        var probeHold: UInt64 = 2_000_000_000
+        var probeWindow: UInt64 = 30_000_000_000
+        var probeBackoff: UInt64 = 8_000_000_000
+        var probeBackoffLimit: UInt64 = 64_000_000_000
     }
 
     let settings: Settings
     /// Each layer's bitrate, best first.
     let bitrates: [Int]
+    /// Whether its estimate is bounded by what it receives (see the type's notes).
+    let probesUp: Bool
+    /// Each layer's measured rate, best first (0: not known, its bitrate stands in); read when
+    /// `probesUp`.
+    var measured: [Int] = []
+    private var previousEstimate: Int?
+    private var estimateRoseAt: UInt64 = 0
+    private var estimateDropped = false
+    /// The layer moved up to as a probe, and when.
+    private(set) var probe: (layer: Int, since: UInt64)?
+    private var roomSince: UInt64?
+    private var nextProbe: UInt64 = 0
+    private var probeBackoff: UInt64 = 0
     private(set) var limit: Int?
     private var estimate: (bitrate: Int, at: UInt64)?
     private var upSince: (layer: Int, at: UInt64)?
@@ -115,9 +145,11 @@ struct LayerSelector: Sendable {
     /// When the viewer was last moved down: the losses of the next windows are the layer it left.
     private var movedDownAt: UInt64?
 
-    init(bitrates: [Int], settings: Settings = Settings()) {
+    init(bitrates: [Int], settings: Settings = Settings(), probesUp: Bool = false) {
         self.bitrates = bitrates
         self.settings = settings
+        self.probesUp = probesUp
+        probeBackoff = settings.probeBackoff
     }
 
     /// Where a viewer starts.
@@ -145,7 +177,16 @@ struct LayerSelector: Sendable {
         upSince = nil
     }
 
-    mutating func estimate(_ bitsPerSecond: Int, now: UInt64) { estimate = (bitsPerSecond, now) }
+    mutating func estimate(_ bitsPerSecond: Int, now: UInt64) {
+        if let previous = previousEstimate {
+            if bitsPerSecond > previous { estimateRoseAt = now }
+            estimateDropped = Double(bitsPerSecond) < Double(previous) * 0.9
+        } else {
+            estimateRoseAt = now
+        }
+        previousEstimate = bitsPerSecond
+        estimate = (bitsPerSecond, now)
+    }
 
     /// A report block about the viewer's video; `publisherLegLoss` is what every viewer shares
     /// (lost before the relay). Returns the layer to go down to when the window lost too much.
@@ -157,12 +198,26 @@ struct LayerSelector: Sendable {
         // Just moved down: these losses are the larger layer's, which the viewer has left.
         if let movedDownAt, now &- movedDownAt < 2 * settings.lossWindow { return nil }
         movedDownAt = now
+        probeFailed(now: now)
         return min(current + 1, bitrates.count - 1)
+    }
+
+    /// A move down: a probe not long before it found the link could not carry its layer.
+    private mutating func probeFailed(now: UInt64) {
+        guard let started = probe?.since else { return }
+        probe = nil
+        roomSince = nil
+        guard now &- started < settings.probeWindow else { return }
+        nextProbe = now &+ probeBackoff
+        probeBackoff = min(probeBackoff * 2, settings.probeBackoffLimit)
     }
 
     /// The layer to send given the one sent (or awaited) now.
     mutating func choose(current: Int, now: UInt64) -> Int {
         if let pinned { return pinned }
+        if probesUp, let estimate, now &- estimate.at <= settings.estimateLifetime {
+            return chooseProbing(current: current, estimate: estimate.bitrate, now: now)
+        }
         var budget = limit ?? .max
         if let estimate, now &- estimate.at <= settings.estimateLifetime { budget = min(budget, estimate.bitrate) }
         let floor = sizeCap ?? 0
@@ -186,6 +241,93 @@ struct LayerSelector: Sendable {
         }
         upSince = (roomy, now)
         return current
+    }
+
+    /// `choose` for a viewer whose estimate is bounded by what it receives (see the type's notes).
+    private mutating func chooseProbing(current: Int, estimate: Int, now: UInt64) -> Int {
+        let rates = bitrates.indices.map { index in index < measured.count && measured[index] > 0 ? measured[index] : bitrates[index] }
+        let last = rates.count - 1
+        // Its own limit and its view are followed at once, as for any viewer.
+        let ownLimit = limit.map { limit in rates.firstIndex { $0 <= limit } ?? last } ?? 0
+        let floor = max(sizeCap ?? 0, ownLimit)
+        if current < floor {
+            probe = nil
+            upSince = nil
+            return floor
+        }
+        // Down only on a sign of congestion.
+        if estimate < rates[current], estimateDropped || now &- estimateRoseAt >= settings.flatTime {
+            let fits = max(floor, rates.firstIndex { $0 <= estimate } ?? last)
+            if fits > current {
+                probeFailed(now: now)
+                upSince = nil
+                roomSince = nil
+                movedDownAt = now
+                return fits
+            }
+        }
+        if let probed = probe?.layer, estimate >= rates[probed] {
+            probe = nil   // the estimate caught up: the link carries it
+            probeBackoff = settings.probeBackoff
+        }
+        guard now >= holdUntil else { return current }
+        // Up when a better layer fits, as for any viewer.
+        let roomy = max(floor, rates.firstIndex { Double($0) * settings.upHeadroom <= Double(estimate) } ?? last)
+        if roomy < current {
+            roomSince = nil
+            if let since = upSince, since.layer == roomy {
+                guard now &- since.at >= settings.upHold else { return current }
+                upSince = nil
+                return roomy
+            }
+            upSince = (roomy, now)
+            return current
+        }
+        upSince = nil
+        // A probe: nothing better fits, but the estimate shows room over what it is sent.
+        // Only to a layer that flows (a browser turns its best layer on only once its uplink allows).
+        let flowing = current > 0 && current - 1 < measured.count && measured[current - 1] > 0
+        guard probe == nil, current > floor, flowing, now >= nextProbe, Double(estimate) >= Double(rates[current]) * settings.probeRoom else {
+            roomSince = nil
+            return current
+        }
+        guard let since = roomSince else {
+            roomSince = now
+            return current
+        }
+        guard now &- since >= settings.probeHold else { return current }
+        roomSince = nil
+        probe = (current - 1, now)
+        return current - 1
+    }
+}
+
+/// What one simulcast layer carries, measured at the relay over one-second windows.
+struct RateMeter: Sendable {
+    static let window: UInt64 = 1_000_000_000
+    private var windowStart: UInt64?
+    private var bytes = 0
+    private var latest = 0
+
+    mutating func add(_ count: Int, now: UInt64) {
+        guard let start = windowStart else {
+            windowStart = now
+            bytes = count
+            return
+        }
+        if now &- start >= Self.window {
+            // A layer that was quiet for longer (rested, or turned off by its browser) starts over.
+            latest = now &- start < 2 * Self.window ? Int(Double(bytes) * 8 * 1e9 / Double(now &- start)) : 0
+            windowStart = now
+            bytes = 0
+        }
+        bytes += count
+    }
+
+    /// Bits per second over the latest full window; 0 when not known or the layer went quiet.
+    func rate(now: UInt64) -> Int {
+        guard let start = windowStart, now &- start < 2 * Self.window else { return 0 }
+        return latest
     }
 }
 

@@ -76,7 +76,7 @@ struct CascadeRouterTests {
         var requests: [RelayAction<Int>] = []
         for index in 0..<50 {
             let ssrc = UInt32(500 + index)
-            _ = router.addSubscriber(streamId: "s", subscriberId: "v\(index)", rtcpSSRC: ssrc, context: 100 + index, now: 0)
+            requests += router.addSubscriber(streamId: "s", subscriberId: "v\(index)", rtcpSSRC: ssrc, context: 100 + index, now: 0) ?? []
             requests += router.authenticated(.subscriber(stream: stream, rtcpSSRC: ssrc), from: RelayAddress(ipv4: 1, port: UInt16(1000 + index)),
                                              now: UInt64(index) * Self.ms)
             requests += router.subscriberRTCP(stream: stream, rtcpSSRC: ssrc,

@@ -48,7 +48,7 @@ struct RelayFeedbackTests {
         #expect(other.socket.drain().isEmpty, "retransmissions go only to the subscriber that asked")
     }
 
-    @Test("a subscriber's first authenticated RTCP makes the relay send the publisher a PLI it decrypts with its serverKey")
+    @Test("a subscriber's arrival makes the relay ask the publisher for a keyframe at once, a PLI it decrypts with its serverKey; the subscriber's first RTCP asks nothing more while it is on its way")
     func pliOnSubscribe() throws {
         let relay = try Relay()
         defer { relay.shutdown() }
@@ -57,11 +57,40 @@ struct RelayFeedbackTests {
         #expect(waitUntil { relay.statistics().packetsIn == 1 })
 
         let subscriber = try TestSubscriber(relay: relay, streamId: "s", subscriberId: "a")
-        #expect(relay.statistics().keyframeRequests == 0, "nothing to ask for before the subscriber can be reached")
-        try subscriber.sendRTCP([.receiverReport(RTCPReceiverReport(ssrc: subscriber.rtcpSSRC))])
         let packets = try #require(publisher.receiveRTCP { $0.contains { if case .pictureLossIndication = $0 { true } else { false } } })
         #expect(packets.contains(.pictureLossIndication(RTCPPictureLossIndication(senderSSRC: relay.relaySSRC, mediaSSRC: Self.video))))
         #expect(relay.statistics().keyframeRequests == 1)
+        try subscriber.sendRTCP([.receiverReport(RTCPReceiverReport(ssrc: subscriber.rtcpSSRC))])
+        #expect(waitUntil { relay.statistics().packetsIn >= 2 })
+        #expect(relay.statistics().keyframeRequests == 1)
+    }
+
+    @Test("the keyframe asked for a new subscriber reaches it from the cache the moment it is first heard from: from the keyframe's first packet to the latest, in order; an older keyframe is not sent")
+    func keyframeFromCacheOnJoin() throws {
+        let relay = try Relay()
+        defer { relay.shutdown() }
+        let publisher = try TestPublisher(relay: relay, streamId: "s", tracks: [videoTrack(ssrc: Self.video)])
+        /// A packet whose payload starts with an SPS (a keyframe's first), or a slice.
+        func packet(_ sequence: UInt16, keyframe: Bool) throws -> [UInt8] {
+            let payload: [UInt8] = (keyframe ? [0x67, 0x42, 0x00, 0x1F] : [0x41, 0x9A]) + [UInt8](repeating: 0xAB, count: 200)
+            return try RTPPacket(marker: !keyframe, payloadType: 96, sequenceNumber: sequence, timestamp: UInt32(sequence / 2) * 3000,
+                                 ssrc: Self.video, payload: payload[...]).serialized()
+        }
+        // An older keyframe, before the subscriber came.
+        for sequence in UInt16(1)...3 { try publisher.send(rtp: try packet(sequence, keyframe: sequence == 1)) }
+        #expect(waitUntil { relay.statistics().packetsIn == 3 })
+        let subscriber = try TestSubscriber(relay: relay, streamId: "s", subscriberId: "a")
+        _ = try #require(publisher.receiveRTCP { $0.contains { if case .pictureLossIndication = $0 { true } else { false } } })
+        // The keyframe it asked for, and a frame after it, before the subscriber is first heard from.
+        for sequence in UInt16(4)...7 { try publisher.send(rtp: try packet(sequence, keyframe: sequence == 4)) }
+        #expect(waitUntil { relay.statistics().packetsIn == 4 + 3 })
+        try subscriber.sendRTCP([.receiverReport(RTCPReceiverReport(ssrc: subscriber.rtcpSSRC))])
+        var received: [UInt16] = []
+        while received.count < 4, let rtp = try subscriber.receiveRTP(timeout: 2) { received.append(rtp.sequenceNumber) }
+        #expect(received == [4, 5, 6, 7])
+        try publisher.send(rtp: try packet(8, keyframe: false))
+        #expect(try subscriber.receiveRTP(timeout: 2)?.sequenceNumber == 8, "then live")
+        #expect(relay.statistics().keyframeRequests == 1 && relay.statistics().nacksServed == 0)
     }
 
     @Test("a subscriber's FIR reaches the publisher as a FIR with a sequence number")

@@ -277,6 +277,65 @@ struct SimulcastRouterTests {
         #expect(selector.report(block(500, lost: 160), publisherLegLoss: 0, current: 2, now: 6 * Self.s) == 2, "already the lowest")
     }
 
+    /// A browser viewer's REMB, as Chrome's receive-side estimator makes it: once a second,
+    /// growing about 8 % a second and never past 1.5× what it receives.
+    struct BrowserEstimate {
+        var value: Double
+        mutating func next(receiving rate: Double) -> Int {
+            value = min(value * 1.08, rate * 1.5 + 10_000)
+            return Int(value)
+        }
+    }
+
+    @Test("a browser viewer (its REMB bounded by what it receives) is probed up a layer once its estimate shows room over its measured rate, stays there while the estimate catches up, and reaches the best layer; without probing the same browser falls to the lowest layer and stays there")
+    func probesUpForABrowser() {
+        // Declared as a browser's layers are (nominal), measured at what the fake camera really sends.
+        var selector = LayerSelector(bitrates: [2_500_000, 625_000, 156_250], probesUp: true)
+        selector.measured = [450_000, 250_000, 100_000]
+        var sdk = LayerSelector(bitrates: [2_500_000, 625_000, 156_250])
+        let rates = [450_000.0, 250_000, 100_000]
+        var remb = BrowserEstimate(value: 200_000), unprobedRemb = BrowserEstimate(value: 200_000)
+        var layer = selector.initial, sdkLayer = sdk.initial
+        var visited: [Int] = [layer]
+        for second in UInt64(1)...30 {
+            let estimate = remb.next(receiving: rates[layer] + 40_000)   // its layer and the audio
+            selector.estimate(estimate, now: second * Self.s)
+            sdk.estimate(unprobedRemb.next(receiving: rates[sdkLayer] + 40_000), now: second * Self.s)
+            layer = selector.choose(current: layer, now: second * Self.s)
+            sdkLayer = sdk.choose(current: sdkLayer, now: second * Self.s)
+            if visited.last != layer { visited.append(layer) }
+        }
+        #expect(visited == [1, 0], "from the middle layer up to the best, never down: \(visited)")
+        #expect(selector.probe == nil, "the estimate caught up with the probed layer")
+        #expect(sdkLayer == 2, "its estimate never shows room for a layer it is not sent")
+    }
+
+    @Test("a probe the link cannot carry: the estimate stays flat below the probed layer, the viewer goes back down, and the next probe waits, longer after each failure; a drop of the estimate moves it down at once")
+    func failedProbesBackOff() {
+        var selector = LayerSelector(bitrates: [2_500_000, 625_000, 156_250], probesUp: true)
+        selector.measured = [2_400_000, 600_000, 150_000]
+        var layer = 1
+        var moves: [(second: UInt64, layer: Int)] = []
+        // The link carries 1 Mbit/s: the estimate never rises past it.
+        for second in UInt64(1)...60 {
+            selector.estimate(1_000_000, now: second * Self.s)
+            let chosen = selector.choose(current: layer, now: second * Self.s)
+            if chosen != layer { moves.append((second, chosen)) }
+            layer = chosen
+        }
+        // Probe after 2 s of room; back after 3 s flat below the best layer; then 8 s and 16 s apart.
+        #expect(moves.map(\.layer) == [0, 1, 0, 1, 0, 1], "\(moves)")
+        let probes = moves.filter { $0.layer == 0 }.map(\.second)
+        #expect(probes.count == 3 && probes[1] - probes[0] > 8 && probes[2] - probes[1] > 16, "\(moves)")
+
+        var dropping = LayerSelector(bitrates: [2_500_000, 625_000, 156_250], probesUp: true)
+        dropping.measured = [2_400_000, 600_000, 150_000]
+        dropping.estimate(3_000_000, now: Self.s)
+        #expect(dropping.choose(current: 0, now: Self.s) == 0)
+        dropping.estimate(700_000, now: 2 * Self.s)
+        #expect(dropping.choose(current: 0, now: 2 * Self.s) == 1, "a drop is congestion: down at once")
+    }
+
     @Test("held down: a layer below the best that the viewer neither pinned nor limited itself to")
     func heldDown() {
         var selector = LayerSelector(bitrates: [2_500_000, 300_000, 150_000])

@@ -9,11 +9,11 @@ import Testing
 
 /// Subscribes on `platform` to a stream it may not have heard of yet (other nodes' streams reach
 /// it through the change log, within milliseconds).
-func subscribeEventually(_ sdk: PCast, _ platform: LocalPlatform, _ streamId: String) async throws -> MediaStream {
+func subscribeEventually(_ sdk: PCast, _ platform: LocalPlatform, _ streamId: String, layer: LayerSelection = .adaptive) async throws -> MediaStream {
     let deadline = ContinuousClock.now + .seconds(10)
     while true {
         do {
-            return try await sdk.subscribe(streamToken: try platform.token(.stream, originStreamId: streamId))
+            return try await sdk.subscribe(streamToken: try platform.token(.stream, originStreamId: streamId), layer: layer)
         } catch {
             if ContinuousClock.now > deadline { throw error }
             try await Task.sleep(for: .milliseconds(50))
@@ -86,6 +86,41 @@ extension Cluster {
             #expect(await nodes[1].server.endStream("stream-nonexistent") == false)
 
             await viewers[2].0.stop()
+            await publisherSDK.stop()
+            await media.stop()
+            for node in nodes { await node.shutdown() }
+        }
+
+        @Test("a simulcast published on node 1 is pulled whole by node 2 (one leg), whose relay chooses for its own viewers: one kept on the lowest layer decodes 320×180, one limiting itself to 500 kbit/s 640×360, one on the best 1280×720, every frame in order")
+        func simulcastAcrossNodes() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(2, on: postgres)
+            let publisherSDK = PCast(PCastOptions(uri: nodes[0].signalingURL))
+            try await publisherSDK.start(authToken: try nodes[0].token(.auth))
+            let media = try await stampedHDMedia()
+            let publisher = try await publisherSDK.publish(streamToken: try nodes[0].token(.publish, capabilities: [SimulcastLayer.capability]), mediaStream: media)
+            let sent = try StampTap(captureOf: media)
+
+            let sdk = PCast(PCastOptions(uri: nodes[1].signalingURL, playoutDelay: .milliseconds(200)))
+            try await sdk.start(authToken: try nodes[1].token(.auth))
+            let lowest = try await subscribeEventually(sdk, nodes[1], publisher.streamId, layer: .lowest)
+            let limited = try await subscribeEventually(sdk, nodes[1], publisher.streamId)
+            let limit = limited.getVideoTracks()[0].limitBandwidth(500_000)
+            let best = try await subscribeEventually(sdk, nodes[1], publisher.streamId, layer: .best)
+            #expect([lowest, limited, best].allSatisfy { $0.getVideoTracks().count == 1 }, "the layers reach each viewer as one video track")
+            let taps = try [lowest, limited, best].map { try StampTap(decoderOf: $0, paintedWidth: 1280) }
+            for (tap, width) in zip(taps, [320, 640, 1280]) {
+                #expect(await eventually(.seconds(15)) { tap.frameWidths.all.suffix(60).count == 60 && tap.frameWidths.all.suffix(60).allSatisfy { $0 == width } },
+                        "a viewer on node 2 at \(width) wide: \(tap.widths.all)")
+                // From its first frame at the layer it stays on (the limited one starts a layer above).
+                let settled = Array(tap.all.suffix(60))
+                #expect(complete(settled, sent: sent.all), "decoded \(settled.prefix(20)) … of sent")
+                #expect(tap.unreadable.count == 0)
+            }
+            #expect(nodes[0].relay.statistics().subscribers == 1, "one leg to node 2 carries every layer")
+            #expect(nodes[1].relay.statistics().layerSwitches <= 2, "\(nodes[1].relay.statistics())")
+            limit.dispose()
+            await sdk.stop()
             await publisherSDK.stop()
             await media.stop()
             for node in nodes { await node.shutdown() }
