@@ -234,6 +234,11 @@ struct LayerSelector: Sendable {
         }
         // A limit the viewer raised itself is followed at once; the network has to prove itself.
         if limit != nil, estimate == nil { return roomy }
+        return climb(to: roomy, from: current, now: now)
+    }
+
+    /// Moves up to `roomy` once it has been the layer to move to for `upHold`.
+    private mutating func climb(to roomy: Int, from current: Int, now: UInt64) -> Int {
         if let since = upSince, since.layer == roomy {
             guard now &- since.at >= settings.upHold else { return current }
             upSince = nil
@@ -275,13 +280,7 @@ struct LayerSelector: Sendable {
         let roomy = max(floor, rates.firstIndex { Double($0) * settings.upHeadroom <= Double(estimate) } ?? last)
         if roomy < current {
             roomSince = nil
-            if let since = upSince, since.layer == roomy {
-                guard now &- since.at >= settings.upHold else { return current }
-                upSince = nil
-                return roomy
-            }
-            upSince = (roomy, now)
-            return current
+            return climb(to: roomy, from: current, now: now)
         }
         upSince = nil
         // A probe: nothing better fits, but the estimate shows room over what it is sent.
