@@ -290,22 +290,50 @@ struct SubscribeCommand: AsyncParsableCommand {
     @Option(help: "Write the last rendered frame as PNG here at the end.") var screenshot: String?
     @Option(help: "Seconds to watch (0: until Ctrl-C or the stream ends).") var seconds: Double = 0
     @Option(help: "Playout delay, milliseconds.") var playoutDelay: Int?
+    @Option(help: "Of a simulcast: adaptive (the best layer the link carries), best, lowest, or a layer's RID.")
+    var layer = "adaptive"
+    @Option(help: "Show the video at WIDTHxHEIGHT (of a simulcast, no larger layer than fills it is sent).")
+    var displaySize: String?
     @Flag(help: "Print the received tracks' network statistics as a JSON line every second.") var stats = false
     @Flag(help: "Print an RTC stats report (inbound-rtp) as a JSON line every second.") var rtcStats = false
+
+    func validate() throws {
+        if let displaySize, Self.dimensions(displaySize) == nil {
+            throw ValidationError("--display-size takes WIDTHxHEIGHT, each 1…16384 (got '\(displaySize)')")
+        }
+        if layer.isEmpty { throw ValidationError("--layer takes adaptive, best, lowest or a RID") }
+    }
+
+    static func dimensions(_ text: String) -> Dimensions? {
+        let parts = text.lowercased().split(separator: "x")
+        guard parts.count == 2, let width = Int(parts[0]), let height = Int(parts[1]),
+              (1...16_384).contains(width), (1...16_384).contains(height) else { return nil }
+        return Dimensions(width: width, height: height)
+    }
+
+    var layerSelection: LayerSelection {
+        switch layer {
+        case "adaptive": .adaptive
+        case "best": .best
+        case "lowest": .lowest
+        default: .rid(layer)
+        }
+    }
 
     func run() async throws {
         PCastCommand.bootstrapLogging()
         let pcast = try await session.start()
         let stream: MediaStream
         do {
-            stream = try await pcast.subscribe(streamToken: token, playoutDelay: playoutDelay.map { .milliseconds($0) })
+            stream = try await pcast.subscribe(streamToken: token, playoutDelay: playoutDelay.map { .milliseconds($0) }, layer: layerSelection)
         } catch {
             await pcast.stop()
             throw fail("subscribe failed (\(error.status.rawValue)): \(error)")
         }
         let headless = ProcessInfo.processInfo.environment["DISPLAY"].map(\.isEmpty) ?? true
         let useNull = sink == "null" || headless
-        let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: useNull, useNullAudioDevice: useNull))
+        let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: useNull, useNullAudioDevice: useNull,
+                                                             displaySize: displaySize.flatMap(Self.dimensions)))
         renderer.setVideoDisplayDimensionsChangedCallback { print("video: \($0)") }
         let status = await renderer.start()
         guard status == .ok else {

@@ -61,6 +61,37 @@ struct PlatformCommandTests {
         #expect(refused.stderr.contains("unauthorized") || refused.stderr.contains("bad-request"), "\(refused.stderr)")
     }
 
+    @Test("pcast publish with a multi-bitrate token sends a simulcast; pcast subscribe --layer lowest decodes 320×180, --display-size 320x180 is sent that layer too, the default decodes a larger one; a malformed --display-size is a usage error (exit 64)")
+    func simulcastFromTheCommandLine() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        let auth = try serve.token(["--type", "auth"])
+        let publish = try serve.token(["--type", "publish", "--capability", "multi-bitrate"])
+        let stream = try serve.token(["--type", "stream", "--channel-alias", "layers"])
+        let published = serve.directory.appendingPathComponent("publish.out").path
+        let publisher = try ChildProcess.spawn(try pcastBinary(), [
+            "publish", "--server", serve.signaling, "--token", publish, "--auth-token", auth,
+            "--width", "1280", "--height", "720", "--tag", "channelAlias:layers", "--seconds", "40"], environment: serve.environment, output: published)
+        defer { publisher.stop() }
+        for _ in 0..<200 where ((try? String(contentsOfFile: published, encoding: .utf8)) ?? "").isEmpty {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        /// The decoded sizes `pcast subscribe` printed (`video: WxH` at each change).
+        func watch(_ extra: [String]) throws -> (status: Int32, sizes: [String], stderr: String) {
+            let result = try runCommand(try pcastBinary(), ["subscribe", "--server", serve.signaling, "--token", stream, "--auth-token", auth,
+                                                            "--sink", "null", "--seconds", "4"] + extra, timeout: 60)
+            return (result.status, result.lines.filter { $0.hasPrefix("video: ") }.map { String($0.dropFirst("video: ".count)) }, result.stderr)
+        }
+        let lowest = try watch(["--layer", "lowest"])
+        #expect(lowest.status == 0 && lowest.sizes == ["320x180"], "\(lowest)")
+        let small = try watch(["--display-size", "320x180"])
+        #expect(small.status == 0 && small.sizes.last == "320x180", "\(small)")
+        let adaptive = try watch([])
+        #expect(adaptive.status == 0 && ["640x360", "1280x720"].contains(adaptive.sizes.last ?? ""), "\(adaptive)")
+        let malformed = try runCommand(try pcastBinary(), ["subscribe", "--server", serve.signaling, "--token", stream, "--display-size", "wide"])
+        #expect(malformed.status == 64 && malformed.stderr.contains("--display-size takes WIDTHxHEIGHT"), "\(malformed.stderr)")
+    }
+
     @Test("pcast serve --public-address and --ice-server: WHIP answers announce that address as the relay's candidate and the STUN/TURN servers as Link headers, the page, WHIP and WHEP URLs are printed; a malformed address or server exits 2")
     func publicAddress() async throws {
         let bad = try runCommand(try pcastBinary(), ["serve", "--secret", "s", "--public-address", "relay.example", "--no-rtmp"])
