@@ -35,6 +35,13 @@ final class PacketCache {
         entries[Int(sequenceNumber) % capacity] = Entry(sequenceNumber: sequenceNumber, time: now, packet: packet)
     }
 
+    /// The cached packet, if it is still there and was stored at `since` or later.
+    func packet(sequenceNumber: UInt16, storedSince since: UInt64) -> [UInt8]? {
+        let entry = entries[Int(sequenceNumber) % capacity]
+        guard let packet = entry.packet, entry.sequenceNumber == sequenceNumber, entry.time >= since else { return nil }
+        return packet
+    }
+
     /// The cached packet, if it is still there and young enough.
     func packet(sequenceNumber: UInt16, now: UInt64) -> [UInt8]? {
         let entry = entries[Int(sequenceNumber) % capacity]

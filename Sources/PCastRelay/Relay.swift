@@ -314,13 +314,15 @@ public final class Relay: RelayControl {
         }
     }
 
-    /// A simulcast viewer's own bandwidth limit (bits per second; nil lifts it): the relay sends
-    /// it the best layer under the limit, and the publisher's encodings stay as they are. Ignored
-    /// for a stream without layers.
+    /// The size a simulcast viewer shows the video at (nil: any): the relay sends it no better
+    /// layer than the smallest that fills it. Ignored for a stream without layers.
     public func setSubscriberViewSize(streamId: String, subscriberId: String, size: ViewSize?) {
         engine.enqueue(.viewSize(streamId: streamId, subscriberId: subscriberId, size: size))
     }
 
+    /// A simulcast viewer's own bandwidth limit (bits per second; nil lifts it): the relay sends
+    /// it the best layer under the limit, and the publisher's encodings stay as they are. Ignored
+    /// for a stream without layers.
     public func limitSubscriber(streamId: String, subscriberId: String, bitsPerSecond: Int?) {
         engine.enqueue(.limitSubscriber(streamId: streamId, subscriberId: subscriberId, bitsPerSecond: bitsPerSecond))
     }

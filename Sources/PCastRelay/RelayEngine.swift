@@ -468,9 +468,9 @@ final class RelayEngine: @unchecked Sendable {
     private func simulcastLayer(of data: UnsafeRawBufferPointer, from source: RelayAddress) -> (stream: Int, track: Int)? {
         guard let peer = webrtc.peer(at: source), peer.connected, peer.setup.subscriberId == nil,
               let id = peer.setup.parameters.rtpStreamIDExtension,
-              let rid = RTPHeaderExtensions.element(id, in: data),
+              let layout = try? RTPPacketLayout(parsing: data), let rid = layout.extensionElement(id, in: data),
               let stream = router.handle(streamId: peer.setup.streamId),
-              let track = router.layerTrack(stream: stream, rid: String(decoding: rid, as: UTF8.self))
+              let track = router.layerTrack(stream: stream, rid: String(decoding: data[rid], as: UTF8.self))
         else { return nil }
         return (stream, track)
     }

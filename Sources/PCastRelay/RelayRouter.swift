@@ -147,9 +147,7 @@ struct RelayRouter<Context> {
         var wireSSRC: UInt32
         /// A simulcast layer's measured rate.
         var meter = RateMeter()
-        /// An H.264 video track's latest keyframe: the sequence number of its first packet (the
-        /// one that carries the parameter sets) and when it came.
-        var keyframe: (sequence: UInt16, arrival: UInt64)?
+        /// H.264 video: a joining subscriber's keyframe is looked for in its cache.
         let isH264: Bool
 
         init(description: MediaTrackDescription, cache: PacketCache, reception: ReceptionStatistics,
@@ -436,7 +434,7 @@ struct RelayRouter<Context> {
                 if let target, streams[stream]!.tracks[index].layer != nil, index != target { continue }
                 if target == nil {
                     // The keyframe asked for when it was added came: from it on, what it missed.
-                    let replay = cachedSinceKeyframe(stream: stream, track: index, after: subscriber.joined, now: now)
+                    let replay = cachedSinceKeyframe(stream: stream, track: index, after: subscriber.joined)
                     if !replay.isEmpty {
                         actions += replay.map { .retransmit(subscriber.flow.context, address, rtp: $0) }
                         continue
@@ -450,20 +448,19 @@ struct RelayRouter<Context> {
         }
     }
 
-    /// The cached packets of a track from its latest keyframe, if that came after `joined`, to
-    /// the latest packet; empty otherwise, or when one of them is no longer cached.
-    private func cachedSinceKeyframe(stream: Int, track: Int, after joined: UInt64, now: UInt64) -> [[UInt8]] {
+    /// The cached packets of an H.264 track from its latest keyframe (the packet that carries its
+    /// parameter sets) to the latest packet, when all of them came at `joined` or later; empty
+    /// otherwise. Looked for backwards from the latest, at a join only: nothing per packet.
+    private func cachedSinceKeyframe(stream: Int, track: Int, after joined: UInt64) -> [[UInt8]] {
         let state = streams[stream]!.tracks[track]
-        guard let keyframe = state.keyframe, keyframe.arrival >= joined, let last = state.lastForwarded else { return [] }
-        let count = Int(last &- keyframe.sequence) + 1
-        guard count <= state.cache.capacity else { return [] }
+        guard state.isH264, var sequence = state.lastForwarded else { return [] }
         var packets: [[UInt8]] = []
-        packets.reserveCapacity(count)
-        for offset in 0..<count {
-            guard let packet = state.cache.packet(sequenceNumber: keyframe.sequence &+ UInt16(offset), now: now) else { return [] }
+        while packets.count < state.cache.capacity, let packet = state.cache.packet(sequenceNumber: sequence, storedSince: joined) {
             packets.append(packet)
+            if packet.withUnsafeBytes({ H264Payload.packetStartsWithParameterSets($0) }) { return packets.reversed() }
+            sequence &-= 1
         }
-        return packets
+        return []
     }
 
     /// An authenticated plain RTP packet from a publisher: cached, counted for the upstream report
@@ -475,9 +472,6 @@ struct RelayRouter<Context> {
     ) -> RelayAction<Context>? {
         guard streams[stream] != nil else { return nil }
         streams[stream]!.tracks[track].cache.store(sequenceNumber: sequenceNumber, packet: packet, now: now)
-        if streams[stream]!.tracks[track].isH264, packet.withUnsafeBytes({ H264Payload.packetStartsWithParameterSets($0) }) {
-            streams[stream]!.tracks[track].keyframe = (sequenceNumber, now)
-        }
         if streams[stream]!.tracks[track].layer != nil { streams[stream]!.tracks[track].meter.add(packet.count, now: now) }
         streams[stream]!.tracks[track].reception.update(sequenceNumber: sequenceNumber, rtpTimestamp: timestamp, arrival: now)
         guard streams[stream]!.tracks[track].estimator?.packet(timestamp: timestamp, size: packet.count, arrival: now) == true,
@@ -922,7 +916,6 @@ extension RelayRouter {
         return chooseLayer(stream: handle, slot: slot, now: now)
     }
 
-    /// The stream handle and slot of a simulcast viewer; nil for unknown and other subscribers.
     /// Sets the size a simulcast viewer shows the video at (nil: any): it is sent no better layer
     /// than the smallest that fills it (width and height), the best when none does. Layers of
     /// unknown size (a browser's) are not capped. Returns the keyframe request a move needs.
@@ -938,6 +931,7 @@ extension RelayRouter {
         return chooseLayer(stream: handle, slot: slot, now: now)
     }
 
+    /// The stream handle and slot of a simulcast viewer; nil for unknown and other subscribers.
     private func simulcastSlot(streamId: String, subscriberId: String) -> (handle: Int, slot: Int)? {
         guard let handle = handles[streamId], let rtcpSSRC = streams[handle]!.subscriberIDs[subscriberId],
               let slot = streams[handle]!.subscriberSlots[rtcpSSRC], streams[handle]!.subscribers[slot].simulcast != nil

@@ -158,45 +158,6 @@ enum RTPRewrite {
     }
 }
 
-/// Reading RTP header extensions (RFC 8285) of a packet as it arrives (the header is not
-/// encrypted by SRTP).
-enum RTPHeaderExtensions {
-    /// The value of element `id` in a one-byte (`0xBEDE`) or two-byte (`0x100x`) header
-    /// extension; nil when the packet has none, or it is malformed.
-    static func element(_ id: UInt8, in packet: UnsafeRawBufferPointer) -> [UInt8]? {
-        guard packet.count >= 12, packet[0] & 0x10 != 0 else { return nil }
-        let start = 12 + Int(packet[0] & 0x0F) * 4
-        guard packet.count >= start + 4 else { return nil }
-        let profile = UInt16(packet[start]) << 8 | UInt16(packet[start + 1])
-        let end = start + 4 + (Int(packet[start + 2]) << 8 | Int(packet[start + 3])) * 4
-        guard packet.count >= end else { return nil }
-        let oneByte = profile == 0xBEDE
-        guard oneByte || profile & 0xFFF0 == 0x1000 else { return nil }
-        var offset = start + 4
-        while offset < end {
-            let elementID: UInt8
-            let length: Int
-            if oneByte {
-                elementID = packet[offset] >> 4
-                if elementID == 0 { offset += 1; continue }   // padding
-                if elementID == 15 { return nil }              // the rest is reserved
-                length = Int(packet[offset] & 0x0F) + 1
-                offset += 1
-            } else {
-                elementID = packet[offset]
-                if elementID == 0 { offset += 1; continue }
-                guard offset + 1 < end else { return nil }
-                length = Int(packet[offset + 1])
-                offset += 2
-            }
-            guard offset + length <= end else { return nil }
-            if elementID == id { return Array(packet[offset..<(offset + length)]) }
-            offset += length
-        }
-        return nil
-    }
-}
-
 /// The IPv4 addresses a relay announces as WebRTC host candidates.
 enum HostCandidates {
     /// The configured announced addresses; else the bound address; else (0.0.0.0) every IPv4

@@ -307,7 +307,7 @@ struct SubscribeCommand: AsyncParsableCommand {
     static func dimensions(_ text: String) -> Dimensions? {
         let parts = text.lowercased().split(separator: "x")
         guard parts.count == 2, let width = Int(parts[0]), let height = Int(parts[1]),
-              (1...16_384).contains(width), (1...16_384).contains(height) else { return nil }
+              ViewSize(width: width, height: height).isValid else { return nil }
         return Dimensions(width: width, height: height)
     }
 

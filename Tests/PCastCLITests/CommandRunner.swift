@@ -114,6 +114,21 @@ struct ServeProcess {
         return ServeProcess(process: server, directory: directory, signaling: url, log: log, environment: environment)
     }
 
+    /// `pcast publish` against this server with `token` and `auth`, then `extra` (size, tags,
+    /// seconds…), its output in the file `publish.out` of the server's directory; waits (up to
+    /// 10 s) for the stream id it prints first, empty when none came. The caller stops it.
+    func publish(token: String, auth: String, _ extra: [String]) async throws -> (process: ChildProcess, output: String, streamId: String) {
+        let output = directory.appendingPathComponent("publish.out").path
+        let process = try ChildProcess.spawn(try pcastBinary(), ["publish", "--server", signaling, "--token", token, "--auth-token", auth] + extra,
+                                             environment: environment, output: output)
+        var streamId = ""
+        for _ in 0..<200 where streamId.isEmpty {
+            streamId = ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").split(separator: "\n").first.map(String.init) ?? ""
+            if streamId.isEmpty { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        return (process, output, streamId)
+    }
+
     /// A token from `pcast token create` (`--type …` and the rest in `extra`).
     func token(_ extra: [String]) throws -> String {
         let result = try runCommand(try pcastBinary(), ["token", "create", "--application-id", Self.applicationId, "--secret", Self.secret,

@@ -173,14 +173,8 @@ struct GStreamerPluginTests {
         let auth = try serve.token(["--type", "auth"])
         let publish = try serve.token(["--type", "publish", "--channel-alias", "gst-src"])
         let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-src"])
-        let published = serve.directory.appendingPathComponent("publish.out").path
-        let publisher = try ChildProcess.spawn(try pcastBinary(), [
-            "publish", "--server", serve.signaling, "--token", publish, "--auth-token", auth,
-            "--width", "320", "--height", "180", "--tag", "channelAlias:gst-src", "--seconds", "8"], environment: serve.environment, output: published)
-        defer { publisher.stop() }
-        for _ in 0..<200 where ((try? String(contentsOfFile: published, encoding: .utf8)) ?? "").isEmpty {
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        let publisher = try await serve.publish(token: publish, auth: auth, ["--width", "320", "--height", "180", "--tag", "channelAlias:gst-src", "--seconds", "8"])
+        defer { publisher.process.stop() }
         // -v prints each buffer reaching the fakesinks; the stream's end (8 s) ends the run.
         let played = try Self.gst("gst-launch-1.0", [
             "-v", "-m", "pcastsrc", "name=s", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(stream)", "playout-delay=80",

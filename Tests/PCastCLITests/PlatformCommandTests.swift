@@ -9,22 +9,15 @@ struct PlatformCommandTests {
     func serveComposeAndWatch() async throws {
         let serve = try await ServeProcess.start()
         defer { serve.stop() }
-        let directory = serve.directory, environment = serve.environment, signaling = serve.signaling
+        let directory = serve.directory, signaling = serve.signaling
         func token(_ extra: [String]) throws -> String { try serve.token(extra) }
         let auth = try token(["--type", "auth"])
         let publish = try token(["--type", "publish", "--channel-alias", "cli"])
         let stream = try token(["--type", "stream", "--channel-alias", "cli"])
 
-        let published = directory.appendingPathComponent("publish.out").path
-        let publisher = try ChildProcess.spawn(try pcastBinary(), [
-            "publish", "--server", signaling, "--token", publish, "--auth-token", auth,
-            "--width", "320", "--height", "180", "--tag", "channelAlias:cli", "--seconds", "30", "--stats"], environment: environment, output: published)
+        let (publisher, published, streamId) = try await serve.publish(token: publish, auth: auth, [
+            "--width", "320", "--height", "180", "--tag", "channelAlias:cli", "--seconds", "30", "--stats"])
         defer { publisher.stop() }
-        var streamId = ""
-        for _ in 0..<200 where streamId.isEmpty {
-            streamId = ((try? String(contentsOfFile: published, encoding: .utf8)) ?? "").split(separator: "\n").first.map(String.init) ?? ""
-            if streamId.isEmpty { try await Task.sleep(for: .milliseconds(50)) }
-        }
         #expect(!streamId.isEmpty, "pcast publish printed no stream id")
 
         let shot = directory.appendingPathComponent("shot.png").path
@@ -61,21 +54,16 @@ struct PlatformCommandTests {
         #expect(refused.stderr.contains("unauthorized") || refused.stderr.contains("bad-request"), "\(refused.stderr)")
     }
 
-    @Test("pcast publish with a multi-bitrate token sends a simulcast; pcast subscribe --layer lowest decodes 320×180, --display-size 320x180 is sent that layer too, the default decodes a larger one; a malformed --display-size is a usage error (exit 64)")
+    @Test("pcast publish with a multi-bitrate token sends a simulcast; pcast subscribe --layer lowest decodes 160×90, --display-size 160x90 is sent that layer too, the default decodes a larger one; a malformed --display-size is a usage error (exit 64)")
     func simulcastFromTheCommandLine() async throws {
         let serve = try await ServeProcess.start()
         defer { serve.stop() }
         let auth = try serve.token(["--type", "auth"])
         let publish = try serve.token(["--type", "publish", "--capability", "multi-bitrate"])
         let stream = try serve.token(["--type", "stream", "--channel-alias", "layers"])
-        let published = serve.directory.appendingPathComponent("publish.out").path
-        let publisher = try ChildProcess.spawn(try pcastBinary(), [
-            "publish", "--server", serve.signaling, "--token", publish, "--auth-token", auth,
-            "--width", "1280", "--height", "720", "--tag", "channelAlias:layers", "--seconds", "40"], environment: serve.environment, output: published)
-        defer { publisher.stop() }
-        for _ in 0..<200 where ((try? String(contentsOfFile: published, encoding: .utf8)) ?? "").isEmpty {
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        // 640×360 (layers 640, 320 and 160 wide): three 720p encoders would starve the CLI suite's others.
+        let publisher = try await serve.publish(token: publish, auth: auth, ["--width", "640", "--height", "360", "--tag", "channelAlias:layers", "--seconds", "40"])
+        defer { publisher.process.stop() }
         /// The decoded sizes `pcast subscribe` printed (`video: WxH` at each change).
         func watch(_ extra: [String]) throws -> (status: Int32, sizes: [String], stderr: String) {
             let result = try runCommand(try pcastBinary(), ["subscribe", "--server", serve.signaling, "--token", stream, "--auth-token", auth,
@@ -83,11 +71,11 @@ struct PlatformCommandTests {
             return (result.status, result.lines.filter { $0.hasPrefix("video: ") }.map { String($0.dropFirst("video: ".count)) }, result.stderr)
         }
         let lowest = try watch(["--layer", "lowest"])
-        #expect(lowest.status == 0 && lowest.sizes == ["320x180"], "\(lowest)")
-        let small = try watch(["--display-size", "320x180"])
-        #expect(small.status == 0 && small.sizes.last == "320x180", "\(small)")
+        #expect(lowest.status == 0 && lowest.sizes == ["160x90"], "\(lowest)")
+        let small = try watch(["--display-size", "160x90"])
+        #expect(small.status == 0 && small.sizes.last == "160x90", "\(small)")
         let adaptive = try watch([])
-        #expect(adaptive.status == 0 && ["640x360", "1280x720"].contains(adaptive.sizes.last ?? ""), "\(adaptive)")
+        #expect(adaptive.status == 0 && ["320x180", "640x360"].contains(adaptive.sizes.last ?? ""), "\(adaptive)")
         let malformed = try runCommand(try pcastBinary(), ["subscribe", "--server", serve.signaling, "--token", stream, "--display-size", "wide"])
         #expect(malformed.status == 64 && malformed.stderr.contains("--display-size takes WIDTHxHEIGHT"), "\(malformed.stderr)")
     }

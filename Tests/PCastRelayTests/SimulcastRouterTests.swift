@@ -427,31 +427,6 @@ struct SimulcastRouterTests {
         router.removeStream(id: "s")
         #expect(router.route(ssrc: browser + 1) == nil && router.route(ssrc: Self.low) == nil)
     }
-
-    @Test("RTP header extensions: an element found in one-byte and two-byte forms past padding; absent, reserved or overrunning ones are nil")
-    func headerExtensions() throws {
-        func packet(profile: UInt16, _ elements: [UInt8]) -> [UInt8] {
-            var bytes: [UInt8] = [0x90, 96, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2]
-            var body = elements
-            while body.count % 4 != 0 { body.append(0) }
-            bytes += [UInt8(profile >> 8), UInt8(profile & 0xFF), 0, UInt8(body.count / 4)] + body + [0xAA, 0xBB]
-            return bytes
-        }
-        func element(_ id: UInt8, _ bytes: [UInt8]) -> [UInt8]? { bytes.withUnsafeBytes { RTPHeaderExtensions.element(id, in: $0) } }
-        // One-byte: mid "1" (id 4), padding, rid "h" (id 10).
-        let oneByte = packet(profile: 0xBEDE, [0x40, 0x31, 0x00, 0xA0, 0x68])
-        #expect(element(10, oneByte) == Array("h".utf8) && element(4, oneByte) == Array("1".utf8) && element(3, oneByte) == nil)
-        // Two-byte (extmap-allow-mixed): id, length, value; rid "mid" (id 12).
-        let twoByte = packet(profile: 0x1000, [0x00, 12, 3, 0x6D, 0x69, 0x64])
-        #expect(element(12, twoByte) == Array("mid".utf8))
-        #expect(element(10, packet(profile: 0xBEDE, [0xF0, 0xA0, 0x68])) == nil, "id 15 ends the elements")
-        #expect(element(10, packet(profile: 0xBEDE, [0xA7, 0x68])) == nil, "an element longer than the extension")
-        #expect(element(10, packet(profile: 0xABCD, [0xA0, 0x68])) == nil, "an unknown profile")
-        var plain = oneByte
-        plain[0] = 0x80
-        #expect(element(10, plain) == nil, "no extension bit")
-        #expect(element(10, Array(oneByte.prefix(14))) == nil, "truncated")
-    }
 }
 
 enum SimulcastFailure: Error {

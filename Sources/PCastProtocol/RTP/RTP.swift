@@ -128,6 +128,18 @@ public struct RTPPacketLayout: Sendable, Equatable {
         paddingLength = padding
     }
 
+    /// Where the data of the RFC 8285 extension element `id` lies in `bytes` (the packet this
+    /// layout was parsed from), if the packet has one. The header is readable before SRTP removes
+    /// its protection: a WebRTC publisher's RID is found before the packet is authenticated.
+    public func extensionElement(_ id: UInt8, in bytes: UnsafeRawBufferPointer) -> Range<Int>? {
+        guard let profile = extensionProfile else { return nil }
+        var found: Range<Int>?
+        try? RTPHeaderExtension.walkElements(profile: profile, reader: ByteReader(bytes), range: extensionDataRange) { element, range in
+            if element == id, found == nil { found = range }
+        }
+        return found
+    }
+
     /// Parses `bytes`; see ``init(parsing:)-(UnsafeRawBufferPointer)``.
     @inlinable
     public init(parsing bytes: [UInt8]) throws(RTPError) {

@@ -71,8 +71,15 @@ public struct MediaTrackDescription: Codable, Sendable, Hashable {
 
 /// The size, in pixels, a viewer shows a stream's video at.
 public struct ViewSize: Codable, Sendable, Hashable {
+    /// What each side may be.
+    public static let pixels = 1...16_384
+
     public var width: Int
     public var height: Int
+
+    /// Whether both sides are within ``pixels``.
+    public var isValid: Bool { Self.pixels.contains(width) && Self.pixels.contains(height) }
+
     public init(width: Int, height: Int) {
         self.width = width
         self.height = height
@@ -825,9 +832,7 @@ public enum SignalingCodec {
         case .setViewSize(let p):
             try check(p.streamId, "streamId")
             try check(p.subscriberId, "subscriberId")
-            if let size = p.size, !(1...16_384).contains(size.width) || !(1...16_384).contains(size.height) {
-                throw fail("a view size is 1…16384 pixels each way")
-            }
+            if let size = p.size, !size.isValid { throw fail("a view size is 1…16384 pixels each way") }
         case .publisherQuality(let p):
             try check(p.streamId, "streamId")
         }
