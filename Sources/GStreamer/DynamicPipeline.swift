@@ -1,6 +1,7 @@
 import CGStreamer
 import CGStreamerShim
 import Dispatch
+import Synchronization
 
 extension Element {
     /// Parses a gst-launch fragment into a bin whose unlinked pads (of the directions in `ghosting`)
@@ -252,4 +253,62 @@ extension Pipeline {
     public var latency: Duration? {
         queryLatency()?.minimum
     }
+
+    /// Makes every sink render each buffer `latency` after its running time, instead of the
+    /// latency GStreamer's query finds, from now on (also for sinks that join later). For
+    /// pipelines whose query answer misleads: elements that over-report (`opusdec` with in-band
+    /// FEC claims the largest Opus frame, 120 ms, where it holds one packet), or sinks joining a
+    /// playing pipeline (each join queries again, and the answer depends on which sinks are ready
+    /// to answer yet). Change it with ``FixedLatency/set(_:)``; one per pipeline.
+    ///
+    /// ```swift
+    /// let latency = pipeline.fixLatency(.milliseconds(40))
+    /// latency.set(.milliseconds(80))     // sinks told at once
+    /// ```
+    public func fixLatency(_ latency: Duration) -> FixedLatency {
+        let fixed = FixedLatency(latency, pipeline: self)
+        let box = Unmanaged.passRetained(fixed).toOpaque()
+        let callback: @convention(c) (UnsafeMutablePointer<GstElement>?, UnsafeMutableRawPointer?) -> gboolean = doLatencyTrampoline
+        // The bin's `do-latency` signal stops at the first handler that returns TRUE, so the
+        // pipeline's own handler (query, then distribute) no longer runs. g_signal_connect is a
+        // macro over g_signal_connect_data; the box is released with the connection.
+        g_signal_connect_data(UnsafeMutableRawPointer(pointer), "do-latency", unsafeBitCast(callback, to: GCallback.self), box,
+                              fixedLatencyRelease, GConnectFlags(rawValue: 0))
+        _ = gst_bin_recalculate_latency(bin)
+        return fixed
+    }
+}
+
+/// The latency a pipeline's sinks are told (``Pipeline/fixLatency(_:)``).
+public final class FixedLatency: @unchecked Sendable {
+    private let value: Mutex<Duration>
+    /// Weak: the pipeline holds this through its signal connection.
+    private weak var pipeline: Pipeline?
+
+    fileprivate init(_ latency: Duration, pipeline: Pipeline) {
+        value = Mutex(latency)
+        self.pipeline = pipeline
+    }
+
+    /// What the sinks are told now.
+    public var latency: Duration { value.withLock { $0 } }
+
+    /// Tells the sinks a new latency now.
+    public func set(_ latency: Duration) {
+        value.withLock { $0 = latency }
+        if let pipeline { _ = gst_bin_recalculate_latency(pipeline.bin) }
+    }
+}
+
+private func doLatencyTrampoline(_ bin: UnsafeMutablePointer<GstElement>?, _ data: UnsafeMutableRawPointer?) -> gboolean {
+    guard let bin, let data else { return 0 }
+    let latency = Unmanaged<FixedLatency>.fromOpaque(data).takeUnretainedValue().latency
+    // What the default handler does with the answer of its query: a latency event to every sink.
+    _ = gst_element_send_event(bin, gst_event_new_latency(latency.clockTime))
+    return 1
+}
+
+private func fixedLatencyRelease(_ data: UnsafeMutableRawPointer?, _ closure: UnsafeMutablePointer<GClosure>?) {
+    guard let data else { return }
+    Unmanaged<FixedLatency>.fromOpaque(data).release()
 }

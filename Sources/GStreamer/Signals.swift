@@ -19,7 +19,7 @@ extension Element {
         guard let type = object.pointee.g_type_instance.g_class?.pointee.g_type, g_signal_lookup("source-setup", type) != 0 else {
             throw .unknownSignal(element: name, signal: "source-setup")
         }
-        let box = Unmanaged.passRetained(SourceSetupHandler(configure)).toOpaque()
+        let box = Unmanaged.passRetained(ElementHandler(configure)).toOpaque()
         let callback: @convention(c) (UnsafeMutablePointer<GstElement>?, UnsafeMutablePointer<GstElement>?, UnsafeMutableRawPointer?) -> Void = sourceSetupTrampoline
         // g_signal_connect is a macro over g_signal_connect_data; the handler box is released by
         // the destroy notify when the element (and so the connection) goes.
@@ -45,6 +45,24 @@ extension Element {
                               handoffRelease, GConnectFlags(rawValue: 0))
     }
 
+    /// Calls `configure` with each jitter buffer `rtpbin` makes (its `new-jitterbuffer` signal),
+    /// before the buffer's first packet reaches it: the place for per-stream settings that must
+    /// hold from the first packet (`faststart-min-packets`, retransmission timing). `configure`
+    /// runs on a streaming thread; it must not block.
+    ///
+    /// - Throws: ``GStreamerError/unknownSignal(element:signal:)`` when the element has no such signal.
+    public func onNewJitterBuffer(_ configure: @escaping @Sendable (Element) -> Void) throws(GStreamerError) {
+        guard let type = object.pointee.g_type_instance.g_class?.pointee.g_type, g_signal_lookup("new-jitterbuffer", type) != 0 else {
+            throw .unknownSignal(element: name, signal: "new-jitterbuffer")
+        }
+        let box = Unmanaged.passRetained(ElementHandler(configure)).toOpaque()
+        let callback: @convention(c) (UnsafeMutablePointer<GstElement>?, UnsafeMutablePointer<GstElement>?, guint, guint,
+                                      UnsafeMutableRawPointer?) -> Void = newJitterBufferTrampoline
+        // As above: g_signal_connect_data, the box released with the connection.
+        g_signal_connect_data(UnsafeMutableRawPointer(pointer), "new-jitterbuffer", unsafeBitCast(callback, to: GCallback.self), box,
+                              sourceSetupRelease, GConnectFlags(rawValue: 0))
+    }
+
     /// Sets a property from its textual form, as `gst-launch-1.0` would (any type GStreamer can
     /// deserialise, structures and caps included: `extra-headers` = `headers, Host=(string)a.example`).
     ///
@@ -55,7 +73,7 @@ extension Element {
     }
 }
 
-private final class SourceSetupHandler: @unchecked Sendable {
+private final class ElementHandler: @unchecked Sendable {
     let configure: @Sendable (Element) -> Void
     init(_ configure: @escaping @Sendable (Element) -> Void) { self.configure = configure }
 }
@@ -63,12 +81,18 @@ private final class SourceSetupHandler: @unchecked Sendable {
 private func sourceSetupTrampoline(_ bin: UnsafeMutablePointer<GstElement>?, _ source: UnsafeMutablePointer<GstElement>?,
                                    _ data: UnsafeMutableRawPointer?) {
     guard let source, let data else { return }
-    Unmanaged<SourceSetupHandler>.fromOpaque(data).takeUnretainedValue().configure(Element(retaining: source))
+    Unmanaged<ElementHandler>.fromOpaque(data).takeUnretainedValue().configure(Element(retaining: source))
+}
+
+private func newJitterBufferTrampoline(_ bin: UnsafeMutablePointer<GstElement>?, _ jitterBuffer: UnsafeMutablePointer<GstElement>?,
+                                       _ session: guint, _ ssrc: guint, _ data: UnsafeMutableRawPointer?) {
+    guard let jitterBuffer, let data else { return }
+    Unmanaged<ElementHandler>.fromOpaque(data).takeUnretainedValue().configure(Element(retaining: jitterBuffer))
 }
 
 private func sourceSetupRelease(_ data: UnsafeMutableRawPointer?, _ closure: UnsafeMutablePointer<GClosure>?) {
     guard let data else { return }
-    Unmanaged<SourceSetupHandler>.fromOpaque(data).release()
+    Unmanaged<ElementHandler>.fromOpaque(data).release()
 }
 
 private final class HandoffHandler: @unchecked Sendable {

@@ -17,6 +17,14 @@ extension Pipeline {
         gst_element_set_base_time(pointer, baseTime.clockTime)
     }
 
+    /// The system clock's current time: the clock of pipelines that ``useSystemClock()``, readable
+    /// before they play (to note when something happened, for a timestamp given later).
+    public static var systemClockTime: Duration {
+        guard let clock = gst_system_clock_obtain() else { return .zero }
+        defer { gst_object_unref(UnsafeMutableRawPointer(clock)) }
+        return Duration(clockTime: gst_clock_get_time(clock)) ?? .zero
+    }
+
     /// The pipeline clock's current time (nil without a clock, before playing).
     public var clockTime: Duration? {
         guard let clock = gst_element_get_clock(pointer) else { return nil }

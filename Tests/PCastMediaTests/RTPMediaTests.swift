@@ -100,8 +100,13 @@ extension OneAtATime {
             second.dispose()
             #expect(renderer.playoutDelay == .milliseconds(200))
             #expect(try receiver.pipeline.element(named: "rtpbin").property("latency", as: UInt32.self) == 200)
+            // The sinks wait the same delay, and the renderer's queue holds that much.
+            #expect(receiver.sinkLatency.latency == .milliseconds(200))
+            let queue = try #require(receiver.pipeline.elements.first { $0.name.hasSuffix("-video-queue") })
+            #expect(try queue.property("max-size-time", as: UInt64.self) == 300_000_000)
             first.dispose()
             #expect(renderer.playoutDelay == RTPReceiver.defaultPlayoutDelay)
+            #expect(receiver.sinkLatency.latency == RTPReceiver.defaultPlayoutDelay)
             await publisher.stop()
             await remote.stop()
             await media.stop()

@@ -229,6 +229,8 @@ final class Subscription: Sendable {
     let layer: String?
     let stream: MediaStream
     let receiver: RTPReceiver
+    /// Where every flow's socket delivers (to `receiver`).
+    let inbox: PacketInbox
     /// The current flow's socket (the receiver's RTCP goes through it).
     let slot: SocketSlot
     private let flow = Mutex<Flow>(Flow())
@@ -239,13 +241,15 @@ final class Subscription: Sendable {
         var closed = false
     }
 
-    init(streamId: String, streamToken: String, layer: String?, tracks: [MediaTrackDescription], stream: MediaStream, receiver: RTPReceiver, slot: SocketSlot) {
+    init(streamId: String, streamToken: String, layer: String?, tracks: [MediaTrackDescription], stream: MediaStream, receiver: RTPReceiver,
+         inbox: PacketInbox, slot: SocketSlot) {
         self.streamId = streamId
         self.streamToken = streamToken
         self.layer = layer
         self.tracks = tracks
         self.stream = stream
         self.receiver = receiver
+        self.inbox = inbox
         self.slot = slot
     }
 
@@ -256,15 +260,27 @@ final class Subscription: Sendable {
     /// keeps telling it (NAT bindings expire); the previous flow's socket closes. False when the
     /// subscription was closed meanwhile (nothing stays open).
     func attach(subscriberId: String?, host: String, transport: MediaTransport, rtcpSSRC: UInt32) throws(PCastError) -> Bool {
-        let receiver = self.receiver
+        let socket = try Self.openSocket(host: host, transport: transport, rtcpSSRC: rtcpSSRC, into: inbox)
+        return adopt(socket, subscriberId: subscriberId, rtcpSSRC: rtcpSSRC)
+    }
+
+    /// A socket to a relay's flow that delivers into `inbox`, and has told the relay where we are
+    /// (the relay sends nothing before it hears from the flow).
+    static func openSocket(host: String, transport: MediaTransport, rtcpSSRC: UInt32, into inbox: PacketInbox) throws(PCastError) -> MediaSocket {
         let socket = try MediaSocket(host: host, transport: transport, rtcpSenderSSRC: rtcpSSRC,
-                                     onRTP: { packet, payloadType in receiver.receiveRTP(packet, payloadType: payloadType) },
-                                     onRTCP: { rtcp in receiver.receiveRTCP(rtcp) })
+                                     onRTP: { packet, payloadType in inbox.rtp(packet, payloadType: payloadType) },
+                                     onRTCP: { rtcp in inbox.rtcp(rtcp) })
+        socket.sendEmptyReceiverReport(ssrc: rtcpSSRC)
+        return socket
+    }
+
+    /// Makes an open socket (``openSocket(host:transport:rtcpSSRC:into:)``) the current flow's.
+    /// False when the subscription was closed meanwhile: the socket is shut down.
+    func adopt(_ socket: MediaSocket, subscriberId: String?, rtcpSSRC: UInt32) -> Bool {
         let previous: (socket: MediaSocket?, keepAlive: Task<Void, Never>?)? = flow.withLock { flow in
             guard !flow.closed else { return nil }
             let previous = (slot.value.withLock { slot in defer { slot = socket }; return slot }, flow.keepAlive)
             flow.subscriberId = subscriberId
-            socket.sendEmptyReceiverReport(ssrc: rtcpSSRC)
             flow.keepAlive = Task {
                 var interval = Duration.milliseconds(100)
                 while !Task.isCancelled {
@@ -280,7 +296,7 @@ final class Subscription: Sendable {
             return false
         }
         previous.keepAlive?.cancel()
-        previous.socket?.shutdown()
+        if previous.socket !== socket { previous.socket?.shutdown() }
         return true
     }
 
@@ -461,8 +477,8 @@ extension PCast {
     /// ``LayerSelection/best``, ``LayerSelection/lowest`` or a RID keep it on one.
     public func subscribe(streamToken: String, playoutDelay: Duration? = nil, layer: LayerSelection = .adaptive) async throws(PCastError) -> MediaStream {
         let delay = playoutDelay ?? options.playoutDelay, impairment = options.receiveImpairment
-        return try await openSubscription(streamToken: streamToken, layer: layer) { tracks, sendRTCP throws(MediaError) in
-            try await RTPReceiver.start(tracks: tracks, playoutDelay: delay, impairment: impairment, sendRTCP: sendRTCP)
+        return try await openSubscription(streamToken: streamToken, layer: layer) { tracks, since, sendRTCP throws(MediaError) in
+            try await RTPReceiver.start(tracks: tracks, playoutDelay: delay, impairment: impairment, runningSince: since, sendRTCP: sendRTCP)
         }.stream
     }
 
@@ -474,9 +490,9 @@ extension PCast {
                                   onTracks: (Set<MediaType>) -> Void,
                                   onSample: @escaping @Sendable (MediaType, Sample) -> Void) async throws(PCastError) -> MediaStream {
         let delay = playoutDelay ?? options.playoutDelay
-        return try await openSubscription(streamToken: streamToken) { tracks, sendRTCP throws(MediaError) in
+        return try await openSubscription(streamToken: streamToken) { tracks, since, sendRTCP throws(MediaError) in
             onTracks(Set(tracks.map { $0.kind == .video ? MediaType.video : .audio }))
-            return try await RTPReceiver.startEncoded(tracks: tracks, playoutDelay: delay, onSample: onSample, sendRTCP: sendRTCP)
+            return try await RTPReceiver.startEncoded(tracks: tracks, playoutDelay: delay, runningSince: since, onSample: onSample, sendRTCP: sendRTCP)
         }.stream
     }
 
@@ -488,8 +504,8 @@ extension PCast {
     /// - Throws: the refusals of ``subscribe(streamToken:playoutDelay:layer:)``.
     public func record(streamToken: String, to path: String, mode: RecordingMode = .record) async throws(PCastError) -> StreamRecording {
         let recorder = MediaRecorder(path: path, mode: mode)
-        let (streamId, stream) = try await openSubscription(streamToken: streamToken, layer: .best) { tracks, sendRTCP throws(MediaError) in
-            try await RTPReceiver.startRecording(tracks: tracks, into: recorder, sendRTCP: sendRTCP)
+        let (streamId, stream) = try await openSubscription(streamToken: streamToken, layer: .best) { tracks, since, sendRTCP throws(MediaError) in
+            try await RTPReceiver.startRecording(tracks: tracks, into: recorder, runningSince: since, sendRTCP: sendRTCP)
         }
         return StreamRecording(streamId: streamId, stream: stream, recorder: recorder)
     }
@@ -497,7 +513,8 @@ extension PCast {
     /// Subscribes and connects the flow's socket to a receive engine `start` builds for the tracks.
     private func openSubscription(
         streamToken: String, layer: LayerSelection = .adaptive,
-        start: (_ tracks: [MediaTrackDescription], _ sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream)
+        start: (_ tracks: [MediaTrackDescription], _ runningSince: Duration?,
+                _ sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream)
     ) async throws(PCastError) -> (streamId: String, stream: MediaStream) {
         let client = try signaling()
         let reply = try await client.request(.subscribe(.init(streamToken: streamToken, layer: layer.requested)))
@@ -508,26 +525,34 @@ extension PCast {
             _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId, subscriberId: subscribed.subscriberId)))
             throw .invalidTransport("the platform assigned no RTCP SSRC")
         }
-        let slot = SocketSlot()
-        let receiver: RTPReceiver, stream: MediaStream
-        do {
-            (receiver, stream) = try await start(subscribed.tracks) { rtcp in
-                slot.value.withLock { $0 }?.send(OutgoingPacket(kind: .rtcp, buffer: rtcp))
-            }
-        } catch {
-            _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId, subscriberId: subscribed.subscriberId)))
-            throw .media(error)
-        }
-        let subscription = Subscription(streamId: subscribed.streamId, streamToken: streamToken, layer: layer.requested, tracks: subscribed.tracks,
-                                        stream: stream, receiver: receiver, slot: slot)
+        // The flow opens before the receive engine is built (tens of milliseconds): the relay
+        // starts sending once it hears from us, and what comes meanwhile, often the keyframe asked
+        // for this viewer, waits in the inbox instead of behind the build.
+        let inbox = PacketInbox(), slot = SocketSlot()
+        let socket: MediaSocket
         do {
             let endpoint = mediaEndpoint(subscribed.transport)
-            _ = try subscription.attach(subscriberId: subscribed.subscriberId, host: endpoint.host, transport: endpoint.transport, rtcpSSRC: rtcpSSRC)
+            socket = try Subscription.openSocket(host: endpoint.host, transport: endpoint.transport, rtcpSSRC: rtcpSSRC, into: inbox)
         } catch {
-            await stream.stop()
             _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId, subscriberId: subscribed.subscriberId)))
             throw error
         }
+        slot.value.withLock { $0 = socket }
+        let receiver: RTPReceiver, stream: MediaStream
+        do {
+            // Its running time starts no later than the first packet that waited.
+            (receiver, stream) = try await start(subscribed.tracks, inbox.firstArrival) { rtcp in
+                slot.value.withLock { $0 }?.send(OutgoingPacket(kind: .rtcp, buffer: rtcp))
+            }
+        } catch {
+            slot.value.withLock { slot in defer { slot = nil }; return slot }?.shutdown()
+            _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId, subscriberId: subscribed.subscriberId)))
+            throw .media(error)
+        }
+        inbox.open(to: receiver)
+        let subscription = Subscription(streamId: subscribed.streamId, streamToken: streamToken, layer: layer.requested, tracks: subscribed.tracks,
+                                        stream: stream, receiver: receiver, inbox: inbox, slot: slot)
+        _ = subscription.adopt(socket, subscriberId: subscribed.subscriberId, rtcpSSRC: rtcpSSRC)
         // A session may subscribe to one stream several times: each subscription is its own.
         state.withLock { $0.subscriptions[subscription.key] = subscription }
         let streamId = subscribed.streamId
@@ -620,4 +645,77 @@ final class SerialRequests: Sendable {
 /// Where packets go once the flow's socket exists (media starts before the platform answers).
 final class SocketSlot: Sendable {
     let value = Mutex<MediaSocket?>(nil)
+}
+
+/// Where a subscription's sockets deliver. Packets that arrive before the receive engine exists
+/// wait here, up to ``capacity`` (about a second of 720p video), and reach it in their order, with
+/// the times they arrived, when it opens; after that, each goes straight through.
+final class PacketInbox: Sendable {
+    /// Where packets go once the inbox is open: an RTP packet with its payload type and, for one
+    /// that waited, its arrival on the system clock (``Pipeline/systemClockTime``); an RTCP packet.
+    struct Destination: Sendable {
+        let rtp: @Sendable (Buffer, UInt8, Duration?) -> Void
+        let rtcp: @Sendable (Buffer) -> Void
+    }
+    private enum Waiting {
+        case rtp(Buffer, UInt8, arrived: Duration)
+        case rtcp(Buffer)
+    }
+    private struct State: @unchecked Sendable {
+        var destination: Destination?
+        var waiting: [Waiting] = []
+        var dropped = 0
+
+        mutating func wait(_ item: Waiting) {
+            if waiting.count < PacketInbox.capacity { waiting.append(item) } else { dropped += 1 }
+        }
+    }
+    private let state = Mutex(State())
+    static let capacity = 512
+
+    /// Packets that came while it was full (dropped: the jitter buffer asks for them again).
+    var dropped: Int { state.withLock { $0.dropped } }
+
+    /// When the first packet that is waiting arrived (system clock); nil when none waits.
+    var firstArrival: Duration? {
+        state.withLock { state in
+            guard case .rtp(_, _, let arrived)? = state.waiting.first(where: { if case .rtp = $0 { true } else { false } }) else { return nil }
+            return arrived
+        }
+    }
+
+    func rtp(_ packet: Buffer, payloadType: UInt8) {
+        let destination = state.withLock { state -> Destination? in
+            if state.destination == nil { state.wait(.rtp(packet, payloadType, arrived: Pipeline.systemClockTime)) }
+            return state.destination
+        }
+        destination?.rtp(packet, payloadType, nil)
+    }
+
+    func rtcp(_ packet: Buffer) {
+        let destination = state.withLock { state -> Destination? in
+            if state.destination == nil { state.wait(.rtcp(packet)) }
+            return state.destination
+        }
+        destination?.rtcp(packet)
+    }
+
+    /// Hands what waited to `destination`, in order, and everything after it as it comes. A packet
+    /// arriving meanwhile waits for the lock, so none overtakes those that waited.
+    func open(to destination: Destination) {
+        state.withLock { state in
+            for item in state.waiting {
+                switch item {
+                case .rtp(let packet, let payloadType, let arrived): destination.rtp(packet, payloadType, arrived)
+                case .rtcp(let packet): destination.rtcp(packet)
+                }
+            }
+            state.waiting = []
+            state.destination = destination
+        }
+    }
+
+    func open(to receiver: RTPReceiver) {
+        open(to: Destination(rtp: { receiver.receiveRTP($0, payloadType: $1, arrivedAt: $2) }, rtcp: { receiver.receiveRTCP($0) }))
+    }
 }

@@ -106,6 +106,8 @@ public final class Renderer: Sendable {
         var probes: [PadProbe] = []
         var hooks: [MediaType: FrameHook] = [:]
         var lastFrame: (buffer: Buffer, info: VideoInfo)?
+        /// When the first frame reached the sink (which shows it at once: see `installVideoProbes`).
+        var firstFrameShownAt: ContinuousClock.Instant?
         var info: VideoInfo?
         var dimensions: Dimensions?
         var muted = false
@@ -118,6 +120,8 @@ public final class Renderer: Sendable {
         var started = false
         /// Hands the audio going to the sink to echo cancellers in this process.
         var echoTap: RendererEchoTap?
+        /// Its registration with the stream's playout delay (``PlayoutDelay/observe(_:)``).
+        var delayObserver: Int?
     }
     private let state = Mutex(State())
     private let serial = AsyncSerial()
@@ -134,6 +138,7 @@ public final class Renderer: Sendable {
         endEvents(closing: true)
         let (branches, probes, task, tap) = state.withLock { ($0.branches, $0.probes, $0.busTask, $0.echoTap) }
         state.withLock { $0.qualityTask }?.cancel()
+        if let observer = state.withLock({ $0.delayObserver }) { stream.engine.playoutDelay?.unobserve(observer) }
         probes.forEach { $0.remove() }
         tap?.remove()
         task?.cancel()
@@ -259,9 +264,11 @@ public final class Renderer: Sendable {
             }
             return .failed(error.description)
         }
+        let observer = stream.engine.playoutDelay?.observe { [weak self] delay in self?.resizeQueues(for: delay) }
         let muted = state.withLock { state in
             state.branches = attached
             state.started = true
+            state.delayObserver = observer
             return state.muted
         }
         applyMute(muted)
@@ -280,7 +287,9 @@ public final class Renderer: Sendable {
         await serial.run { () async in
             let (branches, probes, task, tap) = self.state.withLock { state in
                 state.qualityTask?.cancel()
+                if let observer = state.delayObserver { self.stream.engine.playoutDelay?.unobserve(observer) }
                 defer {
+                    state.delayObserver = nil
                     state.qualityTask = nil
                     state.branches = [:]
                     state.probes = []
@@ -306,8 +315,27 @@ public final class Renderer: Sendable {
         return !(environment["DISPLAY"] ?? "").isEmpty || !(environment["WAYLAND_DISPLAY"] ?? "").isEmpty
     }
 
+    /// How much its queues hold, in time: each frame (and audio buffer) waits at the sink for one
+    /// playout delay, so a queue must hold that much and a little more; beyond it (a sink that
+    /// cannot keep up) video leaks the oldest frames. A local stream has no playout delay.
+    static func queueTimes(playoutDelay: Duration?) -> (video: UInt64, audio: UInt64) {
+        let delay = UInt64(max(0, (playoutDelay ?? .zero) / .nanoseconds(1)))
+        return (delay + 100_000_000, delay + 200_000_000)
+    }
+
+    private func resizeQueues(for delay: Duration) {
+        let times = Self.queueTimes(playoutDelay: delay)
+        let branches = state.withLock { $0.branches }
+        for (kind, time) in [(MediaType.video, times.video), (.audio, times.audio)] {
+            guard let queue = branches[kind]?.descendants.first(where: { $0.name == "\(id)-\(kind)-queue" }) else { continue }
+            try? queue.set("max-size-time", time)
+        }
+    }
+
     private func videoBranchDescription() -> String {
-        var parts = ["queue name=\(id)-video-queue leaky=downstream max-size-buffers=2", "identity name=\(id)-video-hook", "videoconvert"]
+        let time = Self.queueTimes(playoutDelay: stream.engine.playoutDelay?.current).video
+        var parts = ["queue name=\(id)-video-queue leaky=downstream max-size-buffers=0 max-size-bytes=0 max-size-time=\(time)",
+                     "identity name=\(id)-video-hook", "videoconvert"]
         if let size = options.displaySize {
             switch options.aspectRatioMode {
             case .letterbox:
@@ -339,7 +367,8 @@ public final class Renderer: Sendable {
         let sync = options.synchronized ? "true" : "false"
         let sink = options.useNullAudioDevice ? "fakesink sync=\(sync) async=false" : "autoaudiosink sync=\(sync)"
         let leak = options.useNullAudioDevice ? " leaky=downstream" : ""
-        return "queue name=\(id)-audio-queue\(leak) max-size-time=200000000 max-size-buffers=0 max-size-bytes=0 ! identity name=\(id)-audio-hook ! audioconvert ! volume name=\(id)-volume ! \(sink) name=\(id)-audio-sink"
+        let time = Self.queueTimes(playoutDelay: stream.engine.playoutDelay?.current).audio
+        return "queue name=\(id)-audio-queue\(leak) max-size-time=\(time) max-size-buffers=0 max-size-bytes=0 ! identity name=\(id)-audio-hook ! audioconvert ! volume name=\(id)-volume ! \(sink) name=\(id)-audio-sink"
     }
 
     private func installVideoProbes(_ branch: Element) throws(GStreamerError) {
@@ -351,6 +380,15 @@ public final class Renderer: Sendable {
             return .pass
         }
         let sinkCaps = sinkPad.addCapsProbe { [weak self] caps in self?.sinkCapsChanged(caps) }
+        // The first frame is shown the moment it reaches the sink, as browsers show theirs: a
+        // buffer without timestamps is not waited for. Every later frame waits out the playout
+        // delay, so the picture holds the first frame a little longer and then runs on time. Gone
+        // after one frame; the branch's pad takes it along if no frame ever came.
+        _ = sinkPad.addBufferProbe { buffer in
+            buffer.presentationTimestamp = nil
+            buffer.decodingTimestamp = nil
+            return .remove
+        }
         state.withLock { $0.probes = [capsProbe, framesProbe, sinkCaps] }
     }
 
@@ -377,6 +415,7 @@ public final class Renderer: Sendable {
 
     private func rendered(_ buffer: Buffer, caps: Caps?) {
         state.withLock { state in
+            if state.firstFrameShownAt == nil { state.firstFrameShownAt = .now }
             guard let info = state.info else { return }
             state.lastFrame = (buffer, info)
         }
@@ -460,6 +499,10 @@ public final class Renderer: Sendable {
         guard let frame = try? lastVideoFrameRendered() else { return }
         state.withLock { $0.lastFrameReceived }?(frame)
     }
+
+    /// When this renderer's first video frame was shown (nil before): the sink shows the first
+    /// frame as it arrives, without waiting out the playout delay. For measuring a join.
+    package var firstFrameShownAt: ContinuousClock.Instant? { state.withLock { $0.firstFrameShownAt } }
 
     /// Calls `presented` with each video frame at the moment the sink presents it: after the
     /// sink's clock wait (the playout delay), where a viewer would see it. Read only: the frame is

@@ -83,10 +83,13 @@ protocol StreamEngine: AnyObject, Sendable {
     func stop() async
     /// The playout-delay overrides of the stream (nil for local media, which has no jitter buffer).
     var playoutDelay: PlayoutDelay? { get }
+    /// When the first video frame came out of the decoder (nil before, and for local media).
+    var firstVideoDecodedAt: ContinuousClock.Instant? { get }
 }
 
 extension StreamEngine {
     var playoutDelay: PlayoutDelay? { nil }
+    var firstVideoDecodedAt: ContinuousClock.Instant? { nil }
 }
 
 /// Something to release: dropping the last reference releases it too, as the seed's disposables do.
@@ -113,6 +116,7 @@ public final class PlayoutDelay: Sendable {
     private let apply: @Sendable (Duration) -> Void
     private let overrides = Mutex<[(id: Int, delay: Duration)]>([])
     private let nextID = Atomic<Int>(0)
+    private let observers = Mutex<[Int: @Sendable (Duration) -> Void]>([:])
 
     init(default delay: Duration, apply: @escaping @Sendable (Duration) -> Void) {
         defaultDelay = delay
@@ -125,15 +129,32 @@ public final class PlayoutDelay: Sendable {
     func override(_ delay: Duration) -> Disposable {
         let id = nextID.add(1, ordering: .relaxed).newValue
         overrides.withLock { $0.append((id, delay)) }
-        apply(delay)
+        changed(to: delay)
         return Disposable { [weak self] in
             guard let self else { return }
             let now = self.overrides.withLock { list -> Duration in
                 list.removeAll { $0.id == id }
                 return list.last?.delay ?? self.defaultDelay
             }
-            self.apply(now)
+            self.changed(to: now)
         }
+    }
+
+    /// Calls `changed` with each delay that takes effect from now on; ``unobserve(_:)`` with the
+    /// returned id stops it. (Renderers size their queues to hold a delay's worth of frames.)
+    func observe(_ changed: @escaping @Sendable (Duration) -> Void) -> Int {
+        let id = nextID.add(1, ordering: .relaxed).newValue
+        observers.withLock { $0[id] = changed }
+        return id
+    }
+
+    func unobserve(_ id: Int) {
+        observers.withLock { _ = $0.removeValue(forKey: id) }
+    }
+
+    private func changed(to delay: Duration) {
+        apply(delay)
+        for observer in observers.withLock({ Array($0.values) }) { observer(delay) }
     }
 }
 
@@ -169,6 +190,10 @@ public final class MediaStream: Sendable, Identifiable {
         var nextObserver = 0
     }
     private let endState = Mutex(EndState())
+
+    /// When the first video frame of a remote stream came out of its decoder (nil before): for
+    /// measuring a join.
+    package var firstVideoDecodedAt: ContinuousClock.Instant? { engine.firstVideoDecodedAt }
 
     init(engine: any StreamEngine, tracks: [MediaStreamTrack]) {
         id = "stream-\(UUID().uuidString.prefix(8).lowercased())"

@@ -408,9 +408,11 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     private let hasVideo: Bool
     private let hasAudio: Bool
     let playoutDelay: PlayoutDelay?
+    /// The latency the pipeline's sinks are told: the playout delay in effect.
+    package let sinkLatency: FixedLatency
     private let stopped = Atomic<Bool>(false)
     /// rtpbin makes a jitter buffer per stream when its first packets arrive; the receiver sets
-    /// their retransmission timing once they exist (see ``retransmissionTiming(latency:)``).
+    /// each up as it is made (``configure(jitterBuffer:)``).
     private let jitterBuffers = JitterBuffers()
     private let arrivals: [UInt8: ArrivalCounter]
     /// Per payload type: the time packets spend between arriving and leaving the jitter buffer.
@@ -421,6 +423,7 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
 
     final class DecodeCounters: Sendable {
         let video = Atomic<Int>(0)
+        let firstVideo = Mutex<ContinuousClock.Instant?>(nil)
         let audio = Atomic<Int>(0)
         /// Keyframes out of the depayloader (complete access units without the delta flag).
         let keyframes = Atomic<Int>(0)
@@ -502,7 +505,6 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         let elements = Mutex<[Element]>([])
         func withLock<T>(_ body: (inout [Element]) -> T) -> T { elements.withLock { body(&$0) } }
     }
-    private let packetsReceived = Atomic<Int>(0)
     private var busTask: Task<Void, Never>?
     /// Told when the pipeline fails (given at init: a failure before the stream attaches is kept).
     let ends = EndSignal()
@@ -518,9 +520,9 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
 
     /// Builds and starts the receive pipeline for `tracks`; returns it with the stream renderers use.
     package static func start(tracks: [MediaTrackDescription], playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay,
-                             impairment: NetworkImpairment? = nil,
+                             impairment: NetworkImpairment? = nil, runningSince: Duration? = nil,
                              sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
-        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: impairment, sendRTCP: sendRTCP)
+        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: impairment, runningSince: runningSince, sendRTCP: sendRTCP)
         var streamTracks: [MediaStreamTrack] = []
         do {
             for kind in [MediaType.video, .audio] where (kind == .video ? receiver.hasVideo : receiver.hasAudio) {
@@ -541,8 +543,10 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     /// Builds and starts a receive pipeline that records instead of decoding: depayloaded H.264
     /// access units and Opus packets go to `recorder`. Stopping the stream finishes the recording.
     package static func startRecording(tracks: [MediaTrackDescription], into recorder: MediaRecorder, playoutDelay: Duration = .milliseconds(200),
+                                      runningSince: Duration? = nil,
                                       sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
-        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: nil, purpose: .record, sendRTCP: sendRTCP)
+        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: nil, purpose: .record, runningSince: runningSince,
+                                       sendRTCP: sendRTCP)
         do {
             for kind in [MediaType.video, .audio] where (kind == .video ? receiver.hasVideo : receiver.hasAudio) {
                 try recorder.attach(try receiver.pipeline.appSink(named: kind == .video ? "video-record" : "audio-record"), kind: kind)
@@ -562,9 +566,11 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     /// decoding: H.264 access units (byte-stream, SPS/PPS before keyframes; from the first
     /// keyframe) and Opus packets, each with its caps, to `onSample` on a streaming thread.
     package static func startEncoded(tracks: [MediaTrackDescription], playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay,
+                                     runningSince: Duration? = nil,
                                      onSample: @escaping @Sendable (MediaType, Sample) -> Void,
                                      sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
-        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: nil, purpose: .record, sendRTCP: sendRTCP)
+        let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: nil, purpose: .record, runningSince: runningSince,
+                                       sendRTCP: sendRTCP)
         do {
             for kind in [MediaType.video, .audio] where (kind == .video ? receiver.hasVideo : receiver.hasAudio) {
                 try receiver.pipeline.appSink(named: kind == .video ? "video-record" : "audio-record").onSample { onSample(kind, $0) }
@@ -583,6 +589,7 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     enum Purpose { case play, record }
 
     private init(tracks: [MediaTrackDescription], playoutDelay delay: Duration, impairment: NetworkImpairment?, purpose: Purpose = .play,
+                 runningSince: Duration? = nil,
                  sendRTCP: @escaping @Sendable (Buffer) -> Void) throws(MediaError) {
         let video = tracks.first { $0.kind == .video }
         let audio = tracks.first { $0.kind == .audio }
@@ -608,6 +615,10 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
             }
             pipeline = try Pipeline(description: parts.joined(separator: "\n"), name: "subscriber")
             pipeline.useSystemClock()
+            // Running time starts now, or at `runningSince` (system clock) when packets came before
+            // the pipeline was built: they keep their arrival times (``receiveRTP(_:payloadType:arrivedAt:)``).
+            let now = Pipeline.systemClockTime
+            pipeline.setBaseTime(min(now, runningSince ?? now))
             var inputs: [UInt8: AppSource] = [:]
             var rtcpInputs: [AppSource] = []
             if let video {
@@ -641,9 +652,17 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
                 try session.set("rtcp-fraction", 0.1)
             }
             let jitterBuffers = self.jitterBuffers
+            // Sinks present each frame one playout delay after it arrived: the time the jitter
+            // buffer gives a lost packet to come again. Fixed, not queried: the query's answer
+            // changes with which renderer sinks are ready when it runs (seen: 0 ms, or 180 ms with
+            // opusdec's in-band FEC claiming 120 ms, where the video then waited 180 ms and its
+            // renderer queue dropped three frames in four).
+            let latency = pipeline.fixLatency(delay)
+            sinkLatency = latency
             playoutDelay = PlayoutDelay(default: delay) { delay in
                 let ms = UInt32(clamping: delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
                 try? rtpbin.set("latency", ms)
+                latency.set(delay)
                 for element in jitterBuffers.withLock({ $0 }) { Self.applyRetransmissionTiming(to: element, latency: delay) }
             }
         } catch {
@@ -655,7 +674,10 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
             var probes: [PadProbe] = []
             if video != nil, let pad = try? pipeline.element(named: "video-hook").staticPad("src") {
                 let counters = decoded
-                probes.append(pad.addBufferProbe { _ in counters.video.add(1, ordering: .relaxed); return .pass })
+                probes.append(pad.addBufferProbe { _ in
+                    if counters.video.add(1, ordering: .relaxed).newValue == 1 { counters.firstVideo.withLock { $0 = .now } }
+                    return .pass
+                })
             }
             if video != nil, let pad = try? pipeline.element(named: "video-depay").staticPad("src") {
                 let counters = decoded
@@ -685,7 +707,11 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
             }
             decodeProbes.withLock { $0 = probes }
         }
+        // Before playing, so no jitter buffer has a packet yet. Weak: the pipeline holds the handler.
+        try? pipeline.element(named: "rtpbin").onNewJitterBuffer { [weak self] element in self?.configure(jitterBuffer: element) }
     }
+
+    var firstVideoDecodedAt: ContinuousClock.Instant? { decoded.firstVideo.withLock { $0 } }
 
     /// Cumulative counts for data quality: decoded video frames and audio buffers, sequence numbers
     /// expected and missing on arrival (all tracks).
@@ -701,20 +727,21 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     }
 
     /// An RTP packet from the network, routed by its payload type; unknown types are dropped.
+    /// `arrivedAt` (system clock, ``Pipeline/systemClockTime``) is when it arrived, for a packet
+    /// that waited to be handed over: the jitter buffer times the stream from arrivals, and a
+    /// burst stamped at once would start it late by the burst's length (the viewer's picture
+    /// that much behind until its clock-skew estimate catches up, seconds later). Without it the
+    /// packet arrives now.
     @discardableResult
-    package func receiveRTP(_ packet: Buffer, payloadType: UInt8) -> Bool {
+    package func receiveRTP(_ packet: Buffer, payloadType: UInt8, arrivedAt: Duration? = nil) -> Bool {
         guard let input = inputs[payloadType] else { return false }
         if let counter = arrivals[payloadType], let sequence = try? packet.withUnsafeBytes({ $0.count >= 4 ? UInt16($0[2]) << 8 | UInt16($0[3]) : nil }) {
             counter.count(sequence: sequence, bytes: packet.size)
             delayMeters[payloadType]?.arrived(sequence: sequence)
         }
-        let pushed = input.pushNow(Self.arrived(packet))
-        // Until the jitter buffer of every stream that has sent packets exists and is set up, look for
-        // new ones now and then (a declared track that never sends costs nothing).
-        let count = packetsReceived.add(1, ordering: .relaxed).newValue
-        if count % 16 == 0, jitterBuffers.withLock({ $0.count }) < arrivals.values.filter({ $0.hasPackets }).count {
-            configureJitterBuffers()
-        }
+        let pushed = input.pushNow(Self.arrived(packet, at: arrivedAt.flatMap { arrival in
+            pipeline.baseTime.map { base in max(.zero, arrival - base) }
+        }))
         return pushed
     }
 
@@ -743,18 +770,21 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         try? element.set("rtx-max-retries", Int32(-1))
     }
 
-    private func configureJitterBuffers() {
-        let found = pipeline.elements.filter { $0.factoryName == "rtpjitterbuffer" }
-        let latency = playoutDelay?.current ?? Self.defaultPlayoutDelay
-        let added = jitterBuffers.withLock { known in
-            let added = found.filter { element in !known.contains(where: { $0.name == element.name }) }
-            for element in added {
-                Self.applyRetransmissionTiming(to: element, latency: latency)
-                known.append(element)
-            }
-            return added
-        }
-        for element in added { sendRetransmissionRequests(from: element) }
+    /// Sets up a jitter buffer rtpbin has just made, before its first packet: retransmission
+    /// timing, requests sent at once (``sendRetransmissionRequests(from:)``), and a fast start.
+    ///
+    /// Fast start: the first packets go on as soon as two in a row are there, instead of after the
+    /// playout delay (GStreamer waits that long in case an earlier packet is still coming). A
+    /// viewer joins at a keyframe the relay sends complete and in order, so there is nothing to
+    /// wait for; the renderer shows that first frame at once (``Renderer``), and the frames after
+    /// it keep the playout delay. Safe only with the pipeline's latency fixed
+    /// (``Pipeline/fixLatency(_:)``): with a queried latency the early start raced the
+    /// renderer sinks' latency query and left the picture 180 ms behind.
+    private func configure(jitterBuffer element: Element) {
+        Self.applyRetransmissionTiming(to: element, latency: playoutDelay?.current ?? Self.defaultPlayoutDelay)
+        try? element.set("faststart-min-packets", UInt32(2))
+        jitterBuffers.withLock { $0.append(element) }
+        sendRetransmissionRequests(from: element)
     }
 
     /// Sends each retransmission request of a jitter buffer as a generic NACK (RFC 4585 §6.2.1,
@@ -860,12 +890,13 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     }
 
     /// The packet without timestamps, so the source stamps it with its arrival time (the jitter
-    /// buffer works from arrival times; a sender's timestamps mean nothing here).
-    static func arrived(_ packet: Buffer) -> Buffer {
-        guard packet.presentationTimestamp != nil || packet.decodingTimestamp != nil else { return packet }
+    /// buffer works from arrival times; a sender's timestamps mean nothing here), or with the
+    /// arrival `runningTime` given (the source keeps a decoding timestamp it is handed).
+    static func arrived(_ packet: Buffer, at runningTime: Duration? = nil) -> Buffer {
+        guard packet.presentationTimestamp != nil || packet.decodingTimestamp != nil || runningTime != nil else { return packet }
         let copy = packet.shallowCopy()
         copy.presentationTimestamp = nil
-        copy.decodingTimestamp = nil
+        copy.decodingTimestamp = runningTime
         copy.duration = nil
         return copy
     }
