@@ -76,6 +76,11 @@ public protocol RelayControl: Sendable {
     /// the publisher rest the others.
     func watchedLayers(streamId: String) -> Set<String>?
 
+    /// Calls `grew` whenever some simulcast's watched layers gain one (a viewer moves to a layer its
+    /// publisher may have rested), so the platform can wake that layer at once rather than at its
+    /// next tick. Runs on the relay's thread: `grew` must return at once. Replaces an earlier handler.
+    func onWatchedLayersGrew(_ grew: @escaping @Sendable () -> Void)
+
     /// The layer a simulcast viewer is sent and the one it moves to; nil for viewers of streams
     /// without layers.
     func subscriberLayer(streamId: String, subscriberId: String) -> SubscriberLayer?
@@ -108,6 +113,8 @@ public protocol RelayControl: Sendable {
 
 extension RelayControl {
     public var webRTC: WebRTCEndpoint? { nil }
+
+    public func onWatchedLayersGrew(_ grew: @escaping @Sendable () -> Void) {}
 
     public func addEdgeSubscriber(streamId: String, subscriberId: String) throws(RelayError) -> MediaTransport {
         throw .cascadeUnavailable

@@ -331,6 +331,10 @@ public final class Relay: RelayControl {
         engine.watchedLayers.withLock { $0[streamId] }
     }
 
+    public func onWatchedLayersGrew(_ grew: @escaping @Sendable () -> Void) {
+        engine.watchedLayersGrew.withLock { $0 = grew }
+    }
+
     public func pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?) {
         engine.enqueue(.pinSubscriberLayer(streamId: streamId, subscriberId: subscriberId, layer: layer))
     }

@@ -113,6 +113,8 @@ final class RelayEngine: @unchecked Sendable {
     let layers = Mutex<[String: [String: SubscriberLayer]]>([:])
     /// Each simulcast stream's layers some viewer is sent or awaits (all of them while an edge pulls it).
     let watchedLayers = Mutex<[String: Set<String>]>([:])
+    /// Called on this thread when a stream's watched layers gain one (``Relay/onWatchedLayersGrew(_:)``).
+    let watchedLayersGrew = Mutex<(@Sendable () -> Void)?>(nil)
     /// CPU nanoseconds the thread had used when it ended.
     let finalCPUTime = Atomic<UInt64>(0)
     /// The I/O thread's kernel id once it runs (0 before).
@@ -382,7 +384,11 @@ final class RelayEngine: @unchecked Sendable {
         if router.layersChanged {
             let taken = router.takeLayers()
             layers.withLock { $0 = taken.viewers }
-            watchedLayers.withLock { $0 = taken.watched }
+            let grew = watchedLayers.withLock { watched -> Bool in
+                defer { watched = taken.watched }
+                return taken.watched.contains { streamId, rids in !rids.isSubset(of: watched[streamId] ?? []) }
+            }
+            if grew { watchedLayersGrew.withLock { $0 }?() }
         }
         if !router.videoEvents.isEmpty {
             let events = router.takeVideoEvents()

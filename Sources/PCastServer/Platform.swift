@@ -204,18 +204,8 @@ actor Platform {
     /// Tells each local simulcast's publisher which layers to encode (``LayerActivity``): those
     /// nobody watches rest.
     private func restUnwatchedLayers(now: Date) {
-        guard let rest = configuration.unwatchedLayerRest else { return }
-        layerActivity.rest = rest
-        let simulcasts = registry.localSimulcastStreams
-        for record in simulcasts {
-            guard let watched = relay.watchedLayers(streamId: record.streamId) else { continue }
-            let layers = record.tracks.compactMap(\.layer).sorted { $0.bitrate > $1.bitrate }
-            guard let active = layerActivity.update(streamId: record.streamId, layers: layers, watched: watched, now: now),
-                  let connection = connection(of: record.publisherSessionId), !connection.machine.isClosed
-            else { continue }
-            deliver(.event(.layerActivity(.init(streamId: record.streamId, active: active.sorted()))), to: connection)
-        }
-        layerActivity.keep(only: Set(simulcasts.map(\.streamId)))
+        updateLayerActivity(now: now)
+        layerActivity.keep(only: Set(registry.localSimulcastStreams.map(\.streamId)))
         // Each simulcast viewer here hears when its link holds it below the best layer.
         var heldDown: Set<String> = [], told: Set<String> = []
         for record in registry.simulcastStreams {
@@ -231,6 +221,27 @@ actor Platform {
         }
         heldDownLastTick = heldDown
         reducedViewers = told
+    }
+
+    /// The relay saw a viewer move to a layer nobody watched (``RelayControl/onWatchedLayersGrew(_:)``):
+    /// a rested layer's publisher is told now, not at the next tick (up to a second later), so the
+    /// viewer's switch waits only for the encoder's first keyframe.
+    func wakeWatchedLayers() {
+        updateLayerActivity(now: clock())
+    }
+
+    /// Each local simulcast's layers to encode now, told to its publisher when they changed.
+    private func updateLayerActivity(now: Date) {
+        guard let rest = configuration.unwatchedLayerRest else { return }
+        layerActivity.rest = rest
+        for record in registry.localSimulcastStreams {
+            guard let watched = relay.watchedLayers(streamId: record.streamId) else { continue }
+            let layers = record.tracks.compactMap(\.layer).sorted { $0.bitrate > $1.bitrate }
+            guard let active = layerActivity.update(streamId: record.streamId, layers: layers, watched: watched, now: now),
+                  let connection = connection(of: record.publisherSessionId), !connection.machine.isClosed
+            else { continue }
+            deliver(.event(.layerActivity(.init(streamId: record.streamId, active: active.sorted()))), to: connection)
+        }
     }
 
     /// A new session id; in a cluster it ends with `@<node id>`, so that the shared store tells

@@ -211,6 +211,12 @@ public final class PlatformServer: Sendable {
         get async { await platform.streamCount }
     }
 
+    /// Runs the platform's periodic work now, as its ticks do (for tests that move their own clock
+    /// and keep the ticks apart).
+    package func tick() async {
+        await platform.tick()
+    }
+
     /// Ends a stream as the operator would (what the admin route does).
     /// False when there is no such stream.
     public func endStream(_ streamId: String, reason: StreamEndedReason = .censored, description: String? = nil) async -> Bool {
@@ -270,6 +276,10 @@ public final class PlatformServer: Sendable {
         let metrics = PlatformMetrics()
         let platform = Platform(configuration: configuration, relay: relay, services: services, metrics: metrics, clock: clock,
                                 logger: logger, store: store, snapshot: snapshot, cluster: cluster)
+        relay.onWatchedLayersGrew { [weak platform] in
+            guard let platform else { return }
+            Task { await platform.wakeWatchedLayers() }
+        }
         let (ports, bound) = AsyncStream<Int>.makeStream(bufferingPolicy: .bufferingNewest(1))
 
         let router = Router(context: PlatformRequestContext.self)

@@ -30,6 +30,31 @@ struct RelayControlTests {
         #expect(relay.statistics().streams == 1)
     }
 
+    @Test("the relay tells its handler when a simulcast's watched layers gain one (a first viewer, a viewer pinned to a layer nobody watched), not when they only shrink")
+    func watchedLayersGrow() async throws {
+        let relay = try Relay()
+        defer { relay.shutdown() }
+        let layered = [("h", 1280, 2_500_000), ("m", 640, 400_000), ("l", 320, 150_000)].enumerated().map { index, layer in
+            MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: UInt32(31 + index),
+                                  layer: SimulcastLayer(rid: layer.0, width: layer.1, height: layer.1 * 9 / 16, bitrate: layer.2))
+        }
+        _ = try relay.addPublisher(streamId: "s", tracks: layered)
+        let told = Counter()
+        relay.onWatchedLayersGrew { _ = told.increment() }
+        _ = try relay.addSubscriber(streamId: "s", subscriberId: "v")
+        #expect(await eventually(.seconds(5)) { told.value == 1 })
+        let first = try #require(relay.watchedLayers(streamId: "s"))
+        #expect(first.count == 1 && !first.contains("l"), "a new viewer starts on one layer above the smallest: \(first)")
+
+        relay.pinSubscriberLayer(streamId: "s", subscriberId: "v", layer: "l")
+        #expect(await eventually(.seconds(5)) { told.value == 2 })
+        #expect(relay.watchedLayers(streamId: "s")?.contains("l") == true)
+
+        relay.removeSubscriber(streamId: "s", subscriberId: "v")
+        #expect(await eventually(.seconds(5)) { relay.watchedLayers(streamId: "s") == [] })
+        #expect(told.value == 2, "a shrinking set wakes nothing")
+    }
+
     @Test("invalid tracks, unknown streams and a stopped relay are typed errors")
     func errors() throws {
         let relay = try Relay()

@@ -17,6 +17,7 @@ import Testing
     func withServer(
         clock: ManualClock? = nil,
         configuration: PlatformConfiguration = Self.configuration,
+        tickInterval: Duration = .milliseconds(50),
         _ body: (PlatformServer, RecordingRelay) async throws -> Void
     ) async throws {
         let relay = RecordingRelay()
@@ -32,7 +33,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: directory) }
         configuration.dataDirectory = directory.path
         let server = try await PlatformServer.start(
-            configuration: configuration, relay: relay, logger: logger, clock: now, tickInterval: .milliseconds(50))
+            configuration: configuration, relay: relay, logger: logger, clock: now, tickInterval: tickInterval)
         do {
             try await body(server, relay)
         } catch {
@@ -365,6 +366,48 @@ import Testing
             #expect(late.resumed != true)
             #expect(late.sessionId != first.sessionId)
             await subscriber.close()
+        }
+    }
+
+    // MARK: Simulcast
+
+    @Test("a rested simulcast layer is woken the moment the relay sees a viewer move to it, without waiting for the platform's tick; resting waits for the ticks")
+    func restedLayerWakesAtOnce() async throws {
+        let clock = ManualClock()
+        var configuration = Self.configuration
+        configuration.unwatchedLayerRest = 2
+        // No tick of its own in the test's time: the test runs them (server.tick()), so an event
+        // that comes without one is the wake.
+        try await withServer(clock: clock, configuration: configuration, tickInterval: .seconds(3600)) { server, relay in
+            let (publisher, _) = try await authenticated(server)
+            let token = Fixture.token(.publish) { $0.capability("multi-bitrate") }
+            let layered = [("h", 1280, 2_500_000), ("m", 640, 400_000), ("l", 320, 150_000)].enumerated().map { index, layer in
+                MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: UInt32(31 + index),
+                                      layer: SimulcastLayer(rid: layer.0, width: layer.1, height: layer.1 * 9 / 16, bitrate: layer.2))
+            }
+            let reply = try await publisher.request(10, .publish(Fixture.publish(token, tracks: layered)))
+            guard case .published(let published) = reply.message else { throw TestSocket.Unexpected(received: .message(reply)) }
+            let streamId = published.streamId
+
+            // One viewer on the best layer; a tick after the rest time rests the smallest.
+            relay.setWatched(["h"], streamId: streamId)
+            await server.tick()
+            clock.advance(by: 3)
+            await server.tick()
+            #expect(try await publisher.nextMessage() == .event(.layerActivity(.init(streamId: streamId, active: ["h", "m"]))))
+
+            // A viewer moves to it: the publisher hears with no tick.
+            relay.setWatched(["h", "l"], streamId: streamId)
+            #expect(try await publisher.nextMessage() == .event(.layerActivity(.init(streamId: streamId, active: ["h", "l", "m"]))))
+
+            // Nobody watches it again: nothing until a tick after the rest time.
+            relay.setWatched(["h"], streamId: streamId)
+            clock.advance(by: 1)
+            await server.tick()
+            clock.advance(by: 2)
+            await server.tick()
+            #expect(try await publisher.nextMessage() == .event(.layerActivity(.init(streamId: streamId, active: ["h", "m"]))))
+            await publisher.close()
         }
     }
 

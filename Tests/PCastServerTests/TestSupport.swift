@@ -30,6 +30,8 @@ final class RecordingRelay: RelayControl {
         var refusePublishersWith: RelayError?
         var idle: [String: Duration] = [:]
         var videoEvents: [SubscriberVideoEvent] = []
+        var watched: [String: Set<String>] = [:]
+        var watchedGrew: (@Sendable () -> Void)?
     }
 
     private let state = Mutex(State())
@@ -91,7 +93,19 @@ final class RecordingRelay: RelayControl {
 
     func pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?) {}
 
-    func watchedLayers(streamId: String) -> Set<String>? { nil }
+    func watchedLayers(streamId: String) -> Set<String>? { state.withLock { $0.watched[streamId] } }
+
+    func onWatchedLayersGrew(_ grew: @escaping @Sendable () -> Void) { state.withLock { $0.watchedGrew = grew } }
+
+    /// Sets the layers viewers watch, telling the platform at once when some were added (as the
+    /// relay's thread does).
+    func setWatched(_ rids: Set<String>, streamId: String) {
+        let grew = state.withLock { state -> (@Sendable () -> Void)? in
+            defer { state.watched[streamId] = rids }
+            return rids.isSubset(of: state.watched[streamId] ?? []) ? nil : state.watchedGrew
+        }
+        grew?()
+    }
 
     /// Queues an audio-only fallback event for the platform's next tick.
     func pushVideoEvent(_ event: SubscriberVideoEvent) { state.withLock { $0.videoEvents.append(event) } }
