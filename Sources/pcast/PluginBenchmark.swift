@@ -31,9 +31,15 @@ struct PluginBenchmark {
         var frames: Int
         var read: Int
         var missing: Int
+        /// To the frame as it is handed on (an unsynchronised sink, or the renderer's hook), ms.
         var p50: Double
         var p90: Double
         var p99: Double
+        /// To the frame shown by a synchronised sink (after its clock wait: at the screen), ms.
+        var screenRead: Int?
+        var screenP50: Double?
+        var screenP90: Double?
+        var screenP99: Double?
     }
     struct Result: Codable, Sendable {
         var cpu: CPU
@@ -121,6 +127,7 @@ struct PluginBenchmark {
         options.video.frameRate = .exact(30)
         options.audio.enabled = false
         let pushed = Mutex<[UInt32: ContinuousClock.Instant]>([:]), arrived = Mutex<[UInt32: ContinuousClock.Instant]>([:])
+        let shown = Mutex<[UInt32: ContinuousClock.Instant]>([:])
         let counter = Atomic<UInt32>(0), running = Atomic<Bool>(true)
         let producer = Task.detached {
             var next = ContinuousClock.now
@@ -149,9 +156,19 @@ struct PluginBenchmark {
             let now = ContinuousClock.now
             arrived.withLock { if $0[value] == nil { $0[value] = now } }
         }
+        // Beside it, a synchronised renderer: when its sink shows the frame (as the application's
+        // synchronised sink does for pcastsrc).
+        let screen = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+        guard await screen.start() == .ok else { throw BenchFailure("the SDK viewer's synchronised renderer did not start") }
+        try screen.onVideoPresented { frame in
+            guard let value = FrameStamp.read(frame) else { return }
+            let now = ContinuousClock.now
+            shown.withLock { if $0[value] == nil { $0[value] = now } }
+        }
         try await Task.sleep(for: .seconds(seconds + 2))
         running.store(false, ordering: .relaxed)
         _ = await producer.result
+        await screen.stop()
         await renderer.stop()
         await stream.stop()
         await viewerSDK.stop()
@@ -162,10 +179,17 @@ struct PluginBenchmark {
         let (sent, received) = (pushed.withLock { $0 }, arrived.withLock { $0 })
         guard let first = received.keys.min(), let lastPush = sent.values.max() else { throw BenchFailure("the SDK viewer read no stamp") }
         let window = sent.filter { $0.key >= first + 30 && $0.value <= lastPush - .seconds(2) }
-        let latencies = window.compactMap { key, at in received[key].map { Double(($0 - at) / .microseconds(1)) / 1000 } }.sorted()
-        func percentile(_ fraction: Double) -> Double { latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(fraction * Double(latencies.count)))] }
+        func milliseconds(_ seen: [UInt32: ContinuousClock.Instant]) -> [Double] {
+            window.compactMap { key, at in seen[key].map { Double(($0 - at) / .microseconds(1)) / 1000 } }.sorted()
+        }
+        let latencies = milliseconds(received), screenLatencies = milliseconds(shown.withLock { $0 })
+        func percentile(_ fraction: Double, of values: [Double]) -> Double {
+            values.isEmpty ? 0 : values[min(values.count - 1, Int(fraction * Double(values.count)))]
+        }
         return Latency(frames: window.count, read: latencies.count, missing: window.count - latencies.count,
-                       p50: percentile(0.5), p90: percentile(0.9), p99: percentile(0.99))
+                       p50: percentile(0.5, of: latencies), p90: percentile(0.9, of: latencies), p99: percentile(0.99, of: latencies),
+                       screenRead: screenLatencies.count, screenP50: percentile(0.5, of: screenLatencies),
+                       screenP90: percentile(0.9, of: screenLatencies), screenP99: percentile(0.99, of: screenLatencies))
     }
 
     /// CPU seconds (user + system, all threads) the process spends in `window`, after 3 s of warm-up.
@@ -204,6 +228,12 @@ struct PluginBenchmark {
 
     static func markdown(_ result: Result) -> String {
         func figures(_ values: [Double]) -> String { values.map { String(format: "%.2f", $0) }.joined(separator: ", ") }
+        func screenRow(_ latency: Latency) -> String {
+            guard let read = latency.screenRead, let p50 = latency.screenP50, let p90 = latency.screenP90, let p99 = latency.screenP99 else {
+                return "not measured | | |"
+            }
+            return "\(read) | \(String(format: "%.1f", p50)) | \(String(format: "%.1f", p90)) | \(String(format: "%.1f", p99))"
+        }
         let cpu = result.cpu, plugin = result.plugin, sdk = result.sdk, hooks = result.sdkHookToHook
         return """
         # GStreamer elements (pcastsink, pcastsrc) against the SDK
@@ -228,6 +258,13 @@ struct PluginBenchmark {
         Both pushed paths are measured from the push (before the SDK's capture chain: converter,
         scaler, frame-rate filter) to the frame handed on after decoding, in one process each; none
         waits for a sink's clock.
+
+        At the screen (the same frames shown by a synchronised sink, after its clock wait):
+
+        | path | frames shown | p50 | p90 | p99 |
+        |---|---|---|---|---|
+        | … → pcastsrc → a synchronised fakesink in the application | \(screenRow(plugin)) |
+        | … → subscribe → a synchronised renderer (reference; its sink waits the playout delay) | \(screenRow(sdk)) |
 
         """
     }

@@ -3,7 +3,8 @@
 I420 frames stamped with a counter (the FrameStamp layout PCastKit's Swift benchmarks use: 8 × 4
 blocks of 16 px at the top left, 24 bits of value and 8 of checksum in the luma) are pushed from an
 appsrc into pcastsink, published through the platform, played by pcastsrc in the same process and
-read back at an appsink. Latency: the stamp's arrival at the appsink minus its push, one clock.
+read back at an appsink (as it comes) and at a synchronised fakesink (after its clock wait: where a
+display would show it). Latency: the stamp's arrival there minus its push, one clock.
 Prints one JSON line: frames sent, frames read, latency percentiles in milliseconds.
 
 Usage: gst-plugin-latency.py SERVER AUTH PUBLISH_TOKEN STREAM_TOKEN ALIAS SECONDS
@@ -67,22 +68,30 @@ def main():
         f"! pcastsink name=p server={server} auth-token={auth} token={publish} tags=channelAlias:{alias} video-bitrate=2500")
     pushed = {}
     arrived = {}
+    shown = {}
     lock = threading.Lock()
 
-    def on_sample(sink):
-        sample = sink.emit("pull-sample")
+    def note(buffer, caps, into):
         now = time.monotonic_ns()
-        caps = sample.get_caps().get_structure(0)
         stride = (caps.get_value("width") + 3) // 4 * 4
-        buffer = sample.get_buffer()
         ok, info = buffer.map(Gst.MapFlags.READ)
         if ok:
             value = read(info.data, stride)
             buffer.unmap(info)
             if value is not None:
                 with lock:
-                    arrived.setdefault(value, now)
+                    into.setdefault(value, now)
+
+    def on_sample(sink):
+        sample = sink.emit("pull-sample")
+        note(sample.get_buffer(), sample.get_caps().get_structure(0), arrived)
         return Gst.FlowReturn.OK
+
+    def on_handoff(sink, buffer, pad):
+        # A synchronised sink hands a frame off after its clock wait: when a display would show it.
+        caps = pad.get_current_caps()
+        if caps is not None:
+            note(buffer, caps.get_structure(0), shown)
 
     sender.set_state(Gst.State.PLAYING)
     bus = sender.get_bus()
@@ -109,8 +118,11 @@ def main():
         return 2
     receiver = Gst.parse_launch(
         f"pcastsrc name=s server={server} auth-token={auth} token={stream} "
-        "s.video ! appsink name=out sync=false emit-signals=true max-buffers=4 drop=true")
+        "s.video ! tee name=t "
+        "t. ! queue ! appsink name=out sync=false emit-signals=true max-buffers=4 drop=true "
+        "t. ! queue ! fakesink name=screen sync=true signal-handoffs=true")
     receiver.get_by_name("out").connect("new-sample", on_sample)
+    receiver.get_by_name("screen").connect("handoff", on_handoff)
     receiver.set_state(Gst.State.PLAYING)
     start = time.monotonic()
     while time.monotonic() - start < seconds + 2:
@@ -132,9 +144,12 @@ def main():
         window = [value for value in pushed if value >= first + FPS and pushed[value] <= pushed[max(pushed)] - 2e9]
         latencies = [(arrived[value] - pushed[value]) / 1e6 for value in window if value in arrived]
         missing = len([value for value in window if value not in arrived])
+        screen = [(shown[value] - pushed[value]) / 1e6 for value in window if value in shown]
     print(json.dumps({
         "frames": len(window), "read": len(latencies), "missing": missing,
         "p50": percentile(latencies, 0.5), "p90": percentile(latencies, 0.9), "p99": percentile(latencies, 0.99),
+        "screenRead": len(screen), "screenP50": percentile(screen, 0.5), "screenP90": percentile(screen, 0.9),
+        "screenP99": percentile(screen, 0.99),
     }), flush=True)
     return 0
 
