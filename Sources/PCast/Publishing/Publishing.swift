@@ -540,8 +540,9 @@ extension PCast {
         slot.value.withLock { $0 = socket }
         let receiver: RTPReceiver, stream: MediaStream
         do {
-            // Its running time starts no later than the first packet that waited.
-            (receiver, stream) = try await start(subscribed.tracks, inbox.firstArrival) { rtcp in
+            // Its running time starts no later than the first packet that waited, or than now when
+            // none has come yet (one arriving while the pipeline is built is later than that).
+            (receiver, stream) = try await start(subscribed.tracks, inbox.firstArrival ?? Pipeline.systemClockTime) { rtcp in
                 slot.value.withLock { $0 }?.send(OutgoingPacket(kind: .rtcp, buffer: rtcp))
             }
         } catch {

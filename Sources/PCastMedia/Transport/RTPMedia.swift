@@ -491,8 +491,6 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
             }
         }
 
-        var hasPackets: Bool { state.withLock { $0.packets > 0 } }
-
         var snapshot: (packets: Int, bytes: Int, expected: Int, missing: Int) {
             state.withLock { state in
                 let expected = state.first.map { state.highest - Int($0) + 1 } ?? 0
@@ -774,10 +772,11 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     /// timing, requests sent at once (``sendRetransmissionRequests(from:)``), and a fast start.
     ///
     /// Fast start: the first packets go on as soon as two in a row are there, instead of after the
-    /// playout delay (GStreamer waits that long in case an earlier packet is still coming). A
-    /// viewer joins at a keyframe the relay sends complete and in order, so there is nothing to
-    /// wait for; the renderer shows that first frame at once (``Renderer``), and the frames after
-    /// it keep the playout delay. Safe only with the pipeline's latency fixed
+    /// playout delay (GStreamer waits that long in case an earlier packet is still coming). The
+    /// relay sends a joining viewer the stream in order from the moment it hears from it (its
+    /// keyframe from the cache, or live packets the depayloader skips until the keyframe asked for
+    /// it comes), so there is nothing to wait for; the renderer shows the first frame at once
+    /// (``Renderer``), and the frames after it keep the playout delay. Safe only with the pipeline's latency fixed
     /// (``Pipeline/fixLatency(_:)``): with a queried latency the early start raced the
     /// renderer sinks' latency query and left the picture 180 ms behind.
     private func configure(jitterBuffer element: Element) {
