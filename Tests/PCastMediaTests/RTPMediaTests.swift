@@ -92,21 +92,26 @@ extension OneAtATime {
             let emitted = inbound.jitterBufferEmittedCount ?? 0
             #expect(emitted >= 60, "\(inbound)")
             #expect((inbound.jitterBufferDelay ?? 1) / Double(max(emitted, 1)) < 0.03, "\(inbound)")
-            // Overriding the playout delay changes the jitter buffer; releasing restores the default.
+            // Overriding the playout delay changes the jitter buffer, the sinks' wait and the
+            // renderer's queue; by the seed's rule the latest wins, releasing a superseded override
+            // does nothing, and releasing the latest restores the default.
             #expect(renderer.playoutDelay == RTPReceiver.defaultPlayoutDelay)
             let first = renderer.overridePlayoutDelay(0.2)
-            let second = renderer.overridePlayoutDelay(0.1)
-            #expect(renderer.playoutDelay == .milliseconds(100))
-            second.dispose()
             #expect(renderer.playoutDelay == .milliseconds(200))
             #expect(try receiver.pipeline.element(named: "rtpbin").property("latency", as: UInt32.self) == 200)
-            // The sinks wait the same delay, and the renderer's queue holds that much.
             #expect(receiver.sinkLatency.latency == .milliseconds(200))
             let queue = try #require(receiver.pipeline.elements.first { $0.name.hasSuffix("-video-queue") })
             #expect(try queue.property("max-size-time", as: UInt64.self) == 300_000_000)
+            let second = renderer.overridePlayoutDelay(0.1)
+            #expect(renderer.playoutDelay == .milliseconds(100))
             first.dispose()
+            #expect(renderer.playoutDelay == .milliseconds(100), "a superseded override's release changes nothing")
+            #expect(receiver.sinkLatency.latency == .milliseconds(100))
+            second.dispose()
             #expect(renderer.playoutDelay == RTPReceiver.defaultPlayoutDelay)
             #expect(receiver.sinkLatency.latency == RTPReceiver.defaultPlayoutDelay)
+            #expect(try receiver.pipeline.element(named: "rtpbin").property("latency", as: UInt32.self) == 40)
+            #expect(try queue.property("max-size-time", as: UInt64.self) == 140_000_000)
             await publisher.stop()
             await remote.stop()
             await media.stop()

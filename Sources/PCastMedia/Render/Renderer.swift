@@ -448,9 +448,11 @@ public final class Renderer: Sendable {
 
     // MARK: Playout delay
 
-    /// Sets the stream's playout delay (its jitter buffer's latency) until the returned disposable
-    /// is released; the most recent override wins, and releasing it restores the one before, or the
-    /// default. A local stream has no jitter buffer: the override is accepted and changes nothing.
+    /// Sets the stream's playout delay (how long after its arrival each frame is shown, and how long
+    /// a lost packet may take to come again) until the returned disposable is released. As the
+    /// seed's `limitBandwidth`: the most recent override is in effect, releasing it restores the
+    /// stream's default, and releasing one a later override superseded does nothing. A local stream
+    /// has no jitter buffer: the override is accepted and changes nothing.
     public func overridePlayoutDelay(_ seconds: Double) -> Disposable {
         guard let delay = stream.engine.playoutDelay else { return Disposable {} }
         return delay.override(.milliseconds(Int64((max(seconds, 0) * 1000).rounded())))

@@ -109,12 +109,15 @@ public final class Disposable: Sendable {
     deinit { dispose() }
 }
 
-/// A stream's jitter-buffer latency with a stack of overrides: the most recent override wins,
-/// releasing one restores the one before it, releasing all restores the default.
+/// A stream's jitter-buffer latency (its playout delay) and its overrides, by the seed's rule for
+/// `overridePlayoutDelay` (the same as `limitBandwidth`'s): the most recent override is the one in
+/// effect; releasing it restores the default; releasing one that a later override superseded does
+/// nothing.
 public final class PlayoutDelay: Sendable {
     public let defaultDelay: Duration
     private let apply: @Sendable (Duration) -> Void
-    private let overrides = Mutex<[(id: Int, delay: Duration)]>([])
+    /// The latest override's id and its delay (nil once released, or before any).
+    private let latest = Mutex<(id: Int, delay: Duration?)>((0, nil))
     private let nextID = Atomic<Int>(0)
     private let observers = Mutex<[Int: @Sendable (Duration) -> Void]>([:])
 
@@ -124,19 +127,22 @@ public final class PlayoutDelay: Sendable {
     }
 
     /// The delay in effect.
-    public var current: Duration { overrides.withLock { $0.last?.delay ?? defaultDelay } }
+    public var current: Duration { latest.withLock { $0.delay ?? defaultDelay } }
 
     func override(_ delay: Duration) -> Disposable {
         let id = nextID.add(1, ordering: .relaxed).newValue
-        overrides.withLock { $0.append((id, delay)) }
-        changed(to: delay)
+        // Applied under the lock: two overrides never reach the pipeline out of order.
+        latest.withLock { latest in
+            latest = (id, delay)
+            changed(to: delay)
+        }
         return Disposable { [weak self] in
             guard let self else { return }
-            let now = self.overrides.withLock { list -> Duration in
-                list.removeAll { $0.id == id }
-                return list.last?.delay ?? self.defaultDelay
+            self.latest.withLock { latest in
+                guard latest.id == id, latest.delay != nil else { return }
+                latest.delay = nil
+                self.changed(to: self.defaultDelay)
             }
-            self.changed(to: now)
         }
     }
 
