@@ -15,16 +15,13 @@ extension Element {
     ///
     /// - Throws: ``GStreamerError/unknownSignal(element:signal:)`` when the element has no such signal.
     public func onSourceSetup(_ configure: @escaping @Sendable (Element) -> Void) throws(GStreamerError) {
-        // G_OBJECT_TYPE is a macro: the type is read from the instance's class.
-        guard let type = object.pointee.g_type_instance.g_class?.pointee.g_type, g_signal_lookup("source-setup", type) != 0 else {
-            throw .unknownSignal(element: name, signal: "source-setup")
-        }
+        try requireSignal("source-setup")
         let box = Unmanaged.passRetained(ElementHandler(configure)).toOpaque()
         let callback: @convention(c) (UnsafeMutablePointer<GstElement>?, UnsafeMutablePointer<GstElement>?, UnsafeMutableRawPointer?) -> Void = sourceSetupTrampoline
         // g_signal_connect is a macro over g_signal_connect_data; the handler box is released by
         // the destroy notify when the element (and so the connection) goes.
         g_signal_connect_data(UnsafeMutableRawPointer(pointer), "source-setup", unsafeBitCast(callback, to: GCallback.self), box,
-                              sourceSetupRelease, GConnectFlags(rawValue: 0))
+                              elementHandlerRelease, GConnectFlags(rawValue: 0))
     }
 
     /// Calls `presented` with each buffer a `fakesink` (or `identity`) hands off: for a
@@ -33,9 +30,7 @@ extension Element {
     ///
     /// - Throws: ``GStreamerError/unknownSignal(element:signal:)`` when the element has no `handoff` signal.
     public func onHandoff(_ presented: @escaping @Sendable (Buffer) -> Void) throws(GStreamerError) {
-        guard let type = object.pointee.g_type_instance.g_class?.pointee.g_type, g_signal_lookup("handoff", type) != 0 else {
-            throw .unknownSignal(element: name, signal: "handoff")
-        }
+        try requireSignal("handoff")
         try set("signal-handoffs", true)
         let box = Unmanaged.passRetained(HandoffHandler(presented)).toOpaque()
         let callback: @convention(c) (UnsafeMutablePointer<GstElement>?, UnsafeMutablePointer<GstBuffer>?, UnsafeMutablePointer<GstPad>?,
@@ -52,15 +47,21 @@ extension Element {
     ///
     /// - Throws: ``GStreamerError/unknownSignal(element:signal:)`` when the element has no such signal.
     public func onNewJitterBuffer(_ configure: @escaping @Sendable (Element) -> Void) throws(GStreamerError) {
-        guard let type = object.pointee.g_type_instance.g_class?.pointee.g_type, g_signal_lookup("new-jitterbuffer", type) != 0 else {
-            throw .unknownSignal(element: name, signal: "new-jitterbuffer")
-        }
+        try requireSignal("new-jitterbuffer")
         let box = Unmanaged.passRetained(ElementHandler(configure)).toOpaque()
         let callback: @convention(c) (UnsafeMutablePointer<GstElement>?, UnsafeMutablePointer<GstElement>?, guint, guint,
                                       UnsafeMutableRawPointer?) -> Void = newJitterBufferTrampoline
         // As above: g_signal_connect_data, the box released with the connection.
         g_signal_connect_data(UnsafeMutableRawPointer(pointer), "new-jitterbuffer", unsafeBitCast(callback, to: GCallback.self), box,
-                              sourceSetupRelease, GConnectFlags(rawValue: 0))
+                              elementHandlerRelease, GConnectFlags(rawValue: 0))
+    }
+
+    /// Throws ``GStreamerError/unknownSignal(element:signal:)`` unless the element has `signal`.
+    private func requireSignal(_ signal: String) throws(GStreamerError) {
+        // G_OBJECT_TYPE is a macro: the type is read from the instance's class.
+        guard let type = object.pointee.g_type_instance.g_class?.pointee.g_type, g_signal_lookup(signal, type) != 0 else {
+            throw .unknownSignal(element: name, signal: signal)
+        }
     }
 
     /// Sets a property from its textual form, as `gst-launch-1.0` would (any type GStreamer can
@@ -90,7 +91,7 @@ private func newJitterBufferTrampoline(_ bin: UnsafeMutablePointer<GstElement>?,
     Unmanaged<ElementHandler>.fromOpaque(data).takeUnretainedValue().configure(Element(retaining: jitterBuffer))
 }
 
-private func sourceSetupRelease(_ data: UnsafeMutableRawPointer?, _ closure: UnsafeMutablePointer<GClosure>?) {
+private func elementHandlerRelease(_ data: UnsafeMutableRawPointer?, _ closure: UnsafeMutablePointer<GClosure>?) {
     guard let data else { return }
     Unmanaged<ElementHandler>.fromOpaque(data).release()
 }

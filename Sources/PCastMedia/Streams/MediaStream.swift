@@ -116,9 +116,8 @@ public final class Disposable: Sendable {
 public final class PlayoutDelay: Sendable {
     public let defaultDelay: Duration
     private let apply: @Sendable (Duration) -> Void
-    /// The latest override's id and its delay (nil once released, or before any).
-    private let latest = Mutex<(id: Int, delay: Duration?)>((0, nil))
-    private let nextID = Atomic<Int>(0)
+    private let overrides = Mutex(LatestOverride<Duration>())
+    private let nextObserver = Atomic<Int>(0)
     private let observers = Mutex<[Int: @Sendable (Duration) -> Void]>([:])
 
     init(default delay: Duration, apply: @escaping @Sendable (Duration) -> Void) {
@@ -127,21 +126,18 @@ public final class PlayoutDelay: Sendable {
     }
 
     /// The delay in effect.
-    public var current: Duration { latest.withLock { $0.delay ?? defaultDelay } }
+    public var current: Duration { overrides.withLock { $0.current ?? defaultDelay } }
 
     func override(_ delay: Duration) -> Disposable {
-        let id = nextID.add(1, ordering: .relaxed).newValue
         // Applied under the lock: two overrides never reach the pipeline out of order.
-        latest.withLock { latest in
-            latest = (id, delay)
-            changed(to: delay)
+        let token = overrides.withLock { overrides in
+            defer { changed(to: delay) }
+            return overrides.set(delay)
         }
         return Disposable { [weak self] in
             guard let self else { return }
-            self.latest.withLock { latest in
-                guard latest.id == id, latest.delay != nil else { return }
-                latest.delay = nil
-                self.changed(to: self.defaultDelay)
+            self.overrides.withLock { overrides in
+                if overrides.release(token) { self.changed(to: self.defaultDelay) }
             }
         }
     }
@@ -149,7 +145,7 @@ public final class PlayoutDelay: Sendable {
     /// Calls `changed` with each delay that takes effect from now on; ``unobserve(_:)`` with the
     /// returned id stops it. (Renderers size their queues to hold a delay's worth of frames.)
     func observe(_ changed: @escaping @Sendable (Duration) -> Void) -> Int {
-        let id = nextID.add(1, ordering: .relaxed).newValue
+        let id = nextObserver.add(1, ordering: .relaxed).newValue
         observers.withLock { $0[id] = changed }
         return id
     }

@@ -1,35 +1,46 @@
 import Synchronization
 
-/// The seed's `limitBandwidth` rule, as a value: the most recent limit is the one in effect;
-/// releasing it lifts the limit; releasing one that a later call superseded does nothing.
+/// The seed's rule for `limitBandwidth` and `overridePlayoutDelay`, as a value: the most recent
+/// value set is the one in effect; releasing it ends it (nil: none, the caller's default applies);
+/// releasing one that a later call superseded does nothing.
 ///
 /// ```swift
-/// var limits = BandwidthLimit()
+/// var limits = BandwidthLimit()      // LatestOverride<Int>
 /// let a = limits.limit(200_000)      // current == 200_000
 /// let b = limits.limit(400_000)      // current == 400_000
 /// limits.release(a)                  // false: superseded, current stays 400_000
 /// limits.release(b)                  // true: current == nil (no limit)
 /// ```
-public struct BandwidthLimit: Sendable, Hashable {
-    /// The limit in effect, bits per second; nil when there is none.
-    public private(set) var current: Int?
+public struct LatestOverride<Value: Sendable & Hashable>: Sendable, Hashable {
+    /// The value in effect; nil when there is none.
+    public private(set) var current: Value?
     private var latest: UInt64 = 0
 
     public init() {}
 
-    /// Starts a limit (at least 1 bit/s) and returns its token for ``release(_:)``.
-    public mutating func limit(_ bitsPerSecond: Int) -> UInt64 {
+    /// Makes `value` the one in effect and returns its token for ``release(_:)``.
+    public mutating func set(_ value: Value) -> UInt64 {
         latest += 1
-        current = max(bitsPerSecond, 1)
+        current = value
         return latest
     }
 
-    /// Ends the limit of `token`; true when that changed the limit in effect.
+    /// Ends the value of `token`; true when that changed the value in effect.
     @discardableResult
     public mutating func release(_ token: UInt64) -> Bool {
         guard token == latest, current != nil else { return false }
         current = nil
         return true
+    }
+}
+
+/// Bandwidth limits in bits per second, by the seed's `limitBandwidth` rule.
+public typealias BandwidthLimit = LatestOverride<Int>
+
+extension LatestOverride where Value == Int {
+    /// Starts a limit (at least 1 bit/s) and returns its token for ``release(_:)``.
+    public mutating func limit(_ bitsPerSecond: Int) -> UInt64 {
+        set(max(bitsPerSecond, 1))
     }
 }
 
