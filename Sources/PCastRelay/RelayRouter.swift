@@ -89,6 +89,9 @@ struct RouterCounters: Sendable, Equatable {
     var nacksServed: UInt64 = 0
     var nacksMissed: UInt64 = 0
     var keyframeRequests: UInt64 = 0
+    /// Viewers' keyframe requests in their first ``RelayRouter/joinKeyframeWait``, answered by the
+    /// keyframe asked for their join.
+    var keyframeRequestsAbsorbed: UInt64 = 0
     /// Subscribers whose video was suspended, probes begun, and resumptions (audio-only fallback).
     var videoSuspensions: UInt64 = 0
     var videoProbes: UInt64 = 0
@@ -149,6 +152,9 @@ struct RelayRouter<Context> {
         var meter = RateMeter()
         /// H.264 video: a joining subscriber's keyframe is looked for in its cache.
         let isH264: Bool
+        /// H.264 whose keyframes have come with their parameter sets: a joining viewer's video
+        /// starts at them (see ``Subscriber/awaitingKeyframe``).
+        var sendsParameterSets = false
 
         init(description: MediaTrackDescription, cache: PacketCache, reception: ReceptionStatistics,
              throttle: KeyframeThrottle?, estimator: ArrivalEstimator?) {
@@ -181,6 +187,15 @@ struct RelayRouter<Context> {
         var flow: Flow
         /// When it was added: a keyframe that came after was asked for it (see `addSubscriber`).
         var joined: UInt64 = 0
+        /// A viewer of H.264 video that has not yet been sent a keyframe, and when one was last
+        /// asked for it: its video starts at the parameter sets sent with one. What comes before
+        /// cannot be decoded, and a receiver that gets it (or a keyframe without its parameter
+        /// sets) asks for another keyframe at once.
+        var awaitingKeyframe: UInt64?
+        /// Whether its video was held for a keyframe when it joined (see ``awaitingKeyframe``):
+        /// then its keyframe requests in its first ``RelayRouter/joinKeyframeWait`` are the ones a
+        /// receiver makes as it starts, and the keyframe asked for its join answers them.
+        var heldAtJoin = false
         /// Latest report block per publisher SSRC.
         var reports: [UInt32: SubscriberReport] = [:]
         /// Its audio-only fallback, on streams with audio and video (never on an edge: its viewers
@@ -328,6 +343,14 @@ struct RelayRouter<Context> {
         let gate = isEdge || !layers.isEmpty ? nil : settings.videoGate.flatMap { kinds == [.audio, .video] ? VideoGate(settings: $0) : nil }
         var subscriber = Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: Flow(context: context), gate: gate, isEdge: isEdge)
         subscriber.joined = now
+        // An edge takes the stream as it comes (its own viewers wait at the edge); a simulcast
+        // viewer's layer switcher starts it at a keyframe already. Held only where the publisher
+        // has been seen to send parameter sets (one that never does is forwarded as it comes).
+        if !isEdge && layers.isEmpty && streams[handle]!.tracks.contains(where: { $0.isH264 && $0.sendsParameterSets }) {
+            subscriber.awaitingKeyframe = now
+            subscriber.heldAtJoin = true
+            joinDeadline = min(joinDeadline ?? .max, now &+ Self.joinKeyframeWait)
+        }
         if !isEdge && !layers.isEmpty {
             let bitrates = layers.map { streams[handle]!.tracks[$0].description.layer!.bitrate }
             subscriber.simulcast = SimulcastViewer(selector: LayerSelector(bitrates: bitrates, settings: settings.layerSelection,
@@ -347,6 +370,10 @@ struct RelayRouter<Context> {
 
     /// How long a keyframe asked for a new subscriber is waited for before it is asked again.
     static var joinKeyframeWait: UInt64 { 500_000_000 }
+
+    /// When the earliest viewer waiting for its first keyframe has waited ``joinKeyframeWait``
+    /// (may be early, never late).
+    private var joinDeadline: UInt64?
 
     /// Removes a subscriber flow; unknown ids are ignored.
     mutating func removeSubscriber(streamId: String, subscriberId: String) {
@@ -437,6 +464,8 @@ struct RelayRouter<Context> {
                     let replay = cachedSinceKeyframe(stream: stream, track: index, after: subscriber.joined)
                     if !replay.isEmpty {
                         actions += replay.map { .retransmit(subscriber.flow.context, address, rtp: $0) }
+                        // The live packets after the replay continue what it sent.
+                        streams[stream]!.subscribers[slot].awaitingKeyframe = nil
                         continue
                     }
                     // Still on its way.
@@ -472,6 +501,10 @@ struct RelayRouter<Context> {
     ) -> RelayAction<Context>? {
         guard streams[stream] != nil else { return nil }
         streams[stream]!.tracks[track].cache.store(sequenceNumber: sequenceNumber, packet: packet, now: now)
+        if streams[stream]!.tracks[track].isH264 && !streams[stream]!.tracks[track].sendsParameterSets
+            && packet.withUnsafeBytes({ H264Payload.packetStartsWithParameterSets($0) }) {
+            streams[stream]!.tracks[track].sendsParameterSets = true
+        }
         if streams[stream]!.tracks[track].layer != nil { streams[stream]!.tracks[track].meter.add(packet.count, now: now) }
         streams[stream]!.tracks[track].reception.update(sequenceNumber: sequenceNumber, rtpTimestamp: timestamp, arrival: now)
         guard streams[stream]!.tracks[track].estimator?.packet(timestamp: timestamp, size: packet.count, arrival: now) == true,
@@ -563,7 +596,8 @@ struct RelayRouter<Context> {
         guard let s = streams[stream] else { return }
         for (slot, subscriber) in s.subscribers.enumerated() {
             if let address = subscriber.flow.address {
-                body(slot, subscriber.flow.context, address, subscriber.simulcast == nil && subscriber.gate?.isTransparent ?? true)
+                body(slot, subscriber.flow.context, address,
+                     subscriber.simulcast == nil && subscriber.awaitingKeyframe == nil && subscriber.gate?.isTransparent ?? true)
             }
         }
     }
@@ -579,8 +613,8 @@ struct RelayRouter<Context> {
 
     /// The fate of a plain video packet of `track` towards the subscriber in `slot` (which is not
     /// transparent): for a simulcast viewer, sent under its one video SSRC when it is the layer
-    /// it gets (see ``LayerSwitcher``); otherwise dropped while its video is held back or a
-    /// keyframe is awaited, else renumbered into its continuous sequence.
+    /// it gets (see ``LayerSwitcher``); otherwise dropped until its first keyframe, while its
+    /// video is held back or a keyframe is awaited, else renumbered into its continuous sequence.
     mutating func forwardVideo(stream: Int, track: Int, slot: Int, packet: [UInt8]) -> VideoForwarding {
         guard streams[stream] != nil, slot < streams[stream]!.subscribers.count, packet.count >= RTPPacketLayout.fixedHeaderLength
         else { return .unchanged }
@@ -597,6 +631,17 @@ struct RelayRouter<Context> {
                 layersChanged = true
             }
             return .rewritten(ssrc: streams[stream]!.layerSSRC, sequence: outgoing)
+        }
+        if let asked = streams[stream]!.subscribers[slot].awaitingKeyframe {
+            // At the parameter sets sent with a keyframe (x264 sends them in a STAP-A after an
+            // access unit delimiter): the IDR slice alone leaves the receiver without them, and
+            // its depayloader asks for another keyframe. After one wait without any (an encoder
+            // that sends them only once), at an IDR slice.
+            let retried = asked != streams[stream]!.subscribers[slot].joined
+            guard streams[stream]!.tracks[track].isH264, packet.withUnsafeBytes({
+                H264Payload.packetStartsWithParameterSets($0) || retried && H264Payload.packetStartsKeyframe($0)
+            }) else { return .dropped }
+            streams[stream]!.subscribers[slot].awaitingKeyframe = nil
         }
         guard streams[stream]!.subscribers[slot].gate != nil else { return .unchanged }
         let outgoing = streams[stream]!.subscribers[slot].gate!.forward(sequenceNumber: sequence) {
@@ -641,9 +686,16 @@ struct RelayRouter<Context> {
         guard let slot = streams[handle]?.subscriberSlots[rtcpSSRC] else { return [] }
         let context = streams[handle]!.subscribers[slot].flow.context
         let address = streams[handle]!.subscribers[slot].flow.address
+        // A receiver asks for a keyframe as it starts (GStreamer's decoder as its first segment
+        // comes, its depayloader at the access unit delimiter before the parameter sets); the
+        // keyframe asked for its join answers those. Served, each became one more keyframe for
+        // every viewer, 300 ms later by the throttle, and delayed the next viewer's.
+        let starting = streams[handle]!.subscribers[slot].heldAtJoin && now &- streams[handle]!.subscribers[slot].joined < Self.joinKeyframeWait
         var actions: [RelayAction<Context>] = []
         for packet in packets {
             switch packet {
+            case .pictureLossIndication where starting, .fullIntraRequest where starting:
+                counters.keyframeRequestsAbsorbed += 1
             case .receiverReport(let report):
                 actions += record(report.reportBlocks, stream: handle, slot: slot, now: now)
             case .senderReport(let report):
@@ -831,14 +883,33 @@ struct RelayRouter<Context> {
 
     /// When `tick` next has something to do.
     var nextDeadline: UInt64 {
-        min(nextReport, keyframeDeadline ?? .max)
+        min(nextReport, keyframeDeadline ?? .max, joinDeadline ?? .max)
     }
 
-    /// Sends coalesced keyframe requests whose window ended and, every report interval, one
-    /// receiver report per publisher.
+    /// Asks again for the keyframe of viewers still waiting for their first one after
+    /// ``joinKeyframeWait`` (the request or its answer was lost), sends coalesced keyframe requests
+    /// whose window ended and, every report interval, one receiver report per publisher.
     mutating func tick(now: UInt64) -> [RelayAction<Context>] {
         var actions: [RelayAction<Context>] = []
         let handles = Array(streams.keys)
+        if let due = joinDeadline, now >= due {
+            joinDeadline = nil
+            for handle in handles {
+                for slot in streams[handle]!.subscribers.indices {
+                    guard let asked = streams[handle]!.subscribers[slot].awaitingKeyframe else { continue }
+                    var next = asked &+ Self.joinKeyframeWait
+                    if now >= next {
+                        streams[handle]!.subscribers[slot].awaitingKeyframe = now
+                        next = now &+ Self.joinKeyframeWait
+                        // Held by the throttle when one is on its way: it answers this viewer too.
+                        for index in streams[handle]!.tracks.indices where streams[handle]!.tracks[index].isH264 {
+                            if let action = requestKeyframe(stream: handle, track: index, kind: .pli, now: now) { actions.append(action) }
+                        }
+                    }
+                    joinDeadline = min(joinDeadline ?? .max, next)
+                }
+            }
+        }
         keyframeDeadline = nil
         for handle in handles {
             for index in streams[handle]!.tracks.indices {

@@ -64,6 +64,81 @@ struct RelayRouterTests {
         #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 502, packets: [audioPLI], now: 900 * Self.ms) == [])
     }
 
+    /// A video packet with `payload` (an H.264 RTP payload).
+    static func video(_ sequence: UInt16, _ payload: [UInt8]) throws -> [UInt8] {
+        try RTPPacket(payloadType: 96, sequenceNumber: sequence, timestamp: UInt32(sequence) &* 3000, ssrc: video,
+                      payload: (payload + [UInt8](repeating: 0xAB, count: 100))[...]).serialized()
+    }
+    /// x264's keyframe through rtph264pay: a STAP-A of an access unit delimiter, the SPS and the
+    /// PPS, then the IDR slice in fragments; and a slice of another frame.
+    static let parameterSets: [UInt8] = [0x18, 0x00, 0x02, 0x09, 0xF0, 0x00, 0x04, 0x67, 0x42, 0xC0, 0x1F, 0x00, 0x02, 0x68, 0xCE]
+    static let idrStart: [UInt8] = [0x7C, 0x85]
+    static let slice: [UInt8] = [0x41, 0x9A]
+
+    /// The keyframe requests among a tick's actions (it sends receiver reports too).
+    static func keyframeRequests(_ actions: [RelayAction<Int>]) -> [RelayAction<Int>] {
+        actions.filter { $0 == .toPublisher(1, publisherAddress, rtcp: pli()) }
+    }
+
+    static func transparent(_ router: RelayRouter<Int>, stream: Int) -> [Bool] {
+        var flags: [Bool] = []
+        router.forEachReachableSlot(of: stream) { _, _, _, flag in flags.append(flag) }
+        return flags
+    }
+
+    @Test("a viewer of a stream whose keyframes carry parameter sets is sent its video from the next one's parameter sets (not from a slice, nor from an IDR slice without them), then everything; its keyframe requests in its first 500 ms are answered by the keyframe asked at its join, later ones are served")
+    func viewerStartsAtParameterSets() throws {
+        var router = Self.router()
+        let stream = try #require(router.handle(streamId: "s"))
+        router.authenticated(.track(stream: stream, track: 0), from: Self.publisherAddress)
+        for (sequence, payload) in [(UInt16(1), Self.parameterSets), (2, Self.idrStart), (3, Self.slice)] {
+            _ = router.publisherRTP(stream: stream, track: 0, packet: try Self.video(sequence, payload), sequenceNumber: sequence,
+                                    timestamp: 0, now: UInt64(sequence) * Self.ms)
+        }
+        #expect(router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 500, context: 100, now: 1_000 * Self.ms)
+                == [.toPublisher(1, Self.publisherAddress, rtcp: Self.pli())])
+        #expect(router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: RelayAddress(ipv4: 2, port: 2), now: 1_001 * Self.ms) == [])
+        #expect(Self.transparent(router, stream: stream) == [false], "each of its video packets is asked about")
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try Self.video(4, Self.slice)) == .dropped)
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try Self.video(5, Self.idrStart)) == .dropped,
+                "an IDR slice without the parameter sets before it")
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try Self.video(6, Self.parameterSets)) == .unchanged)
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try Self.video(7, Self.idrStart)) == .unchanged)
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try Self.video(8, Self.slice)) == .unchanged)
+        #expect(Self.transparent(router, stream: stream) == [true], "then sent everything as it comes")
+
+        let pli = RTCPPacket.pictureLossIndication(.init(senderSSRC: 500, mediaSSRC: Self.video))
+        let fir = RTCPPacket.fullIntraRequest(.init(senderSSRC: 500, entries: [.init(ssrc: Self.video, sequenceNumber: 1)]))
+        #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [pli, fir], now: 1_090 * Self.ms) == [])
+        #expect(router.counters.keyframeRequestsAbsorbed == 2)
+        #expect(Self.keyframeRequests(router.tick(now: 1_400 * Self.ms)) == [], "nothing was deferred")
+        #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [pli], now: 1_600 * Self.ms)
+                == [.toPublisher(1, Self.publisherAddress, rtcp: Self.pli())], "past its start: a loss")
+        #expect(router.counters.keyframeRequests == 2)
+    }
+
+    @Test("a viewer whose keyframe does not come within 500 ms is asked one again by the tick, and then starts at an IDR slice too (an encoder that sent its parameter sets once); a stream never seen to send parameter sets is forwarded as it comes")
+    func viewerKeyframeAskedAgain() throws {
+        var router = Self.router()
+        let stream = try #require(router.handle(streamId: "s"))
+        router.authenticated(.track(stream: stream, track: 0), from: Self.publisherAddress)
+        _ = router.addSubscriber(streamId: "s", subscriberId: "early", rtcpSSRC: 499, context: 99, now: 0)
+        router.authenticated(.subscriber(stream: stream, rtcpSSRC: 499), from: RelayAddress(ipv4: 1, port: 1), now: 0)
+        #expect(Self.transparent(router, stream: stream) == [true], "no parameter sets seen: nothing to wait for")
+
+        _ = router.publisherRTP(stream: stream, track: 0, packet: try Self.video(1, Self.parameterSets), sequenceNumber: 1, timestamp: 0, now: 1 * Self.ms)
+        #expect(router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 500, context: 100, now: 2_000 * Self.ms)?.count == 1)
+        router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: RelayAddress(ipv4: 2, port: 2), now: 2_001 * Self.ms)
+        #expect(router.nextDeadline <= 2_500 * Self.ms)
+        #expect(Self.keyframeRequests(router.tick(now: 2_499 * Self.ms)) == [])
+        #expect(Self.keyframeRequests(router.tick(now: 2_500 * Self.ms)).count == 1)
+        #expect(Self.transparent(router, stream: stream) == [true, false])
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 1, packet: try Self.video(2, Self.slice)) == .dropped)
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 1, packet: try Self.video(3, Self.idrStart)) == .unchanged)
+        #expect(Self.transparent(router, stream: stream) == [true, true])
+        #expect(Self.keyframeRequests(router.tick(now: 3_100 * Self.ms)) == [], "not asked again once it has its keyframe")
+    }
+
     @Test("routes follow flows: added, found by SSRC, gone after removal")
     func routes() throws {
         var router = Self.router()

@@ -51,9 +51,11 @@ func audioTrack(ssrc: UInt32) -> MediaTrackDescription {
     MediaTrackDescription(kind: .audio, codec: "OPUS", payloadType: 111, clockRate: 48_000, ssrc: ssrc)
 }
 
-/// A plain RTP packet whose payload is derived from its sequence number.
+/// A plain RTP packet whose payload is derived from its sequence number. It starts as an H.264
+/// slice that is no keyframe's (NAL header 0x41): a viewer joining a stream of these is sent
+/// every packet, and one of SPS-led keyframes (see `RelayForwardingTests`) waits for one.
 func rtpPacket(ssrc: UInt32, sequence: UInt16, payloadType: UInt8 = 96, size: Int = 400) throws -> [UInt8] {
-    let payload = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(sequence)) }
+    let payload = (0..<size).map { $0 == 0 ? 0x41 : UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(sequence)) }
     return try RTPPacket(
         payloadType: payloadType, sequenceNumber: sequence, timestamp: UInt32(sequence) &* 3000, ssrc: ssrc,
         payload: payload[...]
