@@ -78,13 +78,24 @@ public enum GStreamerRuntime {
     }
 }
 
-/// swift-log target for GStreamer's debug messages; created on first message.
-private let gstreamerLogger: Logger = {
-    var logger = Logger(label: "gstreamer")
+extension GStreamerRuntime {
+    /// Sends GStreamer's debug messages to handlers `makeHandler` makes (by default they go to
+    /// swift-log's global logging system, as any `Logger`'s): a library that keeps its own
+    /// logging settings routes GStreamer's through them too.
+    public static func setLogHandlerFactory(_ makeHandler: @escaping @Sendable (String) -> any LogHandler) {
+        gstreamerLogger.withLock { $0 = bridgeLogger(Logger(label: "gstreamer", factory: makeHandler)) }
+    }
+}
+
+private func bridgeLogger(_ logger: Logger) -> Logger {
+    var logger = logger
     // GStreamer's own per-category thresholds already filtered the message.
     logger.logLevel = .trace
     return logger
-}()
+}
+
+/// swift-log target for GStreamer's debug messages.
+private let gstreamerLogger = Mutex(bridgeLogger(Logger(label: "gstreamer")))
 
 // Called by GStreamer on whichever thread logs: it must stay nonisolated and must not block.
 private let gstreamerLogFunction: GstLogFunction = { category, level, file, _, line, object, message, _ in
@@ -107,7 +118,7 @@ private let gstreamerLogFunction: GstLogFunction = { category, level, file, _, l
        let name = UnsafeMutableRawPointer(object).assumingMemoryBound(to: GstObject.self).pointee.name {
         metadata["object"] = .string(String(cString: name))
     }
-    gstreamerLogger.log(
+    gstreamerLogger.withLock { $0 }.log(
         level: swiftLevel, "\(String(cString: text))", metadata: metadata,
         file: file.map { String(cString: $0) } ?? "gstreamer", function: "", line: UInt(max(line, 0)))
 }

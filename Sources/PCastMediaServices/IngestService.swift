@@ -194,7 +194,11 @@ actor InternalSession {
         } catch {
             throw .invalidRequest("cannot mint the platform's own session token: \(error)")
         }
-        let client = PCast(PCastOptions(uri: signalingURL))
+        var options = PCastOptions(uri: signalingURL)
+        // The platform's own client: the server that runs it handles its signals (it ends every
+        // stream as it shuts down).
+        options.enableProcessTerminationSignalHandling = false
+        let client = PCast(options)
         try await client.start(authToken: token)
         pcast = client
         return client

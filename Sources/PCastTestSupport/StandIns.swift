@@ -65,6 +65,20 @@ public struct ChildProcess: Sendable {
         return (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1
     }
 
+    /// Waits up to `limit` for it to exit: its exit status (-1 if it was killed by a signal), or
+    /// nil while it still runs.
+    public func wait(within limit: Duration) -> Int32? {
+        let deadline = ContinuousClock.now + limit
+        var status: Int32 = 0
+        while ContinuousClock.now < deadline {
+            let reaped = waitpid(pid, &status, WNOHANG)
+            if reaped == pid { return (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1 }
+            if reaped < 0 && errno != EINTR { return nil }
+            usleep(10_000)
+        }
+        return nil
+    }
+
     /// SIGINT, then SIGKILL if it has not exited within `grace`; always reaps it.
     public func interrupt(grace: Duration = .seconds(2)) {
         guard isRunning else { return }

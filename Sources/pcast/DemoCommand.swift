@@ -32,8 +32,11 @@ struct DemoCommand: AsyncParsableCommand {
         } catch {
             throw fail("the embedded platform did not start: \(error)")
         }
-        let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
-        let viewerSDK = PCast(PCastOptions(uri: platform.signalingURL))
+        // The demo ends on Ctrl-C or SIGTERM by itself (`runUntilStopped`), with its summary.
+        var sdkOptions = PCastOptions(uri: platform.signalingURL)
+        sdkOptions.enableProcessTerminationSignalHandling = false
+        let publisherSDK = PCast(sdkOptions)
+        let viewerSDK = PCast(sdkOptions)
         let meter = StreamMeter()
         var options = UserMediaOptions()
         options.video.deviceId = .exact(SourceDevices.syntheticVideoId)

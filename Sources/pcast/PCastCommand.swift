@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import PCastMedia
 
 @main
 struct PCastCommand: AsyncParsableCommand {
@@ -17,5 +18,7 @@ struct PCastCommand: AsyncParsableCommand {
             handler.logLevel = level
             return handler
         }
+        // The SDK's messages among the command's own, at the same level.
+        SDKLog.useLoggingSystem()
     }
 }

@@ -181,6 +181,8 @@ struct SessionOptions: ParsableArguments {
         }
         var options = PCastOptions(uri: signalingURL(first))
         options.fallbackURIs = server.dropFirst().map(signalingURL)
+        // The commands end their streams on Ctrl-C or SIGTERM themselves (`runUntilStopped`).
+        options.enableProcessTerminationSignalHandling = false
         let pcast = PCast(options)
         do {
             try await pcast.start(authToken: auth)
@@ -351,8 +353,13 @@ struct SubscribeCommand: AsyncParsableCommand {
         } : nil
         await runUntilStopped(seconds: seconds) { _ = await stream.ended() }
         printer?.cancel()
-        if let reason = stream.endReason {
+        switch stream.endReason {
+        case .remote(let reason, let description)?:
+            FileHandle.standardError.write(Data("stream ended: \(reason.rawValue)\(description.map { " (\($0))" } ?? "")\n".utf8))
+        case let reason?:
             FileHandle.standardError.write(Data("stream ended: \(reason)\n".utf8))
+        case nil:
+            break
         }
         var failed = false
         if let screenshot {

@@ -117,6 +117,42 @@ struct GStreamerPluginTests {
         #expect(text.contains("Got EOS from element"))
         // The platform's own record of the end (its log): ended, by the end of stream.
         #expect(serve.output.contains("pcast.stream=\(streamId) [PCastServer] stream ended (ended: end of stream)"), "\(serve.output.suffix(2_000))")
+        // The SDK inside the element writes nothing to the application's console unless asked.
+        #expect(!text.contains("pcast.sdk:") && !text.contains("pcast.capture:"), "\(text.suffix(2_000))")
+    }
+
+    @Test("SIGTERM to gst-launch-1.0 publishing with pcastsink: the SDK ends the stream (the platform's log and a pcast subscribe viewer say ended, the signal named), then the process ends by the signal; PCAST_LOG_LEVEL=notice makes the SDK write its notice to the console")
+    func terminationSignalEndsTheStream() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        var environment = try Self.environment(serve.environment)
+        environment["PCAST_LOG_LEVEL"] = "notice"
+        let auth = try serve.token(["--type", "auth"])
+        let publish = try serve.token(["--type", "publish"])
+        let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-term"])
+        let (launcher, output, streamId) = try await Self.launchPublisher([
+            "videotestsrc", "is-live=true", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!",
+            "pcastsink", "name=p", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(publish)", "tags=channelAlias:gst-term",
+        ], environment: environment, serve: serve)
+        defer { launcher.stop() }
+        let viewerOutput = serve.directory.appendingPathComponent("viewer.out").path
+        let viewer = try ChildProcess.spawn(try pcastBinary(), [
+            "subscribe", "--server", serve.signaling, "--token", stream, "--auth-token", auth, "--sink", "null", "--seconds", "30",
+        ], environment: serve.environment, output: viewerOutput, errorsToOutput: true)
+        defer { viewer.stop() }
+        for _ in 0..<200 where !((try? String(contentsOfFile: viewerOutput, encoding: .utf8)) ?? "").contains("subscribed") {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        kill(launcher.pid, SIGTERM)
+        let status = await Task.detached { launcher.wait(within: .seconds(15)) }.value
+        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        #expect(status == -1, "ended by the signal, as without the SDK: \(String(describing: status)): \(text.suffix(2_000))")
+        #expect(text.contains("ending the session's streams: the publishing process received SIGTERM"), "\(text.suffix(2_000))")
+        #expect(serve.output.contains("pcast.stream=\(streamId) [PCastServer] stream ended (ended: the publishing process received SIGTERM)"),
+                "\(serve.output.suffix(2_000))")
+        let viewed = await Task.detached { viewer.wait(within: .seconds(15)) }.value
+        let seen = (try? String(contentsOfFile: viewerOutput, encoding: .utf8)) ?? ""
+        #expect(viewed == 0 && seen.contains("stream ended: ended (the publishing process received SIGTERM)"), "\(viewed): \(seen.suffix(2_000))")
     }
 
     /// What the passthrough test feeds pcastsink: encoded H.264 beside raw audio or Opus, or raw

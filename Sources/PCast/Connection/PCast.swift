@@ -1,6 +1,6 @@
 import Foundation
 import GStreamer
-import Logging
+public import Logging
 public import PCastMedia
 public import PCastProtocol
 import Synchronization
@@ -149,6 +149,20 @@ public struct PCastOptions: Sendable, Hashable {
     /// each is subscribed again there and its stream goes on playing, unless it lived on the lost
     /// node (it then ends as `failed`, as do the session's publishers; their ended reason says why).
     public var fallbackURIs: [String] = []
+    /// The seed's process termination signal handling: on SIGTERM or SIGINT the SDK ends this
+    /// instance's streams (their viewers are told `ended`, the signal named in the description)
+    /// and closes its session, then the signal ends the process as it would have. Only a signal
+    /// the application neither catches nor ignores is handled. False: the application's business.
+    public var enableProcessTerminationSignalHandling = true
+    /// Whether the SDK logs at all (the seed's `configureLogging`); ``PCast/collectLogMessages()``
+    /// keeps the session's recent messages either way.
+    public var configureLogging = true
+    /// From which level the SDK writes to standard error. Nil (the default): the level the
+    /// `PCAST_LOG_LEVEL` environment variable names (`trace`, `debug`, `info`, `notice`,
+    /// `warning`, `error`, `critical`), and nothing when it is unset, as the seed's console
+    /// logging is off unless its environment variable asks. Process-wide: the latest instance's
+    /// options hold.
+    public var consoleLogLevel: Logger.Level?
 
     public init(uri: String, playoutDelay: Duration = PCastOptions.defaultPlayoutDelay, reconnects: Bool = true,
                 receiveImpairment: NetworkImpairment? = nil) {
@@ -199,15 +213,24 @@ public final class PCast: Sendable {
     }
     let state: Mutex<State>
 
-    /// The seed's initialize.
-    public init(_ options: PCastOptions) {
+    /// The seed's initialize. `logHandler` makes a swift-log handler for each of the SDK's logger
+    /// labels (`pcast.sdk`, `pcast.capture`, `pcast.renderer`, `gstreamer`, …): the application's
+    /// own destination for the SDK's messages, besides the console (see
+    /// ``PCastOptions/consoleLogLevel``).
+    public init(_ options: PCastOptions, logHandler: (@Sendable (_ label: String) -> any LogHandler)? = nil) {
         self.options = options
         state = Mutex(State(machine: ConnectionStateMachine(reconnects: options.reconnects)))
+        try? GStreamerRuntime.initialize()
+        SDKLog.configure(enabled: options.configureLogging, consoleLevel: options.consoleLogLevel, makeHandler: logHandler)
         let ring = logs
         logger = Logger(label: "pcast.sdk") { label in
-            MultiplexLogHandler([ring.handler(label: label), StreamLogHandler.standardError(label: label)])
+            MultiplexLogHandler([ring.handler(label: label), SDKLogHandler(label: label)])
         }
-        try? GStreamerRuntime.initialize()
+        if options.enableProcessTerminationSignalHandling { TerminationSignals.shared.register(self) }
+    }
+
+    deinit {
+        if options.enableProcessTerminationSignalHandling { TerminationSignals.shared.unregister(ObjectIdentifier(self)) }
     }
 
     /// The session id, while authenticated.
@@ -445,6 +468,17 @@ public final class PCast: Sendable {
 
     /// Ends the session: published and subscribed streams end, the connection closes.
     public func stop() async {
+        await stop(description: nil)
+    }
+
+    /// On a termination signal (see ``PCastOptions/enableProcessTerminationSignalHandling``): ends
+    /// the session, its published streams with `description`.
+    func terminate(description: String) async {
+        logger.notice("ending the session's streams: \(description)")
+        await stop(description: description)
+    }
+
+    private func stop(description: String?) async {
         let (actions, client, publishers, subscriptions) = state.withLock { state in
             state.afterResume = []
             state.keepAlive?.cancel()
@@ -452,7 +486,15 @@ public final class PCast: Sendable {
             return (state.machine.handle(.stop), state.signaling, Array(state.publishers.values), Array(state.subscriptions.values))
         }
         perform(actions)
-        for publisher in publishers { await publisher.stop(reason: .ended) }
+        // Through the connection being closed (taken from the state above, so a publisher's own
+        // stop would find none): viewers hear why the streams ended before the session goes.
+        for publisher in publishers where !publisher.hasEnded {
+            if let client {
+                _ = try? await client.request(.unpublish(.init(streamId: publisher.streamId, reason: .ended, description: description)),
+                                              timeout: .seconds(2))
+            }
+            publisher.finish(.ended, description)
+        }
         for subscription in subscriptions { await subscription.stream.stop() }
         if let client {
             _ = try? await client.request(.bye, timeout: .seconds(2))

@@ -15,7 +15,7 @@ import Synchronization
 // the capture's running time. Measured here (PulseAudio null sink, its monitor as the microphone):
 // about 24 dB less echo with the reference aligned this way, 2 dB with the pipelines' own timelines.
 
-private let logger = Logger(label: "pcast.media.echo")
+private let logger = SDKLog.logger("pcast.media.echo")
 
 /// The far-end reference of one capture with echo cancellation: `appsrc ! … ! webrtcechoprobe`.
 final class EchoReference: @unchecked Sendable {

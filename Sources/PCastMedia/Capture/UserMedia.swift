@@ -31,6 +31,7 @@ public enum UserMedia {
         }
         do {
             try GStreamerRuntime.initialize()
+            SDKLog.routeGStreamer()
         } catch {
             throw .sourceFailed(error.description)
         }
@@ -45,7 +46,7 @@ public enum UserMedia {
             do throws(UserMediaError) {
                 completion(.ok, try await getUserMedia(options))
             } catch {
-                Logger(label: "pcast.user-media").error("getUserMedia failed: \(error)")
+                SDKLog.logger("pcast.user-media").error("getUserMedia failed: \(error)")
                 completion(error.status, nil)
             }
         }

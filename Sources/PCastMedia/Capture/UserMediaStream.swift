@@ -125,7 +125,7 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
     let audioGate: TrackGate?
     private let sources = Mutex<[MediaType: Element]>([:])
     private let stopped = Atomic<Bool>(false)
-    private let log = Logger(label: "pcast.capture")
+    private let log = SDKLog.logger("pcast.capture")
     /// Told once when the pipeline ends or fails.
     let ends: EndSignal
     private let firstData = FirstData()

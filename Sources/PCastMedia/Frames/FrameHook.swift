@@ -243,7 +243,7 @@ enum StreamFormat: @unchecked Sendable {
 
 // MARK: - The hook's work, on the streaming thread
 
-private let logger = Logger(label: "pcast.media.frame-hook")
+private let logger = SDKLog.logger("pcast.media.frame-hook")
 
 final class FrameHookCore: @unchecked Sendable {
     let pad: Pad

@@ -123,7 +123,7 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
     }
     /// Resumed by the first keyframe request (PLI / FIR) while a file waits for its first viewer.
     private let keyframeRequested = Mutex<(seen: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
-    static let logger = Logger(label: "pcast.ingest")
+    static let logger = SDKLog.logger("pcast.ingest")
 
     private init(tracks: [MediaTrackDescription], options: IngestOptions, source: IngestSource, pipeline: Pipeline,
                  rtcpInputs: [AppSource], pushedInput: AppSource?) {

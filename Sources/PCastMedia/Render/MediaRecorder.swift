@@ -58,7 +58,7 @@ public final class MediaRecorder: @unchecked Sendable {
     /// Target fragment length (fragments are cut at the first video keyframe after it).
     public let fragmentDuration: Duration
     private let queue = DispatchQueue(label: "pcast.recorder")
-    static let logger = Logger(label: "pcast.recorder")
+    static let logger = SDKLog.logger("pcast.recorder")
 
     // State below is touched on `queue` only.
     private var kinds: Set<MediaType> = []

@@ -99,7 +99,7 @@ public final class Renderer: Sendable {
     public let options: RendererOptions
     let stream: MediaStream
     private let id = "renderer-\(UUID().uuidString.prefix(6).lowercased())"
-    private let log = Logger(label: "pcast.renderer")
+    private let log = SDKLog.logger("pcast.renderer")
 
     private struct State {
         var branches: [MediaType: Element] = [:]
