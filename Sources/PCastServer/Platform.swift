@@ -72,6 +72,7 @@ actor Platform {
         self.tokens = configuration.tokenAuthority
         self.registry = StreamRegistry(tokens: tokens)
         registry.nodeId = configuration.nodeId
+        registry.maximumViewers = configuration.maximumViewers
         let now = clock()
         let suffix = cluster.map { "@" + $0.nodeId }
         self.rooms = RoomRegistry(restoring: snapshot, resumeWindow: configuration.resumeWindow, now: now,

@@ -62,6 +62,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// STUN/TURN servers WHIP and WHEP clients are told about (`Link: …; rel="ice-server"`, RFC
     /// 9725 §4.6): for clients behind NATs that the relay's host candidates alone do not get through.
     public var iceServers: [ICEServer] = []
+    /// The most viewers this node serves at once; a subscribe beyond it is refused with the
+    /// seed's `capacity` status. Nil (the default): no limit.
+    public var maximumViewers: Int?
     /// Ingests running at once, per session and in all.
     public var maximumIngestsPerSession = 4
     public var maximumIngests = 32
@@ -162,13 +165,16 @@ public struct PlatformConfiguration: Sendable, Hashable {
         public var ingestFileDirectory: String?
         /// `postgres://user@host:port/database` for a cluster's shared store; a path for SQLite.
         public var database: String?
+        /// Viewers this node serves at once (see ``PlatformConfiguration/maximumViewers``).
+        public var maximumViewers: Int?
 
         public init(
             applicationId: String? = nil, secret: String? = nil, host: String? = nil, httpPort: Int? = nil,
             mediaPort: Int? = nil, dataDirectory: String? = nil, messageSizeLimit: Int? = nil,
             keepAliveInterval: Int? = nil, protectMetrics: Bool? = nil, maximumTokenLifetime: Int? = nil,
             maximumConnectionsPerAddress: Int? = nil, maximumConnections: Int? = nil,
-            ingestAllowHosts: [String]? = nil, ingestFileDirectory: String? = nil, database: String? = nil
+            ingestAllowHosts: [String]? = nil, ingestFileDirectory: String? = nil, database: String? = nil,
+            maximumViewers: Int? = nil
         ) {
             self.applicationId = applicationId
             self.secret = secret
@@ -185,6 +191,7 @@ public struct PlatformConfiguration: Sendable, Hashable {
             self.ingestAllowHosts = ingestAllowHosts
             self.ingestFileDirectory = ingestFileDirectory
             self.database = database
+            self.maximumViewers = maximumViewers
         }
 
         /// Self, with `other`'s set values on top.
@@ -201,7 +208,7 @@ public struct PlatformConfiguration: Sendable, Hashable {
                 maximumConnections: other.maximumConnections ?? maximumConnections,
                 ingestAllowHosts: other.ingestAllowHosts ?? ingestAllowHosts,
                 ingestFileDirectory: other.ingestFileDirectory ?? ingestFileDirectory,
-                database: other.database ?? database)
+                database: other.database ?? database, maximumViewers: other.maximumViewers ?? maximumViewers)
         }
     }
 
@@ -229,6 +236,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
         public static let ingestFileDirectory = "PCAST_INGEST_FILE_DIR"
         /// `postgres://…`: the shared store of a cluster (default: SQLite in the data directory).
         public static let database = "PCAST_DATABASE"
+        /// Viewers this node serves at once.
+        public static let maximumViewers = "PCAST_MAX_VIEWERS"
         /// A JSON configuration file to read when the caller names none.
         public static let configFile = "PCAST_CONFIG"
     }
@@ -303,7 +312,7 @@ public struct PlatformConfiguration: Sendable, Hashable {
                 $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             },
             ingestFileDirectory: string(EnvironmentKey.ingestFileDirectory),
-            database: string(EnvironmentKey.database))
+            database: string(EnvironmentKey.database), maximumViewers: try integer(EnvironmentKey.maximumViewers))
     }
 
     /// Fills defaults and checks every value.
@@ -325,6 +334,10 @@ public struct PlatformConfiguration: Sendable, Hashable {
         if let total = layers.maximumConnections { configuration.connectionLimits.total = total }
         if let hosts = layers.ingestAllowHosts { configuration.ingestPolicy.allowedHosts = Set(hosts.map { $0.lowercased() }) }
         if let directory = layers.ingestFileDirectory { configuration.ingestPolicy.fileDirectory = directory }
+        if let viewers = layers.maximumViewers {
+            guard viewers > 0 else { throw .invalidValue(name: "maximumViewers", value: String(viewers), reason: "not positive") }
+            configuration.maximumViewers = viewers
+        }
         if let database = layers.database {
             do throws(PostgresURLError) {
                 configuration.database = try DatabaseLocation(parsing: database)

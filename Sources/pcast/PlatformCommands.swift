@@ -47,6 +47,8 @@ struct ServeCommand: AsyncParsableCommand {
     var ingestAllowHost: [String] = []
     @Option(help: "A folder file:// ingest may read from (off by default). PCAST_INGEST_FILE_DIR.")
     var ingestFileDir: String?
+    @Option(help: "Viewers this node serves at once; one more is refused with capacity (default: no limit). PCAST_MAX_VIEWERS.")
+    var maxViewers: Int?
     @Option(help: "With --sample-backend: the password a client's authentication data must carry (moderatorPassword) to get the moderator role; without it no one gets moderator. Defaults to PCAST_MODERATOR_PASSWORD.")
     var moderatorPassword: String?
 
@@ -82,7 +84,7 @@ struct ServeCommand: AsyncParsableCommand {
             protectMetrics: protectMetrics ? true : nil, maximumTokenLifetime: maxTokenLifetime,
             maximumConnectionsPerAddress: maxConnectionsPerAddress, maximumConnections: maxConnections,
             ingestAllowHosts: ingestAllowHost.isEmpty ? nil : ingestAllowHost, ingestFileDirectory: ingestFileDir,
-            database: database)
+            database: database, maximumViewers: maxViewers)
         var configuration: PlatformConfiguration
         do {
             configuration = try PlatformConfiguration.load(file: config.map { URL(fileURLWithPath: $0) },

@@ -49,6 +49,24 @@ import Testing
         #expect(viaEnvironment.applicationId == "from-file")
     }
 
+    @Test("the viewer limit: none by default; from the file (maximumViewers), PCAST_MAX_VIEWERS and the flag, each over the one before; zero or a negative count is a typed error")
+    func viewerLimitLayers() throws {
+        #expect(try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s"]).maximumViewers == nil)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-config-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("pcast.json")
+        try Data(#"{"secret":"s","maximumViewers":100}"#.utf8).write(to: file)
+        #expect(try PlatformConfiguration.load(file: file, environment: [:]).maximumViewers == 100)
+        #expect(try PlatformConfiguration.load(file: file, environment: ["PCAST_MAX_VIEWERS": "50"]).maximumViewers == 50)
+        var flags = PlatformConfiguration.Overrides()
+        flags.maximumViewers = 7
+        #expect(try PlatformConfiguration.load(file: file, environment: ["PCAST_MAX_VIEWERS": "50"], overrides: flags).maximumViewers == 7)
+        #expect(throws: ConfigurationError.invalidValue(name: "maximumViewers", value: "0", reason: "not positive")) {
+            _ = try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s", "PCAST_MAX_VIEWERS": "0"])
+        }
+    }
+
     @Test func badValuesAreTypedErrors() throws {
         #expect(throws: ConfigurationError.invalidValue(name: "PCAST_HTTP_PORT", value: "eighty", reason: "not an integer")) {
             _ = try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s", "PCAST_HTTP_PORT": "eighty"])

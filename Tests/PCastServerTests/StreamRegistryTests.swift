@@ -117,6 +117,23 @@ import Testing
         }
     }
 
+    @Test("a node at its viewer limit refuses one more with capacity and opens nothing on the relay (a subscription being set up counts); a viewer leaving makes room")
+    func viewerLimitRefusesWithCapacity() {
+        var registry = registry()
+        registry.maximumViewers = 2
+        publish(&registry, "s1")
+        let token = Fixture.token(.stream, now: now) { $0.originStreamId("s1") }
+        #expect(relayCalls(subscribe(&registry, "sub", token: token, subscriberId: "a")) == [.addSubscriber(streamId: "s1", subscriberId: "a")])
+        _ = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "a", .success(transport)))
+        #expect(relayCalls(subscribe(&registry, "sub2", token: token, subscriberId: "b")) == [.addSubscriber(streamId: "s1", subscriberId: "b")])
+        let refused = subscribe(&registry, "sub2", token: token, subscriberId: "c")
+        #expect(failure(refused)?.status == .capacity, "\(failure(refused)?.message ?? "no failure")")
+        #expect(failure(refused)?.message == "this node serves its limit of 2 viewers")
+        #expect(relayCalls(refused).isEmpty)
+        _ = registry.handle(.request(sessionId: "sub", requestId: 3, .unsubscribe(.init(streamId: "s1", subscriberId: "a")), now: now, newId: ""))
+        #expect(relayCalls(subscribe(&registry, "sub2", token: token, subscriberId: "d")) == [.addSubscriber(streamId: "s1", subscriberId: "d")])
+    }
+
     @Test func audioOnlyCapabilityListsOnlyAudioTracks() {
         var registry = registry()
         publish(&registry, "s1")

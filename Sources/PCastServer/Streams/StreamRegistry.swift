@@ -182,6 +182,10 @@ public struct StreamRegistry: Sendable {
     private var pendingSubscribes: [String: PendingSubscribe] = [:]
     private var nextSequence: UInt64 = 0
 
+    /// The most viewers this node serves at once (subscriptions to any stream, those being set up
+    /// included); one more is refused with `capacity`. Nil: no limit.
+    public var maximumViewers: Int?
+
     public init(tokens: TokenAuthority) {
         self.tokens = tokens
     }
@@ -401,6 +405,9 @@ public struct StreamRegistry: Sendable {
             guard layer == SimulcastLayer.best || layer == SimulcastLayer.lowest || rids.contains(layer) else {
                 return fail(.badRequest, "stream '\(record.streamId)' has no layer '\(layer)' (its layers: \(rids.sorted()); or best, lowest)")
             }
+        }
+        if let limit = maximumViewers, subscriberCount + pendingSubscribes.count >= limit {
+            return fail(.capacity, "this node serves its limit of \(limit) viewers")
         }
         pendingSubscribes[subscriberId] = PendingSubscribe(sessionId: sessionId, requestId: requestId, streamId: record.streamId, tracks: tracks,
                                                            layer: request.layer)
