@@ -18,6 +18,8 @@ public protocol MediaServices: Sendable {
     var ingest: (any IngestControl)? { get }
     /// Streams published as `record` / `append` recorded to files; nil: this node does not record.
     var recordings: (any RecordingControl)? { get }
+    /// Streams delivered as live HLS (the `streaming` capability); nil: this node does not package.
+    var hls: (any HLSControl)? { get }
 
     /// The control plane listens at `signalingURL` (`ws://host:port/ws`): services that act as a
     /// platform client connect there, services with listeners of their own (the RTMP push
@@ -137,4 +139,46 @@ public protocol PublishAuthorizing: Sendable {
     /// `remoteAddress` without a signaling session; otherwise the refusal.
     func authorizeSessionlessPublish(_ token: String, publishType: PublishType, streamName: String?, remoteAddress: String?,
                                      now: Date) -> ServerMessage.Failure?
+}
+
+/// Live HLS delivery as the control plane drives it: the service packages a stream (by
+/// subscribing to it, without transcoding) into low-latency HLS held in memory, and answers the
+/// players' requests. The control plane checks the player's token and resolves channel aliases
+/// before it asks.
+public protocol HLSControl: Sendable {
+    /// Packages `streamId` from now on (a stream published with the `streaming` capability); a
+    /// stream already packaged is left as it is.
+    func start(streamId: String) async
+
+    /// Answers a player's request for `file` of the stream's presentation (`index.m3u8`,
+    /// `init.mp4`, `seg<N>.m4s`, `part<N>.<I>.m4s`), starting the packaging if the stream is not
+    /// packaged yet. A blocking reload (`reload`) is held until the playlist lists what it asks
+    /// for, as is a request for the next part (the playlist's preload hint). `uriQuery` (without
+    /// the `?`) is added to every URI the playlist lists: a token given in the playlist's query
+    /// reaches the files too, as relative URLs lose the query. `startIfNeeded` is false for a
+    /// stream that has ended: only a presentation still kept is served.
+    func serve(streamId: String, file: String, reload: HLSReload?, uriQuery: String?, startIfNeeded: Bool) async -> HLSReply
+}
+
+/// A blocking playlist reload: `_HLS_msn` and, optionally, `_HLS_part`.
+public struct HLSReload: Sendable, Hashable {
+    public var mediaSequence: Int
+    public var part: Int?
+
+    public init(mediaSequence: Int, part: Int? = nil) {
+        self.mediaSequence = mediaSequence
+        self.part = part
+    }
+}
+
+/// The answer to an HLS request.
+public enum HLSReply: Sendable, Hashable {
+    /// The bytes, their content type, and how long a cache may keep them (seconds; 0: not at all).
+    case ok(contentType: String, body: [UInt8], maxAge: Int)
+    /// Not in the presentation (not a name it uses, gone from the window, or no such live stream).
+    case notFound(String)
+    /// The request cannot be served as asked (a reload too far ahead).
+    case badRequest(String)
+    /// Not yet: the stream has not produced what was asked within the wait (the player retries).
+    case unavailable(String)
 }

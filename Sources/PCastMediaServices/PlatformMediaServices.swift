@@ -49,7 +49,7 @@ public struct MediaServicesConfiguration: Sendable {
 }
 
 /// The platform's media services in one process: ingest of remote sources, the RTMP push
-/// endpoint and the recorder. They run the SDK's publishers and recorders on a client session of
+/// endpoint, the recorder and live HLS. They run the SDK's publishers and recorders on a client session of
 /// their own against the control plane's signaling (the way any client reaches the platform), and
 /// the control plane drives them through ``MediaServices``.
 ///
@@ -63,6 +63,7 @@ public final class PlatformMediaServices: MediaServices {
     private let session: InternalSession
     private let ingestService: IngestService
     private let recordingService: RecordingService
+    private let hlsService: HLSService
     private let authorizer: any PublishAuthorizing
     private let logger: Logger
     private let rtmpServer = Mutex<RTMPIngestServer?>(nil)
@@ -78,10 +79,12 @@ public final class PlatformMediaServices: MediaServices {
         ingestService = IngestService(policy: configuration.ingestPolicy, session: session, logger: logger,
                                       maximumPerOwner: configuration.maximumIngestsPerSession, maximum: configuration.maximumIngests)
         recordingService = RecordingService(directory: configuration.recordingsDirectory, session: session, logger: logger)
+        hlsService = HLSService(session: session, logger: logger)
     }
 
     public var ingest: (any IngestControl)? { ingestService }
     public var recordings: (any RecordingControl)? { recordingService }
+    public var hls: (any HLSControl)? { hlsService }
 
     /// The RTMP push endpoint's port once it listens (the bound one when configured as 0); nil
     /// when there is no endpoint or it has not started.
@@ -107,6 +110,7 @@ public final class PlatformMediaServices: MediaServices {
         }?.shutdown()
         await ingestService.shutdown()
         await recordingService.shutdown()
+        await hlsService.shutdown()
         await session.stop()
     }
 }

@@ -36,6 +36,9 @@ actor Platform {
     var registry: StreamRegistry
     /// WHIP and WHEP sessions (standard WebRTC peers), each a session of its own in the registry.
     var webRTCSessions = WebRTCSessions()
+    /// Streams recently played as HLS, so that their players are still authorised, and see the
+    /// playlist end, after the stream has gone from the registry.
+    var recentHLS = RecentStreams(capacity: 256)
     /// The layers each local simulcast's publisher is told to encode.
     private var layerActivity = LayerActivity()
     /// Simulcast viewers last told their link holds them down, and those held down at the last
@@ -56,6 +59,7 @@ actor Platform {
     let services: (any MediaServices)?
     nonisolated var ingest: (any IngestControl)? { services?.ingest }
     nonisolated var recordings: (any RecordingControl)? { services?.recordings }
+    nonisolated var hls: (any HLSControl)? { services?.hls }
 
     /// Messages queued for one connection before it counts as not reading: a client that sends
     /// requests without reading the replies cannot make the platform hold unbounded memory.
@@ -718,6 +722,8 @@ actor Platform {
                 case .record(let streamId, let name, let type):
                     // A node without a recorder refused the recording publish before it got here.
                     if let recordings { Task { await recordings.start(streamId: streamId, name: name, type: type) } }
+                case .deliverHLS(let streamId):
+                    if let hls { Task { await hls.start(streamId: streamId) } }
                 case .log(let level, let message, let sessionId, let streamId):
                     var metadata: Logger.Metadata = [:]
                     if let sessionId { metadata["pcast.session"] = .string(sessionId) }

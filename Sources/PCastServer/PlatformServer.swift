@@ -286,6 +286,8 @@ public final class PlatformServer: Sendable {
         let backend = backendPolicy.map { SampleBackend(applicationId: configuration.applicationId, secret: configuration.secret, policy: $0) }
         HTTPRoutes(platform: platform, configuration: configuration, relay: relay, metrics: metrics, backend: backend).register(on: router)
         WebRTCRoutes(platform: platform, iceServers: configuration.iceServers).register(on: router)
+        HLSRoutes(platform: platform, tokens: configuration.tokenAuthority,
+                  admin: AdminCredentials(applicationId: configuration.applicationId, secret: configuration.secret)).register(on: router)
         if let channel = platform.channel {
             ClusterRoutes(platform: platform, channel: channel).register(on: router)
         }

@@ -8,13 +8,14 @@ import Synchronization
 import Testing
 
 /// Media services that record how the control plane drives them (ingest, recorder, lifecycle).
-final class RecordingMediaServices: MediaServices, IngestControl, RecordingControl {
+final class RecordingMediaServices: MediaServices, IngestControl, RecordingControl, HLSControl {
     enum Call: Hashable, Sendable {
         case listening(String)
         case ingestStart(owner: String, uri: String)
         case ingestStop(String, owner: String)
         case ownerEnded(String)
         case record(streamId: String, name: String, type: PublishType)
+        case hls(streamId: String)
         case shutdown
     }
 
@@ -37,6 +38,13 @@ final class RecordingMediaServices: MediaServices, IngestControl, RecordingContr
     // MediaServices
     var ingest: (any IngestControl)? { self }
     var recordings: (any RecordingControl)? { self }
+    var hls: (any HLSControl)? { self }
+
+    // HLSControl
+    func start(streamId: String) async { note(.hls(streamId: streamId)) }
+    func serve(streamId: String, file: String, reload: HLSReload?, uriQuery: String?, startIfNeeded: Bool) async -> HLSReply {
+        .ok(contentType: "text/plain", body: Array("\(streamId)/\(file)".utf8), maxAge: 0)
+    }
 
     func platformListening(signalingURL: String) async throws(MediaServiceError) {
         note(.listening(signalingURL))

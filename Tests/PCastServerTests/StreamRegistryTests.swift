@@ -27,7 +27,7 @@ import Testing
         actions.filter {
             switch $0 {
             case .addPublisher, .addSubscriber, .removeStream, .removeSubscriber, .limitSubscriber, .sizeSubscriber, .pinLayer: return true
-            case .send, .log, .record, .persist, .forwardViewerLimit: return false
+            case .send, .log, .record, .deliverHLS, .persist, .forwardViewerLimit: return false
             }
         }
     }
@@ -51,6 +51,20 @@ import Testing
         #expect(registry.stream("stream-1")?.tags == ["room:1", "x", "channelId:demo"])
         #expect(registry.stream("stream-1")?.publisherSessionId == "pub")
         #expect(registry.streamCount == 1)
+    }
+
+    @Test("a publish token with the 'streaming' capability has the stream delivered as HLS once the relay took it; one without does not")
+    func streamingPublishDeliversHLS() {
+        var registry = registry()
+        let streaming = Fixture.token(.publish, now: now) { $0.capability("streaming") }
+        _ = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(streaming, tags: [])), now: now, newId: "stream-hls"))
+        let added = registry.handle(.publisherAdded(streamId: "stream-hls", .success(transport)))
+        #expect(added.contains(.deliverHLS(streamId: "stream-hls")))
+        let plain = Fixture.token(.publish, now: now)
+        _ = registry.handle(.request(sessionId: "pub", requestId: 2, .publish(Fixture.publish(plain, tags: [])), now: now, newId: "stream-rtc"))
+        let other = registry.handle(.publisherAdded(streamId: "stream-rtc", .success(transport)))
+        #expect(!other.contains { if case .deliverHLS = $0 { return true } else { return false } })
+        #expect(sends(other).count == 1)
     }
 
     @Test func publishRefusalsOpenNothingOnTheRelay() {

@@ -97,10 +97,13 @@ struct ImpairedPublishing {
         return ImpairedPublishing(platform: platform, proxy: proxy, sdk: sdk, publisher: publisher, media: media)
     }
 
-    /// The video bitrate once it is back over 1.2 Mbit/s, or the last one measured after 30 s.
+    /// The video bitrate once it is back over 1.2 Mbit/s, or the last one measured after 45 s.
+    /// GCC's increase (8 % a report, none while the round trip shows queueing) takes ~21 s from
+    /// the ~240 kbit/s a 500 kbit/s cap leaves to 1.2 Mbit/s; on CI's loaded 2-core machine the
+    /// round trips of a busy moment hold it back (1.13 Mbit/s after 30 s in one run), so 45 s.
     func recoveredBitrate() async throws -> Double {
         var recovered = 0.0
-        let deadline = ContinuousClock.now + .seconds(30)
+        let deadline = ContinuousClock.now + .seconds(45)
         while recovered < 1_200_000 && ContinuousClock.now < deadline {
             recovered = try await videoBitrate(publisher, over: 2)
         }
@@ -304,7 +307,7 @@ extension OneAtATime.NetworkQualityTests {
 }
 
 extension OneAtATime.NetworkQualityTests {
-    @Test("a 500 kbit/s cap on the publisher's leg: the bitrate settles under it within 10 s (data quality all/uploadLimited) and recovers within 30 s after it is lifted")
+    @Test("a 500 kbit/s cap on the publisher's leg: the bitrate settles under it within 10 s (data quality all/uploadLimited) and recovers within 45 s after it is lifted")
     func adaptsToACap() async throws {
         let session = try await ImpairedPublishing.start(seed: 30)
         let (proxy, publisher) = (session.proxy, session.publisher)
@@ -330,7 +333,7 @@ extension OneAtATime.NetworkQualityTests {
         proxy.setProfile(.clear, for: .toServer)
         let recovered = try await session.recoveredBitrate()
         print("adaptation: before \(Int(before / 1000)) kbps, capped \(Int(settled / 1000)) kbps, recovered \(Int(recovered / 1000)) kbps; estimate \(publisher.estimatedVideoBitrate ?? 0)")
-        #expect(recovered >= 1_200_000, "\(recovered) bit/s 30 s after the cap was lifted")
+        #expect(recovered >= 1_200_000, "\(recovered) bit/s 45 s after the cap was lifted")
         await session.stop()
         #expect(await streamed.value == reports.all)
     }
@@ -393,7 +396,7 @@ extension OneAtATime.NetworkQualityTests {
 }
 
 extension OneAtATime.NetworkQualityTests {
-    @Test("a 500 kbit/s cap with a deep (1 s) queue on the publisher's leg: the relay's delay-based estimate (REMB) finds it before the queue overflows; the bitrate settles under it with a short queue, and recovers within 30 s once it is lifted")
+    @Test("a 500 kbit/s cap with a deep (1 s) queue on the publisher's leg: the relay's delay-based estimate (REMB) finds it before the queue overflows; the bitrate settles under it with a short queue, and recovers within 45 s once it is lifted")
     func rembFindsABloatedCap() async throws {
         let session = try await ImpairedPublishing.start(seed: 50)
         let (platform, proxy, publisher) = (session.platform, session.proxy, session.publisher)
@@ -423,7 +426,7 @@ extension OneAtATime.NetworkQualityTests {
         proxy.setProfile(.clear, for: .toServer)
         let recovered = try await session.recoveredBitrate()
         print("REMB: recovered to \(Int(recovered / 1000)) kbps; REMB \(String(describing: publisher.remoteEstimate))")
-        #expect(recovered >= 1_200_000, "\(recovered) bit/s 30 s after the cap was lifted")
+        #expect(recovered >= 1_200_000, "\(recovered) bit/s 45 s after the cap was lifted")
         await session.stop()
     }
 }

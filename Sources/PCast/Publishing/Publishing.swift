@@ -510,6 +510,17 @@ extension PCast {
         return StreamRecording(streamId: streamId, stream: stream, recorder: recorder)
     }
 
+    /// Records a stream in memory for live packaging (the platform's HLS): the fragments go to
+    /// `consumer` as they are cut, at every keyframe and at most `fragmentDuration` long. The best
+    /// layer of a simulcast is taken throughout.
+    package func package(streamToken: String, into consumer: any FragmentConsumer, fragmentDuration: Duration) async throws(PCastError) -> StreamRecording {
+        let recorder = MediaRecorder(consumer: consumer, fragmentDuration: fragmentDuration)
+        let (streamId, stream) = try await openSubscription(streamToken: streamToken, layer: .best) { tracks, since, sendRTCP throws(MediaError) in
+            try await RTPReceiver.startRecording(tracks: tracks, into: recorder, runningSince: since, sendRTCP: sendRTCP)
+        }
+        return StreamRecording(streamId: streamId, stream: stream, recorder: recorder)
+    }
+
     /// Subscribes and connects the flow's socket to a receive engine `start` builds for the tracks.
     private func openSubscription(
         streamToken: String, layer: LayerSelection = .adaptive,

@@ -32,6 +32,16 @@ public struct RecordingSummary: Sendable, Hashable {
     public var failure: String?
 }
 
+/// Takes what a recorder cuts, in memory, instead of a file (live HLS packaging). Called on the
+/// recorder's queue, in order; `end()` once, after the last fragment.
+package protocol FragmentConsumer: AnyObject, Sendable {
+    /// The tracks are known (fragments for them follow); false refuses them, and nothing follows.
+    func begin(tracks: [FMP4Track]) -> Bool
+    func consume(_ fragment: FMP4Fragment)
+    /// The recorder finished: the stream ended or the recording was stopped.
+    func end()
+}
+
 /// Writes depayloaded H.264 access units and Opus packets into a fragmented MP4 file as they
 /// arrive (see ``FMP4``): one fragment (about a second, cut at keyframes) at a time, each written
 /// whole and synced before the file's duration is updated, so a crash loses at most the fragment
@@ -99,7 +109,21 @@ public final class MediaRecorder: @unchecked Sendable {
         self.path = path
         self.mode = mode
         self.fragmentDuration = fragmentDuration
+        consumer = nil
     }
+
+    /// Hands the fragments to `consumer` in memory instead of writing a file (live packaging):
+    /// fragments are cut at every video keyframe and at most `fragmentDuration` long (audio alone:
+    /// every `fragmentDuration`), and never written anywhere.
+    package init(consumer: any FragmentConsumer, fragmentDuration: Duration) {
+        path = "(memory)"
+        mode = .record
+        self.fragmentDuration = fragmentDuration
+        self.consumer = consumer
+    }
+
+    /// Where the fragments go when not to a file.
+    private let consumer: (any FragmentConsumer)?
 
     static let videoTrack: UInt32 = 1
     static let audioTrack: UInt32 = 2
@@ -204,6 +228,16 @@ public final class MediaRecorder: @unchecked Sendable {
         let units = held
         held = []
         guard !tracks.isEmpty else { return }
+        if let consumer {
+            guard consumer.begin(tracks: tracks) else {
+                failure = "the consumer refused the tracks"
+                return
+            }
+            let cut = Self.nanoseconds(fragmentDuration)
+            fragmenter = FMP4Fragmenter(tracks: tracks, fragmentDuration: tracks.contains { $0.kind == .video } ? 0 : cut, maxFragmentDuration: cut)
+            for unit in units { push(unit) }
+            return
+        }
         do throws(RecordingFileError) {
             switch mode {
             case .record:
@@ -244,6 +278,11 @@ public final class MediaRecorder: @unchecked Sendable {
     }
 
     private func write(_ fragment: FMP4Fragment) {
+        if let consumer {
+            consumer.consume(fragment)
+            fragments += 1
+            return
+        }
         guard let file else { return }
         do throws(RecordingFileError) {
             try file.write(fragment)
@@ -264,7 +303,8 @@ public final class MediaRecorder: @unchecked Sendable {
         if let dropped = fragmenter?.droppedCount, dropped > 0 {
             Self.logger.info("units left out of the recording", metadata: ["pcast.path": .string(path), "pcast.dropped": .stringConvertible(dropped)])
         }
-        let duration = file?.duration ?? .zero
+        consumer?.end()
+        let duration = file?.duration ?? .nanoseconds(Int64(clamping: fragmenter?.endNanoseconds ?? 0))
         let bytes = Int(clamping: file?.fileSize ?? 0)
         do throws(RecordingFileError) {
             try file?.close()

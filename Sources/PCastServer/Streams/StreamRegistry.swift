@@ -136,6 +136,8 @@ public struct StreamRegistry: Sendable {
         case removeStream(streamId: String)
         /// Record the stream (publish type `record` or `append`) under its stream name.
         case record(streamId: String, name: String, type: PublishType)
+        /// Deliver the stream as live HLS too (published with the `streaming` capability).
+        case deliverHLS(streamId: String)
         /// Write to the store: the directory entry of a stream published or ended here.
         case persist(RoomStoreChange)
         /// Tell the node that has the stream the lowest bitrate its viewers here ask for (nil: none).
@@ -157,11 +159,16 @@ public struct StreamRegistry: Sendable {
         var subscriptions: [String: String] = [:]
     }
 
+    /// The capability that has a stream delivered as live HLS as well (the seed's `streaming`).
+    public static let streamingCapability = "streaming"
+
     private struct PendingPublish {
         var sessionId: String
         var requestId: UInt64?
         var request: ClientMessage.Publish
         var tags: [String]
+        /// The publish token asked for HLS delivery (the `streaming` capability).
+        var streaming: Bool
         var at: Date
     }
 
@@ -322,16 +329,16 @@ public struct StreamRegistry: Sendable {
             [send(sessionId, requestId, .failure(.init(status: status, message: message))),
              .log(.notice, "publish refused: \(message)", sessionId: sessionId, streamId: nil)]
         }
-        let tags: [String]
+        let tags: [String], streaming: Bool
         switch tokens.authorizePublish(request.streamToken, tags: request.tags, tracks: request.tracks, publishType: request.publishType,
                                        streamName: request.streamName, sessionId: sessionId, remoteAddress: session.remoteAddress, now: now) {
         case .failure(let failure): return fail(failure.status, failure.message)
-        case .success(let authorized): tags = authorized.tags
+        case .success(let authorized): (tags, streaming) = (authorized.tags, authorized.claims.capabilities.contains(Self.streamingCapability))
         }
         guard streams[streamId] == nil, pendingPublishes[streamId] == nil else {
             return fail(.conflict, "stream id '\(streamId)' is taken")
         }
-        pendingPublishes[streamId] = PendingPublish(sessionId: sessionId, requestId: requestId, request: request, tags: tags, at: now)
+        pendingPublishes[streamId] = PendingPublish(sessionId: sessionId, requestId: requestId, request: request, tags: tags, streaming: streaming, at: now)
         return [.addPublisher(streamId: streamId, tracks: request.tracks)]
     }
 
@@ -368,6 +375,7 @@ public struct StreamRegistry: Sendable {
             if pending.request.publishType != .live, let name = pending.request.streamName {
                 actions.append(.record(streamId: streamId, name: name, type: pending.request.publishType))
             }
+            if pending.streaming { actions.append(.deliverHLS(streamId: streamId)) }
             return actions
         }
     }
