@@ -133,8 +133,8 @@ final class HLSPresentation: FragmentConsumer, Sendable {
 ///
 /// Requests wait rather than poll: a blocking playlist reload until the part it names is cut, a
 /// request for the next part (the preload hint) until it is there, the first request of a stream
-/// until its first part. Each wait is bounded (three target durations; ``startTimeout`` for the
-/// first part) and then answered `unavailable`.
+/// until its first segment. Each wait is bounded (three target durations; ``startTimeout`` for the
+/// first segment) and then answered `unavailable`.
 actor HLSService: HLSControl {
     struct Entry {
         let presentation: HLSPresentation
@@ -146,7 +146,7 @@ actor HLSService: HLSControl {
     let maximumPresentations: Int
     /// How long an ended presentation stays served.
     let retention: Duration
-    /// How long the first request of a stream waits for its first part.
+    /// How long the first request of a stream waits for its first segment.
     let startTimeout: Duration
     private let session: InternalSession
     private let logger: Logger
@@ -230,7 +230,7 @@ actor HLSService: HLSControl {
         guard let presentation = presentation(for: streamId) else {
             return .unavailable("this node packages its limit of \(maximumPresentations) HLS presentations")
         }
-        // The first part of a stream just started takes a keyframe to come.
+        // A stream just started takes its first segment (about two seconds) to be playable.
         guard let packager = await presentation.wait(timeout: startTimeout, until: { $0.isPlayable }), packager.isPlayable || packager.ended else {
             if let failure = presentation.failure { return .notFound(failure) }
             return .unavailable("stream '\(streamId)' has produced nothing to play yet")

@@ -174,8 +174,9 @@ public struct HLSPackager: Sendable {
         position.sequence <= openSequence + 2
     }
 
-    /// Whether at least one part is listed, so a player can start.
-    public var isPlayable: Bool { !segments.isEmpty || !openParts.isEmpty }
+    /// Whether a whole segment is listed: players (GStreamer's hlsdemux2, ffmpeg) refuse a
+    /// playlist of parts alone as invalid.
+    public var isPlayable: Bool { !segments.isEmpty }
 
     /// The media playlist (`index.m3u8`). `uriQuery` (without the `?`) is added to every URI.
     public func playlist(uriQuery: String? = nil) -> String {

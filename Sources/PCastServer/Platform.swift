@@ -77,6 +77,7 @@ actor Platform {
         self.registry = StreamRegistry(tokens: tokens)
         registry.nodeId = configuration.nodeId
         registry.maximumViewers = configuration.maximumViewers
+        registry.deliversHLS = services?.hls != nil
         let now = clock()
         let suffix = cluster.map { "@" + $0.nodeId }
         self.rooms = RoomRegistry(restoring: snapshot, resumeWindow: configuration.resumeWindow, now: now,

@@ -234,36 +234,87 @@ public struct StaticHTTPServer: Sendable {
     public let directory: URL
 
     public static func start(directory root: String) throws -> StaticHTTPServer {
-        let nginx = try executable("nginx")
-        let port = try freeTCPPort()
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-http-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let configuration = """
-            daemon off;
-            master_process off;
-            worker_processes 1;
-            pid \(directory.path)/nginx.pid;
-            error_log \(directory.path)/error.log warn;
-            events { worker_connections 64; }
-            http {
-                access_log off;
-                client_body_temp_path \(directory.path);
-                proxy_temp_path \(directory.path);
-                fastcgi_temp_path \(directory.path);
-                uwsgi_temp_path \(directory.path);
-                scgi_temp_path \(directory.path);
-                server { listen 127.0.0.1:\(port); root \(root); }
-            }
-            """
-        let file = directory.appendingPathComponent("nginx.conf")
-        try configuration.write(to: file, atomically: true, encoding: .utf8)
-        let process = try ChildProcess.spawn(nginx, ["-p", directory.path, "-c", file.path, "-e", "\(directory.path)/error.log"],
-                                             environment: ProcessInfo.processInfo.environment)
-        try waitForTCP(port: port, process: process, what: "nginx (http)")
+        let (process, port, directory) = try startNginx(what: "nginx (http)") { port, _ in "server { listen 127.0.0.1:\(port); root \(root); }" }
         return StaticHTTPServer(process: process, port: port, directory: directory)
     }
 
     public func url(_ file: String) -> String { "http://127.0.0.1:\(port)/\(file)" }
+
+    public func stop() {
+        process.stop()
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
+
+/// nginx in a temporary directory, listening on a free loopback port with the `server` block
+/// `server(port, directory)` gives, its access log (when the block asks for one) in
+/// `directory/access.log`.
+func startNginx(what: String, server: (Int, URL) -> String) throws -> (ChildProcess, Int, URL) {
+    let nginx = try executable("nginx")
+    let port = try freeTCPPort()
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-http-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    let configuration = """
+        daemon off;
+        master_process off;
+        worker_processes 1;
+        pid \(directory.path)/nginx.pid;
+        error_log \(directory.path)/error.log warn;
+        events { worker_connections 256; }
+        http {
+            access_log off;
+            client_body_temp_path \(directory.path);
+            proxy_temp_path \(directory.path);
+            fastcgi_temp_path \(directory.path);
+            uwsgi_temp_path \(directory.path);
+            scgi_temp_path \(directory.path);
+            \(server(port, directory))
+        }
+        """
+    let file = directory.appendingPathComponent("nginx.conf")
+    try configuration.write(to: file, atomically: true, encoding: .utf8)
+    let process = try ChildProcess.spawn(nginx, ["-p", directory.path, "-c", file.path, "-e", "\(directory.path)/error.log"],
+                                         environment: ProcessInfo.processInfo.environment)
+    try waitForTCP(port: port, process: process, what: what)
+    return (process, port, directory)
+}
+
+/// An operator's CDN in front of the platform, as far as a player can tell: nginx on 127.0.0.1
+/// passing `/<prefix>/…` on to `upstream` (`http://127.0.0.1:PORT`) without caching, and logging
+/// each request it passed (``requests``).
+public struct ReverseProxyHTTPServer: Sendable {
+    public let process: ChildProcess
+    public let port: Int
+    public let directory: URL
+    public let prefix: String
+
+    public static func start(upstream: String, prefix: String = "cdn") throws -> ReverseProxyHTTPServer {
+        let (process, port, directory) = try startNginx(what: "nginx (reverse proxy)") { port, directory in
+            """
+            log_format paths '$status $request_uri';
+            server {
+                listen 127.0.0.1:\(port);
+                location /\(prefix)/ {
+                    access_log \(directory.path)/access.log paths;
+                    proxy_http_version 1.1;
+                    proxy_buffering off;
+                    proxy_read_timeout 30s;
+                    proxy_pass \(upstream)/;
+                }
+            }
+            """
+        }
+        return ReverseProxyHTTPServer(process: process, port: port, directory: directory, prefix: prefix)
+    }
+
+    /// `http://127.0.0.1:PORT/<prefix>`: what the upstream's root is reached as.
+    public var base: String { "http://127.0.0.1:\(port)/\(prefix)" }
+
+    /// The requests passed on so far: status and path with query, in order.
+    public var requests: [String] {
+        let log = (try? String(contentsOf: directory.appendingPathComponent("access.log"), encoding: .utf8)) ?? ""
+        return log.split(separator: "\n").map(String.init)
+    }
 
     public func stop() {
         process.stop()

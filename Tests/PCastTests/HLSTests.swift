@@ -192,6 +192,74 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
+        @Test("an SDK viewer whose stream token has 'streaming' (not 'real-time') plays the stream as HLS: subscribe answers with the HLS source, the renderer's frame-ready hook gets 640×360 frames, streamingSourceMapping sends the playlist and its parts through the operator's CDN (an nginx reverse proxy); the stream ends as the remote's `ended` once the publisher stops")
+        func sdkViewerThroughMapping() async throws {
+            let platform = try await LocalPlatform.start()
+            let pcast = try await client(platform)
+            let (publisher, media) = try await publishForHLS(pcast, token: try platform.token(.publish))
+            let cdn = try ReverseProxyHTTPServer.start(upstream: platform.httpURL)
+            defer { cdn.stop() }
+            var options = PCastOptions(uri: platform.signalingURL)
+            options.streamingSourceMapping = StreamingSourceMapping(patternToReplace: #"^http://127\.0\.0\.1:[0-9]+/hls"#, replacement: cdn.base + "/hls")
+            let viewer = PCast(options)
+            try await viewer.start(authToken: try platform.token(.auth))
+            let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId, capabilities: ["streaming"]))
+            let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+            _ = await renderer.start()
+            let frames = Atomic<Int>(0), width = Atomic<Int>(0)
+            try renderer.setFrameReadyCallback(try #require(stream.getVideoTracks().first)) { notification in
+                guard case .video(let frame)? = try? notification.read() else { return }
+                frames.add(1, ordering: .relaxed)
+                width.store(frame.width, ordering: .relaxed)
+            }
+            #expect(await eventually(.seconds(20)) { frames.load(ordering: .relaxed) >= 25 }, "\(frames.load(ordering: .relaxed)) frames")
+            #expect(width.load(ordering: .relaxed) == 640)
+            let requests = cdn.requests
+            #expect(requests.contains { $0.hasPrefix("200 /cdn/hls/\(publisher.streamId)/index.m3u8?token=") }, "\(requests)")
+            #expect(requests.contains { $0.hasPrefix("200 /cdn/hls/\(publisher.streamId)/") && $0.contains(".m4s?token=") }, "\(requests)")
+            #expect(stream.endReason == nil)
+
+            await publisher.stop()
+            await media.stop()
+            #expect(await eventually(.seconds(20)) { stream.endReason != nil })
+            #expect(stream.endReason == .remote(.ended, "the stream's HLS playlist ended"), "\(String(describing: stream.endReason))")
+            await renderer.stop()
+            await viewer.stop()
+            await pcast.stop()
+            await platform.shutdown()
+        }
+
+        @Test("a 'streaming' token cannot record (invalidRequest: the recorder needs the real-time stream); an invalid streamingSourceMapping pattern fails the subscribe with invalidRequest and plays nothing")
+        func streamingRefusals() async throws {
+            let platform = try await LocalPlatform.start()
+            let pcast = try await client(platform)
+            let (publisher, media) = try await publishForHLS(pcast, token: try platform.token(.publish))
+            let token = try platform.token(.stream, originStreamId: publisher.streamId, capabilities: ["streaming"])
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("hls-\(UUID().uuidString).mp4").path
+            do throws(PCastError) {
+                _ = try await pcast.record(streamToken: token, to: path)
+                Issue.record("a streaming token recorded")
+            } catch {
+                #expect(error.code == .invalidRequest && error.detail.contains("HLS"), "\(error)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: path))
+            var options = PCastOptions(uri: platform.signalingURL)
+            options.streamingSourceMapping = StreamingSourceMapping(patternToReplace: "(unclosed", replacement: "x")
+            let viewer = PCast(options)
+            try await viewer.start(authToken: try platform.token(.auth))
+            do throws(PCastError) {
+                _ = try await viewer.subscribe(streamToken: token)
+                Issue.record("the subscribe succeeded with an invalid mapping")
+            } catch {
+                #expect(error.code == .invalidRequest && error.detail.contains("streamingSourceMapping"), "\(error)")
+            }
+            await viewer.stop()
+            await publisher.stop()
+            await media.stop()
+            await pcast.stop()
+            await platform.shutdown()
+        }
+
         @Test("a channel's stream published without 'streaming' is packaged when a player with a 'streaming' token for the channel asks for /hls/<alias>/index.m3u8")
         func channelOnRequest() async throws {
             let platform = try await LocalPlatform.start()
@@ -237,4 +305,32 @@ func playbinFrames(_ url: String, count: Int) async throws -> (frames: Int, widt
     await pipeline.stop()
     let (width, height) = size.withLock { $0 }
     return (frames.load(ordering: .relaxed), width, height, failure)
+}
+
+struct StreamingSourceMappingTests {
+    @Test("the playlist URL: http for ws and https for wss, the signaling node's host and port, the platform's path, the token percent-encoded in the query")
+    func streamingURL() throws {
+        let token = "DIGEST:ab+c/d=="
+        #expect(try PCast.streamingURL(signaling: "ws://10.0.0.5:8080/ws", playlistPath: "/hls/s-1/index.m3u8", streamToken: token)
+                == "http://10.0.0.5:8080/hls/s-1/index.m3u8?token=DIGEST%3Aab%2Bc%2Fd%3D%3D")
+        #expect(try PCast.streamingURL(signaling: "wss://live.example.com/ws", playlistPath: "/hls/s-1/index.m3u8", streamToken: "t")
+                == "https://live.example.com/hls/s-1/index.m3u8?token=t")
+        #expect(throws: PCastError.self) { try PCast.streamingURL(signaling: "not a uri", playlistPath: "/hls/x/index.m3u8", streamToken: "t") }
+    }
+
+    @Test("the seed's mapping: the first match of the pattern is replaced, $1 names a group, a URL it does not match is left alone, an invalid pattern is invalidRequest")
+    func mapping() throws {
+        let url = "https://phenixrts.com/video/hls/s-1/index.m3u8?token=t"
+        let seed = StreamingSourceMapping(patternToReplace: #"https:\/\/phenixrts\.com\/video"#, replacement: "https://myown.cdn.com")
+        #expect(try seed.apply(to: url) == "https://myown.cdn.com/hls/s-1/index.m3u8?token=t")
+        let grouped = StreamingSourceMapping(patternToReplace: #"^https://([a-z]+)\.com/video"#, replacement: "https://cdn.example.net/$1")
+        #expect(try grouped.apply(to: url) == "https://cdn.example.net/phenixrts/hls/s-1/index.m3u8?token=t")
+        #expect(try seed.apply(to: "http://127.0.0.1:8080/hls/s/index.m3u8") == "http://127.0.0.1:8080/hls/s/index.m3u8")
+        do throws(PCastError) {
+            _ = try StreamingSourceMapping(patternToReplace: "[", replacement: "x").apply(to: url)
+            Issue.record("an invalid pattern was applied")
+        } catch {
+            #expect(error.code == .invalidRequest)
+        }
+    }
 }

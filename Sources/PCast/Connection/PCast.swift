@@ -163,6 +163,10 @@ public struct PCastOptions: Sendable, Hashable {
     /// logging is off unless its environment variable asks. Process-wide: the latest instance's
     /// options hold.
     public var consoleLogLevel: Logger.Level?
+    /// The seed's `streamingSourceMapping`: where this client's player fetches streams delivered
+    /// as HLS (a stream token with the `streaming` capability), e.g. an operator's CDN in front of
+    /// the platform. Nil: from the platform itself.
+    public var streamingSourceMapping: StreamingSourceMapping?
 
     public init(uri: String, playoutDelay: Duration = PCastOptions.defaultPlayoutDelay, reconnects: Bool = true,
                 receiveImpairment: NetworkImpairment? = nil) {
@@ -170,6 +174,39 @@ public struct PCastOptions: Sendable, Hashable {
         self.playoutDelay = playoutDelay
         self.reconnects = reconnects
         self.receiveImpairment = receiveImpairment
+    }
+}
+
+/// Rewrites the URL of a stream delivered as HLS before the player fetches it (the seed's
+/// `PhenixStreamingSourceMapping`): the first match of ``patternToReplace`` (a regular
+/// expression) in the playlist's URL is replaced by ``replacement`` (`$1`… name its groups). The
+/// playlist's own URIs are relative, so parts and segments come from the same place.
+///
+/// ```swift
+/// options.streamingSourceMapping = StreamingSourceMapping(patternToReplace: #"^https?://[^/]+/hls"#,
+///                                                         replacement: "https://cdn.example.com/live")
+/// ```
+public struct StreamingSourceMapping: Sendable, Hashable {
+    public var patternToReplace: String
+    public var replacement: String
+
+    public init(patternToReplace: String, replacement: String) {
+        self.patternToReplace = patternToReplace
+        self.replacement = replacement
+    }
+
+    /// `url` with the mapping applied; an invalid pattern is an `invalidRequest`.
+    public func apply(to url: String) throws(PCastError) -> String {
+        let expression: NSRegularExpression
+        do {
+            expression = try NSRegularExpression(pattern: patternToReplace)
+        } catch {
+            throw .invalidRequest("streamingSourceMapping: '\(patternToReplace)' is not a regular expression: \(error.localizedDescription)")
+        }
+        let whole = NSRange(url.startIndex..., in: url)
+        guard let match = expression.firstMatch(in: url, range: whole), let range = Range(match.range, in: url) else { return url }
+        let replaced = expression.replacementString(for: match, in: url, offset: 0, template: replacement)
+        return url.replacingCharacters(in: range, with: replaced)
     }
 }
 
@@ -202,6 +239,8 @@ public final class PCast: Sendable {
         var publishers: [String: Publisher] = [:]
         /// By ``Subscription/key`` (a session may subscribe to one stream more than once).
         var subscriptions: [String: Subscription] = [:]
+        /// Streams played as HLS (they have no subscription on the platform), stopped with the session.
+        var streamingStreams: [ObjectIdentifier: MediaStream] = [:]
         var authenticationCallback: (@Sendable (RequestStatus, String?) -> Void)?
         var onlineCallback: (@Sendable () -> Void)?
         var offlineCallback: (@Sendable () -> Void)?
@@ -496,6 +535,8 @@ public final class PCast: Sendable {
             publisher.finish(.ended, description)
         }
         for subscription in subscriptions { await subscription.stream.stop() }
+        let streaming = state.withLock { state in defer { state.streamingStreams = [:] }; return Array(state.streamingStreams.values) }
+        for stream in streaming { await stream.stop() }
         if let client {
             _ = try? await client.request(.bye, timeout: .seconds(2))
             await client.close()

@@ -477,9 +477,49 @@ extension PCast {
     /// ``LayerSelection/best``, ``LayerSelection/lowest`` or a RID keep it on one.
     public func subscribe(streamToken: String, playoutDelay: Duration? = nil, layer: LayerSelection = .adaptive) async throws(PCastError) -> MediaStream {
         let delay = playoutDelay ?? options.playoutDelay, impairment = options.receiveImpairment
-        return try await openSubscription(streamToken: streamToken, layer: layer) { tracks, since, sendRTCP throws(MediaError) in
+        return try await openSubscription(streamToken: streamToken, layer: layer, streaming: { source throws(PCastError) in
+            try await self.playStreaming(source, streamToken: streamToken)
+        }) { tracks, since, sendRTCP throws(MediaError) in
             try await RTPReceiver.start(tracks: tracks, playoutDelay: delay, impairment: impairment, runningSince: since, sendRTCP: sendRTCP)
         }.stream
+    }
+
+    /// Plays a stream the platform delivers as HLS (the stream token has the `streaming`
+    /// capability and not `real-time`): the playlist from the platform's HTTP (the signaling
+    /// node's host and port, `http` for `ws` and `https` for `wss`), rewritten by
+    /// ``PCastOptions/streamingSourceMapping`` when the application set one, with the token in
+    /// its query. The stream ends when the playlist does; ``PCast/stop()`` stops it.
+    private func playStreaming(_ source: ServerMessage.StreamingSource, streamToken: String) async throws(PCastError) -> MediaStream {
+        var url = try Self.streamingURL(signaling: currentURI, playlistPath: source.playlistPath, streamToken: streamToken)
+        if let mapping = options.streamingSourceMapping { url = try mapping.apply(to: url) }
+        let kinds = Set(source.tracks.map { $0.kind == .video ? MediaType.video : .audio })
+        let stream: MediaStream
+        do {
+            (_, stream) = try await HLSReceiver.start(url: url, kinds: kinds)
+        } catch {
+            throw .media(error)
+        }
+        logger.info("playing as HLS", metadata: ["pcast.stream": .string(source.streamId), "pcast.url": .string(url.split(separator: "?")[0].description)])
+        let key = ObjectIdentifier(stream)
+        state.withLock { $0.streamingStreams[key] = stream }
+        Task { [weak self] in
+            _ = await stream.ended()
+            self?.state.withLock { _ = $0.streamingStreams.removeValue(forKey: key) }
+        }
+        return stream
+    }
+
+    /// `http(s)://<signaling host:port><playlistPath>?token=<stream token>`.
+    static func streamingURL(signaling: String, playlistPath: String, streamToken: String) throws(PCastError) -> String {
+        guard var components = URLComponents(string: signaling), let scheme = components.scheme?.lowercased(), components.host != nil else {
+            throw .invalidRequest("the signaling URI '\(signaling)' has no host to fetch HLS from")
+        }
+        components.scheme = scheme == "wss" || scheme == "https" ? "https" : "http"
+        components.path = playlistPath
+        let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-._~"))
+        components.percentEncodedQuery = "token=" + (streamToken.addingPercentEncoding(withAllowedCharacters: allowed) ?? streamToken)
+        guard let url = components.string else { throw .invalidRequest("cannot make an HLS URL from '\(signaling)'") }
+        return url
     }
 
     /// Subscribes without decoding: each H.264 access unit and Opus packet goes to `onSample`
@@ -522,13 +562,22 @@ extension PCast {
     }
 
     /// Subscribes and connects the flow's socket to a receive engine `start` builds for the tracks.
+    /// A `streaming` token is answered with the stream's HLS source: `streaming` plays it, and
+    /// without one (recording, encoded subscriptions) it is refused.
     private func openSubscription(
         streamToken: String, layer: LayerSelection = .adaptive,
+        streaming: ((ServerMessage.StreamingSource) async throws(PCastError) -> MediaStream)? = nil,
         start: (_ tracks: [MediaTrackDescription], _ runningSince: Duration?,
                 _ sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream)
     ) async throws(PCastError) -> (streamId: String, stream: MediaStream) {
         let client = try signaling()
         let reply = try await client.request(.subscribe(.init(streamToken: streamToken, layer: layer.requested)))
+        if case .streamingSource(let source) = reply {
+            guard let streaming else {
+                throw .invalidRequest("the stream token asks for HLS delivery ('streaming' without 'real-time'); this needs the real-time stream")
+            }
+            return (source.streamId, try await streaming(source))
+        }
         guard case .subscribed(let subscribed) = reply else {
             throw .invalidRequest("unexpected reply to subscribe: \(reply.type)")
         }

@@ -351,6 +351,19 @@ public enum ServerMessage: Sendable, Hashable {
             self.subscriberId = subscriberId
         }
     }
+    /// Where a `streaming` subscriber plays the stream: the HLS playlist's path on the platform's
+    /// HTTP (`/hls/<stream id>/index.m3u8`), to be fetched with the subscriber's stream token.
+    public struct StreamingSource: Codable, Sendable, Hashable {
+        public var streamId: String
+        public var playlistPath: String
+        /// The stream's tracks (what the playlist carries).
+        public var tracks: [MediaTrackDescription]
+        public init(streamId: String, playlistPath: String, tracks: [MediaTrackDescription]) {
+            self.streamId = streamId
+            self.playlistPath = playlistPath
+            self.tracks = tracks
+        }
+    }
     public struct StreamEnded: Codable, Sendable, Hashable {
         public var streamId: String
         public var reason: StreamEndedReason
@@ -374,6 +387,9 @@ public enum ServerMessage: Sendable, Hashable {
     case authenticated(Authenticated)
     case published(Published)
     case subscribed(Subscribed)
+    /// Reply to subscribe with a `streaming` stream token (and no `real-time`): the stream is
+    /// played as HLS from this source, not through the relay.
+    case streamingSource(StreamingSource)
     /// A request that needs no data in its reply succeeded.
     case ok
     case streamEnded(StreamEnded)
@@ -441,6 +457,7 @@ public enum ServerMessage: Sendable, Hashable {
         case .authenticated: return "authenticated"
         case .published: return "published"
         case .subscribed: return "subscribed"
+        case .streamingSource: return "streaming-source"
         case .ok: return "ok"
         case .streamEnded: return "stream-ended"
         case .failure: return "error"
@@ -611,6 +628,7 @@ public enum SignalingCodec {
         case .authenticated(let p): return try wire(envelope, p)
         case .published(let p): return try wire(envelope, p)
         case .subscribed(let p): return try wire(envelope, p)
+        case .streamingSource(let p): return try wire(envelope, p)
         case .streamEnded(let p): return try wire(envelope, p)
         case .failure(let p): return try wire(envelope, p)
         case .ok: return try wire(envelope, Empty?.none)
@@ -681,6 +699,7 @@ public enum SignalingCodec {
         case "authenticated": message = .authenticated(try payload(data, type, id))
         case "published": message = .published(try payload(data, type, id))
         case "subscribed": message = .subscribed(try payload(data, type, id))
+        case "streaming-source": message = .streamingSource(try payload(data, type, id))
         case "ok": message = .ok
         case "stream-ended": message = .streamEnded(try payload(data, type, id))
         case "error": message = .failure(try payload(data, type, id))

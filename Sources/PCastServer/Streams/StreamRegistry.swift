@@ -192,6 +192,9 @@ public struct StreamRegistry: Sendable {
     /// The most viewers this node serves at once (subscriptions to any stream, those being set up
     /// included); one more is refused with `capacity`. Nil: no limit.
     public var maximumViewers: Int?
+    /// Whether this node delivers HLS: a subscribe with a `streaming` token (and no `real-time`)
+    /// is then answered with the stream's HLS source instead of a relay flow.
+    public var deliversHLS = false
 
     public init(tokens: TokenAuthority) {
         self.tokens = tokens
@@ -404,6 +407,12 @@ public struct StreamRegistry: Sendable {
         if let kind = TokenAuthority.onlyKind(claims) {
             tracks = tracks.filter { $0.kind == kind }
             if tracks.isEmpty { return fail(.notFound, "stream '\(record.streamId)' has no \(kind.rawValue) track") }
+        }
+        if deliversHLS, claims.capabilities.contains(Self.streamingCapability), !claims.capabilities.contains("real-time"),
+           TokenAuthority.onlyKind(claims) == nil {
+            let source = ServerMessage.StreamingSource(streamId: record.streamId, playlistPath: "/hls/\(record.streamId)/index.m3u8", tracks: tracks)
+            return [send(sessionId, requestId, .streamingSource(source)), .deliverHLS(streamId: record.streamId),
+                    .log(.info, "subscribed as HLS", sessionId: sessionId, streamId: record.streamId)]
         }
         guard pendingSubscribes[subscriberId] == nil, !record.subscribers.contains(where: { $0.subscriberId == subscriberId }) else {
             return fail(.conflict, "subscriber id '\(subscriberId)' is taken")
