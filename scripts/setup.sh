@@ -47,6 +47,8 @@ packages=(
   # partition test puts two nodes in network namespaces of their own and cuts their link.
   nftables
   iproute2
+  # wrk: `pcast bench hls` loads the HLS parts and playlist with a thousand connections.
+  wrk
 )
 
 # Independent oracles the tests check against (PyPI): phenix-edge-auth for digest tokens, pylibsrtp for

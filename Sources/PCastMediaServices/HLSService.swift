@@ -133,8 +133,8 @@ final class HLSPresentation: FragmentConsumer, Sendable {
 ///
 /// Requests wait rather than poll: a blocking playlist reload until the part it names is cut, a
 /// request for the next part (the preload hint) until it is there, the first request of a stream
-/// until its first segment. Each wait is bounded (three target durations; ``startTimeout`` for the
-/// first segment) and then answered `unavailable`.
+/// until it has two segments (see ``HLSPackager/isPlayable``). Each wait is bounded (three target durations; ``startTimeout`` for the
+/// first segments) and then answered `unavailable`.
 actor HLSService: HLSControl {
     struct Entry {
         let presentation: HLSPresentation
@@ -146,7 +146,7 @@ actor HLSService: HLSControl {
     let maximumPresentations: Int
     /// How long an ended presentation stays served.
     let retention: Duration
-    /// How long the first request of a stream waits for its first segment.
+    /// How long the first request of a stream waits for it to be playable.
     let startTimeout: Duration
     private let session: InternalSession
     private let logger: Logger
@@ -230,7 +230,7 @@ actor HLSService: HLSControl {
         guard let presentation = presentation(for: streamId) else {
             return .unavailable("this node packages its limit of \(maximumPresentations) HLS presentations")
         }
-        // A stream just started takes its first segment (about two seconds) to be playable.
+        // A stream just started takes two segments (about four seconds) to be playable.
         guard let packager = await presentation.wait(timeout: startTimeout, until: { $0.isPlayable }), packager.isPlayable || packager.ended else {
             if let failure = presentation.failure { return .notFound(failure) }
             return .unavailable("stream '\(streamId)' has produced nothing to play yet")

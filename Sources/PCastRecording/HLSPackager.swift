@@ -5,7 +5,9 @@
 /// gather into *segments* that start at a video keyframe once the segment is about
 /// ``Settings/segmentTarget`` long (90 % of it: a 2 s GOP's timestamps may add up to a tick less) (or when one more part would pass ``Settings/targetDuration``,
 /// which a stream with rare keyframes needs). A bounded window of segments is kept in memory; the
-/// playlist lists the parts of the recent segments, with a preload hint for the next part, and
+/// playlist lists the parts of the recent segments, with a preload hint for the next part (every
+/// part stays fetchable while its segment is in the window, as the specification asks of a
+/// server for three target durations after a part is no longer listed), and
 /// ends with `EXT-X-ENDLIST` once ``end()`` is called.
 ///
 /// Pure state: no clock, no I/O. The caller cuts fragments at most ``Settings/partCut`` long and
@@ -26,14 +28,16 @@ public struct HLSPackager: Sendable {
         public var partTarget: Duration
         /// A segment is closed at the first keyframe once it is this long.
         public var segmentTarget: Duration
-        /// `EXT-X-TARGETDURATION`, seconds: no segment is longer (it is cut without a keyframe
-        /// rather than grow past it).
+        /// `EXT-X-TARGETDURATION`, seconds: no segment is longer, rounded (it is cut without a
+        /// keyframe rather than grow past it). Players reload the playlist about this often, so
+        /// it is the segment target, not more.
         public var targetDuration: Int
-        /// Segments listed and kept (parts are listed for the last ``partWindow`` closed ones).
+        /// Segments listed and kept (parts are listed for the last ``partWindow`` closed ones, and
+        /// served for all of them).
         public var window: Int
         public var partWindow: Int
 
-        public init(partTarget: Duration = .milliseconds(500), segmentTarget: Duration = .seconds(2), targetDuration: Int = 4,
+        public init(partTarget: Duration = .milliseconds(500), segmentTarget: Duration = .seconds(2), targetDuration: Int = 2,
                     window: Int = 6, partWindow: Int = 2) {
             self.partTarget = partTarget
             self.segmentTarget = segmentTarget
@@ -49,7 +53,8 @@ public struct HLSPackager: Sendable {
         public var partHoldBack: Duration { partTarget * 3 }
     }
 
-    /// A part as listed: its place, length in seconds, and whether it starts with a keyframe.
+    /// A part: its place, length in seconds, whether it starts with a keyframe, and its bytes
+    /// (held by the part while its segment is open, then by the segment: ``range`` in it).
     public struct Part: Sendable, Hashable {
         public var sequence: Int
         public var index: Int
@@ -58,9 +63,11 @@ public struct HLSPackager: Sendable {
         public var duration: Double
         public var independent: Bool
         public var bytes: [UInt8]
+        /// Where the part lies in its closed segment's bytes.
+        public var range: Range<Int>?
     }
 
-    /// A closed segment. `parts` is emptied once it leaves the part window.
+    /// A closed segment: its bytes are its parts' in order.
     public struct Segment: Sendable, Hashable {
         public var sequence: Int
         public var duration: Double
@@ -119,13 +126,17 @@ public struct HLSPackager: Sendable {
         fragmentSequence &+= 1
         let gathered = seconds(ticks: openParts.reduce(0) { $0 + $1.ticks })
         if !openParts.isEmpty,
-           (independent && gathered >= Self.seconds(settings.segmentTarget) * 0.9) || gathered + duration > Double(settings.targetDuration) {
+           (independent && gathered >= Self.seconds(settings.segmentTarget) * 0.9) || gathered + duration > Self.longestSegment(settings.targetDuration) {
             closeSegment()
         }
         openParts.append(Part(sequence: openSequence, index: openParts.count, ticks: ticks, duration: duration, independent: independent, bytes: bytes))
     }
 
     private func seconds(ticks: UInt64) -> Double { Double(ticks) / Double(primary.timescale) }
+
+    /// The longest a segment may be: its duration rounded to the nearest second must not pass
+    /// the target duration (RFC 8216 §4.3.3.1).
+    static func longestSegment(_ targetDuration: Int) -> Double { Double(targetDuration) + 0.49 }
 
     /// The stream ended: the parts gathered become the last segment and the playlist ends.
     public mutating func end() {
@@ -135,17 +146,19 @@ public struct HLSPackager: Sendable {
     }
 
     private mutating func closeSegment() {
+        var parts = openParts, start = 0
+        for index in parts.indices {
+            parts[index].range = start..<(start + parts[index].bytes.count)
+            start += parts[index].bytes.count
+            parts[index].bytes = []
+        }
         let segment = Segment(sequence: openSequence, duration: seconds(ticks: openParts.reduce(0) { $0 + $1.ticks }),
                               independent: openParts.first?.independent ?? false,
-                              bytes: openParts.flatMap(\.bytes), parts: openParts)
+                              bytes: openParts.flatMap(\.bytes), parts: parts)
         segments.append(segment)
         openParts = []
         openSequence += 1
         if segments.count > settings.window { segments.removeFirst(segments.count - settings.window) }
-        // Parts are listed, and kept, for the last few segments only.
-        for index in segments.indices.dropLast(settings.partWindow) where !segments[index].parts.isEmpty {
-            segments[index].parts = []
-        }
     }
 
     /// The media sequence number of the first listed segment.
@@ -163,7 +176,7 @@ public struct HLSPackager: Sendable {
         guard let part = position.part else { return position.sequence < openSequence }
         if position.sequence < openSequence {
             guard let segment = segments.first(where: { $0.sequence == position.sequence }) else { return true }
-            return part < max(segment.parts.count, 1) || openSequence > position.sequence + 1 || !openParts.isEmpty
+            return part < segment.parts.count || openSequence > position.sequence + 1 || !openParts.isEmpty
         }
         return position.sequence == openSequence && part < openParts.count
     }
@@ -174,9 +187,11 @@ public struct HLSPackager: Sendable {
         position.sequence <= openSequence + 2
     }
 
-    /// Whether a whole segment is listed: players (GStreamer's hlsdemux2, ffmpeg) refuse a
-    /// playlist of parts alone as invalid.
-    public var isPlayable: Bool { !segments.isEmpty }
+    /// Whether two whole segments are listed. Players refuse a playlist of parts alone as
+    /// invalid (GStreamer's hlsdemux2, ffmpeg), and hlsdemux2 cannot follow a live playlist whose
+    /// first version had a single segment: it matches each reload against the previous version
+    /// from that version's second segment on, never its first, so it stops after one segment.
+    public var isPlayable: Bool { segments.count >= 2 || ended && !segments.isEmpty }
 
     /// The media playlist (`index.m3u8`). `uriQuery` (without the `?`) is added to every URI.
     public func playlist(uriQuery: String? = nil) -> String {
@@ -197,8 +212,10 @@ public struct HLSPackager: Sendable {
         if segments.allSatisfy(\.independent), openParts.first?.independent ?? true {
             lines.insert("#EXT-X-INDEPENDENT-SEGMENTS", at: 2)
         }
+        // Parts are listed for the last few segments only.
+        let listed = Set(segments.suffix(settings.partWindow).map(\.sequence))
         for segment in segments {
-            lines += segment.parts.map(partLine)
+            if listed.contains(segment.sequence) { lines += segment.parts.map(partLine) }
             lines.append("#EXTINF:\(Self.format(segment.duration)),")
             lines.append(Self.segmentName(segment.sequence) + suffix)
         }
@@ -263,8 +280,9 @@ public struct HLSPackager: Sendable {
             return segments.first { $0.sequence == sequence }?.bytes
         case .part(let sequence, let index):
             if sequence == openSequence { return openParts.indices.contains(index) ? openParts[index].bytes : nil }
-            guard let parts = segments.first(where: { $0.sequence == sequence })?.parts, parts.indices.contains(index) else { return nil }
-            return parts[index].bytes
+            guard let segment = segments.first(where: { $0.sequence == sequence }), segment.parts.indices.contains(index),
+                  let range = segment.parts[index].range else { return nil }
+            return Array(segment.bytes[range])
         }
     }
 

@@ -262,6 +262,31 @@ extension BenchCommand {
         }
     }
 
+    /// `pcast bench hls`: live HLS latency at an HLS viewer, and segment serving under load.
+    struct HLS: BenchmarkCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "hls",
+            abstract: "Measure live HLS: capture → frame at an SDK viewer playing HLS (against a real-time viewer), and serving parts / the playlist to 1,000 wrk connections.",
+            discussion: "Needs wrk (make bench installs it)."
+        )
+
+        @OptionGroup var common: BenchOptions
+
+        @Option(help: "Seconds each viewer is measured.")
+        var latencySeconds: Double = 15
+
+        @Option(help: "Seconds of each wrk run.")
+        var throughputSeconds: Double = 10
+
+        @Option(help: "wrk's connections.")
+        var connections = 1000
+
+        func measure() async throws {
+            let result = try await HLSBenchmark(seconds: latencySeconds, throughputSeconds: throughputSeconds, connections: connections).run()
+            try common.write(result, markdown: HLSBenchmark.markdown(result), as: Self.name)
+        }
+    }
+
     /// `pcast bench plugin`: the GStreamer elements (pcastsink, pcastsrc) against the SDK.
     struct Plugin: BenchmarkCommand {
         static let configuration = CommandConfiguration(

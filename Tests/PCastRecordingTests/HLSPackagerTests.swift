@@ -39,13 +39,13 @@ struct HLSPackagerTests {
         #expect(hls.segments.map(\.sequence) == [0, 1, 2])
         #expect(hls.segments.map(\.duration) == [2, 2, 2])
         #expect(hls.segments.allSatisfy { $0.independent })
-        #expect(hls.segments[0].parts.isEmpty, "parts are kept for the last two closed segments")
-        for segment in hls.segments.suffix(2) {
+        for segment in hls.segments {
             #expect(segment.parts.first?.independent == true)
             #expect(segment.parts.dropFirst().allSatisfy { !$0.independent })
             #expect(segment.parts.allSatisfy { $0.duration <= 0.5 })
             #expect(segment.parts.map(\.duration) == [0.48, 0.48, 0.48, 0.48, 0.08])
-            #expect(segment.bytes == segment.parts.flatMap(\.bytes))
+            let partBytes = segment.parts.indices.compactMap { hls.resource(.part(segment.sequence, $0)) }
+            #expect(segment.bytes == partBytes.flatMap { $0 }, "a segment is its parts in order")
         }
         #expect(hls.openSequence == 3 && hls.openParts.count == 2, "6.0–6.48 and 6.48–6.96 s; the last frame waits for its duration")
         #expect(hls.nextPart == .init(sequence: 3, part: 2))
@@ -56,7 +56,7 @@ struct HLSPackagerTests {
         var hls = try packaged(videoUnits(count: 25 * 5, gop: 50))
         let live = hls.playlist()
         let all = live.split(separator: "\n").map(String.init)
-        #expect(all.prefix(8) == ["#EXTM3U", "#EXT-X-VERSION:9", "#EXT-X-INDEPENDENT-SEGMENTS", "#EXT-X-TARGETDURATION:4",
+        #expect(all.prefix(8) == ["#EXTM3U", "#EXT-X-VERSION:9", "#EXT-X-INDEPENDENT-SEGMENTS", "#EXT-X-TARGETDURATION:2",
                                   "#EXT-X-PART-INF:PART-TARGET=0.50000",
                                   "#EXT-X-SERVER-CONTROL:CAN-BLOCK-RELOAD=YES,PART-HOLD-BACK=1.50000",
                                   "#EXT-X-MEDIA-SEQUENCE:0", "#EXT-X-MAP:URI=\"init.mp4\""])
@@ -92,24 +92,26 @@ struct HLSPackagerTests {
         #expect(scan.lastSequence == UInt32(scan.fragmentCount), "mfhd sequence numbers run on across parts")
     }
 
-    @Test("the window keeps six segments (older ones are gone and MEDIA-SEQUENCE moves on); parts are listed and kept for the last two closed segments and the open one only")
+    @Test("the window keeps six segments (older ones are gone and MEDIA-SEQUENCE moves on); parts are listed for the last two closed segments and the open one only, and served while their segment is in the window")
     func window() throws {
         let hls = try packaged(videoUnits(count: 25 * 21, gop: 50))   // 10 closed segments
         #expect(hls.segments.map(\.sequence) == Array(4...9))
         #expect(hls.mediaSequence == 4)
         #expect(hls.playlist().contains("#EXT-X-MEDIA-SEQUENCE:4\n"))
         #expect(hls.resource(named: "seg3.m4s") == nil && hls.resource(named: "seg4.m4s") != nil)
-        #expect(hls.segments.map { $0.parts.isEmpty } == [true, true, true, true, false, false])
-        #expect(hls.resource(named: "part7.0.m4s") == nil && hls.resource(named: "part8.0.m4s") != nil)
+        #expect(hls.resource(named: "part3.0.m4s") == nil && hls.resource(named: "part4.0.m4s") != nil && hls.resource(named: "part8.0.m4s") != nil)
         let listed = Set(lines(hls.playlist(), "#EXT-X-PART:").compactMap { attribute($0, "URI")?.split(separator: ".").first })
         #expect(listed == ["part8", "part9", "part10"])
     }
 
-    @Test("keyframes every 10 s: segments are cut at the 4 s target without one (not independent, so no EXT-X-INDEPENDENT-SEGMENTS), none longer")
+    @Test("keyframes every 10 s: segments are cut without one before they pass the 2 s target once rounded (2.4 s; not independent, so no EXT-X-INDEPENDENT-SEGMENTS), none longer")
     func rareKeyframes() throws {
         let hls = try packaged(videoUnits(count: 25 * 13, gop: 250))
         #expect(!hls.segments.isEmpty)
-        #expect(hls.segments.allSatisfy { $0.duration <= 4 })
+        #expect(hls.segments.allSatisfy { $0.duration < 2.5 })
+        // 0–9.6 s in four cuts of five 0.48 s parts; then 9.6–10 s, the keyframe at 10 s too early
+        // to start a segment, and parts up to 11.92 s.
+        #expect(hls.segments.map { ($0.duration * 100).rounded() / 100 } == [2.4, 2.4, 2.4, 2.4, 2.32], "\(hls.segments.map(\.duration))")
         #expect(hls.segments.first?.independent == true)
         #expect(hls.segments.dropFirst().contains { !$0.independent })
         #expect(!hls.playlist().contains("#EXT-X-INDEPENDENT-SEGMENTS"))

@@ -95,8 +95,11 @@ public final class StreamMeter: Sendable {
 
     /// Reads the counters of the frames `renderer` shows: after the decoder, and (on the null
     /// video device) when its sink presents them.
+    /// A new viewer starts a new sequence: its first counter is not compared with the last one
+    /// another viewer read (an HLS viewer's frames are seconds older than a real-time viewer's).
     public func watch(_ renderer: Renderer, of stream: MediaStream) throws(MediaError) {
         guard let track = stream.getVideoTracks().first else { throw .unsupportedPad("the stream has no video track") }
+        window.withLock { $0.last = nil }
         if renderer.options.useNullVideoDevice {
             try renderer.onVideoPresented { [weak self] frame in
                 guard let self, let value = FrameStamp.read(frame) else { return }
@@ -130,8 +133,9 @@ public final class StreamMeter: Sendable {
         }
     }
 
-    /// When the frame stamped `value` was captured, while it is remembered.
-    private func captureTime(of value: UInt32) -> ContinuousClock.Instant? {
+    /// When the frame stamped `value` was captured, while it is remembered (the last few seconds
+    /// of frames): for readers of the stamps other than a renderer.
+    public func captureTime(of value: UInt32) -> ContinuousClock.Instant? {
         captured.withLock { slots in
             guard let entry = slots[Int(value) % Self.slots], entry.counter == value else { return nil }
             return entry.at

@@ -8,8 +8,9 @@ import Synchronization
 /// older `uridecodebin` picks the legacy hlsdemux, which does not) fetches the playlist and its
 /// parts and decodes them, and the raw media reaches `video-tee` / `audio-tee`
 /// as a real-time stream's does, so renderers and frame-ready hooks attach the same way. The
-/// pacing sinks follow the clock: media plays at its own pace from where the demuxer starts (the
-/// playlist's hold-back behind the live edge). The playlist's end (`EXT-X-ENDLIST`, played out)
+/// pacing sinks follow the clock and hold the decoders back (their queues do not leak, unlike a
+/// real-time stream's): a segment downloaded at once still plays at its own pace, from where the
+/// demuxer starts (the playlist's hold-back behind the live edge). The playlist's end (`EXT-X-ENDLIST`, played out)
 /// ends the stream as the remote's `ended`; an HTTP or decoding error as `failed`, with
 /// GStreamer's message.
 package final class HLSReceiver: StreamEngine, @unchecked Sendable {
@@ -37,11 +38,11 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
         if kinds.contains(.audio) {
             lines.append("hls-source. ! audio/x-raw ! queue name=audio-queue ! audioconvert ! audioresample"
                 + " ! audio/x-raw,format=S16LE,layout=interleaved,rate=48000 ! identity name=audio-hook"
-                + " ! tee name=audio-tee allow-not-linked=true ! queue leaky=downstream max-size-buffers=8 ! fakesink name=audio-pacer sync=true async=false")
+                + " ! tee name=audio-tee allow-not-linked=true ! queue max-size-buffers=8 ! fakesink name=audio-pacer sync=true async=false")
         }
         if kinds.contains(.video) {
             lines.append("hls-source. ! video/x-raw ! queue name=video-queue ! videoconvert ! video/x-raw,format=I420 ! identity name=video-hook"
-                + " ! tee name=video-tee allow-not-linked=true ! queue leaky=downstream max-size-buffers=2 ! fakesink name=video-pacer sync=true async=false")
+                + " ! tee name=video-tee allow-not-linked=true ! queue max-size-buffers=2 ! fakesink name=video-pacer sync=true async=false")
         }
         do {
             pipeline = try Pipeline(description: lines.joined(separator: "\n"))
@@ -60,17 +61,20 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
                 let hook = try receiver.pipeline.element(named: kind == .video ? "video-hook" : "audio-hook").staticPad("src")
                 gate.install(on: hook)
                 tracks.append(MediaStreamTrack(kind: kind, source: nil, gate: gate))
-                if kind == .video {
-                    _ = hook.addBufferProbe { [weak receiver] _ in
-                        guard let receiver else { return .pass }
-                        if receiver.videoFrames.add(1, ordering: .relaxed).oldValue == 0 {
-                            receiver.firstVideo.withLock { $0 = .now }
-                        }
-                        return .pass
+                _ = hook.addBufferProbe { [weak receiver] _ in
+                    guard let receiver else { return .pass }
+                    receiver.mediaArrived()
+                    if kind == .video, receiver.videoFrames.add(1, ordering: .relaxed).oldValue == 0 {
+                        receiver.firstVideo.withLock { $0 = .now }
                     }
+                    return .pass
                 }
             }
-            try await receiver.pipeline.play(timeout: nil)
+            // Paused until the first decoded media: the clock's base is taken when it plays, so
+            // the media plays from its first frame on (started at once, the pipeline's running
+            // time would be seconds ahead of the first segment's, and the sinks would drop it all
+            // as late). The sinks hold the first buffers meanwhile.
+            try await receiver.pipeline.pause(timeout: nil)
         } catch {
             await receiver.pipeline.stop()
             throw .gstreamer(error)
@@ -79,6 +83,21 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
         receiver.ends.attach { [weak stream] reason in stream?.finish(reason) }
         receiver.watchBus()
         return (receiver, stream)
+    }
+
+    private let playing = Atomic<Bool>(false)
+
+    /// The first decoded media is there: the pipeline plays (on a task: not on the streaming thread).
+    private func mediaArrived() {
+        guard !playing.exchange(true, ordering: .relaxed) else { return }
+        Task { [weak self] in
+            guard let self, !self.stopped.load(ordering: .relaxed) else { return }
+            do throws(GStreamerError) {
+                try await self.pipeline.play(timeout: nil)
+            } catch {
+                self.ends.fire(.failed("the HLS player did not start: \(error)"))
+            }
+        }
     }
 
     func tee(for kind: MediaType) -> Element? {
