@@ -21,10 +21,10 @@ struct ServedPlatform {
     }
 
     /// Starts `pcast serve` (with the sample backend) and waits until it prints its signaling URL.
-    static func start(dataDirectory: URL, log: URL) async throws -> ServedPlatform {
+    static func start(dataDirectory: URL, log: URL, extraArguments: [String] = []) async throws -> ServedPlatform {
         let process = try ChildProcess.spawn(try pcastBinary(), [
             "serve", "--application-id", applicationId, "--http-port", "0", "--media-port", "0", "--no-rtmp", "--sample-backend",
-            "--data-dir", dataDirectory.path], environment: environment, output: log.path)
+            "--data-dir", dataDirectory.path] + extraArguments, environment: environment, output: log.path)
         var url: String?
         for _ in 0..<300 where url == nil {
             let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""

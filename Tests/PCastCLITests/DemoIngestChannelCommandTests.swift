@@ -1,0 +1,77 @@
+import Foundation
+import PCastTestSupport
+import Testing
+
+/// Waits until the child's output file has a line that `matches`, and returns it.
+func awaitLine(in file: URL, process: ChildProcess, within limit: Duration = .seconds(30), _ matches: (String) -> Bool) async throws -> String {
+    let deadline = ContinuousClock.now + limit
+    while ContinuousClock.now < deadline {
+        let text = (try? String(contentsOf: file, encoding: .utf8)) ?? ""
+        if let line = text.split(separator: "\n").map(String.init).first(where: matches) { return line }
+        guard process.isRunning else { throw CLITestFailure("the process exited first: \(text)") }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    throw CLITestFailure("no such line within \(limit): \((try? String(contentsOf: file, encoding: .utf8)) ?? "")")
+}
+
+@Suite("pcast demo, ingest and channel", .serialized)
+struct DemoIngestChannelCommandTests {
+    @Test("pcast demo --seconds 5 --sink null: the embedded platform, a publisher and a viewer; exit 0 with a summary of more than 40 frames delivered and no SRTP failure")
+    func demo() throws {
+        let result = try runCommand(try pcastBinary(), ["demo", "--seconds", "5", "--sink", "null", "--width", "320", "--height", "240",
+                                                        "--fps", "15", "--quiet"], timeout: 90)
+        #expect(result.status == 0, "\(result.stderr)")
+        let summary = try #require(result.lines.first { $0.hasPrefix("summary: ") }, "\(result.stdout)")
+        let frames = Int(summary.dropFirst("summary: ".count).split(separator: " ").first ?? "") ?? 0
+        #expect(frames > 40, "\(summary)")
+        #expect(summary.contains(", 0 SRTP failures"), "\(summary)")
+    }
+
+    @Test("pcast ingest of a 3 s mp4 from the operator's --ingest-file-dir prints the stream id, its position while it plays, and `ended: ended (…)` once the file played out (exit 0); a URI the platform does not pull (gopher://) fails with the platform's refusal")
+    func ingest() async throws {
+        let directory = try temporaryDirectory("pcast-ingest-cli")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let media = directory.appendingPathComponent("media")
+        try FileManager.default.createDirectory(at: media, withIntermediateDirectories: true)
+        let clip = media.appendingPathComponent("clip.mp4").path
+        let made = try runCommand(try executable("ffmpeg"), [
+            "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=25", "-f", "lavfi", "-i", "sine=frequency=440",
+            "-t", "3", "-c:v", "libx264", "-pix_fmt", "yuv420p", "-g", "25", "-c:a", "aac", "-y", clip], timeout: 60)
+        #expect(made.status == 0, "\(made.stderr)")
+        let platform = try await ServedPlatform.start(dataDirectory: directory.appendingPathComponent("data"), log: directory.appendingPathComponent("serve.out"),
+                                                      extraArguments: ["--ingest-file-dir", media.path])
+        defer { platform.process.stop() }
+        let session = ["--server", platform.signaling, "--auth-token", try platform.token(["--type", "auth"])]
+        let publish = try platform.token(["--type", "publish"])
+        let result = try platform.pcast(["ingest"] + session + ["--token", publish, "--uri", "file://\(clip)"], timeout: 60)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.lines.first?.hasPrefix("stream-") == true, "\(result.stdout)")
+        #expect(result.lines.contains { $0.hasPrefix("position ") }, "\(result.stdout)")
+        #expect(result.lines.contains { $0.hasPrefix("ended: ended") }, "\(result.stdout)")
+
+        let refused = try platform.pcast(["ingest"] + session + ["--token", publish, "--uri", "gopher://127.0.0.1/clip"], timeout: 30)
+        #expect(refused.status != 0 && refused.stderr.contains("ingest failed ("), "\(refused.status) \(refused.stderr)")
+        #expect(refused.stderr.contains("gopher"), "\(refused.stderr)")
+    }
+
+    @Test("pcast channel publish creates the channel and prints its stream id; pcast channel view of that alias, through the sample backend, prints `viewing <that stream id>`; both exit 0 after --seconds")
+    func channelPublishAndView() async throws {
+        let directory = try temporaryDirectory("pcast-channel-cli")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let platform = try await ServedPlatform.start(dataDirectory: directory.appendingPathComponent("data"), log: directory.appendingPathComponent("serve.out"))
+        defer { platform.process.stop() }
+        let backend = platform.http + "/backend/"
+        let publisherLog = directory.appendingPathComponent("publisher.out")
+        let publisher = try ChildProcess.spawn(try pcastBinary(), [
+            "channel", "publish", "--backend", backend, "--alias", "news", "--width", "320", "--height", "240", "--fps", "15", "--seconds", "12",
+        ], environment: ServedPlatform.environment, output: publisherLog.path)
+        defer { publisher.stop() }
+        let streamId = try await awaitLine(in: publisherLog, process: publisher) { $0.hasPrefix("stream-") }
+
+        let viewer = try platform.pcast(["channel", "view", "--backend", backend, "--alias", "news", "--sink", "null", "--seconds", "4"], timeout: 60)
+        #expect(viewer.status == 0, "\(viewer.stderr)")
+        #expect(viewer.lines.contains("viewing \(streamId)"), "\(viewer.stdout) \(viewer.stderr)")
+        let published = await Task.detached { publisher.wait(within: .seconds(30)) }.value
+        #expect(published == 0, "pcast channel publish: \((try? String(contentsOf: publisherLog, encoding: .utf8)) ?? "")")
+    }
+}
