@@ -14,13 +14,7 @@ import Testing
 
 /// A 25 fps 640×360 test pattern with audio, keyframes every 2 s, published live with `token`.
 func publishForHLS(_ pcast: PCast, token: String, tags: [String] = []) async throws -> (Publisher, UserMediaStream) {
-    var options = UserMediaOptions()
-    options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
-    options.video.width = .exact(640)
-    options.video.height = .exact(360)
-    options.video.frameRate = .exact(25)
-    options.audio.deviceId = .exact(SourceDevices.syntheticAudioId)
-    let media = try await UserMedia.getUserMedia(options)
+    let media = try await UserMedia.getUserMedia(patternMediaOptions())
     let publisher = try await pcast.publish(streamToken: token, mediaStream: media, tags: tags,
                                             settings: EncodingSettings(videoBitrate: 800, keyframeInterval: 50))
     return (publisher, media)
@@ -230,7 +224,7 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
-        @Test("a 'streaming' token cannot record (invalidRequest: the recorder needs the real-time stream); an invalid streamingSourceMapping pattern fails the subscribe with invalidRequest and plays nothing")
+        @Test("a 'streaming' token cannot record (invalidRequest: the recorder needs the real-time stream); an invalid streamingSourceMapping pattern fails the subscribe with invalidRequest and plays nothing; a mapping to a CDN that is not there fails the subscribe (media) or ends the stream as failed within 20 s, no hang")
         func streamingRefusals() async throws {
             let platform = try await LocalPlatform.start()
             let pcast = try await client(platform)
@@ -255,6 +249,25 @@ extension OneAtATime {
                 #expect(error.code == .invalidRequest && error.detail.contains("streamingSourceMapping"), "\(error)")
             }
             await viewer.stop()
+
+            let closedPort = try freeTCPPort()   // nothing listens there
+            var unreachable = PCastOptions(uri: platform.signalingURL)
+            unreachable.streamingSourceMapping = StreamingSourceMapping(patternToReplace: #"^http://127\.0\.0\.1:[0-9]+"#, replacement: "http://127.0.0.1:\(closedPort)")
+            let stranded = PCast(unreachable)
+            try await stranded.start(authToken: try platform.token(.auth))
+            let asked = ContinuousClock.now
+            do throws(PCastError) {
+                let stream = try await stranded.subscribe(streamToken: token)
+                #expect(await eventually(.seconds(20)) { stream.endReason != nil })
+                guard case .failed? = stream.endReason else {
+                    Issue.record("the stream did not fail: \(String(describing: stream.endReason))")
+                    return
+                }
+            } catch {
+                #expect(error.code == .media, "\(error)")
+            }
+            #expect(ContinuousClock.now - asked < .seconds(25))
+            await stranded.stop()
             await publisher.stop()
             await media.stop()
             await pcast.stop()

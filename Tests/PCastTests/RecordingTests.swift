@@ -75,15 +75,20 @@ func discoveredDuration(_ path: String) throws -> Duration {
     return .seconds(hours * 3600 + minutes * 60 + seconds)
 }
 
-/// A 25 fps 640×360 test pattern with audio, published with a publish type.
-func publishPattern(_ pcast: PCast, _ platform: LocalPlatform, type: PublishType, name: String) async throws -> (Publisher, UserMediaStream) {
+/// A 25 fps 640×360 test pattern with a tone.
+func patternMediaOptions() -> UserMediaOptions {
     var options = UserMediaOptions()
     options.video.deviceId = .exact(SourceDevices.syntheticVideoId)
     options.video.width = .exact(640)
     options.video.height = .exact(360)
     options.video.frameRate = .exact(25)
     options.audio.deviceId = .exact(SourceDevices.syntheticAudioId)
-    let media = try await UserMedia.getUserMedia(options)
+    return options
+}
+
+/// A 25 fps 640×360 test pattern with audio, published with a publish type.
+func publishPattern(_ pcast: PCast, _ platform: LocalPlatform, type: PublishType, name: String) async throws -> (Publisher, UserMediaStream) {
+    let media = try await UserMedia.getUserMedia(patternMediaOptions())
     let publisher = try await pcast.publish(streamToken: try platform.token(.publish, applyTags: ["channelAlias:show"], streamName: name), mediaStream: media,
                                             settings: EncodingSettings(videoBitrate: 800, keyframeInterval: 25), publishType: type, streamName: name)
     return (publisher, media)

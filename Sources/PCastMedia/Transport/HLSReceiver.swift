@@ -73,8 +73,9 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
             // Paused until the first decoded media: the clock's base is taken when it plays, so
             // the media plays from its first frame on (started at once, the pipeline's running
             // time would be seconds ahead of the first segment's, and the sinks would drop it all
-            // as late). The sinks hold the first buffers meanwhile.
-            try await receiver.pipeline.pause(timeout: nil)
+            // as late). The sinks hold the first buffers meanwhile. Bounded: a server that never
+            // answers fails the subscribe (souphttpsrc gives up after 15 s).
+            try await receiver.pipeline.pause(timeout: .seconds(20))
         } catch {
             await receiver.pipeline.stop()
             throw .gstreamer(error)
