@@ -234,7 +234,9 @@ public struct StaticHTTPServer: Sendable {
     public let directory: URL
 
     public static func start(directory root: String) throws -> StaticHTTPServer {
-        let (process, port, directory) = try startNginx(what: "nginx (http)") { port, _ in "server { listen 127.0.0.1:\(port); root \(root); }" }
+        let (process, port, directory) = try startNginx(what: "nginx (http)") { port, directory in
+            httpContext(directory, "server { listen 127.0.0.1:\(port); root \(root); }")
+        }
         return StaticHTTPServer(process: process, port: port, directory: directory)
     }
 
@@ -246,30 +248,22 @@ public struct StaticHTTPServer: Sendable {
     }
 }
 
-/// nginx in a temporary directory, listening on a free loopback port with the `server` block
-/// `server(port, directory)` gives, its access log (when the block asks for one) in
-/// `directory/access.log`.
-func startNginx(what: String, server: (Int, URL) -> String) throws -> (ChildProcess, Int, URL) {
+/// nginx in a temporary directory of its own, one worker in the foreground, with the modules
+/// loaded and the top-level contexts (`http { … }`, `rtmp { … }`) that `contexts(port,
+/// directory)` gives for a free loopback port; it listens there before this returns.
+func startNginx(what: String, modules: [String] = [], contexts: (Int, URL) -> String) throws -> (ChildProcess, Int, URL) {
     let nginx = try executable("nginx")
     let port = try freeTCPPort()
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-http-\(UUID().uuidString)")
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-nginx-\(UUID().uuidString)")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    let configuration = """
+    let configuration = modules.map { "load_module \($0);\n" }.joined() + """
         daemon off;
         master_process off;
         worker_processes 1;
         pid \(directory.path)/nginx.pid;
         error_log \(directory.path)/error.log warn;
         events { worker_connections 256; }
-        http {
-            access_log off;
-            client_body_temp_path \(directory.path);
-            proxy_temp_path \(directory.path);
-            fastcgi_temp_path \(directory.path);
-            uwsgi_temp_path \(directory.path);
-            scgi_temp_path \(directory.path);
-            \(server(port, directory))
-        }
+        \(contexts(port, directory))
         """
     let file = directory.appendingPathComponent("nginx.conf")
     try configuration.write(to: file, atomically: true, encoding: .utf8)
@@ -277,6 +271,21 @@ func startNginx(what: String, server: (Int, URL) -> String) throws -> (ChildProc
                                          environment: ProcessInfo.processInfo.environment)
     try waitForTCP(port: port, process: process, what: what)
     return (process, port, directory)
+}
+
+/// An `http { … }` context around `server` blocks, its temporary files in `directory`.
+func httpContext(_ directory: URL, _ server: String) -> String {
+    """
+    http {
+        access_log off;
+        client_body_temp_path \(directory.path);
+        proxy_temp_path \(directory.path);
+        fastcgi_temp_path \(directory.path);
+        uwsgi_temp_path \(directory.path);
+        scgi_temp_path \(directory.path);
+        \(server)
+    }
+    """
 }
 
 /// An operator's CDN in front of the platform, as far as a player can tell: nginx on 127.0.0.1
@@ -290,7 +299,7 @@ public struct ReverseProxyHTTPServer: Sendable {
 
     public static func start(upstream: String, prefix: String = "cdn") throws -> ReverseProxyHTTPServer {
         let (process, port, directory) = try startNginx(what: "nginx (reverse proxy)") { port, directory in
-            """
+            httpContext(directory, """
             log_format paths '$status $request_uri';
             server {
                 listen 127.0.0.1:\(port);
@@ -302,7 +311,7 @@ public struct ReverseProxyHTTPServer: Sendable {
                     proxy_pass \(upstream)/;
                 }
             }
-            """
+            """)
         }
         return ReverseProxyHTTPServer(process: process, port: port, directory: directory, prefix: prefix)
     }
@@ -330,28 +339,12 @@ public struct NginxRTMPServer: Sendable {
     public let directory: URL
 
     public static func start() throws -> NginxRTMPServer {
-        let nginx = try executable("nginx")
         let module = ["/usr/lib/nginx/modules/ngx_rtmp_module.so", "/usr/share/nginx/modules/ngx_rtmp_module.so"]
             .first { FileManager.default.fileExists(atPath: $0) }
         guard let module else { throw StandInFailure(description: "the nginx RTMP module is missing (install libnginx-mod-rtmp)") }
-        let port = try freeTCPPort()
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-nginx-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let configuration = """
-            load_module \(module);
-            daemon off;
-            master_process off;
-            worker_processes 1;
-            pid \(directory.path)/nginx.pid;
-            error_log \(directory.path)/error.log warn;
-            events { worker_connections 64; }
-            rtmp { server { listen 127.0.0.1:\(port); chunk_size 4096; application live { live on; record off; } } }
-            """
-        let file = directory.appendingPathComponent("nginx.conf")
-        try configuration.write(to: file, atomically: true, encoding: .utf8)
-        let process = try ChildProcess.spawn(nginx, ["-p", directory.path, "-c", file.path, "-e", "\(directory.path)/error.log"],
-                                             environment: ProcessInfo.processInfo.environment)
-        try waitForTCP(port: port, process: process, what: "nginx")
+        let (process, port, directory) = try startNginx(what: "nginx (rtmp)", modules: [module]) { port, _ in
+            "rtmp { server { listen 127.0.0.1:\(port); chunk_size 4096; application live { live on; record off; } } }"
+        }
         return NginxRTMPServer(process: process, port: port, directory: directory)
     }
 

@@ -6,6 +6,7 @@ import Glibc
 import PCast
 import PCastMedia
 import PCastNode
+import PCastProtocol
 import PCastTestSupport
 import GStreamer
 import Synchronization
@@ -103,8 +104,8 @@ struct HLSBenchmark {
                               realTimeScreenP50: realTime.snapshot.screenPercentile(50) ?? .nan, firstFrameSeconds: hls.firstFrame)
 
         let token = try platform.token(.stream, originStreamId: publisher.streamId, capabilities: ["streaming"])
-        let query = "token=" + (token.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? token)
-        let base = "\(platform.httpURL)/hls/\(publisher.streamId)"
+        let query = HLSAddress.tokenQuery(token)
+        let base = platform.httpURL + HLSAddress.directory(publisher.streamId)
         let playlist = try await fetch("\(base)/index.m3u8?\(query)")
         // The newest listed part: what every low-latency player asks for next.
         guard let part = playlist.split(separator: "\n").last(where: { $0.hasPrefix("#EXT-X-PART:") })?
@@ -150,8 +151,8 @@ struct HLSBenchmark {
     /// listed and decoded; capture → decoded for every stamped frame, after a warm-up part.
     private func followParts(_ platform: LocalPlatform, _ streamId: String, meter: StreamMeter) async throws -> (latencies: [Double], parts: Int) {
         let token = try platform.token(.stream, originStreamId: streamId, capabilities: ["streaming"])
-        let query = "token=" + (token.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? token)
-        let base = "\(platform.httpURL)/hls/\(streamId)"
+        let query = HLSAddress.tokenQuery(token)
+        let base = platform.httpURL + HLSAddress.directory(streamId)
         let pipeline = try Pipeline(description: "appsrc name=parts is-live=true format=bytes ! qtdemux name=demux "
             + "demux.video_0 ! queue ! h264parse ! avdec_h264 ! videoconvert ! video/x-raw,format=I420 ! appsink name=frames sync=false async=false "
             + "demux.audio_0 ! queue ! fakesink sync=false async=false")

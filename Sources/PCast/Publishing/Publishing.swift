@@ -516,8 +516,7 @@ extension PCast {
         }
         components.scheme = scheme == "wss" || scheme == "https" ? "https" : "http"
         components.path = playlistPath
-        let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-._~"))
-        components.percentEncodedQuery = "token=" + (streamToken.addingPercentEncoding(withAllowedCharacters: allowed) ?? streamToken)
+        components.percentEncodedQuery = HLSAddress.tokenQuery(streamToken)
         guard let url = components.string else { throw .invalidRequest("cannot make an HLS URL from '\(signaling)'") }
         return url
     }
@@ -543,18 +542,18 @@ extension PCast {
     ///
     /// - Throws: the refusals of ``subscribe(streamToken:playoutDelay:layer:)``.
     public func record(streamToken: String, to path: String, mode: RecordingMode = .record) async throws(PCastError) -> StreamRecording {
-        let recorder = MediaRecorder(path: path, mode: mode)
-        let (streamId, stream) = try await openSubscription(streamToken: streamToken, layer: .best) { tracks, since, sendRTCP throws(MediaError) in
-            try await RTPReceiver.startRecording(tracks: tracks, into: recorder, runningSince: since, sendRTCP: sendRTCP)
-        }
-        return StreamRecording(streamId: streamId, stream: stream, recorder: recorder)
+        try await record(streamToken: streamToken, into: MediaRecorder(path: path, mode: mode))
     }
 
     /// Records a stream in memory for live packaging (the platform's HLS): the fragments go to
     /// `consumer` as they are cut, at every keyframe and at most `fragmentDuration` long. The best
     /// layer of a simulcast is taken throughout.
     package func package(streamToken: String, into consumer: any FragmentConsumer, fragmentDuration: Duration) async throws(PCastError) -> StreamRecording {
-        let recorder = MediaRecorder(consumer: consumer, fragmentDuration: fragmentDuration)
+        try await record(streamToken: streamToken, into: MediaRecorder(consumer: consumer, fragmentDuration: fragmentDuration))
+    }
+
+    /// The best layer, depayloaded into `recorder` until the stream ends or the recording stops.
+    private func record(streamToken: String, into recorder: MediaRecorder) async throws(PCastError) -> StreamRecording {
         let (streamId, stream) = try await openSubscription(streamToken: streamToken, layer: .best) { tracks, since, sendRTCP throws(MediaError) in
             try await RTPReceiver.startRecording(tracks: tracks, into: recorder, runningSince: since, sendRTCP: sendRTCP)
         }

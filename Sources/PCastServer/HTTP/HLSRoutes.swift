@@ -52,8 +52,7 @@ struct HLSRoutes: Sendable {
         let header = request.headers[.authorization]
         let token = WebRTCRoutes.bearer(header) ?? query.get("token")
         let streamId: String, live: Bool
-        switch await platform.authorizeHLS(name: name, token: token, byOperator: admin.authorises(header),
-                                           remoteAddress: context.remoteAddress?.ipAddress, tokens: tokens) {
+        switch await authorize(name: name, token: token, byOperator: admin.authorises(header), remoteAddress: context.remoteAddress?.ipAddress) {
         case .failure(let refusal):
             context.logger.notice("HLS refused", metadata: ["pcast.status": "\(refusal.status.code)", "pcast.reason": .string(refusal.reason)])
             var response = Self.refusal(refusal.status, refusal.reason)
@@ -65,9 +64,7 @@ struct HLSRoutes: Sendable {
         // A token given in the query is carried into the playlist's URIs (relative URLs lose the
         // query); one given as a header is not written anywhere.
         var uriQuery: String?
-        if WebRTCRoutes.bearer(header) == nil, let token = query.get("token") {
-            uriQuery = "token=" + (token.addingPercentEncoding(withAllowedCharacters: Self.queryValueAllowed) ?? token)
-        }
+        if WebRTCRoutes.bearer(header) == nil, let token = query.get("token") { uriQuery = HLSAddress.tokenQuery(token) }
         switch await hls.serve(streamId: streamId, file: file, reload: reload, uriQuery: uriQuery, startIfNeeded: live) {
         case .ok(let contentType, let body, let maxAge):
             var response = Response(status: .ok, headers: [.contentType: contentType, .contentLength: String(body.count)],
@@ -83,9 +80,6 @@ struct HLSRoutes: Sendable {
             return response
         }
     }
-
-    /// What a query value may hold unescaped (no `&`, `=`, `+` or `#`).
-    static let queryValueAllowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-._~"))
 
     static func addCORS(_ response: inout Response) {
         response.headers[.accessControlAllowOrigin] = "*"
@@ -107,19 +101,20 @@ struct HLSRefusal: Error, Sendable, Hashable {
     var reason: String
 }
 
-extension Platform {
+extension HLSRoutes {
     /// The stream `name` stands for (a live stream's id, or a channel alias whose newest stream is
     /// played; or one of these that ended lately, while its playlist is kept) and whether it is
     /// live, if the player may have it as HLS: the operator, or a stream token with the
-    /// `streaming` capability that leads to that stream as a subscribe would.
-    func authorizeHLS(name: String, token: String?, byOperator: Bool, remoteAddress: String?,
-                      tokens: TokenAuthority) -> Result<(streamId: String, live: Bool), HLSRefusal> {
+    /// `streaming` capability that leads to that stream as a subscribe would. The token is checked
+    /// here, on the request's task: only the stream's lookup is the platform actor's work, which
+    /// thousands of players' requests a second must not queue signaling behind.
+    func authorize(name: String, token: String?, byOperator: Bool, remoteAddress: String?) async -> Result<(streamId: String, live: Bool), HLSRefusal> {
         guard byOperator || token?.isEmpty == false else {
             return .failure(.init(status: .unauthorized, reason: "no token: a stream token with the 'streaming' capability (Authorization: Bearer, or ?token=)"))
         }
         var claims: TokenClaims?
         if !byOperator, let token {
-            switch tokens.check(token, as: .stream, sessionId: "", remoteAddress: remoteAddress, now: clock()) {
+            switch tokens.check(token, as: .stream, sessionId: "", remoteAddress: remoteAddress, now: platform.clock()) {
             case .failure(let failure): return .failure(.init(status: .unauthorized, reason: failure.message))
             case .success(let checked): claims = checked
             }
@@ -127,8 +122,7 @@ extension Platform {
         if let claims, !claims.capabilities.contains(StreamRegistry.streamingCapability) {
             return .failure(.init(status: .forbidden, reason: "the token lacks the '\(StreamRegistry.streamingCapability)' capability"))
         }
-        let live = registry.stream(name) ?? registry.newestStream(tagged: "channelAlias:\(name)")
-        guard let record = live ?? recentHLS.stream(name) else {
+        guard let (record, live) = await platform.hlsStream(named: name) else {
             return .failure(.init(status: .notFound, reason: "no stream or channel '\(name)' is live"))
         }
         if let claims {
@@ -139,8 +133,19 @@ extension Platform {
                 return .failure(.init(status: .forbidden, reason: "stream '\(record.streamId)' does not carry the token's required tag '\(required)'"))
             }
         }
-        if live != nil { recentHLS.note(record) }
-        return .success((record.streamId, live != nil))
+        return .success((record.streamId, live))
+    }
+}
+
+extension Platform {
+    /// The live stream `name` stands for (its id, or the newest stream of that channel alias),
+    /// noted as played; else one played lately that has ended (its playlist may still be kept).
+    func hlsStream(named name: String) -> (record: StreamRecord, live: Bool)? {
+        if let live = registry.stream(name) ?? registry.newestStream(tagged: "channelAlias:\(name)") {
+            recentHLS.note(live)
+            return (live, true)
+        }
+        return recentHLS.stream(name).map { ($0, false) }
     }
 }
 

@@ -410,7 +410,7 @@ public struct StreamRegistry: Sendable {
         }
         if deliversHLS, claims.capabilities.contains(Self.streamingCapability), !claims.capabilities.contains("real-time"),
            TokenAuthority.onlyKind(claims) == nil {
-            let source = ServerMessage.StreamingSource(streamId: record.streamId, playlistPath: "/hls/\(record.streamId)/index.m3u8", tracks: tracks)
+            let source = ServerMessage.StreamingSource(streamId: record.streamId, playlistPath: HLSAddress.playlistPath(record.streamId), tracks: tracks)
             return [send(sessionId, requestId, .streamingSource(source)), .deliverHLS(streamId: record.streamId),
                     .log(.info, "subscribed as HLS", sessionId: sessionId, streamId: record.streamId)]
         }
