@@ -187,6 +187,9 @@ struct RelayRouter<Context> {
         var flow: Flow
         /// When it was added: a keyframe that came after was asked for it (see `addSubscriber`).
         var joined: UInt64 = 0
+        /// Whether the publisher's address was known when it joined, so its join keyframe was
+        /// asked for then; if not, it is asked when the subscriber is first heard from.
+        var keyframeAskedAtJoin = false
         /// A viewer of H.264 video that has not yet been sent a keyframe, and when one was last
         /// asked for it: its video starts at the parameter sets sent with one. What comes before
         /// cannot be decoded, and a receiver that gets it (or a keyframe without its parameter
@@ -343,6 +346,7 @@ struct RelayRouter<Context> {
         let gate = isEdge || !layers.isEmpty ? nil : settings.videoGate.flatMap { kinds == [.audio, .video] ? VideoGate(settings: $0) : nil }
         var subscriber = Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: Flow(context: context), gate: gate, isEdge: isEdge)
         subscriber.joined = now
+        subscriber.keyframeAskedAtJoin = streams[handle]!.publisher.address != nil
         // An edge takes the stream as it comes (its own viewers wait at the edge); a simulcast
         // viewer's layer switcher starts it at a keyframe already. Held only where the publisher
         // has been seen to send parameter sets (one that never does is forwarded as it comes).
@@ -468,8 +472,9 @@ struct RelayRouter<Context> {
                         streams[stream]!.subscribers[slot].awaitingKeyframe = nil
                         continue
                     }
-                    // Still on its way.
-                    if now &- subscriber.joined < Self.joinKeyframeWait { continue }
+                    // Still on its way (if it was asked for: a publisher not yet heard from when
+                    // the subscriber joined was not asked).
+                    if subscriber.keyframeAskedAtJoin && now &- subscriber.joined < Self.joinKeyframeWait { continue }
                 }
                 if let action = requestKeyframe(stream: stream, track: index, kind: .pli, now: now) { actions.append(action) }
             }

@@ -64,6 +64,17 @@ struct RelayRouterTests {
         #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 502, packets: [audioPLI], now: 900 * Self.ms) == [])
     }
 
+    @Test("a subscriber added before the publisher was heard from was asked no keyframe: it is asked when the subscriber is first heard from (an edge joining a stream whose first packet the relay has not read yet)")
+    func subscriberAddedBeforeThePublisherIsHeard() throws {
+        var router = Self.router()
+        let stream = try #require(router.handle(streamId: "s"))
+        #expect(router.addSubscriber(streamId: "s", subscriberId: "edge", rtcpSSRC: 500, context: 100, now: 0, isEdge: true) == [])
+        router.authenticated(.track(stream: stream, track: 0), from: Self.publisherAddress)
+        #expect(router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: RelayAddress(ipv4: 1, port: 1), now: 5 * Self.ms)
+                == [.toPublisher(1, Self.publisherAddress, rtcp: Self.pli())], "not left to wait for a keyframe nobody asked for")
+        #expect(router.counters.keyframeRequests == 1)
+    }
+
     /// A video packet with `payload` (an H.264 RTP payload).
     static func video(_ sequence: UInt16, _ payload: [UInt8]) throws -> [UInt8] {
         try RTPPacket(payloadType: 96, sequenceNumber: sequence, timestamp: UInt32(sequence) &* 3000, ssrc: video,
