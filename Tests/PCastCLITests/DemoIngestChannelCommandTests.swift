@@ -74,4 +74,34 @@ struct DemoIngestChannelCommandTests {
         let published = await Task.detached { publisher.wait(within: .seconds(30)) }.value
         #expect(published == 0, "pcast channel publish: \((try? String(contentsOf: publisherLog, encoding: .utf8)) ?? "")")
     }
+
+    @Test("pcast nettest --json against a served platform: a report with a verdict, the 360p target, a measured round trip and one sample a second (exit 0); the text form prints the verdict line; a short test, an unknown target and a forged token are refused with exit codes and messages")
+    func nettest() async throws {
+        let directory = try temporaryDirectory("pcast-nettest-cli")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let platform = try await ServedPlatform.start(dataDirectory: directory.appendingPathComponent("data"), log: directory.appendingPathComponent("serve.out"))
+        defer { platform.process.stop() }
+        let session = ["--server", platform.signaling, "--auth-token", try platform.token(["--type", "auth"])]
+        let publish = try platform.token(["--type", "publish"])
+        let result = try platform.pcast(["nettest"] + session + ["--token", publish, "--target", "360p", "--seconds", "4", "--json"], timeout: 60)
+        #expect(result.status == 0, "\(result.stderr)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data((result.lines.last { !$0.isEmpty } ?? "").utf8)) as? [String: Any], "\(result.stdout)")
+        #expect(["good", "fair", "poor"].contains(report["verdict"] as? String ?? ""), "\(report)")
+        #expect((report["target"] as? [String: Any])?["videoBitrate"] as? Int == 800_000)
+        #expect((report["roundTripTime"] as? Double).map { $0 >= 0 && $0 < 1 } == true, "\(report)")
+        #expect((report["samples"] as? [Any])?.count ?? 0 >= 3, "\(report)")
+        #expect((report["estimatedBandwidth"] as? Int ?? 0) > 0 && report["recommendedVideoBitrate"] is Int)
+
+        let text = try platform.pcast(["nettest"] + session + ["--token", publish, "--target", "180p", "--seconds", "3", "--no-audio"], timeout: 60)
+        #expect(text.status == 0, "\(text.stderr)")
+        #expect(text.lines.contains { $0.hasPrefix("verdict: ") }, "\(text.stdout)")
+        #expect(text.lines.contains { $0.hasPrefix("1 s: sent ") }, "a line a second: \(text.stdout)")
+
+        let short = try platform.pcast(["nettest"] + session + ["--token", publish, "--seconds", "1"], timeout: 30)
+        #expect(short.status == 1 && short.stderr.contains("3 s or more"), "\(short.status) \(short.stderr)")
+        let unknown = try platform.pcast(["nettest"] + session + ["--token", publish, "--target", "4k"], timeout: 30)
+        #expect(unknown.status == 2 && unknown.stderr.contains("--target"), "\(unknown.status) \(unknown.stderr)")
+        let forged = try platform.pcast(["nettest"] + session + ["--token", "DIGEST:forged", "--seconds", "3"], timeout: 30)
+        #expect(forged.status == 1 && forged.stderr.contains("network test failed"), "\(forged.status) \(forged.stderr)")
+    }
 }

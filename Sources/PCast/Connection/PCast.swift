@@ -46,6 +46,10 @@ public struct PCastError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let invalidRequest = Code("invalidRequest")
         /// The media engine failed (``PCastError/mediaError`` has its error).
         public static let media = Code("media")
+        /// A stream the operation needed ended before it finished (``PCastError/detail`` says why).
+        public static let streamEnded = Code("streamEnded")
+        /// The task running the operation was cancelled.
+        public static let cancelled = Code("cancelled")
 
         public var description: String { name }
     }
