@@ -73,17 +73,43 @@ import Testing
         #expect(ConnectionStateMachine.retryDelay(attempt: 20, offline: .seconds(120), jitter: 0.5) == .seconds(5))
     }
 
-    @Test("re-authentication refused while reconnecting ends the session and its streams")
+    @Test("re-authentication refused while reconnecting asks for a new token once: refreshed, the same session is resumed at once; refused again, or no token, ends the session and its streams")
     func refusedResume() {
-        var machine = ConnectionStateMachine(reconnects: true)
-        _ = machine.handle(.start)
-        _ = machine.handle(.authenticated(sessionId: "s-1", resumeKey: "k-1"))
-        _ = machine.handle(.connectionClosed(now: t0, jitter: 0.5))
-        _ = machine.handle(.retryDue)
+        func reconnecting() -> ConnectionStateMachine {
+            var machine = ConnectionStateMachine(reconnects: true)
+            _ = machine.handle(.start)
+            _ = machine.handle(.authenticated(sessionId: "s-1", resumeKey: "k-1"))
+            _ = machine.handle(.connectionClosed(now: t0, jitter: 0.5))
+            _ = machine.handle(.retryDue)
+            return machine
+        }
+        let resume = ConnectionStateMachine.Resume(sessionId: "s-1", key: "k-1")
+        var machine = reconnecting()
         #expect(machine.handle(.connectFailed(status: .unauthorized, reason: "token expired", now: t0 + .seconds(1), jitter: 0.5))
-                == [.endStreams(reason: "re-authentication refused: token expired"), .notifyAuthentication(.unauthorized, sessionId: nil)])
+                == [.refreshToken(reason: "token expired")])
+        #expect(machine.handle(.retryDue) == [], "no retry while the token is being refreshed")
+        #expect(machine.handle(.tokenRefreshed) == [.connect(resume: resume)], "the same session, at once")
+        #expect(machine.handle(.connectFailed(status: .unauthorized, reason: "still refused", now: t0 + .seconds(2), jitter: 0.5))
+                == [.endStreams(reason: "re-authentication refused: still refused"), .notifyAuthentication(.unauthorized, sessionId: nil)],
+                "a second refusal in one outage ends the session")
+        #expect(machine.state == .stopped && machine.resume == nil)
+
+        machine = reconnecting()
+        _ = machine.handle(.connectFailed(status: .unauthorized, reason: "token expired", now: t0 + .seconds(1), jitter: 0.5))
+        #expect(machine.handle(.tokenRefreshFailed(reason: "token expired; no provider"))
+                == [.endStreams(reason: "re-authentication refused: token expired; no provider"), .notifyAuthentication(.unauthorized, sessionId: nil)])
         #expect(machine.state == .stopped)
-        #expect(machine.resume == nil)
+        #expect(machine.handle(.tokenRefreshed) == [], "late: nothing")
+
+        // A refresh that resumed: the next outage may refresh again.
+        machine = reconnecting()
+        _ = machine.handle(.connectFailed(status: .unauthorized, reason: "expired", now: t0 + .seconds(1), jitter: 0.5))
+        _ = machine.handle(.tokenRefreshed)
+        _ = machine.handle(.authenticated(sessionId: "s-1", resumeKey: "k-2"))
+        _ = machine.handle(.connectionClosed(now: t0 + .seconds(10), jitter: 0.5))
+        _ = machine.handle(.retryDue)
+        #expect(machine.handle(.connectFailed(status: .unauthorized, reason: "expired again", now: t0 + .seconds(11), jitter: 0.5))
+                == [.refreshToken(reason: "expired again")])
     }
 
     @Test("without reconnection a dropped connection ends the streams at once")

@@ -170,5 +170,85 @@ extension OneAtATime {
             }
             await session.stop()
         }
+    
+        @Test("a token that expired during the outage, with a token provider: the SDK asks it once for a new token and resumes the same session, its stream alive; the viewer without one ends as before")
+        func tokenRefreshedAfterOutage() async throws {
+            let session = try await SignalingOutage.start(authLifetime: 4)
+            let platform = session.platform
+            let asked = Values<Int>()
+            session.publisherSDK.setAuthenticationTokenProvider {
+                asked.append(1)
+                return try platform.token(.auth)
+            }
+            let sessionId = try #require(session.publisherSDK.sessionId)
+            let ended = Values<StreamEndedReason>()
+            session.publisher.setPublisherEndedCallback { reason, _ in ended.append(reason) }
+            session.proxy.setOutage(true)
+            #expect(await eventually(.seconds(5)) { session.publisherLog.all.contains(.offline) })
+            try await Task.sleep(for: .seconds(5))
+            session.proxy.setOutage(false)
+            #expect(await eventually(.seconds(10)) { session.publisherLog.all.filter { $0 == .authenticated(.ok) }.count == 2 })
+            #expect(session.publisherSDK.isOnline && session.publisherSDK.sessionId == sessionId, "the same session resumed")
+            #expect(asked.all.count == 1)
+            #expect(!session.publisherLog.all.contains(.authenticated(.unauthorized)))
+            #expect(await eventually(.seconds(5)) { session.viewerLog.all.contains(.authenticated(.unauthorized)) }, "no provider: as before")
+            #expect(ended.all.isEmpty, "the stream survived")
+            #expect(session.platform.relay.statistics().streams == 1)
+            // The session works: it subscribes to its own stream.
+            let own = try await session.publisherSDK.subscribe(streamToken: try platform.token(.stream, originStreamId: session.publisher.streamId))
+            await own.stop()
+            await session.stop()
+        }
+
+        @Test("PCast Express: a token that expired during the outage is replaced from the backend and the session resumes (no unrecoverable error); when the backend refuses, unrecoverableErrorCallback hears it, the stream ends, and a later call starts a new session instead of failing as not started")
+        func expressRefreshesItsToken() async throws {
+            let platform = try await LocalPlatform.start()
+            let proxy = try TCPOutageProxy(server: "127.0.0.1", serverPort: platform.server.httpPort)
+            let media = try await stampedMedia(audio: false)
+            let backend = try #require(URL(string: platform.backendURL))
+            func express(roles: [MemberRole], unrecoverable: Values<String>) throws -> PCastExpress {
+                var options = PCastExpressOptions(backendURI: backend, authenticationToken: try platform.token(.auth, lifetime: 4),
+                                                  pcastURI: "ws://127.0.0.1:\(proxy.port)/ws", roles: roles)
+                options.unrecoverableErrorCallback = { status, message in unrecoverable.append("\(status.rawValue): \(message)") }
+                return PCastExpress(options)
+            }
+            let fine = Values<String>(), refused = Values<String>()
+            let good = try express(roles: [], unrecoverable: fine)
+            // The backend refuses the moderator role without its password: no new token.
+            let bad = try express(roles: [.moderator], unrecoverable: refused)
+            let publishers = [try await good.publish(PublishOptions(userMedia: media, capabilities: ["real-time"])),
+                              try await bad.publish(PublishOptions(userMedia: media, capabilities: ["real-time"]))]
+            let pcasts = [try await good.pcast(), try await bad.pcast()]
+            let sessions = pcasts.map(\.sessionId)
+            let ended = [Values<StreamEndedReason>(), Values<StreamEndedReason>()]
+            for (publisher, log) in zip(publishers, ended) { publisher.publisher?.setPublisherEndedCallback { reason, _ in log.append(reason) } }
+
+            proxy.setOutage(true)
+            #expect(await eventually(.seconds(5)) { !pcasts[0].isOnline && !pcasts[1].isOnline })
+            try await Task.sleep(for: .seconds(5))
+            proxy.setOutage(false)
+            #expect(await eventually(.seconds(10)) { pcasts[0].isOnline })
+            let resumed = try await good.pcast().sessionId
+            #expect(resumed == sessions[0], "the same session resumed with the backend's new token")
+            #expect(fine.all.isEmpty)
+            let survived = publishers[0].publisher?.hasEnded == false
+            #expect(ended[0].all.isEmpty && survived, "its stream survived")
+
+            #expect(await eventually(.seconds(10)) { !refused.all.isEmpty })
+            #expect(refused.all.first?.hasPrefix("unauthorized: the role 'moderator' is not allowed") == true, "\(refused.all)")
+            #expect(await eventually(.seconds(5)) { ended[1].all == [.failed] })
+            // A later call does not fail as not started: it starts a new session, which asks the
+            // backend (and is refused the same way).
+            await #expect { _ = try await bad.publish(PublishOptions(userMedia: media, capabilities: ["real-time"])) }
+                throws: { ($0 as? PCastError)?.code == .refused && ($0 as? PCastError)?.status == .unauthorized }
+            #expect(refused.all.count == 2 && refused.all.last?.contains("the role 'moderator' is not allowed") == true, "\(refused.all)")
+
+            for publisher in publishers { await publisher.stop() }
+            await good.shutdown()
+            await bad.shutdown()
+            await media.stop()
+            proxy.stop()
+            await platform.shutdown()
+        }
     }
 }

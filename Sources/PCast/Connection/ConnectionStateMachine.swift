@@ -10,7 +10,9 @@ import PCastProtocol
 /// idle ──start──► connecting ──authenticated──► online ──closed──► reconnecting(since, attempt, resume)
 ///                     │                           ▲                    │   ▲
 ///                     └─failed──► stopped          └────authenticated───┘   └─retry fails: attempt + 1
-/// any ──stop──► stopped;   reconnecting ──refused (unauthorized)──► stopped
+/// any ──stop──► stopped
+/// reconnecting ──refused (unauthorized)──► refreshing the token ──refreshed──► reconnecting (at once)
+///                                                               ──not refreshed, or refused again──► stopped
 /// ```
 ///
 /// Only the session's current connection counts: ``PCast`` drops the close of a connection that
@@ -44,6 +46,10 @@ struct ConnectionStateMachine: Sendable {
         case connectionClosed(now: ContinuousClock.Instant, jitter: Double)
         /// A scheduled retry is due.
         case retryDue
+        /// A new auth token was obtained after a refusal (see ``Action/refreshToken(reason:)``).
+        case tokenRefreshed
+        /// None could be obtained (`reason`: why the session is over).
+        case tokenRefreshFailed(reason: String)
         case stop
     }
 
@@ -60,6 +66,10 @@ struct ConnectionStateMachine: Sendable {
         case notifyAuthentication(RequestStatus, sessionId: String?)
         /// Every published and subscribed stream ends as `failed` with `reason`.
         case endStreams(reason: String)
+        /// Re-authentication was refused (`reason`): get a new auth token (the application's
+        /// provider, see ``PCast/setAuthenticationTokenProvider(_:)``), then report
+        /// ``Event/tokenRefreshed`` or ``Event/tokenRefreshFailed(reason:)``.
+        case refreshToken(reason: String)
     }
 
     private(set) var state: State = .idle
@@ -76,6 +86,8 @@ struct ConnectionStateMachine: Sendable {
         return lastResume
     }
     private var lastResume: Resume?
+    /// Whether the token was refreshed during this outage: a second refusal ends the session.
+    private var refreshedThisOutage = false
 
     var isOnline: Bool { if case .online = state { return true } else { return false } }
     var isReconnecting: Bool { if case .reconnecting = state { return true } else { return false } }
@@ -86,11 +98,13 @@ struct ConnectionStateMachine: Sendable {
         case (.idle, .start), (.stopped, .start):
             state = .connecting
             lastResume = nil
+            refreshedThisOutage = false
             return [.connect(resume: nil)]
 
         case (.connecting, .authenticated(let sessionId, let key)), (.reconnecting, .authenticated(let sessionId, let key)):
             lastResume = key.map { Resume(sessionId: sessionId, key: $0) } ?? resume
             state = .online(sessionId: sessionId)
+            refreshedThisOutage = false
             return [.notifyOnline(sessionId: sessionId), .notifyAuthentication(.ok, sessionId: sessionId)]
 
         case (.connecting, .connectFailed(let status, _, _, _)):
@@ -109,8 +123,19 @@ struct ConnectionStateMachine: Sendable {
             state = .reconnecting(since: since, attempt: attempt, resume: resume, connecting: true)
             return [.connect(resume: resume)]
 
-        case (.reconnecting, .connectFailed(.unauthorized, let reason, _, _)):
-            // The token expired (or was revoked) meanwhile: the session is over.
+        case (.reconnecting(let since, let attempt, let resume, _), .connectFailed(.unauthorized, let reason, _, _)) where !refreshedThisOutage:
+            // The token expired (or was revoked) meanwhile: a new one may resume the session (its
+            // resume key is still good: a refused authentication does not spend it).
+            refreshedThisOutage = true
+            state = .reconnecting(since: since, attempt: attempt, resume: resume, connecting: true)
+            return [.refreshToken(reason: reason)]
+
+        case (.reconnecting(let since, let attempt, let resume, true), .tokenRefreshed):
+            state = .reconnecting(since: since, attempt: attempt, resume: resume, connecting: true)
+            return [.connect(resume: resume)]
+
+        case (.reconnecting, .connectFailed(.unauthorized, let reason, _, _)), (.reconnecting, .tokenRefreshFailed(let reason)):
+            // No new token, or the new one refused too: the session is over.
             state = .stopped
             lastResume = nil
             return [.endStreams(reason: "re-authentication refused: \(reason)"), .notifyAuthentication(.unauthorized, sessionId: nil)]

@@ -246,6 +246,8 @@ public final class PCast: Sendable {
         /// Streams played as HLS (they have no subscription on the platform), stopped with the session.
         var streamingStreams: [ObjectIdentifier: MediaStream] = [:]
         var authenticationCallback: (@Sendable (RequestStatus, String?) -> Void)?
+        /// Asked for a new auth token when re-authentication is refused.
+        var tokenProvider: (@Sendable () async throws -> String)?
         var onlineCallback: (@Sendable () -> Void)?
         var offlineCallback: (@Sendable () -> Void)?
         /// Unpublish / unsubscribe requests made while offline, sent once the session resumes.
@@ -493,8 +495,42 @@ public final class PCast: Sendable {
                 }
                 for publisher in publishers { publisher.finish(.failed, reason) }
                 for subscription in subscriptions { subscription.finish(.failed, reason) }
+            case .refreshToken(let reason):
+                guard let provider = state.withLock({ $0.tokenProvider }) else {
+                    perform(state.withLock { $0.machine.handle(.tokenRefreshFailed(reason: reason)) })
+                    continue
+                }
+                logger.notice("re-authentication refused; asking for a new auth token", metadata: ["reason": "\(reason)"])
+                Task {
+                    let event: ConnectionStateMachine.Event
+                    do {
+                        let token = try await provider()
+                        event = self.state.withLock { state in
+                            state.authToken = token
+                            return .tokenRefreshed
+                        }
+                    } catch {
+                        self.logger.warning("no new auth token", metadata: ["error": "\(error)"])
+                        event = .tokenRefreshFailed(reason: "\(reason); no new auth token: \(error)")
+                    }
+                    self.perform(self.state.withLock { $0.machine.handle(event) })
+                }
             }
         }
+    }
+
+    /// Where a new auth token comes from when the platform refuses the session's token on
+    /// reconnecting (it expired during an outage, or was revoked): called once per outage; with
+    /// the new token the session resumes, streams and all. Without a provider, or when it throws
+    /// or its token is refused too, the session ends as before (streams end as `failed`, the
+    /// authentication callback hears `unauthorized`). ``PCastExpress`` sets one that asks its
+    /// backend.
+    ///
+    /// ```swift
+    /// pcast.setAuthenticationTokenProvider { try await myBackend.fetchAuthToken() }
+    /// ```
+    public func setAuthenticationTokenProvider(_ provider: (@Sendable () async throws -> String)?) {
+        state.withLock { $0.tokenProvider = provider }
     }
 
     /// One reconnection attempt.

@@ -177,6 +177,8 @@ public final class PCastExpress: Sendable {
     private struct State {
         var pcast: PCast?
         var starting: Task<PCast, any Error>?
+        /// Whether ``PCastExpressOptions/authenticationToken`` was used (it is used once).
+        var givenTokenUsed = false
     }
     private let state = Mutex(State())
 
@@ -190,6 +192,12 @@ public final class PCastExpress: Sendable {
     ///   either cannot be reached. Refusals also go to the unrecoverable-error callback.
     public func pcast() async throws(PCastError) -> PCast {
         let task = state.withLock { state -> Task<PCast, any Error> in
+            // A session that ended for good (its token refused on reconnecting, and no new one)
+            // is replaced by a new one rather than failing every later call as not started.
+            if let current = state.pcast, current.state.withLock({ $0.machine.isStopped }) {
+                state.pcast = nil
+                state.starting = nil
+            }
             if let starting = state.starting { return starting }
             let task = Task<PCast, any Error> { try await self.startPCast() }
             state.starting = task
@@ -206,7 +214,10 @@ public final class PCastExpress: Sendable {
     }
 
     private func startPCast() async throws(PCastError) -> PCast {
-        var token = options.authenticationToken
+        var token = state.withLock { state in
+            defer { state.givenTokenUsed = true }
+            return state.givenTokenUsed ? nil : options.authenticationToken
+        }
         var uri = options.pcastURI
         if token == nil || uri == nil {
             let reply = try await backend(options.authenticationRoute, .init(capabilities: nil, roles: options.roles.isEmpty ? nil : options.roles.map(\.rawValue)))
@@ -218,9 +229,27 @@ public final class PCastExpress: Sendable {
         var pcastOptions = options.pcastOptions ?? PCastOptions(uri: uri)
         pcastOptions.uri = uri
         let pcast = PCast(pcastOptions)
+        // A token that expires during an outage is replaced from the backend, and the session
+        // resumes; when the backend refuses, the application hears it as unrecoverable.
+        pcast.setAuthenticationTokenProvider { [weak self] in
+            guard let self else { throw PCastError.notStarted }
+            do throws(PCastError) {
+                return try await self.authenticationToken()
+            } catch {
+                self.options.unrecoverableErrorCallback?(error.status, error.detail)
+                throw error
+            }
+        }
         try await pcast.start(authToken: token)
         state.withLock { $0.pcast = pcast }
         return pcast
+    }
+
+    /// A new auth token from the backend's authentication route.
+    private func authenticationToken() async throws(PCastError) -> String {
+        let reply = try await backend(options.authenticationRoute, .init(capabilities: nil, roles: options.roles.isEmpty ? nil : options.roles.map(\.rawValue)))
+        guard let token = reply.authenticationToken else { throw .refused(.failed, "the backend gave no authentication token") }
+        return token
     }
 
     /// Stops the underlying PCast.
