@@ -52,6 +52,9 @@ public struct PublishToChannelOptions: Sendable {
     public var memberRole: MemberRole = .presenter
     public var streamType: RoomStreamType = .presentation
     public var screenName: String?
+    /// The strategy the channel's viewers use (see ``PublishToRoomOptions/viewerStreamSelectionStrategy``).
+    /// A channel's streams always carry wildcard tokens.
+    public var viewerStreamSelectionStrategy: StreamSelectionStrategy = .mostRecent
 
     public init(channelOptions: ChannelOptions? = nil, channelId: String? = nil, publishOptions: PublishOptions? = nil,
                 publishRemoteOptions: PublishRemoteOptions? = nil, memberRole: MemberRole = .presenter,
@@ -63,6 +66,18 @@ public struct PublishToChannelOptions: Sendable {
         self.memberRole = memberRole
         self.streamType = streamType
         self.screenName = screenName
+    }
+}
+
+extension PublishToChannelOptions {
+    /// The room publish these options make (a channel's streams always carry wildcard tokens).
+    var roomOptions: PublishToRoomOptions {
+        var room = PublishToRoomOptions(
+            roomOptions: channelOptions?.roomOptions, roomId: channelId, publishOptions: publishOptions,
+            publishRemoteOptions: publishRemoteOptions, memberRole: memberRole, streamType: streamType,
+            screenName: screenName, wildcardTokens: true)
+        room.viewerStreamSelectionStrategy = viewerStreamSelectionStrategy
+        return room
     }
 }
 
@@ -98,10 +113,15 @@ public final class ChannelExpress: Sendable {
 
     /// Publishes to a channel, creating it when ``PublishToChannelOptions/channelOptions`` names a missing one.
     public func publishToChannel(_ options: PublishToChannelOptions) async throws(PCastError) -> (RoomService, ExpressPublisher) {
-        try await roomExpress.publishToRoom(PublishToRoomOptions(
-            roomOptions: options.channelOptions?.roomOptions, roomId: options.channelId, publishOptions: options.publishOptions,
-            publishRemoteOptions: options.publishRemoteOptions, memberRole: options.memberRole, streamType: options.streamType,
-            screenName: options.screenName))
+        try await roomExpress.publishToRoom(options.roomOptions)
+    }
+
+    /// Has the platform ingest a remote source (``PublishToChannelOptions/publishRemoteOptions``:
+    /// an mp4, rtmp or rtsp URI) and publishes it to a channel, creating the channel when
+    /// ``PublishToChannelOptions/channelOptions`` names a missing one; viewers see it as any
+    /// presenter's stream.
+    public func publishRemoteToChannel(_ options: PublishToChannelOptions) async throws(PCastError) -> (RoomService, RemotePublisher) {
+        try await roomExpress.publishRemoteToRoom(options.roomOptions)
     }
 
     /// Joins a channel as a viewer. `subscriberCallback` hears `ok` with the subscriber (and its
@@ -231,7 +251,8 @@ final class ChannelViewer: Sendable {
             triggers.yield()
         })
         do throws(PCastError) {
-            let subscriber = try await express.subscribeToMemberStream(choice, subscribe)
+            let member = room.members.value.first { $0.streams.value.contains { $0.uri == uri } }
+            let subscriber = try await express.subscribeToMemberStream(choice, subscribe, member: member)
             let old = state.withLock { state -> ExpressSubscriber? in
                 defer { state.current = (uri, subscriber); state.reportedNothing = false }
                 return state.current?.subscriber

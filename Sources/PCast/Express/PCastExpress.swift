@@ -388,6 +388,8 @@ public final class ExpressPublisher: Sendable {
         var stopped = false
         var endedCallbacks: [@Sendable (StreamEndedReason, String?) -> Void] = []
         var republishedCallbacks: [@Sendable (String) -> Void] = []
+        var dataQualityCallback: (@Sendable (DataQualityStatus, DataQualityReason) -> Void)?
+        var trackStateCallbacks: [@Sendable (MediaType, Bool) -> Void] = []
     }
     private let state = Mutex(State())
     /// Limits survive republishing (monitor/retry): each new publisher gets the one in effect.
@@ -422,6 +424,22 @@ public final class ExpressPublisher: Sendable {
         state.withLock { $0.republishedCallbacks.append(callback) }
     }
 
+    /// Called with the publisher's data quality (see ``Publisher/setDataQualityChangedCallback(_:)``);
+    /// it carries over to the stream published again after a failure (monitor retry).
+    public func setDataQualityChangedCallback(_ callback: (@Sendable (DataQualityStatus, DataQualityReason) -> Void)?) {
+        let publisher = state.withLock { state in
+            state.dataQualityCallback = callback
+            return state.publisher
+        }
+        publisher?.setDataQualityChangedCallback(callback)
+    }
+
+    /// Called when the application enables or disables the audio or video it publishes: a room's
+    /// member updates its stream's state for the other members.
+    func setTrackStateCallback(_ callback: @escaping @Sendable (MediaType, Bool) -> Void) {
+        state.withLock { $0.trackStateCallbacks.append(callback) }
+    }
+
     func connect() async throws(PCastError) {
         let pcast = try await express.pcast()
         let token: String
@@ -446,6 +464,7 @@ public final class ExpressPublisher: Sendable {
             self?.ended(publisher, reason, description)
         }
         bandwidth.withLock { $0 }?.reapply()
+        if let quality = state.withLock({ $0.dataQualityCallback }) { publisher.setDataQualityChangedCallback(quality) }
         for callback in republished { callback(publisher.streamId) }
     }
 
@@ -510,11 +529,19 @@ public final class ExpressPublisher: Sendable {
         if ownsMedia { await media.stop() }
     }
 
-    public func enableAudio() { media.mediaStream.getAudioTracks().forEach { $0.setEnabled(true) } }
-    public func disableAudio() { media.mediaStream.getAudioTracks().forEach { $0.setEnabled(false) } }
-    public func enableVideo() { media.mediaStream.getVideoTracks().forEach { $0.setEnabled(true) } }
-    /// Black frames.
-    public func disableVideo() { media.mediaStream.getVideoTracks().forEach { $0.setEnabled(false) } }
+    /// Sends the audio again (published to a room: the member's stream says `enabled`).
+    public func enableAudio() { setEnabled(true, .audio) }
+    /// Silence (published to a room: the member's stream says `disabled`).
+    public func disableAudio() { setEnabled(false, .audio) }
+    /// Sends the video again (published to a room: the member's stream says `enabled`).
+    public func enableVideo() { setEnabled(true, .video) }
+    /// Black frames (published to a room: the member's stream says `disabled`).
+    public func disableVideo() { setEnabled(false, .video) }
+
+    private func setEnabled(_ enabled: Bool, _ kind: MediaType) {
+        (kind == .audio ? media.mediaStream.getAudioTracks() : media.mediaStream.getVideoTracks()).forEach { $0.setEnabled(enabled) }
+        for callback in state.withLock({ $0.trackStateCallbacks }) { callback(kind, enabled) }
+    }
 
     deinit {
         let (publisher, preview, stopped) = state.withLock { ($0.publisher, $0.preview, $0.stopped) }
@@ -537,6 +564,10 @@ public final class ExpressSubscriber: Sendable {
         var stream: MediaStream?
         var renderer: Renderer?
         var stopped = false
+        /// Watches that live as long as the subscription (a member's stream state).
+        var kept: [Disposable] = []
+        /// The state of the member's stream it follows, applied to each stream it subscribes.
+        var followed: (audio: RoomTrackState, video: RoomTrackState)?
     }
     private let state = Mutex(State())
 
@@ -588,6 +619,22 @@ public final class ExpressSubscriber: Sendable {
             return
         }
         stream.setStreamEndedCallback { [weak self] reason in self?.ended(stream, reason) }
+        // A stream subscribed again (monitor retry) starts as the member's stream state says.
+        if let followed = state.withLock({ $0.followed }) { follow(audio: followed.audio, video: followed.video) }
+    }
+
+    func keep(_ disposable: Disposable) {
+        state.withLock { $0.kept.append(disposable) }
+    }
+
+    /// Enables or disables the tracks as the publishing member's stream says.
+    func follow(audio: RoomTrackState, video: RoomTrackState) {
+        let stream = state.withLock { state in
+            state.followed = (audio, video)
+            return state.stream
+        }
+        stream?.getAudioTracks().forEach { $0.setEnabled(audio == .enabled) }
+        stream?.getVideoTracks().forEach { $0.setEnabled(video == .enabled) }
     }
 
     private func ended(_ stream: MediaStream, _ reason: MediaStreamEndReason) {
@@ -622,6 +669,7 @@ public final class ExpressSubscriber: Sendable {
     public func stop() async {
         let (stream, renderer) = state.withLock { state in
             state.stopped = true
+            state.kept = []
             return (state.stream, state.renderer)
         }
         await renderer?.stop()

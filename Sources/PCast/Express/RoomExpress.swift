@@ -37,6 +37,10 @@ public struct PublishToRoomOptions: Sendable {
     public var screenName: String?
     /// Put a stream token in the member's stream URI, so viewers subscribe without asking the backend.
     public var wildcardTokens = true
+    /// The strategy the room's viewers use (it has to match theirs). With
+    /// ``StreamSelectionStrategy/highAvailability`` the stream always carries a wildcard token, so
+    /// a viewer whose stream fails switches to this one without asking the backend first.
+    public var viewerStreamSelectionStrategy: StreamSelectionStrategy = .mostRecent
 
     public init(roomOptions: RoomOptions? = nil, roomId: String? = nil, publishOptions: PublishOptions? = nil,
                 publishRemoteOptions: PublishRemoteOptions? = nil, memberRole: MemberRole = .participant,
@@ -135,6 +139,21 @@ public final class RoomExpress: Sendable {
                 try? await rooms.selfMember.commitChanges()
             }
         }
+        // Enabling or disabling the published audio or video changes the member's stream state,
+        // which the other members follow.
+        publisher.setTrackStateCallback { [weak rooms] kind, enabled in
+            let uri = offered.withLock { $0 }
+            changes.enqueue { [weak rooms] in
+                guard let rooms else { return }
+                rooms.selfMember.streams.update { streams in
+                    for index in streams.indices where streams[index].uri == uri {
+                        if kind == .audio { streams[index].audioState = enabled ? .enabled : .disabled }
+                        else { streams[index].videoState = enabled ? .enabled : .disabled }
+                    }
+                }
+                try? await rooms.selfMember.commitChanges()
+            }
+        }
         publisher.setRepublishedCallback { [weak self, weak rooms] streamId in
             changes.enqueue { [weak self, weak rooms] in
                 guard let self, let rooms,
@@ -188,7 +207,7 @@ public final class RoomExpress: Sendable {
     private func roomStream(_ streamId: String, capabilities: [String], in rooms: RoomService,
                             _ options: PublishToRoomOptions) async throws(PCastError) -> RoomStream {
         var uri = "pcast://\(streamId)"
-        if options.wildcardTokens {
+        if options.wildcardTokens || options.viewerStreamSelectionStrategy == .highAvailability {
             let token = try await pcastExpress.streamToken(streamId: streamId, capabilities: capabilities)
             uri += "?streamToken=" + (token.addingPercentEncoding(withAllowedCharacters: .urlQueryValueAllowed) ?? token)
         }
@@ -196,13 +215,24 @@ public final class RoomExpress: Sendable {
     }
 
     /// Subscribes to a member's stream: with the wildcard token in its URI when there is one, else
-    /// with a token from the backend.
-    public func subscribeToMemberStream(_ stream: RoomStream, _ options: SubscribeToMemberStreamOptions = .init()) async throws(PCastError) -> ExpressSubscriber {
+    /// with a token from the backend. Given the `member` that offers it, the subscriber follows the
+    /// stream's state as the member changes it: audio or video `disabled` (or `ended`) there is
+    /// disabled here (silence, black), `enabled` enables it again.
+    public func subscribeToMemberStream(_ stream: RoomStream, _ options: SubscribeToMemberStreamOptions = .init(),
+                                        member: Member? = nil) async throws(PCastError) -> ExpressSubscriber {
         guard let streamId = stream.pcastStreamId else { throw .invalidRequest("'\(stream.uri)' is not a pcast:// stream") }
         var subscribe = SubscribeOptions(streamId: streamId, capabilities: options.capabilities, streamToken: stream.streamToken,
                                          renderer: options.renderer, monitor: options.monitor)
         subscribe.playoutDelay = options.playoutDelay
-        return try await pcastExpress.subscribe(subscribe)
+        let subscriber = try await pcastExpress.subscribe(subscribe)
+        if let member {
+            let uri = stream.uri
+            subscriber.keep(member.streams.subscribe { [weak subscriber] streams in
+                guard let subscriber, let current = streams.first(where: { $0.uri == uri }) else { return }
+                subscriber.follow(audio: current.audioState, video: current.videoState)
+            })
+        }
+        return subscriber
     }
 }
 

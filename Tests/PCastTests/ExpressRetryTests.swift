@@ -1,0 +1,180 @@
+import Foundation
+@testable import PCast
+import PCastImpairment
+import PCastMedia
+import PCastNode
+import PCastProtocol
+import PCastServer
+import PCastTestSupport
+import Testing
+
+/// Whether `subscriber`'s current renderer decodes `count` more video frames within `limit`.
+func decodes(_ subscriber: ExpressSubscriber, _ count: Int = 10, within limit: Duration = .seconds(15)) async -> Bool {
+    guard let renderer = subscriber.renderer, let track = subscriber.videoTracks.first else { return false }
+    let frames = Values<Int>()
+    guard (try? renderer.setFrameReadyCallback(track) { _ in frames.append(1) }) != nil else { return false }
+    return await eventually(limit) { frames.all.count >= count }
+}
+
+extension OneAtATime {
+    /// The Express APIs' monitors, retries and room state, through the embedded platform.
+    @Suite("Express: monitor retries, data quality across retries, member stream state, remote media in a channel", .serialized)
+    struct ExpressRetryTests {
+        @Test("a publisher whose stream the platform ends as maintenance is offered a retry; performing it publishes a new stream that a viewer decodes, and the data-quality callback set before is called for it; the platform ending it as `ended` offers no retry")
+        func publisherRetry() async throws {
+            let platform = try await LocalPlatform.start()
+            let publishing = express(platform)
+            let endings = Values<(StreamEndedReason, Bool)>()
+            var options = PublishOptions(mediaConstraints: smallMedia(), capabilities: ["real-time"])
+            options.monitor = MonitorOptions(streamEnded: { reason, _, retry in
+                endings.append((reason, retry.isPresent))
+                if retry.isPresent { try? retry.perform() }
+            })
+            let publisher = try await publishing.publish(options)
+            let first = publisher.streamId
+            let qualities = Values<String>()
+            publisher.setDataQualityChangedCallback { status, reason in qualities.append("\(status.rawValue)/\(reason.rawValue)") }
+            #expect(await eventually { qualities.all.count == 1 }, "the first stream's report")
+
+            #expect(await platform.server.endStream(first, reason: .maintenance, description: "drill"))
+            #expect(await eventually { endings.all.count == 1 })
+            #expect(endings.all.first?.0 == .maintenance && endings.all.first?.1 == true)
+            #expect(await eventually(.seconds(15)) { !publisher.streamId.isEmpty && publisher.streamId != first && !publisher.hasEnded },
+                    "published again under a new stream id")
+            #expect(await eventually { qualities.all.count >= 2 }, "the callback carried over to the new stream: \(qualities.all)")
+            #expect(qualities.all.allSatisfy { $0 == "all/none" })
+
+            let viewing = express(platform)
+            let viewer = try await viewing.subscribe(SubscribeOptions(streamId: publisher.streamId,
+                                                                      renderer: RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true)))
+            #expect(await decodes(viewer))
+
+            // The platform ends the new stream normally (an operator's `ended`): no retry.
+            #expect(await platform.server.endStream(publisher.streamId, reason: .ended, description: "the show is over"))
+            #expect(await eventually { endings.all.count == 2 })
+            #expect(endings.all.last?.0 == .ended && endings.all.last?.1 == false, "a normal end: no retry")
+            await publisher.stop()
+            await viewer.stop()
+            await viewing.shutdown()
+            await publishing.shutdown()
+            await platform.shutdown()
+        }
+
+        @Test("a subscriber whose session is lost (no reconnection) is offered a retry; performed once the network is back, it subscribes again on a new session and decodes; the publisher's normal end then offers none")
+        func subscriberRetry() async throws {
+            let platform = try await LocalPlatform.start()
+            let proxy = try TCPOutageProxy(server: "127.0.0.1", serverPort: platform.server.httpPort)
+            let publishing = express(platform)
+            let publisher = try await publishing.publish(PublishOptions(mediaConstraints: smallMedia(), capabilities: ["real-time"]))
+
+            var viewerOptions = PCastExpressOptions(backendURI: try #require(URL(string: platform.backendURL)),
+                                                    pcastURI: "ws://127.0.0.1:\(proxy.port)/ws")
+            viewerOptions.pcastOptions = PCastOptions(uri: "ws://127.0.0.1:\(proxy.port)/ws", reconnects: false)
+            let viewing = PCastExpress(viewerOptions)
+            let endings = Values<(StreamEndedReason, Bool)>()
+            let retries = Values<OptionalAction>()
+            let subscriber = try await viewing.subscribe(SubscribeOptions(
+                streamId: publisher.streamId, renderer: RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true),
+                monitor: MonitorOptions(streamEnded: { reason, _, retry in
+                    endings.append((reason, retry.isPresent))
+                    retries.append(retry)
+                })))
+            #expect(await decodes(subscriber))
+            let firstSession = try await viewing.pcast().sessionId
+            let firstStream = try #require(subscriber.mediaStream)
+
+            proxy.setOutage(true)
+            #expect(await eventually(.seconds(10)) { endings.all.count == 1 })
+            #expect(endings.all.first?.0 == .failed && endings.all.first?.1 == true)
+            proxy.setOutage(false)
+            try retries.all.first?.perform()
+            #expect(await eventually(.seconds(15)) { subscriber.mediaStream.map { $0 !== firstStream } ?? false }, "subscribed again")
+            #expect(await decodes(subscriber))
+            let secondSession = try await viewing.pcast().sessionId
+            #expect(secondSession != nil && secondSession != firstSession, "on a new session")
+
+            await publisher.stop()
+            #expect(await eventually { endings.all.count == 2 })
+            #expect(endings.all.last?.0 == .ended && endings.all.last?.1 == false)
+            await subscriber.stop()
+            await viewing.shutdown()
+            await publishing.shutdown()
+            proxy.stop()
+            await platform.shutdown()
+        }
+
+        @Test("disableVideo / disableAudio on a room publisher set its member stream's states for the other members; a subscriber given the member follows them (its tracks disabled, then enabled again)")
+        func memberStreamState() async throws {
+            let platform = try await LocalPlatform.start()
+            let hostExpress = RoomExpress(pcastExpress: express(platform))
+            let (hostRooms, publisher) = try await hostExpress.publishToRoom(PublishToRoomOptions(
+                roomOptions: RoomOptions(name: "Studio", type: .multiPartyChat, alias: "studio-state"),
+                publishOptions: PublishOptions(mediaConstraints: smallMedia(), capabilities: ["real-time"]), screenName: "Host"))
+            let guestExpress = RoomExpress(pcastExpress: express(platform))
+            let guestRooms = try await guestExpress.joinRoom(JoinRoomOptions(roomAlias: "studio-state", role: .participant, screenName: "Guest"))
+            let host = try #require(guestRooms.activeRoom.value?.members.value.first { $0.screenName.value == "Host" })
+            let stream = try #require(host.streams.value.first)
+            #expect(stream.audioState == .enabled && stream.videoState == .enabled)
+            let subscriber = try await guestExpress.subscribeToMemberStream(
+                stream, SubscribeToMemberStreamOptions(renderer: RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true)), member: host)
+            #expect(await decodes(subscriber))
+            #expect(subscriber.videoTracks.allSatisfy { $0.isEnabled } && subscriber.audioTracks.allSatisfy { $0.isEnabled })
+
+            publisher.disableVideo()
+            #expect(await eventually { host.streams.value.first?.videoState == .disabled }, "the guest sees the host's video disabled")
+            #expect(host.streams.value.first?.audioState == .enabled)
+            #expect(await eventually { subscriber.videoTracks.allSatisfy { !$0.isEnabled } })
+            #expect(subscriber.audioTracks.allSatisfy { $0.isEnabled })
+            publisher.disableAudio()
+            #expect(await eventually { host.streams.value.first?.audioState == .disabled })
+            #expect(await eventually { subscriber.audioTracks.allSatisfy { !$0.isEnabled } })
+            publisher.enableVideo()
+            publisher.enableAudio()
+            #expect(await eventually { host.streams.value.first.map { $0.videoState == .enabled && $0.audioState == .enabled } == true })
+            #expect(await eventually { subscriber.videoTracks.allSatisfy { $0.isEnabled } && subscriber.audioTracks.allSatisfy { $0.isEnabled } })
+            #expect(hostRooms.selfMember.streams.value.first?.uri == stream.uri, "the same stream, its state changed")
+
+            await subscriber.stop()
+            await publisher.stop()
+            try? await hostRooms.leaveRoom()
+            try? await guestRooms.leaveRoom()
+            await hostExpress.pcastExpress.shutdown()
+            await guestExpress.pcastExpress.shutdown()
+            await platform.shutdown()
+        }
+
+        @Test("ChannelExpress.publishRemoteToChannel: the platform ingests an mp4 over HTTP into a new channel as a presenter's stream with a wildcard token; a channel viewer decodes it")
+        func remoteMediaInAChannel() async throws {
+            let http = try StaticHTTPServer.start(directory: (try await TestMedia.clip720p() as NSString).deletingLastPathComponent)
+            defer { http.stop() }
+            let platform = try await ingestPlatform()
+            let presenter = ChannelExpress(roomExpress: RoomExpress(pcastExpress: express(platform)))
+            var options = PublishToChannelOptions(channelOptions: ChannelOptions(name: "Replay", alias: "replay"),
+                                                  publishRemoteOptions: PublishRemoteOptions(streamURI: http.url(clip), capabilities: ["real-time"]))
+            options.viewerStreamSelectionStrategy = .highAvailability
+            let (rooms, remote) = try await presenter.publishRemoteToChannel(options)
+            let offered = try #require(rooms.selfMember.streams.value.first)
+            #expect(offered.pcastStreamId == remote.streamId && offered.streamToken != nil && rooms.selfMember.role.value == .presenter)
+
+            let viewer = ChannelExpress(roomExpress: RoomExpress(pcastExpress: express(platform)))
+            let viewed = Values<String>()
+            let subscribers = Values<ExpressSubscriber>()
+            var join = JoinChannelOptions(joinRoomOptions: JoinRoomOptions(roomAlias: "replay"),
+                                          renderer: RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+            join.streamSelectionStrategy = .highAvailability
+            let viewing = try await viewer.joinChannel(join) { status, subscriber, _ in
+                if status == .ok, let subscriber { viewed.append(subscriber.streamId); subscribers.append(subscriber) }
+            }
+            #expect(await eventually { viewed.all.first == remote.streamId })
+            let subscriber = try #require(subscribers.all.first)
+            #expect(await decodes(subscriber))
+
+            _ = viewing
+            try? await remote.stop()
+            try? await rooms.leaveRoom()
+            await viewer.pcastExpress.shutdown()
+            await presenter.pcastExpress.shutdown()
+            await platform.shutdown()
+        }
+    }
+}
