@@ -177,4 +177,43 @@ extension OneAtATime {
             await platform.shutdown()
         }
     }
+
+    @Suite("Re-publishing a subscribed stream", .serialized)
+    struct RepublishTests {
+        @Test("a viewer re-publishes the stream it subscribed to: a third client decodes it at the source's size; when the source ends, the re-published stream ends with the same reason; an ended stream cannot be re-published")
+        func republish() async throws {
+            let platform = try await LocalPlatform.start()
+            let source = try await client(platform)
+            let media = try await UserMedia.getUserMedia(smallMedia())
+            let original = try await source.publish(streamToken: try platform.token(.publish), mediaStream: media)
+            let relay = try await client(platform)
+            let subscribed = try await relay.subscribe(streamToken: try platform.token(.stream, originStreamId: original.streamId))
+            let again = try await relay.publish(streamToken: try platform.token(.publish), subscribedStream: subscribed,
+                                                settings: EncodingSettings(videoBitrate: 500, keyframeInterval: 30))
+            #expect(again.streamId != original.streamId)
+            #expect(Set(again.tracks.map(\.kind)) == [.video, .audio])
+
+            let (viewer, stream, renderer, frames) = try await watchFrames(platform, again.streamId)
+            #expect(await eventually { frames.all.count >= 15 }, "the re-published stream decodes")
+            #expect(frames.all.last == Dimensions(width: 320, height: 240))
+            #expect(platform.relay.statistics().streams == 2)
+
+            await original.stop(reason: .custom, description: "end of show")
+            #expect(await eventually { again.hasEnded })
+            let (reason, description) = await again.ended()
+            #expect(reason == .custom && description == "end of show", "\(reason) \(description ?? "")")
+            #expect(await eventually { stream.endReason != nil })
+            if case .remote(let why, _)? = stream.endReason { #expect(why == .custom) } else { Issue.record("\(String(describing: stream.endReason))") }
+
+            await #expect(throws: PCastError.invalidRequest("the subscribed stream has ended")) {
+                _ = try await relay.publish(streamToken: try platform.token(.publish), subscribedStream: subscribed)
+            }
+            _ = renderer
+            await viewer.stop()
+            await relay.stop()
+            await source.stop()
+            await media.stop()
+            await platform.shutdown()
+        }
+    }
 }

@@ -332,11 +332,38 @@ extension PCast {
     public func publish(streamToken: String, mediaStream: UserMediaStream, tags: [String] = [],
                         settings: EncodingSettings = EncodingSettings(),
                         publishType: PublishType = .live, streamName: String? = nil) async throws(PCastError) -> Publisher {
+        try await publish(streamToken: streamToken, media: mediaStream.mediaStream, tags: tags, settings: settings,
+                          publishType: publishType, streamName: streamName)
+    }
+
+    /// Publishes a stream this SDK subscribed to (the seed's re-publish): its decoded media is
+    /// encoded again (with `settings`) and published as a stream of its own, e.g. to carry a
+    /// stream into another platform or room. When the subscribed stream ends, so does this one,
+    /// with the same reason.
+    ///
+    /// ```swift
+    /// let remote = try await pcast.subscribe(streamToken: viewToken)
+    /// let again = try await otherPlatform.publish(streamToken: publishToken, subscribedStream: remote)
+    /// ```
+    ///
+    /// - Throws: ``PCastError/invalidRequest(_:)`` for a stream that has ended or carries no
+    ///   track; otherwise as the publish of local media.
+    public func publish(streamToken: String, subscribedStream: MediaStream, tags: [String] = [],
+                        settings: EncodingSettings = EncodingSettings(),
+                        publishType: PublishType = .live, streamName: String? = nil) async throws(PCastError) -> Publisher {
+        guard subscribedStream.endReason == nil else { throw .invalidRequest("the subscribed stream has ended") }
+        guard !subscribedStream.getTracks().isEmpty else { throw .invalidRequest("the subscribed stream carries no track") }
+        return try await publish(streamToken: streamToken, media: subscribedStream, tags: tags, settings: settings,
+                                 publishType: publishType, streamName: streamName)
+    }
+
+    private func publish(streamToken: String, media mediaStream: MediaStream, tags: [String], settings: EncodingSettings,
+                         publishType: PublishType, streamName: String?) async throws(PCastError) -> Publisher {
         _ = try signaling()
         let socketBox = SocketSlot()
         let rtp: RTPPublisher
         do {
-            rtp = try await RTPPublisher.start(stream: mediaStream.mediaStream, settings: settings,
+            rtp = try await RTPPublisher.start(stream: mediaStream, settings: settings,
                                                simulcast: Self.grantsSimulcast(streamToken)) { packet in
                 socketBox.value.withLock { $0 }?.send(packet)
             }
@@ -348,14 +375,16 @@ extension PCast {
         // hear why instead of watching a stream that carries nothing), a failed source as `failed`.
         // The observer goes when the publisher ends first: media published over and over (a
         // camera across many publishes) must not collect one per publish.
-        let media = mediaStream.mediaStream
+        let media = mediaStream
         let observer = media.observeEnd { [weak publisher] end in
             guard let publisher, !publisher.hasEnded else { return }
             Task {
                 switch end {
                 case .endOfStream: await publisher.stop(reason: .ended, description: "the source ended")
                 case .failed(let why): await publisher.stop(reason: .failed, description: "the source failed: \(why)")
-                case .stopped, .remote: await publisher.stop(reason: .ended, description: "the local media stopped")
+                case .stopped: await publisher.stop(reason: .ended, description: "the local media stopped")
+                // A re-published stream ends as the stream it re-publishes did.
+                case .remote(let reason, let why): await publisher.stop(reason: reason, description: why ?? "the subscribed stream ended")
                 }
             }
         }
