@@ -60,6 +60,8 @@ actor Platform {
     nonisolated var ingest: (any IngestControl)? { services?.ingest }
     nonisolated var recordings: (any RecordingControl)? { services?.recordings }
     nonisolated var hls: (any HLSControl)? { services?.hls }
+    /// Tells the application's backend about streams started and ended here (when configured).
+    let notifier: StreamNotifier?
 
     /// Messages queued for one connection before it counts as not reading: a client that sends
     /// requests without reading the replies cannot make the platform hold unbounded memory.
@@ -70,6 +72,7 @@ actor Platform {
          cluster: ClusterMembership? = nil) {
         self.configuration = configuration
         self.relay = relay
+        self.notifier = configuration.streamNotifications.map { StreamNotifier(settings: $0, logger: logger) }
         self.metrics = metrics
         self.clock = clock
         self.logger = logger
@@ -447,6 +450,19 @@ actor Platform {
         }
     }
 
+    /// Waits (at most `limit`) until the stream notifications queued so far were delivered or
+    /// given up, then stops the notifier: a shutdown's `maintenance` ends reach the backend.
+    func drainNotifications(within limit: Duration) async {
+        guard let notifier else { return }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await notifier.idle() }
+            group.addTask { try? await Task.sleep(for: limit) }
+            await group.next()
+            group.cancelAll()
+        }
+        notifier.stop()
+    }
+
     /// Waits until every store write submitted so far is on disk.
     func flushStore() async {
         if !(await persistence.flush(within: Self.flushLimit)) {
@@ -725,6 +741,11 @@ actor Platform {
                     if let recordings { Task { await recordings.start(streamId: streamId, name: name, type: type) } }
                 case .deliverHLS(let streamId):
                     if let hls { Task { await hls.start(streamId: streamId) } }
+                case .notify(let kind, let record, let reason, let description):
+                    notifier?.enqueue(StreamNotification(
+                        type: kind, id: Self.makeId("notification"), applicationId: configuration.applicationId, streamId: record.streamId,
+                        sessionId: record.publisherSessionId, tags: record.tags, publishType: record.publishType, streamName: record.streamName,
+                        reason: reason, description: description, timestamp: Int64((clock().timeIntervalSince1970 * 1000).rounded())))
                 case .log(let level, let message, let sessionId, let streamId):
                     var metadata: Logger.Metadata = [:]
                     if let sessionId { metadata["pcast.session"] = .string(sessionId) }

@@ -65,6 +65,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// The most viewers this node serves at once; a subscribe beyond it is refused with the
     /// seed's `capacity` status. Nil (the default): no limit.
     public var maximumViewers: Int?
+    /// Where the platform POSTs signed stream-started / stream-ended notifications (the
+    /// application's backend); nil (the default): none are sent.
+    public var streamNotifications: StreamNotificationSettings?
     /// Ingests running at once, per session and in all.
     public var maximumIngestsPerSession = 4
     public var maximumIngests = 32
@@ -167,6 +170,10 @@ public struct PlatformConfiguration: Sendable, Hashable {
         public var database: String?
         /// Viewers this node serves at once (see ``PlatformConfiguration/maximumViewers``).
         public var maximumViewers: Int?
+        /// The backend endpoint stream notifications are POSTed to (http or https).
+        public var streamNotificationURL: String?
+        /// Their HMAC key (default: the application secret).
+        public var streamNotificationSecret: String?
 
         public init(
             applicationId: String? = nil, secret: String? = nil, host: String? = nil, httpPort: Int? = nil,
@@ -174,7 +181,7 @@ public struct PlatformConfiguration: Sendable, Hashable {
             keepAliveInterval: Int? = nil, protectMetrics: Bool? = nil, maximumTokenLifetime: Int? = nil,
             maximumConnectionsPerAddress: Int? = nil, maximumConnections: Int? = nil,
             ingestAllowHosts: [String]? = nil, ingestFileDirectory: String? = nil, database: String? = nil,
-            maximumViewers: Int? = nil
+            maximumViewers: Int? = nil, streamNotificationURL: String? = nil, streamNotificationSecret: String? = nil
         ) {
             self.applicationId = applicationId
             self.secret = secret
@@ -192,6 +199,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
             self.ingestFileDirectory = ingestFileDirectory
             self.database = database
             self.maximumViewers = maximumViewers
+            self.streamNotificationURL = streamNotificationURL
+            self.streamNotificationSecret = streamNotificationSecret
         }
 
         /// Self, with `other`'s set values on top.
@@ -208,7 +217,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
                 maximumConnections: other.maximumConnections ?? maximumConnections,
                 ingestAllowHosts: other.ingestAllowHosts ?? ingestAllowHosts,
                 ingestFileDirectory: other.ingestFileDirectory ?? ingestFileDirectory,
-                database: other.database ?? database, maximumViewers: other.maximumViewers ?? maximumViewers)
+                database: other.database ?? database, maximumViewers: other.maximumViewers ?? maximumViewers,
+                streamNotificationURL: other.streamNotificationURL ?? streamNotificationURL,
+                streamNotificationSecret: other.streamNotificationSecret ?? streamNotificationSecret)
         }
     }
 
@@ -238,6 +249,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
         public static let database = "PCAST_DATABASE"
         /// Viewers this node serves at once.
         public static let maximumViewers = "PCAST_MAX_VIEWERS"
+        /// Where stream notifications are POSTed, and their HMAC key.
+        public static let streamNotificationURL = "PCAST_STREAM_NOTIFICATION_URL"
+        public static let streamNotificationSecret = "PCAST_STREAM_NOTIFICATION_SECRET"
         /// A JSON configuration file to read when the caller names none.
         public static let configFile = "PCAST_CONFIG"
     }
@@ -312,7 +326,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
                 $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             },
             ingestFileDirectory: string(EnvironmentKey.ingestFileDirectory),
-            database: string(EnvironmentKey.database), maximumViewers: try integer(EnvironmentKey.maximumViewers))
+            database: string(EnvironmentKey.database), maximumViewers: try integer(EnvironmentKey.maximumViewers),
+            streamNotificationURL: string(EnvironmentKey.streamNotificationURL),
+            streamNotificationSecret: string(EnvironmentKey.streamNotificationSecret))
     }
 
     /// Fills defaults and checks every value.
@@ -337,6 +353,16 @@ public struct PlatformConfiguration: Sendable, Hashable {
         if let viewers = layers.maximumViewers {
             guard viewers > 0 else { throw .invalidValue(name: "maximumViewers", value: String(viewers), reason: "not positive") }
             configuration.maximumViewers = viewers
+        }
+        if let text = layers.streamNotificationURL {
+            guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+                  url.host?.isEmpty == false
+            else { throw .invalidValue(name: "streamNotificationURL", value: text, reason: "not an http(s) URL with a host") }
+            let key = layers.streamNotificationSecret ?? secret
+            guard !key.isEmpty else { throw .invalidValue(name: "streamNotificationSecret", value: "", reason: "empty") }
+            configuration.streamNotifications = StreamNotificationSettings(url: url, secret: key)
+        } else if layers.streamNotificationSecret != nil {
+            throw .invalidValue(name: "streamNotificationSecret", value: "…", reason: "given without streamNotificationURL")
         }
         if let database = layers.database {
             do throws(PostgresURLError) {

@@ -390,6 +390,7 @@ struct PlatformService: Service {
         await platform.shutdownServices()
         await platform.shutdown()
         await platform.flushStore()
+        await platform.drainNotifications(within: .seconds(5))
         await platform.leaveCluster()
         await platform.closeStore()
         let clock = ContinuousClock()

@@ -47,6 +47,10 @@ struct ServeCommand: AsyncParsableCommand {
     var ingestAllowHost: [String] = []
     @Option(help: "A folder file:// ingest may read from (off by default). PCAST_INGEST_FILE_DIR.")
     var ingestFileDir: String?
+    @Option(help: "The application backend's URL the platform POSTs signed stream-started / stream-ended notifications to (JSON; X-PCast-Signature: v1=HMAC-SHA256 of \"<X-PCast-Timestamp>.<body>\"), retried with backoff while it fails. PCAST_STREAM_NOTIFICATION_URL.")
+    var streamNotificationURL: String?
+    @Option(help: "The notifications' HMAC key (default: the application secret). PCAST_STREAM_NOTIFICATION_SECRET.")
+    var streamNotificationSecret: String?
     @Option(help: "Viewers this node serves at once; one more is refused with capacity (default: no limit). PCAST_MAX_VIEWERS.")
     var maxViewers: Int?
     @Option(help: "With --sample-backend: the password a client's authentication data must carry (moderatorPassword) to get the moderator role; without it no one gets moderator. Defaults to PCAST_MODERATOR_PASSWORD.")
@@ -84,7 +88,8 @@ struct ServeCommand: AsyncParsableCommand {
             protectMetrics: protectMetrics ? true : nil, maximumTokenLifetime: maxTokenLifetime,
             maximumConnectionsPerAddress: maxConnectionsPerAddress, maximumConnections: maxConnections,
             ingestAllowHosts: ingestAllowHost.isEmpty ? nil : ingestAllowHost, ingestFileDirectory: ingestFileDir,
-            database: database, maximumViewers: maxViewers)
+            database: database, maximumViewers: maxViewers, streamNotificationURL: streamNotificationURL,
+            streamNotificationSecret: streamNotificationSecret)
         var configuration: PlatformConfiguration
         do {
             configuration = try PlatformConfiguration.load(file: config.map { URL(fileURLWithPath: $0) },

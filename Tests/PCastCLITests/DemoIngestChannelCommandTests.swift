@@ -104,4 +104,69 @@ struct DemoIngestChannelCommandTests {
         let forged = try platform.pcast(["nettest"] + session + ["--token", "DIGEST:forged", "--seconds", "3"], timeout: 30)
         #expect(forged.status == 1 && forged.stderr.contains("network test failed"), "\(forged.status) \(forged.stderr)")
     }
+
+    /// An application backend of its own, in Python: it answers the first `failFirst` POSTs with
+    /// 503, then checks each notification's signature with Python's `hmac` and writes it as a
+    /// JSON line (`valid`, `event`, `body`) to `out`.
+    static let notificationReceiver = """
+        import hashlib, hmac, http.server, json, sys
+        secret, out, fail_first = sys.argv[1].encode(), sys.argv[2], int(sys.argv[3])
+        seen = {"posts": 0}
+        class Hook(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                seen["posts"] += 1
+                if seen["posts"] <= fail_first:
+                    self.send_response(503); self.end_headers(); return
+                stamp = self.headers.get("X-PCast-Timestamp", "")
+                expected = "v1=" + hmac.new(secret, stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+                valid = hmac.compare_digest(self.headers.get("X-PCast-Signature", ""), expected)
+                with open(out, "a") as f:
+                    f.write(json.dumps({"valid": valid, "event": self.headers.get("X-PCast-Event"), "posts": seen["posts"],
+                                        "body": json.loads(body)}) + "\\n")
+                self.send_response(204); self.end_headers()
+            def log_message(self, *args): pass
+        server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+        print(server.server_address[1], flush=True)
+        server.serve_forever()
+        """
+
+    @Test("pcast serve --stream-notification-url: a stream published with pcast publish --tag is notified to a backend of Python's (started, then ended with the reason), each signed so Python's hmac verifies it, and delivered after the backend's first two answers were 503")
+    func streamNotifications() async throws {
+        let directory = try temporaryDirectory("pcast-notify-cli")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let script = directory.appendingPathComponent("hook.py")
+        try Self.notificationReceiver.write(to: script, atomically: true, encoding: .utf8)
+        let received = directory.appendingPathComponent("received.jsonl")
+        let receiverLog = directory.appendingPathComponent("hook.out")
+        let receiver = try ChildProcess.spawn(URL(fileURLWithPath: "/usr/bin/python3"), [script.path, "hook-secret", received.path, "2"],
+                                              environment: ServedPlatform.environment, output: receiverLog.path, errorsToOutput: true)
+        defer { receiver.stop() }
+        let port = try await awaitLine(in: receiverLog, process: receiver) { Int($0) != nil }
+        let platform = try await ServedPlatform.start(dataDirectory: directory.appendingPathComponent("data"), log: directory.appendingPathComponent("serve.out"),
+                                                      extraArguments: ["--stream-notification-url", "http://127.0.0.1:\(port)/hook",
+                                                                       "--stream-notification-secret", "hook-secret"])
+        defer { platform.process.stop() }
+        let session = ["--server", platform.signaling, "--auth-token", try platform.token(["--type", "auth"])]
+        let published = try platform.pcast(["publish"] + session + ["--token", try platform.token(["--type", "publish"]), "--tag", "show:42",
+                                                                     "--width", "320", "--height", "240", "--fps", "15", "--seconds", "2"], timeout: 60)
+        #expect(published.status == 0, "\(published.stderr)")
+        let streamId = try #require(published.lines.first { $0.hasPrefix("stream-") })
+
+        var lines: [[String: Any]] = []
+        let deadline = ContinuousClock.now + .seconds(20)
+        while lines.count < 2, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(100))
+            lines = ((try? String(contentsOf: received, encoding: .utf8)) ?? "").split(separator: "\n")
+                .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        }
+        #expect(lines.count == 2, "\(lines)")
+        #expect(lines.map { $0["event"] as? String } == ["stream-started", "stream-ended"])
+        #expect(lines.allSatisfy { $0["valid"] as? Bool == true }, "Python's hmac verifies each signature")
+        #expect(lines.first?["posts"] as? Int == 3, "the started notification came on the third attempt, after two 503s")
+        let bodies = lines.compactMap { $0["body"] as? [String: Any] }
+        #expect(bodies.allSatisfy { $0["streamId"] as? String == streamId && ($0["tags"] as? [String])?.contains("show:42") == true }, "\(bodies)")
+        #expect(bodies.last?["reason"] as? String == "ended" && bodies.first?["reason"] == nil)
+        #expect(bodies.first?["applicationId"] as? String == ServedPlatform.applicationId)
+    }
 }

@@ -27,7 +27,7 @@ import Testing
         actions.filter {
             switch $0 {
             case .addPublisher, .addSubscriber, .removeStream, .removeSubscriber, .limitSubscriber, .sizeSubscriber, .pinLayer: return true
-            case .send, .log, .record, .deliverHLS, .persist, .forwardViewerLimit: return false
+            case .send, .log, .record, .deliverHLS, .persist, .forwardViewerLimit, .notify: return false
             }
         }
     }
@@ -65,6 +65,33 @@ import Testing
         let other = registry.handle(.publisherAdded(streamId: "stream-rtc", .success(transport)))
         #expect(!other.contains { if case .deliverHLS = $0 { return true } else { return false } })
         #expect(sends(other).count == 1)
+    }
+
+    @Test("a stream published here notifies the backend that it started and, with the reason, that it ended; a refused publish and another node's stream notify nothing")
+    func streamNotifications() throws {
+        func notifications(_ actions: [StreamRegistry.Action]) -> [(StreamNotification.Kind, String, StreamEndedReason?, String?)] {
+            actions.compactMap { if case .notify(let kind, let record, let reason, let description) = $0 { (kind, record.streamId, reason, description) } else { nil } }
+        }
+        var registry = registry()
+        let token = Fixture.token(.publish, now: now)
+        _ = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(token, tags: ["show:1"])), now: now, newId: "stream-n"))
+        let added = registry.handle(.publisherAdded(streamId: "stream-n", .success(transport)))
+        let started = notifications(added)
+        #expect(started.count == 1 && started.first?.0 == .started && started.first?.1 == "stream-n" && started.first?.2 == nil)
+        let record = try #require(added.compactMap { if case .notify(_, let record, _, _) = $0 { record } else { nil } }.first)
+        #expect(record.tags == ["show:1"] && record.publisherSessionId == "pub")
+        let ended = notifications(registry.handle(.request(sessionId: "pub", requestId: 2,
+                                                           .unpublish(.init(streamId: "stream-n", reason: .custom, description: "bye")), now: now, newId: "x")))
+        #expect(ended.count == 1 && ended.first?.0 == .ended && ended.first?.2 == .custom && ended.first?.3 == "bye")
+
+        let refused = registry.handle(.request(sessionId: "pub", requestId: 3, .publish(Fixture.publish(Fixture.token(.stream, now: now), tags: [])),
+                                               now: now, newId: "stream-r"))
+        #expect(notifications(refused).isEmpty)
+        let remote = SharedStream(streamId: "stream-far", nodeId: "node-9", publisherSessionId: "far", tags: [], tracks: [], publishType: .live,
+                                  streamName: nil, publishedAt: 0)
+        #expect(notifications(registry.handle(.remoteStreamPublished(remote))).isEmpty)
+        #expect(notifications(registry.handle(.remoteStreamEnded(streamId: "stream-far", reason: .ended, description: nil))).isEmpty,
+                "its own node notifies")
     }
 
     @Test func publishRefusalsOpenNothingOnTheRelay() {

@@ -148,6 +148,9 @@ public struct StreamRegistry: Sendable {
         case sizeSubscriber(streamId: String, subscriberId: String, size: ViewSize?)
         /// A simulcast viewer asked to stay on one layer (best, lowest or a RID).
         case pinLayer(streamId: String, subscriberId: String, layer: String)
+        /// Tell the application's backend that a stream published here started or ended (see
+        /// ``StreamNotifier``); `reason` and `description` for an end.
+        case notify(StreamNotification.Kind, StreamRecord, reason: StreamEndedReason?, description: String?)
         case log(Logger.Level, String, sessionId: String?, streamId: String?)
     }
 
@@ -374,6 +377,7 @@ public struct StreamRegistry: Sendable {
                 send(pending.sessionId, pending.requestId, .published(.init(streamId: streamId, transport: transport))),
                 .persist(.saveStream(record.shared(nodeId: nodeId))),
                 .log(.info, "stream published (tags: \(pending.tags.joined(separator: ", ")))", sessionId: pending.sessionId, streamId: streamId),
+                .notify(.started, record, reason: nil, description: nil),
             ]
             if pending.request.publishType != .live, let name = pending.request.streamName {
                 actions.append(.record(streamId: streamId, name: name, type: pending.request.publishType))
@@ -602,6 +606,7 @@ public struct StreamRegistry: Sendable {
         if record.publisherSessionId != skipping { actions.append(.send(sessionId: record.publisherSessionId, event)) }
         actions.append(.persist(.deleteStream(streamId: streamId, reason: reason, description: description)))
         actions.append(.log(.info, "stream ended (\(why))", sessionId: record.publisherSessionId, streamId: streamId))
+        actions.append(.notify(.ended, record, reason: reason, description: description))
         return actions
     }
 
