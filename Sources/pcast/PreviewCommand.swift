@@ -93,8 +93,10 @@ struct PreviewCommand: AsyncParsableCommand {
         switch text {
         case "test": return .id(kind == .video ? SourceDevices.syntheticVideoId : SourceDevices.syntheticAudioId)
         case "null": return .id(kind == .video ? SourceDevices.nullVideoId : SourceDevices.nullAudioId)
-        case "screen": return .id("screen:\(ProcessInfo.processInfo.environment["DISPLAY"] ?? ":0")")
+        case "screen": return .override(.screen(display: nil))
         default:
+            // `screen:<display>` (as `pcast devices` lists the screen): that X display's screen.
+            if text.hasPrefix("screen:") { return .override(.screen(display: String(text.dropFirst("screen:".count)))) }
             if text.contains("://") { return .override(.uri(text)) }
             if text.contains(" ") || text.contains("!") { return .override(.pipeline(text)) }
             return .id(text)

@@ -1,4 +1,5 @@
 import Foundation
+import PCastTestSupport
 import Testing
 
 @Suite("pcast pipeline and inspect")
@@ -77,6 +78,22 @@ struct DevicesPreviewCommandTests {
         let width = png[16..<20].reduce(0) { $0 << 8 | Int($1) }
         let height = png[20..<24].reduce(0) { $0 << 8 | Int($1) }
         #expect(width == 320 && height == 180)
+    }
+
+    @Test("preview --source screen:<display> captures an Xvfb screen at the asked size into a PNG; a name that is not a display fails with bad-request")
+    func previewScreen() throws {
+        let display = try XvfbServer.start(width: 800, height: 600)
+        defer { display.stop() }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-screen-\(UUID().uuidString).png")
+        defer { try? FileManager.default.removeItem(at: file) }
+        let result = try runCommand(try pcastBinary(), ["preview", "--source", "screen:\(display.name)", "--width", "400", "--height", "300",
+                                                        "--fps", "10", "--seconds", "1", "--sink", "null", "--screenshot", file.path])
+        #expect(result.status == 0, "\(result.stderr)")
+        let png = try Data(contentsOf: file)
+        #expect(Array(png.prefix(4)) == [0x89, 0x50, 0x4E, 0x47])
+        #expect(png[16..<20].reduce(0) { $0 << 8 | Int($1) } == 400 && png[20..<24].reduce(0) { $0 << 8 | Int($1) } == 300)
+        let bad = try runCommand(try pcastBinary(), ["preview", "--source", "screen:nowhere", "--seconds", "0.5", "--sink", "null"])
+        #expect(bad.status == 1 && bad.stderr.contains("bad-request") && bad.stderr.contains("not an X display name"), "\(bad.stderr)")
     }
 
     @Test("preview of a missing camera fails with the not-found status")

@@ -119,6 +119,9 @@ public enum MediaSourceOverride: Sendable, Hashable {
     case pipeline(String)
     /// Frames the application pushes (``MediaFeed/push(_:)-(VideoFrame)``), live.
     case feed(MediaFeed)
+    /// The X screen (the seed's system-output capture, a screencast), video only: `display` such
+    /// as `:0` or `host:1.0`; nil: the `DISPLAY` environment variable's.
+    case screen(display: String?)
 }
 
 /// Video options of ``UserMediaOptions``.

@@ -100,10 +100,8 @@ public enum SourceDevices {
                 SourceDeviceInfo(id: nullVideoId, name: "Black", mediaType: .video, deviceType: .null,
                                  sourceDescription: "videotestsrc is-live=true pattern=black"),
             ]
-            if let display = environment["DISPLAY"], !display.isEmpty, GStreamerRuntime.hasElement("ximagesrc") {
-                list.append(SourceDeviceInfo(id: "screen:\(display)", name: "Screen \(display)", mediaType: .video,
-                                             deviceType: .systemOutput,
-                                             sourceDescription: "ximagesrc display-name=\(display) use-damage=false show-pointer=true"))
+            if let display = environment["DISPLAY"], isDisplayName(display), GStreamerRuntime.hasElement("ximagesrc") {
+                list.append(screen(display: display))
             }
             return list
         case .audio:
@@ -114,6 +112,22 @@ public enum SourceDevices {
                                  sourceDescription: "audiotestsrc is-live=true wave=silence samplesperbuffer=480"),
             ]
         }
+    }
+
+    /// The X screen `display` as a source (system output capture, with the pointer).
+    static func screen(display: String) -> SourceDeviceInfo {
+        SourceDeviceInfo(id: "screen:\(display)", name: "Screen \(display)", mediaType: .video, deviceType: .systemOutput,
+                         sourceDescription: "ximagesrc display-name=\(display) use-damage=false show-pointer=true")
+    }
+
+    /// Whether `name` is an X display name (`[host]:display[.screen]`): nothing else may reach
+    /// the pipeline description it goes into.
+    static func isDisplayName(_ name: String) -> Bool {
+        guard let colon = name.lastIndex(of: ":") else { return false }
+        let host = name[..<colon], rest = name[name.index(after: colon)...]
+        let parts = rest.split(separator: ".", omittingEmptySubsequences: false)
+        return host.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }
+            && (1...2).contains(parts.count) && parts.allSatisfy { !$0.isEmpty && $0.count <= 5 && $0.allSatisfy { $0.isASCII && $0.isNumber } }
     }
 
     /// Describes a monitored device; nil when its element cannot be made or addressed.

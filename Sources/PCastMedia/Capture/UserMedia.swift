@@ -92,6 +92,15 @@ struct CapturePlan: Sendable {
             devices = [SourceDeviceInfo(id: feed.appSourceName, name: "frames pushed by the application", mediaType: .video, deviceType: .uri,
                                         sourceDescription: feed.sourceDescription)]
             constrained.deviceId = .exact(feed.appSourceName)
+        case .screen(let display):
+            guard let name = display ?? ProcessInfo.processInfo.environment["DISPLAY"], !name.isEmpty else {
+                throw .deviceNotFound("screen (no X display: name one, or set DISPLAY)")
+            }
+            guard SourceDevices.isDisplayName(name) else { throw .invalidOptions("'\(name)' is not an X display name ([host]:display[.screen])") }
+            guard GStreamerRuntime.hasElement("ximagesrc") else { throw .missingElements("ximagesrc (gstreamer1.0-plugins-good)") }
+            let screen = SourceDevices.screen(display: name)
+            devices = [screen]
+            constrained.deviceId = .exact(screen.id)
         case nil:
             // Only probe the device monitor when a physical device may be wanted.
             devices = SourceDevices.builtIn(.video)
@@ -118,6 +127,8 @@ struct CapturePlan: Sendable {
             devices = [SourceDeviceInfo(id: feed.appSourceName, name: "frames pushed by the application", mediaType: .audio, deviceType: .uri,
                                         sourceDescription: feed.sourceDescription)]
             constrained.deviceId = .exact(feed.appSourceName)
+        case .screen:
+            throw .invalidOptions("the screen is a video source")
         case nil:
             devices = SourceDevices.builtIn(.audio)
             if let exact = options.deviceId?.exact, devices.contains(where: { $0.id == exact }) {
