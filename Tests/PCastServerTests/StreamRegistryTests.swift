@@ -94,6 +94,37 @@ import Testing
                 "its own node notifies")
     }
 
+    @Test("a stream token's quality capability (sd) caps a simulcast viewer's layer: its box goes to the relay at subscribe and bounds every view size it asks for; on a single encoding nothing is sent; a token naming two qualities is refused")
+    func qualityCeiling() {
+        var registry = registry()
+        let granted = Fixture.token(.publish, now: now) { $0.capability("multi-bitrate") }
+        _ = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(granted, tracks: Self.layers)), now: now, newId: "s1"))
+        _ = registry.handle(.publisherAdded(streamId: "s1", .success(transport)))
+        _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1").capability("sd") }, subscriberId: "a")
+        let added = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "a", .success(transport)))
+        #expect(relayCalls(added) == [.sizeSubscriber(streamId: "s1", subscriberId: "a", size: ViewSize(width: 854, height: 480))])
+        func sized(_ size: ViewSize?) -> [StreamRegistry.Action] {
+            relayCalls(registry.handle(.request(sessionId: "sub", requestId: 2, .setViewSize(.init(streamId: "s1", size: size)), now: now, newId: "")))
+        }
+        #expect(sized(ViewSize(width: 1920, height: 1080)) == [.sizeSubscriber(streamId: "s1", subscriberId: "a", size: ViewSize(width: 854, height: 480))])
+        #expect(sized(ViewSize(width: 320, height: 180)) == [.sizeSubscriber(streamId: "s1", subscriberId: "a", size: ViewSize(width: 320, height: 180))])
+        #expect(sized(nil) == [.sizeSubscriber(streamId: "s1", subscriberId: "a", size: ViewSize(width: 854, height: 480))], "no size: the ceiling")
+
+        _ = registry.handle(.request(sessionId: "pub", requestId: 3, .publish(Fixture.publish(Fixture.token(.publish, now: now), tags: [])), now: now, newId: "s2"))
+        _ = registry.handle(.publisherAdded(streamId: "s2", .success(transport)))
+        _ = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s2").capability("ld") }, subscriberId: "b")
+        #expect(relayCalls(registry.handle(.subscriberAdded(streamId: "s2", subscriberId: "b", .success(transport)))).isEmpty,
+                "a single encoding is what it is")
+
+        let two = subscribe(&registry, "sub", token: Fixture.token(.stream, now: now) { $0.originStreamId("s1").capability("sd").capability("hd") },
+                            subscriberId: "c")
+        #expect(failure(two)?.status == .badRequest && failure(two)?.message.contains("more than one quality") == true)
+        #expect(QualityCeiling.allCases.map { "\($0.box.width)x\($0.box.height)" } == ["320x180", "426x240", "640x360", "854x480", "1280x720", "1920x1080", "3840x2160"])
+        #expect(QualityCeiling.sd.fit(width: 1280, height: 720) == (854, 480) && QualityCeiling.sd.fit(width: 640, height: 480) == (640, 480))
+        #expect(QualityCeiling.ld.fit(width: 1080, height: 1920) == (202, 360), "portrait fits by its height")
+        #expect(QualityCeiling(capabilities: ["real-time", "hd"]) == .hd && QualityCeiling(capabilities: ["real-time"]) == nil)
+    }
+
     @Test func publishRefusalsOpenNothingOnTheRelay() {
         var registry = registry()
         let cases: [(String, RequestStatus)] = [

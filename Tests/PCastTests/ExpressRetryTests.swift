@@ -216,4 +216,49 @@ extension OneAtATime {
             await platform.shutdown()
         }
     }
+
+    @Suite("Quality capabilities", .serialized)
+    struct QualityCapabilityTests {
+        @Test("a publish token with sd makes the SDK encode a 1280×720 capture at 854×480 (a viewer decodes that size), one with ld a 640×480 capture at 480×360; a re-publish, whose size is known only once it flows, stays within the box; without one the capture's size is kept")
+        func publishCeiling() async throws {
+            let platform = try await LocalPlatform.start()
+            let sdk = try await client(platform)
+            func published(_ width: Int, _ height: Int, capabilities: [String]) async throws -> (Dimensions?, Publisher, UserMediaStream) {
+                var options = smallMedia()
+                options.video.width = .exact(width)
+                options.video.height = .exact(height)
+                options.audio.enabled = false
+                let media = try await UserMedia.getUserMedia(options)
+                let publisher = try await sdk.publish(streamToken: try platform.token(.publish, capabilities: capabilities), mediaStream: media)
+                let (viewer, _, renderer, frames) = try await watchFrames(platform, publisher.streamId)
+                _ = await eventually { frames.all.count >= 5 }
+                _ = renderer
+                await viewer.stop()
+                return (frames.all.last, publisher, media)
+            }
+            let (sd, sdPublisher, sdMedia) = try await published(1280, 720, capabilities: ["sd"])
+            #expect(sd == Dimensions(width: 854, height: 480))
+            let (ld, ldPublisher, ldMedia) = try await published(640, 480, capabilities: ["ld"])
+            #expect(ld == Dimensions(width: 480, height: 360))
+            let (plain, plainPublisher, plainMedia) = try await published(640, 480, capabilities: [])
+            #expect(plain == Dimensions(width: 640, height: 480))
+
+            // The 854×480 stream re-published with a `vld` token: within 426×240.
+            let relay = try await client(platform)
+            let subscribed = try await relay.subscribe(streamToken: try platform.token(.stream, originStreamId: sdPublisher.streamId))
+            let again = try await relay.publish(streamToken: try platform.token(.publish, capabilities: ["vld"]), subscribedStream: subscribed)
+            let (viewer, _, renderer, frames) = try await watchFrames(platform, again.streamId)
+            #expect(await eventually { frames.all.count >= 5 })
+            let size = frames.all.last
+            #expect(size.map { $0.width <= 426 && $0.height <= 240 && $0.height >= 230 } == true, "\(String(describing: size))")
+            _ = renderer
+            await viewer.stop()
+            await again.stop()
+            await relay.stop()
+            for publisher in [sdPublisher, ldPublisher, plainPublisher] { await publisher.stop() }
+            for media in [sdMedia, ldMedia, plainMedia] { await media.stop() }
+            await sdk.stop()
+            await platform.shutdown()
+        }
+    }
 }

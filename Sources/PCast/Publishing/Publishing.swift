@@ -364,7 +364,7 @@ extension PCast {
         let rtp: RTPPublisher
         do {
             rtp = try await RTPPublisher.start(stream: mediaStream, settings: settings,
-                                               simulcast: Self.grantsSimulcast(streamToken)) { packet in
+                                               simulcast: Self.grantsSimulcast(streamToken), ceiling: Self.qualityCeiling(streamToken)) { packet in
                 socketBox.value.withLock { $0 }?.send(packet)
             }
         } catch {
@@ -400,6 +400,13 @@ extension PCast {
     static func grantsSimulcast(_ streamToken: String) -> Bool {
         guard case .some(let token) = try? DigestToken.decode(streamToken) else { return false }
         return token.claims.capabilities.contains(SimulcastLayer.capability)
+    }
+
+    /// The largest video a publish token allows (its `hd`, `sd`, … capability, see
+    /// ``QualityCeiling``): the SDK scales its video to fit before encoding.
+    static func qualityCeiling(_ streamToken: String) -> QualityCeiling? {
+        guard case .some(let token) = try? DigestToken.decode(streamToken) else { return nil }
+        return QualityCeiling(capabilities: token.claims.capabilities)
     }
 
     /// Publishes a remote source (a URI GStreamer can pull, or pushed FLV) without decoding its

@@ -263,8 +263,10 @@ package final class RTPPublisher: RTPSource, Sendable {
 
     /// Starts encoding the stream's tracks. With `simulcast`, the video is encoded three times
     /// (``simulcastLayers(width:height:bitrate:)``), each layer its own SSRC and RTP session, all
-    /// with one timestamp offset so a relay can switch a viewer between them at a keyframe.
+    /// with one timestamp offset so a relay can switch a viewer between them at a keyframe. With a
+    /// `ceiling` (the publish token's quality capability) the video is scaled to fit its box first.
     package static func start(stream: MediaStream, settings: EncodingSettings = EncodingSettings(), simulcast: Bool = false,
+                             ceiling: QualityCeiling? = nil,
                              send: @escaping @Sendable (OutgoingPacket) -> Void) async throws(MediaError) -> RTPPublisher {
         var tracks: [MediaTrackDescription] = []
         var consumers: [MediaConsumer] = []
@@ -276,14 +278,21 @@ package final class RTPPublisher: RTPSource, Sendable {
         do {
             // One entry per encoding: a video with simulcast is three.
             var encodings: [(track: MediaStreamTrack, layer: SimulcastLayer?)] = []
+            // The capture's size (user media names it; a subscribed stream's is known only once it flows).
+            var captured: (width: Int, height: Int)?
+            if let element = try? stream.engine.pipeline.element(named: "video-caps"), case .caps(let caps?) = try element.property("caps"),
+               let info = caps.videoInfo {
+                captured = (info.width, info.height)
+            }
             for track in stream.getTracks() {
                 guard simulcast, track.kind == .video else {
                     encodings.append((track, nil))
                     continue
                 }
-                guard case .caps(let caps?) = try stream.engine.pipeline.element(named: "video-caps").property("caps"), let size = caps.videoInfo else {
+                guard let captured else {
                     throw MediaError.unsupportedFormat("simulcast needs the capture's size, and the stream's video caps give none")
                 }
+                let size = ceiling?.fit(width: captured.width, height: captured.height) ?? captured
                 for layer in simulcastLayers(width: size.width, height: size.height, bitrate: settings.videoBitrate) { encodings.append((track, layer)) }
             }
             let timestampOffset = String(UInt32.random(in: 0..<UInt32.max))
@@ -297,6 +306,15 @@ package final class RTPPublisher: RTPSource, Sendable {
                     var values = ["prefix": prefix, "ssrc": String(ssrc), "pt": "96",
                                   "bitrate": String((layer?.bitrate).map { $0 / 1000 } ?? settings.videoBitrate),
                                   "keyint": String(settings.keyframeInterval)]
+                    if layer == nil, let ceiling {
+                        if let captured {
+                            let fitted = ceiling.fit(width: captured.width, height: captured.height)
+                            if fitted != captured { values["size"] = "video/x-raw,width=\(fitted.width),height=\(fitted.height),pixel-aspect-ratio=1/1" }
+                        } else {
+                            // Size unknown yet: no larger than the box (the scaler keeps the shape).
+                            values["size"] = "video/x-raw,width=(int)[2,\(ceiling.box.width)],height=(int)[2,\(ceiling.box.height)]"
+                        }
+                    }
                     if let layer {
                         values["timestamp-offset"] = timestampOffset
                         // A keyframe of at most 200 ms of the layer's bitrate: a viewer whose link

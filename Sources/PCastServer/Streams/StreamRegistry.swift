@@ -28,6 +28,9 @@ public struct StreamRecord: Sendable, Hashable {
     public fileprivate(set) var subscribers: [(subscriberId: String, sessionId: String)] = []
     /// Video bitrates viewers ask the publisher for, by subscriber id.
     public fileprivate(set) var viewerLimits: [String: Int] = [:]
+    /// The largest view each viewer whose token names a quality (``QualityCeiling``) may be sent of
+    /// a simulcast, by subscriber id.
+    public fileprivate(set) var viewCeilings: [String: ViewSize] = [:]
     /// What the publisher was last told: the lowest of `viewerLimits`.
     public var viewerLimit: Int? { viewerLimits.values.min() }
     /// Why the publisher says its stream is reduced (told to every viewer).
@@ -181,6 +184,8 @@ public struct StreamRegistry: Sendable {
         var streamId: String
         var tracks: [MediaTrackDescription]
         var layer: String? = nil
+        /// The token's quality ceiling (see ``QualityCeiling``).
+        var ceiling: ViewSize? = nil
     }
 
     public let tokens: TokenAuthority
@@ -431,7 +436,7 @@ public struct StreamRegistry: Sendable {
             return fail(.capacity, "this node serves its limit of \(limit) viewers")
         }
         pendingSubscribes[subscriberId] = PendingSubscribe(sessionId: sessionId, requestId: requestId, streamId: record.streamId, tracks: tracks,
-                                                           layer: request.layer)
+                                                           layer: request.layer, ceiling: QualityCeiling(capabilities: claims.capabilities)?.box)
         return [.addSubscriber(streamId: record.streamId, subscriberId: subscriberId)]
     }
 
@@ -482,6 +487,13 @@ public struct StreamRegistry: Sendable {
             var actions: [Action] = []
             // Before the reply: the relay has it before the viewer's first packet can arrive.
             if let layer = pending.layer { actions.append(.pinLayer(streamId: pending.streamId, subscriberId: subscriberId, layer: layer)) }
+            // A token's quality ceiling: no larger layer of a simulcast than fits its box.
+            if let ceiling = pending.ceiling {
+                streams[pending.streamId]?.viewCeilings[subscriberId] = ceiling
+                if streams[pending.streamId]?.tracks.contains(where: { $0.layer != nil }) == true {
+                    actions.append(.sizeSubscriber(streamId: pending.streamId, subscriberId: subscriberId, size: ceiling))
+                }
+            }
             actions += [
                 send(pending.sessionId, pending.requestId, .subscribed(.init(streamId: pending.streamId, tracks: pending.tracks, transport: transport, subscriberId: subscriberId))),
                 .log(.info, "subscribed (\(subscriberId))", sessionId: pending.sessionId, streamId: pending.streamId),
@@ -517,6 +529,7 @@ public struct StreamRegistry: Sendable {
         }
         sessions[sessionId]?.subscriptions[subscriberId] = nil
         streams[streamId]?.subscribers.removeAll { $0.subscriberId == subscriberId }
+        streams[streamId]?.viewCeilings[subscriberId] = nil
         return [
             .removeSubscriber(streamId: streamId, subscriberId: subscriberId),
             send(sessionId, requestId, .ok),
@@ -567,7 +580,12 @@ public struct StreamRegistry: Sendable {
             return [send(sessionId, requestId, .failure(.init(status: .notFound, message: "this session does not subscribe to '\(request.streamId)'")))]
         }
         guard streams[request.streamId]?.tracks.contains(where: { $0.layer != nil }) == true else { return [send(sessionId, requestId, .ok)] }
-        return [send(sessionId, requestId, .ok), .sizeSubscriber(streamId: request.streamId, subscriberId: subscriberId, size: request.size)]
+        // Never above the token's quality ceiling.
+        var size = request.size
+        if let ceiling = streams[request.streamId]?.viewCeilings[subscriberId] {
+            size = size.map { ViewSize(width: min($0.width, ceiling.width), height: min($0.height, ceiling.height)) } ?? ceiling
+        }
+        return [send(sessionId, requestId, .ok), .sizeSubscriber(streamId: request.streamId, subscriberId: subscriberId, size: size)]
     }
 
     /// Records one viewer's limit; tells the publisher when the lowest limit changes.
@@ -626,6 +644,7 @@ public struct StreamRegistry: Sendable {
         // A changed entry (tags, quality) keeps what this node knows of the stream.
         record.subscribers = existing?.subscribers ?? []
         record.viewerLimits = existing?.viewerLimits ?? [:]
+        record.viewCeilings = existing?.viewCeilings ?? [:]
         record.publisherQuality = shared.publisherQuality ?? .none
         streams[shared.streamId] = record
         guard let existing else {
@@ -647,6 +666,7 @@ public struct StreamRegistry: Sendable {
         // Subscriptions left (those on streams that just ended are gone already).
         for (subscriberId, streamId) in (sessions[sessionId]?.subscriptions ?? [:]).sorted(by: { $0.key < $1.key }) {
             streams[streamId]?.subscribers.removeAll { $0.subscriberId == subscriberId }
+            streams[streamId]?.viewCeilings[subscriberId] = nil
             actions.append(.removeSubscriber(streamId: streamId, subscriberId: subscriberId))
             actions += setViewerLimit(nil, streamId: streamId, subscriberId: subscriberId)
         }

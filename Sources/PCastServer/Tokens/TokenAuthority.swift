@@ -34,7 +34,9 @@ public struct TokenAuthority: PublishAuthorizing, Hashable {
     public static let defaultMaximumLifetime: TimeInterval = 366 * 86_400
 
     /// Capabilities a token may carry.
-    public static let recognisedCapabilities: Set<String> = ["real-time", "streaming", "audio-only", "video-only", SimulcastLayer.capability, RecordingAccess.capability, MetricsAccess.capability]
+    public static let recognisedCapabilities: Set<String> = Set(["real-time", "streaming", "audio-only", "video-only", SimulcastLayer.capability,
+                                                                 RecordingAccess.capability, MetricsAccess.capability]
+                                                                + QualityCeiling.allCases.map(\.rawValue))
 
     public init(applicationId: String, secret: String, maximumLifetime: TimeInterval? = Self.defaultMaximumLifetime) {
         self.applicationId = applicationId
@@ -84,6 +86,10 @@ public struct TokenAuthority: PublishAuthorizing, Hashable {
         }
         if claims.capabilities.contains("audio-only") && claims.capabilities.contains("video-only") {
             return .failure(.init(status: .badRequest, message: "the token asks for both audio-only and video-only"))
+        }
+        let qualities = QualityCeiling.names(in: claims.capabilities)
+        if Set(qualities).count > 1 {
+            return .failure(.init(status: .badRequest, message: "the token names more than one quality (\(qualities.joined(separator: ", ")))"))
         }
         return .success(claims)
     }
