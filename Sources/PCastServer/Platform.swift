@@ -746,6 +746,12 @@ actor Platform {
                         type: kind, id: Self.makeId("notification"), applicationId: configuration.applicationId, streamId: record.streamId,
                         sessionId: record.publisherSessionId, tags: record.tags, publishType: record.publishType, streamName: record.streamName,
                         reason: reason, description: description, timestamp: Int64((clock().timeIntervalSince1970 * 1000).rounded())))
+                case .notifyViewer(let kind, let streamId, let subscriberId, let sessionId, let tags, let reason, let description):
+                    guard configuration.streamNotifications?.includeViewers == true else { continue }
+                    notifier?.enqueue(StreamNotification(
+                        type: kind, id: Self.makeId("notification"), applicationId: configuration.applicationId, streamId: streamId,
+                        sessionId: sessionId, subscriberId: subscriberId, tags: tags, publishType: nil, reason: reason, description: description,
+                        timestamp: Int64((clock().timeIntervalSince1970 * 1000).rounded())))
                 case .log(let level, let message, let sessionId, let streamId):
                     var metadata: Logger.Metadata = [:]
                     if let sessionId { metadata["pcast.session"] = .string(sessionId) }

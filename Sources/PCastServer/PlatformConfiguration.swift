@@ -174,6 +174,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
         public var streamNotificationURL: String?
         /// Their HMAC key (default: the application secret).
         public var streamNotificationSecret: String?
+        /// Whether subscriptions are notified too (see ``StreamNotificationSettings/includeViewers``).
+        public var streamNotificationViewers: Bool?
 
         public init(
             applicationId: String? = nil, secret: String? = nil, host: String? = nil, httpPort: Int? = nil,
@@ -181,7 +183,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
             keepAliveInterval: Int? = nil, protectMetrics: Bool? = nil, maximumTokenLifetime: Int? = nil,
             maximumConnectionsPerAddress: Int? = nil, maximumConnections: Int? = nil,
             ingestAllowHosts: [String]? = nil, ingestFileDirectory: String? = nil, database: String? = nil,
-            maximumViewers: Int? = nil, streamNotificationURL: String? = nil, streamNotificationSecret: String? = nil
+            maximumViewers: Int? = nil, streamNotificationURL: String? = nil, streamNotificationSecret: String? = nil,
+            streamNotificationViewers: Bool? = nil
         ) {
             self.applicationId = applicationId
             self.secret = secret
@@ -201,6 +204,7 @@ public struct PlatformConfiguration: Sendable, Hashable {
             self.maximumViewers = maximumViewers
             self.streamNotificationURL = streamNotificationURL
             self.streamNotificationSecret = streamNotificationSecret
+            self.streamNotificationViewers = streamNotificationViewers
         }
 
         /// Self, with `other`'s set values on top.
@@ -219,7 +223,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
                 ingestFileDirectory: other.ingestFileDirectory ?? ingestFileDirectory,
                 database: other.database ?? database, maximumViewers: other.maximumViewers ?? maximumViewers,
                 streamNotificationURL: other.streamNotificationURL ?? streamNotificationURL,
-                streamNotificationSecret: other.streamNotificationSecret ?? streamNotificationSecret)
+                streamNotificationSecret: other.streamNotificationSecret ?? streamNotificationSecret,
+                streamNotificationViewers: other.streamNotificationViewers ?? streamNotificationViewers)
         }
     }
 
@@ -252,6 +257,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
         /// Where stream notifications are POSTed, and their HMAC key.
         public static let streamNotificationURL = "PCAST_STREAM_NOTIFICATION_URL"
         public static let streamNotificationSecret = "PCAST_STREAM_NOTIFICATION_SECRET"
+        /// `1` / `true`: subscriptions are notified too.
+        public static let streamNotificationViewers = "PCAST_STREAM_NOTIFICATION_VIEWERS"
         /// A JSON configuration file to read when the caller names none.
         public static let configFile = "PCAST_CONFIG"
     }
@@ -328,7 +335,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
             ingestFileDirectory: string(EnvironmentKey.ingestFileDirectory),
             database: string(EnvironmentKey.database), maximumViewers: try integer(EnvironmentKey.maximumViewers),
             streamNotificationURL: string(EnvironmentKey.streamNotificationURL),
-            streamNotificationSecret: string(EnvironmentKey.streamNotificationSecret))
+            streamNotificationSecret: string(EnvironmentKey.streamNotificationSecret),
+            streamNotificationViewers: try boolean(EnvironmentKey.streamNotificationViewers))
     }
 
     /// Fills defaults and checks every value.
@@ -360,9 +368,13 @@ public struct PlatformConfiguration: Sendable, Hashable {
             else { throw .invalidValue(name: "streamNotificationURL", value: text, reason: "not an http(s) URL with a host") }
             let key = layers.streamNotificationSecret ?? secret
             guard !key.isEmpty else { throw .invalidValue(name: "streamNotificationSecret", value: "", reason: "empty") }
-            configuration.streamNotifications = StreamNotificationSettings(url: url, secret: key)
+            var settings = StreamNotificationSettings(url: url, secret: key)
+            settings.includeViewers = layers.streamNotificationViewers ?? false
+            configuration.streamNotifications = settings
         } else if layers.streamNotificationSecret != nil {
             throw .invalidValue(name: "streamNotificationSecret", value: "…", reason: "given without streamNotificationURL")
+        } else if layers.streamNotificationViewers == true {
+            throw .invalidValue(name: "streamNotificationViewers", value: "true", reason: "given without streamNotificationURL")
         }
         if let database = layers.database {
             do throws(PostgresURLError) {

@@ -91,6 +91,9 @@ public final class ReportCollector: Sendable {
 
     public func latest(_ panel: String) -> [String: any Sendable]? { reports(panel).last }
 
+    /// Every JSON object POSTed so far, oldest first.
+    public var allReports: [[String: any Sendable]] { reports.withLock { $0 } }
+
     public func close() {
         stopped.store(true, ordering: .relaxed)
         shutdown(descriptor, Int32(SHUT_RDWR))

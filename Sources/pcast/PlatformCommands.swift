@@ -51,6 +51,8 @@ struct ServeCommand: AsyncParsableCommand {
     var streamNotificationURL: String?
     @Option(help: "The notifications' HMAC key (default: the application secret). PCAST_STREAM_NOTIFICATION_SECRET.")
     var streamNotificationSecret: String?
+    @Flag(help: "Notify every subscription too (subscriber-started / subscriber-ended, with the tags it subscribed with). PCAST_STREAM_NOTIFICATION_VIEWERS.")
+    var streamNotificationViewers = false
     @Option(help: "Viewers this node serves at once; one more is refused with capacity (default: no limit). PCAST_MAX_VIEWERS.")
     var maxViewers: Int?
     @Option(help: "With --sample-backend: the password a client's authentication data must carry (moderatorPassword) to get the moderator role; without it no one gets moderator. Defaults to PCAST_MODERATOR_PASSWORD.")
@@ -89,7 +91,7 @@ struct ServeCommand: AsyncParsableCommand {
             maximumConnectionsPerAddress: maxConnectionsPerAddress, maximumConnections: maxConnections,
             ingestAllowHosts: ingestAllowHost.isEmpty ? nil : ingestAllowHost, ingestFileDirectory: ingestFileDir,
             database: database, maximumViewers: maxViewers, streamNotificationURL: streamNotificationURL,
-            streamNotificationSecret: streamNotificationSecret)
+            streamNotificationSecret: streamNotificationSecret, streamNotificationViewers: streamNotificationViewers ? true : nil)
         var configuration: PlatformConfiguration
         do {
             configuration = try PlatformConfiguration.load(file: config.map { URL(fileURLWithPath: $0) },

@@ -27,7 +27,7 @@ import Testing
         actions.filter {
             switch $0 {
             case .addPublisher, .addSubscriber, .removeStream, .removeSubscriber, .limitSubscriber, .sizeSubscriber, .pinLayer: return true
-            case .send, .log, .record, .deliverHLS, .persist, .forwardViewerLimit, .notify: return false
+            case .send, .log, .record, .deliverHLS, .persist, .forwardViewerLimit, .notify, .notifyViewer: return false
             }
         }
     }
@@ -123,6 +123,38 @@ import Testing
         #expect(QualityCeiling.sd.fit(width: 1280, height: 720) == (854, 480) && QualityCeiling.sd.fit(width: 640, height: 480) == (640, 480))
         #expect(QualityCeiling.ld.fit(width: 1080, height: 1920) == (202, 360), "portrait fits by its height")
         #expect(QualityCeiling(capabilities: ["real-time", "hd"]) == .hd && QualityCeiling(capabilities: ["real-time"]) == nil)
+    }
+
+    @Test("a subscription's tags are kept and go with its subscriber-started and subscriber-ended notifications (unsubscribed, session closed, stream ended); more tags than allowed are refused by the codec")
+    func viewerNotifications() throws {
+        func viewers(_ actions: [StreamRegistry.Action]) -> [(StreamNotification.Kind, String, [String], StreamEndedReason?)] {
+            actions.compactMap {
+                if case .notifyViewer(let kind, _, let subscriberId, _, let tags, let reason, _) = $0 { (kind, subscriberId, tags, reason) } else { nil }
+            }
+        }
+        var registry = registry()
+        _ = registry.handle(.request(sessionId: "pub", requestId: 1, .publish(Fixture.publish(Fixture.token(.publish, now: now), tags: [])), now: now, newId: "s1"))
+        _ = registry.handle(.publisherAdded(streamId: "s1", .success(transport)))
+        let token = Fixture.token(.stream, now: now) { $0.originStreamId("s1") }
+        for (id, tags) in [("a", ["viewer:1"]), ("b", [])] {
+            _ = registry.handle(.request(sessionId: "sub", requestId: 2, .subscribe(.init(streamToken: token, tags: tags)), now: now, newId: id))
+            let added = viewers(registry.handle(.subscriberAdded(streamId: "s1", subscriberId: id, .success(transport))))
+            #expect(added.count == 1 && added.first?.0 == .subscriberStarted && added.first?.1 == id && added.first?.2 == tags)
+        }
+        #expect(registry.stream("s1")?.subscriberTags == ["a": ["viewer:1"]])
+        let left = viewers(registry.handle(.request(sessionId: "sub", requestId: 3, .unsubscribe(.init(streamId: "s1", subscriberId: "a")), now: now, newId: "")))
+        #expect(left.count == 1 && left.first?.0 == .subscriberEnded && left.first?.2 == ["viewer:1"] && left.first?.3 == .ended)
+        _ = registry.handle(.request(sessionId: "sub2", requestId: 5, .subscribe(.init(streamToken: token, tags: ["viewer:2"])), now: now, newId: "c"))
+        _ = registry.handle(.subscriberAdded(streamId: "s1", subscriberId: "c", .success(transport)))
+        let closed = viewers(registry.handle(.sessionClosed(sessionId: "sub2", .connectionLost)))
+        #expect(closed.count == 1 && closed.first?.1 == "c" && closed.first?.2 == ["viewer:2"] && closed.first?.3 == .failed)
+        let ended = viewers(registry.handle(.request(sessionId: "pub", requestId: 4, .unpublish(.init(streamId: "s1", reason: .custom, description: "bye")),
+                                                     now: now, newId: "")))
+        #expect(ended.count == 1 && ended.first?.1 == "b" && ended.first?.3 == .custom)
+
+        let many = (0...SignalingCodec.maximumTags).map { "t\($0)" }
+        let data = try SignalingCodec.encode(Envelope<ClientMessage>(id: 1, .subscribe(.init(streamToken: token, tags: many))))
+        #expect(throws: SignalingError.self) { try SignalingCodec.decodeClientMessage(data) }
     }
 
     @Test func publishRefusalsOpenNothingOnTheRelay() {

@@ -261,4 +261,56 @@ extension OneAtATime {
             await platform.shutdown()
         }
     }
+
+    @Suite("Express: connect options and subscription tags", .serialized)
+    struct ExpressConnectOptionTests {
+        @Test("publish connect options set the encoder (bitrate=300 → a 300 kbit/s target), subscribe ones the playout delay (120 ms at the viewer); SubscribeOptions.tags reach the backend with the viewer's subscriber-started / subscriber-ended notifications; unknown or out-of-range options are refused before anything starts")
+        func connectOptionsAndTags() async throws {
+            let collector = try ReportCollector()
+            defer { collector.close() }
+            let platform = try await LocalPlatform.start { configuration in
+                var settings = StreamNotificationSettings(url: URL(string: collector.url + "hook")!, secret: "hook-secret")
+                settings.includeViewers = true
+                configuration.streamNotifications = settings
+            }
+            let publishing = express(platform)
+            var publishOptions = PublishOptions(mediaConstraints: smallMedia(), capabilities: ["real-time"])
+            publishOptions.connectOptions = ["bitrate=300", "keyframe-interval=15"]
+            let publisher = try await publishing.publish(publishOptions)
+            let outbound = publisher.publisher?.rtcStatsReport().stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }
+            #expect(outbound?.targetBitrate == 300_000, "\(String(describing: outbound))")
+
+            let viewing = express(platform)
+            var options = SubscribeOptions(streamId: publisher.streamId, renderer: RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+            options.tags = ["viewer:42", "region:eu"]
+            options.connectOptions = ["playout-delay=120", "layer=adaptive"]
+            let subscriber = try await viewing.subscribe(options)
+            #expect(await decodes(subscriber))
+            let inbound = subscriber.mediaStream?.rtcStatsReport().stats.first { $0.type == "inbound-rtp" && $0.kind == "video" }
+            #expect(inbound?.jitterBufferTargetDelay.map { abs($0 - 0.12) < 0.001 } == true, "\(String(describing: inbound))")
+            await subscriber.stop()
+            #expect(await eventually { collector.allReports.contains { $0.string("type") == "subscriber-ended" } })
+            let viewerEvents = collector.allReports.filter { $0.string("type").hasPrefix("subscriber-") }
+            #expect(viewerEvents.map { $0.string("type") } == ["subscriber-started", "subscriber-ended"])
+            #expect(viewerEvents.allSatisfy { ($0["tags"] as? [any Sendable])?.compactMap { $0 as? String } == ["viewer:42", "region:eu"] })
+            #expect(viewerEvents.allSatisfy { $0.string("streamId") == publisher.streamId && !$0.string("subscriberId").isEmpty })
+            #expect(collector.allReports.first?.string("type") == "stream-started")
+
+            for bad in [["bitrate=9"], ["resolution=4k"], ["keyframe-interval"]] {
+                var refused = PublishOptions(mediaConstraints: smallMedia(), capabilities: ["real-time"])
+                refused.connectOptions = bad
+                await #expect { _ = try await publishing.publish(refused) } throws: { ($0 as? PCastError)?.code == .invalidRequest }
+            }
+            for bad in [["playout-delay=-5"], ["layer=a b"], ["reconnect=true"]] {
+                var refused = SubscribeOptions(streamId: publisher.streamId)
+                refused.connectOptions = bad
+                await #expect { _ = try await viewing.subscribe(refused) } throws: { ($0 as? PCastError)?.code == .invalidRequest }
+            }
+            #expect(platform.relay.statistics().streams == 1, "the refused publishes published nothing")
+            await publisher.stop()
+            await viewing.shutdown()
+            await publishing.shutdown()
+            await platform.shutdown()
+        }
+    }
 }

@@ -107,6 +107,9 @@ public struct PublishOptions: Sendable {
     /// A publish token to use instead of asking the backend.
     public var streamToken: String?
     public var settings = EncodingSettings()
+    /// `name=value` options that set ``settings`` (see the connect options: `bitrate=…`,
+    /// `keyframe-interval=…`, `audio-bitrate=…`); anything else is refused.
+    public var connectOptions: [String] = []
     public var publishType: PublishType = .live
     public var streamName: String?
 
@@ -149,8 +152,13 @@ public struct SubscribeOptions: Sendable {
     /// Options of a renderer to create and start; nil: none (``ExpressSubscriber/createRenderer(_:)`` makes one later).
     public var renderer: RendererOptions?
     public var monitor: MonitorOptions?
+    /// The application's tags for this subscription (who watches, from where): kept with it at the
+    /// platform and told to the backend with the viewer's notifications.
     public var tags: [String] = []
     public var playoutDelay: Duration?
+    /// `name=value` options (`playout-delay=<ms>`, `layer=<adaptive|best|lowest|RID>`); anything
+    /// else is refused. ``playoutDelay`` wins over `playout-delay`.
+    public var connectOptions: [String] = []
 
     public init(streamId: String, capabilities: [String] = [], streamToken: String? = nil, renderer: RendererOptions? = nil,
                 monitor: MonitorOptions? = nil) {
@@ -321,6 +329,8 @@ public final class PCastExpress: Sendable {
     /// Publishes local media (user media from the constraints, or the given stream), with a
     /// preview renderer when ``PublishOptions/previewRenderer`` is set.
     public func publish(_ options: PublishOptions) async throws(PCastError) -> ExpressPublisher {
+        var options = options
+        options.settings = try ConnectOptions.publish(options.connectOptions, onto: options.settings)
         let media: UserMediaStream
         if let given = options.userMedia {
             media = given
@@ -353,6 +363,7 @@ public final class PCastExpress: Sendable {
 
     /// Subscribes to a stream, with a started renderer when ``SubscribeOptions/renderer`` is set.
     public func subscribe(_ options: SubscribeOptions) async throws(PCastError) -> ExpressSubscriber {
+        _ = try ConnectOptions.subscribe(options.connectOptions)
         let subscriber = ExpressSubscriber(express: self, options: options)
         try await withSetupRetry(options.monitor) { () async throws(PCastError) in try await subscriber.connect() }
         return subscriber
@@ -598,7 +609,9 @@ public final class ExpressSubscriber: Sendable {
         if let given = options.streamToken { token = given } else {
             token = try await express.streamToken(streamId: options.streamId, capabilities: options.capabilities)
         }
-        let stream = try await pcast.subscribe(streamToken: token, playoutDelay: options.playoutDelay)
+        let connect = try ConnectOptions.subscribe(options.connectOptions)
+        let stream = try await pcast.subscribe(streamToken: token, playoutDelay: options.playoutDelay ?? connect.playoutDelay,
+                                               layer: connect.layer ?? .adaptive, tags: options.tags)
         let rendererOptions = state.withLock { $0.renderer?.options } ?? options.renderer
         var renderer: Renderer?
         if let rendererOptions {

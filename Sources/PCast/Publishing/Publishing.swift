@@ -227,6 +227,8 @@ final class Subscription: Sendable {
     let tracks: [MediaTrackDescription]
     /// The simulcast layer it asked to stay on (nil: adaptive); asked again when it follows.
     let layer: String?
+    /// The application's tags for it; given again when it follows.
+    let tags: [String]
     let stream: MediaStream
     let receiver: RTPReceiver
     /// Where every flow's socket delivers (to `receiver`).
@@ -241,11 +243,12 @@ final class Subscription: Sendable {
         var closed = false
     }
 
-    init(streamId: String, streamToken: String, layer: String?, tracks: [MediaTrackDescription], stream: MediaStream, receiver: RTPReceiver,
-         inbox: PacketInbox, slot: SocketSlot) {
+    init(streamId: String, streamToken: String, layer: String?, tags: [String] = [], tracks: [MediaTrackDescription], stream: MediaStream,
+         receiver: RTPReceiver, inbox: PacketInbox, slot: SocketSlot) {
         self.streamId = streamId
         self.streamToken = streamToken
         self.layer = layer
+        self.tags = tags
         self.tracks = tracks
         self.stream = stream
         self.receiver = receiver
@@ -511,9 +514,13 @@ extension PCast {
     /// `layer` matters for a simulcast (a stream published with `multi-bitrate`): by default the
     /// relay sends the best layer this viewer's link carries and moves it as the link changes;
     /// ``LayerSelection/best``, ``LayerSelection/lowest`` or a RID keep it on one.
-    public func subscribe(streamToken: String, playoutDelay: Duration? = nil, layer: LayerSelection = .adaptive) async throws(PCastError) -> MediaStream {
+    ///
+    /// `tags` are the application's for this subscription (who watches, from where): the platform
+    /// keeps them with it and tells them to the backend with the viewer's notifications.
+    public func subscribe(streamToken: String, playoutDelay: Duration? = nil, layer: LayerSelection = .adaptive,
+                          tags: [String] = []) async throws(PCastError) -> MediaStream {
         let delay = playoutDelay ?? options.playoutDelay, impairment = options.receiveImpairment
-        return try await openSubscription(streamToken: streamToken, layer: layer, streaming: { source throws(PCastError) in
+        return try await openSubscription(streamToken: streamToken, layer: layer, tags: tags, streaming: { source throws(PCastError) in
             try await self.playStreaming(source, streamToken: streamToken)
         }) { tracks, since, sendRTCP throws(MediaError) in
             try await RTPReceiver.start(tracks: tracks, playoutDelay: delay, impairment: impairment, runningSince: since, sendRTCP: sendRTCP)
@@ -600,13 +607,13 @@ extension PCast {
     /// A `streaming` token is answered with the stream's HLS source: `streaming` plays it, and
     /// without one (recording, encoded subscriptions) it is refused.
     private func openSubscription(
-        streamToken: String, layer: LayerSelection = .adaptive,
+        streamToken: String, layer: LayerSelection = .adaptive, tags: [String] = [],
         streaming: ((ServerMessage.StreamingSource) async throws(PCastError) -> MediaStream)? = nil,
         start: (_ tracks: [MediaTrackDescription], _ runningSince: Duration?,
                 _ sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream)
     ) async throws(PCastError) -> (streamId: String, stream: MediaStream) {
         let client = try signaling()
-        let reply = try await client.request(.subscribe(.init(streamToken: streamToken, layer: layer.requested)))
+        let reply = try await client.request(.subscribe(.init(streamToken: streamToken, layer: layer.requested, tags: tags.isEmpty ? nil : tags)))
         if case .streamingSource(let source) = reply {
             guard let streaming else {
                 throw .invalidRequest("the stream token asks for HLS delivery ('streaming' without 'real-time'); this needs the real-time stream")
@@ -646,7 +653,7 @@ extension PCast {
             throw .media(error)
         }
         inbox.open(to: receiver)
-        let subscription = Subscription(streamId: subscribed.streamId, streamToken: streamToken, layer: layer.requested, tracks: subscribed.tracks,
+        let subscription = Subscription(streamId: subscribed.streamId, streamToken: streamToken, layer: layer.requested, tags: tags, tracks: subscribed.tracks,
                                         stream: stream, receiver: receiver, inbox: inbox, slot: slot)
         _ = subscription.adopt(socket, subscriberId: subscribed.subscriberId, rtcpSSRC: rtcpSSRC)
         // A session may subscribe to one stream several times: each subscription is its own.
@@ -691,7 +698,8 @@ extension PCast {
         var subscribed: ServerMessage.Subscribed?
         let refusal: String?
         do throws(PCastError) {
-            let reply = try await client.request(.subscribe(.init(streamToken: subscription.streamToken, layer: subscription.layer)))
+            let reply = try await client.request(.subscribe(.init(streamToken: subscription.streamToken, layer: subscription.layer,
+                                                                  tags: subscription.tags.isEmpty ? nil : subscription.tags)))
             guard case .subscribed(let answer) = reply else { throw .invalidRequest("unexpected reply to subscribe: \(reply.type)") }
             subscribed = answer
             guard answer.streamId == streamId else { throw .invalidRequest("the token now leads to another stream (\(answer.streamId))") }

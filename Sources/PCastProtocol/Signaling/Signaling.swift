@@ -203,9 +203,13 @@ public enum ClientMessage: Sendable, Hashable {
         /// For a simulcast: the layer to stay on (``SimulcastLayer/best``, ``SimulcastLayer/lowest``
         /// or a RID); absent, the relay picks the layer the viewer's link carries.
         public var layer: String?
-        public init(streamToken: String, layer: String? = nil) {
+        /// The application's tags for this subscription (who watches, from where): kept with it at
+        /// the platform and told to the backend with the viewer's notifications.
+        public var tags: [String]?
+        public init(streamToken: String, layer: String? = nil, tags: [String]? = nil) {
             self.streamToken = streamToken
             self.layer = layer
+            self.tags = tags
         }
     }
     public struct StreamReference: Codable, Sendable, Hashable {
@@ -786,6 +790,9 @@ public enum SignalingCodec {
             try check(p.description, "description")
         case .subscribe(let p):
             try check(p.streamToken, "streamToken")
+            let tags = p.tags ?? []
+            guard tags.count <= maximumTags else { throw fail("more than \(maximumTags) tags") }
+            for tag in tags { try check(tag, "tags") }
         case .unsubscribe(let p):
             try check(p.streamId, "streamId")
             try check(p.subscriberId, "subscriberId")

@@ -10,10 +10,16 @@ import PCastProtocol
 ///  "tags":["channelAlias:news"],"publishType":"live","timestamp":1764230400000}
 /// {"type":"stream-ended",…,"reason":"ended","description":"…"}
 /// ```
+///
+/// With viewers included (``StreamNotificationSettings/includeViewers``), each subscription to a
+/// stream here is told too: `subscriber-started` and `subscriber-ended`, with the viewer's
+/// session, its `subscriberId` and the tags it subscribed with.
 public struct StreamNotification: Sendable, Hashable, Codable {
     public enum Kind: String, Sendable, Hashable, Codable {
         case started = "stream-started"
         case ended = "stream-ended"
+        case subscriberStarted = "subscriber-started"
+        case subscriberEnded = "subscriber-ended"
     }
 
     public var type: Kind
@@ -22,11 +28,15 @@ public struct StreamNotification: Sendable, Hashable, Codable {
     public var id: String
     public var applicationId: String
     public var streamId: String
-    /// The publishing session.
+    /// The publishing session (the viewer's, for a subscriber's notification).
     public var sessionId: String
-    /// The stream's tags: the publish request's and its token's `applyTags`.
+    /// For a subscriber's notification: which subscription.
+    public var subscriberId: String?
+    /// The stream's tags: the publish request's and its token's `applyTags` (the subscription's
+    /// own, for a subscriber's notification).
     public var tags: [String]
-    public var publishType: PublishType
+    /// The stream's (absent for a subscriber's notification).
+    public var publishType: PublishType?
     public var streamName: String?
     /// For `stream-ended`: why, as subscribers are told.
     public var reason: StreamEndedReason?
@@ -34,14 +44,15 @@ public struct StreamNotification: Sendable, Hashable, Codable {
     /// Milliseconds since 1970 (UTC) when it happened.
     public var timestamp: Int64
 
-    public init(type: Kind, id: String, applicationId: String, streamId: String, sessionId: String, tags: [String],
-                publishType: PublishType, streamName: String? = nil, reason: StreamEndedReason? = nil, description: String? = nil,
-                timestamp: Int64) {
+    public init(type: Kind, id: String, applicationId: String, streamId: String, sessionId: String, subscriberId: String? = nil,
+                tags: [String], publishType: PublishType?, streamName: String? = nil, reason: StreamEndedReason? = nil,
+                description: String? = nil, timestamp: Int64) {
         self.type = type
         self.id = id
         self.applicationId = applicationId
         self.streamId = streamId
         self.sessionId = sessionId
+        self.subscriberId = subscriberId
         self.tags = tags
         self.publishType = publishType
         self.streamName = streamName

@@ -11,6 +11,10 @@ public struct StreamNotificationSettings: Sendable, Hashable {
     public var url: URL
     /// The HMAC key of ``StreamNotificationSignature``.
     public var secret: String
+    /// Whether every subscription is told too (`subscriber-started` / `subscriber-ended`, with
+    /// the tags it subscribed with): for analytics or billing. Off by default: a large audience
+    /// makes many notifications.
+    public var includeViewers = false
     /// Delays between attempts: one attempt, then one after each (six in all by default, over
     /// about 15 s).
     public var retryDelays: [Duration] = [.milliseconds(500), .seconds(1), .seconds(2), .seconds(4), .seconds(8)]

@@ -31,6 +31,8 @@ public struct StreamRecord: Sendable, Hashable {
     /// The largest view each viewer whose token names a quality (``QualityCeiling``) may be sent of
     /// a simulcast, by subscriber id.
     public fileprivate(set) var viewCeilings: [String: ViewSize] = [:]
+    /// The tags each subscription was made with (the application's), by subscriber id.
+    public fileprivate(set) var subscriberTags: [String: [String]] = [:]
     /// What the publisher was last told: the lowest of `viewerLimits`.
     public var viewerLimit: Int? { viewerLimits.values.min() }
     /// Why the publisher says its stream is reduced (told to every viewer).
@@ -154,6 +156,10 @@ public struct StreamRegistry: Sendable {
         /// Tell the application's backend that a stream published here started or ended (see
         /// ``StreamNotifier``); `reason` and `description` for an end.
         case notify(StreamNotification.Kind, StreamRecord, reason: StreamEndedReason?, description: String?)
+        /// Tell the backend (when it asks for viewers) that a subscription to a stream here started
+        /// or ended, with the tags it subscribed with.
+        case notifyViewer(StreamNotification.Kind, streamId: String, subscriberId: String, sessionId: String, tags: [String],
+                          reason: StreamEndedReason?, description: String?)
         case log(Logger.Level, String, sessionId: String?, streamId: String?)
     }
 
@@ -186,6 +192,7 @@ public struct StreamRegistry: Sendable {
         var layer: String? = nil
         /// The token's quality ceiling (see ``QualityCeiling``).
         var ceiling: ViewSize? = nil
+        var tags: [String] = []
     }
 
     public let tokens: TokenAuthority
@@ -436,7 +443,8 @@ public struct StreamRegistry: Sendable {
             return fail(.capacity, "this node serves its limit of \(limit) viewers")
         }
         pendingSubscribes[subscriberId] = PendingSubscribe(sessionId: sessionId, requestId: requestId, streamId: record.streamId, tracks: tracks,
-                                                           layer: request.layer, ceiling: QualityCeiling(capabilities: claims.capabilities)?.box)
+                                                           layer: request.layer, ceiling: QualityCeiling(capabilities: claims.capabilities)?.box,
+                                                           tags: request.tags ?? [])
         return [.addSubscriber(streamId: record.streamId, subscriberId: subscriberId)]
     }
 
@@ -494,9 +502,13 @@ public struct StreamRegistry: Sendable {
                     actions.append(.sizeSubscriber(streamId: pending.streamId, subscriberId: subscriberId, size: ceiling))
                 }
             }
+            if !pending.tags.isEmpty { streams[pending.streamId]?.subscriberTags[subscriberId] = pending.tags }
             actions += [
                 send(pending.sessionId, pending.requestId, .subscribed(.init(streamId: pending.streamId, tracks: pending.tracks, transport: transport, subscriberId: subscriberId))),
-                .log(.info, "subscribed (\(subscriberId))", sessionId: pending.sessionId, streamId: pending.streamId),
+                .log(.info, "subscribed (\(subscriberId))" + (pending.tags.isEmpty ? "" : " (tags: \(pending.tags.joined(separator: ", ")))"),
+                     sessionId: pending.sessionId, streamId: pending.streamId),
+                .notifyViewer(.subscriberStarted, streamId: pending.streamId, subscriberId: subscriberId, sessionId: pending.sessionId,
+                              tags: pending.tags, reason: nil, description: nil),
             ]
             if let quality = streams[pending.streamId]?.publisherQuality, quality != .none {
                 actions.append(.send(sessionId: pending.sessionId, .event(.publisherQuality(.init(streamId: pending.streamId, reason: quality)))))
@@ -530,10 +542,13 @@ public struct StreamRegistry: Sendable {
         sessions[sessionId]?.subscriptions[subscriberId] = nil
         streams[streamId]?.subscribers.removeAll { $0.subscriberId == subscriberId }
         streams[streamId]?.viewCeilings[subscriberId] = nil
+        let tags = streams[streamId]?.subscriberTags.removeValue(forKey: subscriberId) ?? []
         return [
             .removeSubscriber(streamId: streamId, subscriberId: subscriberId),
             send(sessionId, requestId, .ok),
             .log(.info, "unsubscribed (\(subscriberId))", sessionId: sessionId, streamId: streamId),
+            .notifyViewer(.subscriberEnded, streamId: streamId, subscriberId: subscriberId, sessionId: sessionId, tags: tags,
+                          reason: .ended, description: "unsubscribed"),
         ] + setViewerLimit(nil, streamId: streamId, subscriberId: subscriberId)
     }
 
@@ -613,6 +628,8 @@ public struct StreamRegistry: Sendable {
         for subscriber in record.subscribers {
             sessions[subscriber.sessionId]?.subscriptions[subscriber.subscriberId] = nil
             if subscriber.sessionId != skipping { actions.append(.send(sessionId: subscriber.sessionId, event)) }
+            actions.append(.notifyViewer(.subscriberEnded, streamId: streamId, subscriberId: subscriber.subscriberId, sessionId: subscriber.sessionId,
+                                         tags: record.subscriberTags[subscriber.subscriberId] ?? [], reason: reason, description: description))
         }
         let why = description.map { "\(reason.rawValue): \($0)" } ?? reason.rawValue
         guard record.originNodeId == nil else {
@@ -667,7 +684,10 @@ public struct StreamRegistry: Sendable {
         for (subscriberId, streamId) in (sessions[sessionId]?.subscriptions ?? [:]).sorted(by: { $0.key < $1.key }) {
             streams[streamId]?.subscribers.removeAll { $0.subscriberId == subscriberId }
             streams[streamId]?.viewCeilings[subscriberId] = nil
+            let tags = streams[streamId]?.subscriberTags.removeValue(forKey: subscriberId) ?? []
             actions.append(.removeSubscriber(streamId: streamId, subscriberId: subscriberId))
+            actions.append(.notifyViewer(.subscriberEnded, streamId: streamId, subscriberId: subscriberId, sessionId: sessionId, tags: tags,
+                                         reason: how.streamEndedReason, description: how.streamEndedDescription))
             actions += setViewerLimit(nil, streamId: streamId, subscriberId: subscriberId)
         }
         sessions[sessionId] = nil
