@@ -311,5 +311,32 @@ extension Cluster {
             await media.stop()
             for node in nodes { await node.shutdown() }
         }
+
+        @Test("live HLS of another node's stream: a stream published on node 1 without 'streaming' is packaged by node 2 when a player with a 'streaming' token asks there (node 2 pulls it from node 1); ffmpeg decodes 60 frames from node 2's playlist, and once the stream ends on node 1 node 2's playlist ends")
+        func hlsOfAnotherNodesStream() async throws {
+            let postgres = try TestPostgres.server()
+            let nodes = try await clusterNodes(2, on: postgres)
+            let publisherSDK = PCast(PCastOptions(uri: nodes[0].signalingURL))
+            try await publisherSDK.start(authToken: try nodes[0].token(.auth))
+            let (publisher, media) = try await publishForHLS(publisherSDK, token: try nodes[0].token(.publish))
+            let token = try nodes[1].token(.stream, originStreamId: publisher.streamId, capabilities: ["streaming"])
+            let url = "\(nodes[1].httpURL)/hls/\(publisher.streamId)/index.m3u8?token=\(percentEncoded(token))"
+            // Node 2 hears of the stream through the change log, then packages it on the first request.
+            let text = try await playlist(url, timeout: .seconds(30)) { tagLines($0, "#EXTINF").count >= 2 }
+            #expect(tagLines(text, "#EXT-X-MAP").count == 1, "\(text)")
+            #expect(nodes[0].relay.statistics().subscribers == 1, "node 1 sends node 2 one leg")
+            let crc = FileManager.default.temporaryDirectory.appendingPathComponent("hls-cluster-\(UUID().uuidString).crc").path
+            defer { try? FileManager.default.removeItem(atPath: crc) }
+            let decode = try runTool("ffmpeg", ["-hide_banner", "-loglevel", "error", "-i", url, "-map", "0:v:0", "-frames:v", "60", "-f", "framecrc", "-y", crc])
+            let frames = ((try? String(contentsOfFile: crc, encoding: .utf8)) ?? "").split(separator: "\n").filter { !$0.hasPrefix("#") }.count
+            #expect(decode.status == 0 && frames == 60, "ffmpeg: \(frames) frames; \(decode.output)")
+
+            await publisher.stop()
+            let ended = try await playlist(url, timeout: .seconds(20)) { $0.contains("#EXT-X-ENDLIST") }
+            #expect(ended.contains("#EXT-X-ENDLIST"))
+            await media.stop()
+            await publisherSDK.stop()
+            for node in nodes { await node.shutdown() }
+        }
     }
 }

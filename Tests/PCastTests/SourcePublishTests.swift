@@ -1,5 +1,4 @@
 import Foundation
-import GStreamer
 @testable import PCast
 import PCastNode
 import PCastServer
@@ -188,50 +187,63 @@ extension OneAtATime {
         @Test("screen sharing: getUserMedia with the screen source of an Xvfb display showing a red window is a system-output track; published, a viewer decodes red frames at the asked size; a bad display name, the screen as audio and a display that is not there are typed errors")
         func screenSharing() async throws {
             let display = try XvfbServer.start(width: 800, height: 600)
-            defer { display.stop() }
-            // A red window over the whole screen (no window manager: it maps at 0,0).
-            let window = try Pipeline(description: "videotestsrc is-live=true pattern=red ! video/x-raw,width=800,height=600,framerate=15/1 ! ximagesink display=\(display.name)")
-            try await window.play()
-            defer { Task { await window.stop() } }
-            try await Task.sleep(for: .milliseconds(500))
+            // A red window over the whole screen (no window manager: it maps at 0,0), drawn by a
+            // process of its own: Xlib ends a process whose X server goes away under it.
+            let window = try ChildProcess.spawn(try executable("gst-launch-1.0"), [
+                "videotestsrc", "is-live=true", "pattern=red", "!", "video/x-raw,width=800,height=600,framerate=15/1", "!",
+                "ximagesink", "display=\(display.name)"], environment: ProcessInfo.processInfo.environment)
+            var failure: (any Error)?
+            do { try await shareScreen(display) } catch { failure = error }
+            window.stop()
+            display.stop()
+            if let failure { throw failure }
+        }
 
-            var options = video(.screen(display: display.name), width: 640, height: 480, fps: 15)
-            options.video.enabled = true
+        /// The screen test's body: every capture of `display` is stopped before it returns or throws.
+        func shareScreen(_ display: XvfbServer) async throws {
+            try await Task.sleep(for: .milliseconds(500))
+            let options = video(.screen(display: display.name), width: 640, height: 480, fps: 15)
             let platform = try await LocalPlatform.start()
             let publisherClient = try await client(platform)
             let media = try await UserMedia.getUserMedia(options)
-            #expect(media.mediaStream.getVideoTracks().first?.source?.deviceType == .systemOutput)
-            #expect(media.mediaStream.getVideoTracks().first?.source?.id == "screen:\(display.name)")
-            let publisher = try await publisherClient.publish(streamToken: try platform.token(.publish), mediaStream: media)
-            let viewer = try await client(platform)
-            let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
-            let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
-            #expect(await renderer.start() == .ok)
-            // A pixel a quarter in from the top left of each decoded frame (the pointer is at the
-            // centre), as (Y, U, V).
-            let centres = Values<(Int, Int, Int, Int, Int)>()
-            try renderer.setFrameReadyCallback(stream.getVideoTracks()[0]) { notification in
-                guard case .video(let frame)? = try? notification.read(), frame.format == .i420 else { return }
-                let sample = try? frame.withUnsafeBytes { bytes -> (Int, Int, Int) in
-                    let y = bytes[frame.planeOffsets[0] + frame.height / 4 * frame.strides[0] + frame.width / 4]
-                    let u = bytes[frame.planeOffsets[1] + frame.height / 8 * frame.strides[1] + frame.width / 8]
-                    let v = bytes[frame.planeOffsets[2] + frame.height / 8 * frame.strides[2] + frame.width / 8]
-                    return (Int(y), Int(u), Int(v))
+            var failure: (any Error)?
+            do {
+                #expect(media.mediaStream.getVideoTracks().first?.source?.deviceType == .systemOutput)
+                #expect(media.mediaStream.getVideoTracks().first?.source?.id == "screen:\(display.name)")
+                let publisher = try await publisherClient.publish(streamToken: try platform.token(.publish), mediaStream: media)
+                let viewer = try await client(platform)
+                let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+                let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+                #expect(await renderer.start() == .ok)
+                // A pixel a quarter in from the top left of each decoded frame (the pointer is at
+                // the centre), as (Y, U, V).
+                let samples = Values<(Int, Int, Int, Int, Int)>()
+                try renderer.setFrameReadyCallback(stream.getVideoTracks()[0]) { notification in
+                    guard case .video(let frame)? = try? notification.read(), frame.format == .i420 else { return }
+                    let sample = try? frame.withUnsafeBytes { bytes -> (Int, Int, Int) in
+                        let y = bytes[frame.planeOffsets[0] + frame.height / 4 * frame.strides[0] + frame.width / 4]
+                        let u = bytes[frame.planeOffsets[1] + frame.height / 8 * frame.strides[1] + frame.width / 8]
+                        let v = bytes[frame.planeOffsets[2] + frame.height / 8 * frame.strides[2] + frame.width / 8]
+                        return (Int(y), Int(u), Int(v))
+                    }
+                    if let sample { samples.append((frame.width, frame.height, sample.0, sample.1, sample.2)) }
                 }
-                if let sample { centres.append((frame.width, frame.height, sample.0, sample.1, sample.2)) }
+                #expect(await eventually(.seconds(15)) { samples.all.count >= 15 }, "decoded frames of the screen")
+                let last = samples.all.suffix(5)
+                #expect(last.allSatisfy { $0.0 == 640 && $0.1 == 480 }, "\(last.map { "\($0.0)x\($0.1)" })")
+                // BT.601 red is Y 81, U 90, V 240.
+                #expect(last.allSatisfy { abs($0.2 - 81) < 25 && abs($0.3 - 90) < 25 && abs($0.4 - 240) < 25 },
+                        "the screen's red window: \(last.map { "Y\($0.2) U\($0.3) V\($0.4)" })")
+                await renderer.stop()
+                await viewer.stop()
+                await publisher.stop()
+            } catch {
+                failure = error
             }
-            #expect(await eventually(.seconds(15)) { centres.all.count >= 15 }, "decoded frames of the screen")
-            let last = centres.all.suffix(5)
-            #expect(last.allSatisfy { $0.0 == 640 && $0.1 == 480 }, "\(last.map { "\($0.0)x\($0.1)" })")
-            // BT.601 red is Y 81, U 90, V 240.
-            #expect(last.allSatisfy { abs($0.2 - 81) < 25 && abs($0.3 - 90) < 25 && abs($0.4 - 240) < 25 },
-                    "the screen's red window: \(last.map { "Y\($0.2) U\($0.3) V\($0.4)" })")
-            await renderer.stop()
-            await viewer.stop()
-            await publisher.stop()
             await media.stop()
             await publisherClient.stop()
             await platform.shutdown()
+            if let failure { throw failure }
 
             var audio = UserMediaOptions()
             audio.video.enabled = false

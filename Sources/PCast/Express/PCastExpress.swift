@@ -228,7 +228,7 @@ public final class PCastExpress: Sendable {
         }
         var uri = options.pcastURI
         if token == nil || uri == nil {
-            let reply = try await backend(options.authenticationRoute, .init(capabilities: nil, roles: options.roles.isEmpty ? nil : options.roles.map(\.rawValue)))
+            let reply = try await authenticationReply()
             token = token ?? reply.authenticationToken
             uri = uri ?? reply.pcastUri
         }
@@ -253,10 +253,15 @@ public final class PCastExpress: Sendable {
         return pcast
     }
 
+    /// The backend's authentication route's answer (an auth token, perhaps the platform's URI)
+    /// for this client's roles.
+    private func authenticationReply() async throws(PCastError) -> BackendAPI.TokenReply {
+        try await backend(options.authenticationRoute, .init(capabilities: nil, roles: options.roles.isEmpty ? nil : options.roles.map(\.rawValue)))
+    }
+
     /// A new auth token from the backend's authentication route.
     private func authenticationToken() async throws(PCastError) -> String {
-        let reply = try await backend(options.authenticationRoute, .init(capabilities: nil, roles: options.roles.isEmpty ? nil : options.roles.map(\.rawValue)))
-        guard let token = reply.authenticationToken else { throw .refused(.failed, "the backend gave no authentication token") }
+        guard let token = try await authenticationReply().authenticationToken else { throw .refused(.failed, "the backend gave no authentication token") }
         return token
     }
 
