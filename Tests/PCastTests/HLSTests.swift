@@ -186,8 +186,9 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
-        @Test("an SDK viewer whose stream token has 'streaming' (not 'real-time') plays the stream as HLS: subscribe answers with the HLS source, the renderer's frame-ready hook gets 150 frames (6 s) of 640×360, streamingSourceMapping sends the playlist and its parts through the operator's CDN (an nginx reverse proxy); the stream ends as the remote's `ended` once the publisher stops")
-        func sdkViewerThroughMapping() async throws {
+        @Test("an SDK viewer whose stream token has 'streaming' (not 'real-time') plays the stream as HLS, following its parts with blocking reloads (the default) or as segments (hlsdemux2): subscribe answers with the HLS source, the renderer's frame-ready hook gets 150 frames (6 s) of 640×360, streamingSourceMapping sends the playlist and its parts through the operator's CDN (an nginx reverse proxy); the stream ends as the remote's `ended` once the publisher stops",
+              arguments: [StreamingPlayback.lowLatency, .segments])
+        func sdkViewerThroughMapping(_ playback: StreamingPlayback) async throws {
             let platform = try await LocalPlatform.start()
             let pcast = try await client(platform)
             let (publisher, media) = try await publishForHLS(pcast, token: try platform.token(.publish))
@@ -195,6 +196,7 @@ extension OneAtATime {
             defer { cdn.stop() }
             var options = PCastOptions(uri: platform.signalingURL)
             options.streamingSourceMapping = StreamingSourceMapping(patternToReplace: #"^http://127\.0\.0\.1:[0-9]+/hls"#, replacement: cdn.base + "/hls")
+            options.streamingPlayback = playback
             let viewer = PCast(options)
             try await viewer.start(authToken: try platform.token(.auth))
             let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId, capabilities: ["streaming"]))
@@ -212,6 +214,8 @@ extension OneAtATime {
             let requests = cdn.requests
             #expect(requests.contains { $0.hasPrefix("200 /cdn/hls/\(publisher.streamId)/index.m3u8?token=") }, "\(requests)")
             #expect(requests.contains { $0.hasPrefix("200 /cdn/hls/\(publisher.streamId)/") && $0.contains(".m4s?token=") }, "\(requests)")
+            // Following parts: blocking reloads, each next part asked for through the CDN.
+            #expect(requests.contains { $0.contains("index.m3u8?") && $0.contains("_HLS_msn=") } == (playback == .lowLatency), "\(requests)")
             #expect(stream.endReason == nil)
 
             await publisher.stop()

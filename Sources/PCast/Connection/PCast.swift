@@ -171,6 +171,10 @@ public struct PCastOptions: Sendable, Hashable {
     /// as HLS (a stream token with the `streaming` capability), e.g. an operator's CDN in front of
     /// the platform. Nil: from the platform itself.
     public var streamingSourceMapping: StreamingSourceMapping?
+    /// How a stream delivered as HLS is played: ``StreamingPlayback/lowLatency`` (the default)
+    /// follows its parts, about half a second behind the publisher; ``StreamingPlayback/segments``
+    /// lets GStreamer's hlsdemux2 play whole segments, about ten seconds behind.
+    public var streamingPlayback: StreamingPlayback = .lowLatency
 
     public init(uri: String, playoutDelay: Duration = PCastOptions.defaultPlayoutDelay, reconnects: Bool = true,
                 receiveImpairment: NetworkImpairment? = nil) {
@@ -179,6 +183,15 @@ public struct PCastOptions: Sendable, Hashable {
         self.reconnects = reconnects
         self.receiveImpairment = receiveImpairment
     }
+}
+
+/// How the SDK plays a stream delivered as HLS (``PCastOptions/streamingPlayback``).
+public enum StreamingPlayback: String, Sendable, Hashable, CaseIterable {
+    /// Follows the playlist's low-latency parts with blocking reloads, from the next keyframe at
+    /// the live edge (a playlist without parts is played as segments).
+    case lowLatency = "low-latency"
+    /// GStreamer's hlsdemux2: whole segments, from three segments behind the live edge.
+    case segments
 }
 
 /// Rewrites the URL of a stream delivered as HLS before the player fetches it (the seed's

@@ -538,7 +538,8 @@ extension PCast {
         let kinds = Set(source.tracks.map { $0.kind == .video ? MediaType.video : .audio })
         let stream: MediaStream
         do {
-            (_, stream) = try await HLSReceiver.start(url: url, kinds: kinds)
+            (_, stream) = try await HLSReceiver.start(url: url, kinds: kinds,
+                                                      delivery: options.streamingPlayback == .lowLatency ? .parts : .segments)
         } catch {
             throw .media(error)
         }

@@ -38,6 +38,15 @@ final class EndSignal: Sendable {
         if let pending { handler(pending) }
     }
 
+    /// The end reported before anyone attached (nil otherwise): an engine that waits for its
+    /// start can give up on it.
+    var pendingReason: MediaStreamEndReason? {
+        state.withLock { state in
+            if case .ended(let reason) = state { return reason }
+            return nil
+        }
+    }
+
     /// The engine ended (or failed); the first call is delivered, later ones are ignored.
     func fire(_ reason: MediaStreamEndReason) {
         let handler = state.withLock { state -> (@Sendable (MediaStreamEndReason) -> Void)? in

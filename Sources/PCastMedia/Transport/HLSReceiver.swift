@@ -1,12 +1,22 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import GStreamer
 import PCastProtocol
 import Synchronization
 
-/// Plays a stream the platform delivers as HLS (a viewer with the `streaming` capability):
-/// `uridecodebin3` (GStreamer's adaptive demuxer hlsdemux2, which knows low-latency parts; the
-/// older `uridecodebin` picks the legacy hlsdemux, which does not) fetches the playlist and its
-/// parts and decodes them, and the raw media reaches `video-tee` / `audio-tee`
+/// Plays a stream the platform delivers as HLS (a viewer with the `streaming` capability), in one
+/// of two ways (``Delivery``):
+/// - following its low-latency parts (the default): the playlist is read with blocking reloads
+///   (``LowLatencyPlaylist``), playback starts at the next independent part after the live edge,
+///   and each part is fetched as soon as it is listed and pushed into `decodebin3`: about a part
+///   (≤ 0.5 s) behind the publisher instead of hlsdemux2's three segments;
+/// - `uridecodebin3` (GStreamer's adaptive demuxer hlsdemux2, which knows low-latency parts; the
+///   older `uridecodebin` picks the legacy hlsdemux, which does not) fetches the playlist and its
+///   segments and decodes them, for a playlist without parts.
+///
+/// Either way the raw media reaches `video-tee` / `audio-tee`
 /// as a real-time stream's does, so renderers and frame-ready hooks attach the same way. The
 /// pacing sinks follow the clock and hold the decoders back (their queues do not leak, unlike a
 /// real-time stream's): a segment downloaded at once still plays at its own pace, from where the
@@ -14,7 +24,17 @@ import Synchronization
 /// ends the stream as the remote's `ended`; an HTTP or decoding error as `failed`, with
 /// GStreamer's message.
 package final class HLSReceiver: StreamEngine, @unchecked Sendable {
+    /// How the playlist is played.
+    package enum Delivery: Sendable, Hashable {
+        /// Low-latency parts, followed by the SDK (see the type's documentation).
+        case parts
+        /// GStreamer's hlsdemux2, segments from three back.
+        case segments
+    }
+
     let pipeline: Pipeline
+    let delivery: Delivery
+    private var follower: Task<Void, Never>?
     /// The playlist played (after the application's source mapping).
     package let url: String
     let ends = EndSignal()
@@ -24,7 +44,7 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
     private let videoFrames = Atomic<Int>(0)
     private let firstVideo = Mutex<ContinuousClock.Instant?>(nil)
 
-    private init(url: String, kinds: Set<MediaType>) throws(MediaError) {
+    private init(url: String, kinds: Set<MediaType>, delivery: Delivery) throws(MediaError) {
         guard !url.contains("\""), !url.contains("\\"), !url.unicodeScalars.contains(where: { $0.value < 0x21 }) else {
             throw .gstreamer(.invalidDescription("the playlist URL contains characters a pipeline description cannot carry"))
         }
@@ -33,15 +53,21 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
         }
         self.url = url
         self.kinds = kinds
-        var lines = ["uridecodebin3 name=hls-source uri=\"\(url)\""]
+        self.delivery = delivery
+        var lines = [delivery == .segments ? "uridecodebin3 name=hls-source uri=\"\(url)\""
+                                           : "appsrc name=hls-parts format=bytes is-live=false max-bytes=4000000 ! qtdemux name=hls-demux"]
+        // The platform packages H.264 and Opus; parts are demuxed and decoded here (decodebin3
+        // behind an appsrc left qtdemux's pads unlinked at the first fragment: not-linked).
+        let audioHead = delivery == .segments ? "hls-source. ! audio/x-raw" : "hls-demux.audio_0 ! queue name=audio-parts ! opusdec ! audio/x-raw"
+        let videoHead = delivery == .segments ? "hls-source. ! video/x-raw" : "hls-demux.video_0 ! queue name=video-parts ! h264parse ! avdec_h264 ! video/x-raw"
         // The audio branch first: parse-launch's delayed links then link both (see ingest.pipeline).
         if kinds.contains(.audio) {
-            lines.append("hls-source. ! audio/x-raw ! queue name=audio-queue ! audioconvert ! audioresample"
+            lines.append(audioHead + " ! queue name=audio-queue ! audioconvert ! audioresample"
                 + " ! audio/x-raw,format=S16LE,layout=interleaved,rate=48000 ! identity name=audio-hook"
                 + " ! tee name=audio-tee allow-not-linked=true ! queue max-size-buffers=8 ! fakesink name=audio-pacer sync=true async=false")
         }
         if kinds.contains(.video) {
-            lines.append("hls-source. ! video/x-raw ! queue name=video-queue ! videoconvert ! video/x-raw,format=I420 ! identity name=video-hook"
+            lines.append(videoHead + " ! queue name=video-queue ! videoconvert ! video/x-raw,format=I420 ! identity name=video-hook"
                 + " ! tee name=video-tee allow-not-linked=true ! queue max-size-buffers=2 ! fakesink name=video-pacer sync=true async=false")
         }
         do {
@@ -52,8 +78,14 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
     }
 
     /// Starts playing `url` (an HLS media playlist) with branches for `kinds`.
-    package static func start(url: String, kinds: Set<MediaType>) async throws(MediaError) -> (HLSReceiver, MediaStream) {
-        let receiver = try HLSReceiver(url: url, kinds: kinds)
+    package static func start(url: String, kinds: Set<MediaType>, delivery: Delivery = .parts) async throws(MediaError) -> (HLSReceiver, MediaStream) {
+        var delivery = delivery
+        // Parts only where the playlist has them (a CDN's copy may be plain HLS): else segments.
+        if delivery == .parts, let playlistURL = URL(string: url),
+           (try? await Self.playlist(playlistURL, blockingAt: nil))?.partTarget == nil {
+            delivery = .segments
+        }
+        let receiver = try HLSReceiver(url: url, kinds: kinds, delivery: delivery)
         var tracks: [MediaStreamTrack] = []
         do {
             for kind in [MediaType.video, .audio] where kinds.contains(kind) {
@@ -74,19 +106,139 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
             // the media plays from its first frame on (started at once, the pipeline's running
             // time would be seconds ahead of the first segment's, and the sinks would drop it all
             // as late). The sinks hold the first buffers meanwhile. Bounded: a server that never
-            // answers fails the subscribe (souphttpsrc gives up after 15 s).
-            try await receiver.pipeline.pause(timeout: .seconds(20))
+            // answers fails the subscribe (souphttpsrc gives up after 15 s; the part follower's
+            // requests after 10 s).
+            receiver.watchBus()
+            if delivery == .parts {
+                try receiver.rebaseParts()
+                let input = try receiver.pipeline.appSource(named: "hls-parts")
+                try await receiver.pipeline.pause(timeout: .seconds(5))
+                receiver.follow(into: input)
+                try await receiver.waitForMedia(within: .seconds(20))
+            } else {
+                try await receiver.pipeline.pause(timeout: .seconds(20))
+            }
         } catch {
             await receiver.pipeline.stop()
             throw .gstreamer(error)
         }
         let stream = MediaStream(engine: receiver, tracks: tracks)
         receiver.ends.attach { [weak stream] reason in stream?.finish(reason) }
-        receiver.watchBus()
         return (receiver, stream)
     }
 
     private let playing = Atomic<Bool>(false)
+
+    /// Parts start wherever the stream was when the player joined (seconds, minutes into it): the
+    /// first demuxed buffer's running time becomes zero for both kinds (a pad offset where the
+    /// raw media leaves for the tees), so the pipeline, played at the first decoded media, shows
+    /// it at once instead of waiting out the stream's age.
+    private func rebaseParts() throws(GStreamerError) {
+        let hooks = try kinds.map { kind throws(GStreamerError) in try pipeline.element(named: kind == .video ? "video-hook" : "audio-hook").staticPad("src") }
+        let rebased = Atomic<Bool>(false)
+        for kind in kinds {
+            let entry = try pipeline.element(named: kind == .video ? "video-parts" : "audio-parts").staticPad("sink")
+            _ = entry.addBufferProbe { [entry] buffer in
+                guard !rebased.load(ordering: .relaxed), let timestamp = buffer.presentationTimestamp,
+                      let runningTime = entry.runningTime(of: timestamp), !rebased.exchange(true, ordering: .relaxed) else { return .pass }
+                for hook in hooks { hook.offset = .zero - runningTime }
+                return .pass
+            }
+        }
+    }
+
+    /// Waits until the first decoded media (the pipeline then plays), the stream ends, or `limit`.
+    private func waitForMedia(within limit: Duration) async throws(GStreamerError) {
+        let deadline = ContinuousClock.now + limit
+        while !playing.load(ordering: .relaxed) {
+            if let reason = ends.pendingReason { throw .flow("the HLS player did not start: \(reason)") }
+            guard ContinuousClock.now < deadline else { throw .flow("the HLS player did not start within \(limit)") }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    /// Follows the playlist's parts into `input` until the playlist ends (end of stream), the
+    /// receiver stops, or a request fails (the stream fails with why).
+    private func follow(into input: AppSource) {
+        guard let playlistURL = URL(string: url) else { return }
+        follower = Task { [weak self] in
+            do {
+                var playlist = try await Self.playlist(playlistURL, blockingAt: nil)
+                guard let map = playlist.map else { throw LowLatencyPlaylist.Malformed(description: "the playlist has no EXT-X-MAP") }
+                try await input.push(Buffer(bytes: try await Self.fetch(map, relativeTo: playlistURL)))
+                // Playback starts at the first independent part from the live edge on.
+                var waitingFor = playlist.nextPosition
+                var next = playlist.firstIndependent(atOrAfter: waitingFor)
+                while next == nil {
+                    guard let self, !self.stopped.load(ordering: .relaxed), !playlist.ended else { try? input.endOfStream(); return }
+                    let before = playlist.nextPosition
+                    playlist = try await Self.playlist(playlistURL, blockingAt: waitingFor)
+                    // A server that does not hold blocking reloads answers at once: not in a tight loop.
+                    if playlist.nextPosition == before { try await Task.sleep(for: .milliseconds(100)) }
+                    next = playlist.firstIndependent(atOrAfter: waitingFor)
+                    if next == nil { waitingFor = max(waitingFor, playlist.nextPosition) }
+                }
+                var position = next!
+                while let self, !self.stopped.load(ordering: .relaxed) {
+                    position = playlist.normalised(position)
+                    if let part = playlist.parts[position] {
+                        try await input.push(Buffer(bytes: try await Self.fetch(part.uri, relativeTo: playlistURL)))
+                        position = playlist.successor(of: position)
+                        continue
+                    }
+                    if playlist.ended, position >= playlist.nextPosition {
+                        try? input.endOfStream()
+                        return
+                    }
+                    // Fallen out of the window (a long stall): on from the next independent part.
+                    if let oldest = playlist.parts.keys.min(), position < oldest {
+                        position = playlist.firstIndependent(atOrAfter: oldest) ?? playlist.nextPosition
+                        continue
+                    }
+                    let before = playlist.nextPosition
+                    playlist = try await Self.playlist(playlistURL, blockingAt: position)
+                    if playlist.nextPosition == before { try await Task.sleep(for: .milliseconds(100)) }
+                }
+            } catch {
+                self?.ends.fire(.failed("the HLS parts could not be followed: \(error)"))
+            }
+        }
+    }
+
+    /// Requests for the playlist and its parts: bounded, and answered with success or a typed failure.
+    struct RequestFailure: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    /// The playlist, held by the server until the part at `position` is listed (a blocking reload)
+    /// when given. A 503 (the wait timed out) is asked again.
+    static func playlist(_ url: URL, blockingAt position: LowLatencyPlaylist.Position?) async throws -> LowLatencyPlaylist {
+        var target = url
+        if let position, var components = URLComponents(url: url, resolvingAgainstBaseURL: false) {
+            components.queryItems = (components.queryItems ?? []) + [URLQueryItem(name: "_HLS_msn", value: String(position.sequence)),
+                                                                     URLQueryItem(name: "_HLS_part", value: String(position.part))]
+            target = components.url ?? url
+        }
+        for _ in 0..<5 {
+            let (data, status) = try await get(target)
+            if status == 503 { continue }
+            guard status == 200 else { throw RequestFailure(description: "the playlist: HTTP \(status)") }
+            return try LowLatencyPlaylist(parsing: String(decoding: data, as: UTF8.self))
+        }
+        throw RequestFailure(description: "the playlist: no part came within five waits")
+    }
+
+    static func fetch(_ uri: String, relativeTo base: URL) async throws -> [UInt8] {
+        guard let url = URL(string: uri, relativeTo: base)?.absoluteURL else { throw RequestFailure(description: "a bad URI: \(uri.prefix(80))") }
+        let (data, status) = try await get(url)
+        guard status == 200 else { throw RequestFailure(description: "\(url.lastPathComponent): HTTP \(status)") }
+        return [UInt8](data)
+    }
+
+    private static func get(_ url: URL) async throws -> (Data, Int) {
+        let (data, response) = try await URLSession.shared.data(for: URLRequest(url: url, timeoutInterval: 10))
+        return (data, (response as? HTTPURLResponse)?.statusCode ?? 0)
+    }
 
     /// The first decoded media is there: the pipeline plays (on a task: not on the streaming thread).
     private func mediaArrived() {
@@ -132,6 +284,7 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
     func stop() async {
         guard !stopped.exchange(true, ordering: .relaxed) else { return }
         busTask?.cancel()
+        follower?.cancel()
         await pipeline.stop()
     }
 }
