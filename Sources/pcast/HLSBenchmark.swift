@@ -175,52 +175,31 @@ struct HLSBenchmark {
         let input = try pipeline.appSource(named: "parts")
         try await pipeline.play(timeout: .seconds(10))
         defer { Task { await pipeline.stop() } }
-        _ = input.pushNow(Buffer(bytes: try await fetchBytes("\(base)/init.mp4?\(query)")))
-        guard var next = Self.preloadHint(in: try await fetch("\(base)/index.m3u8?\(query)")) else {
-            throw Failure(description: "the playlist has no preload hint")
-        }
+        // The playlist read as the SDK's player reads it; every part from the live edge on, at once.
+        guard let playlistURL = URL(string: "\(base)/index.m3u8?\(query)") else { throw Failure(description: "a bad playlist URL") }
+        var playlist = try await HLSReceiver.playlist(playlistURL, blockingAt: nil)
+        guard let map = playlist.map else { throw Failure(description: "the playlist has no EXT-X-MAP") }
+        _ = input.pushNow(Buffer(bytes: try await HLSReceiver.fetch(map, relativeTo: playlistURL)))
+        var next = playlist.nextPosition
         var parts = 0
         let end = ContinuousClock.now + .seconds(seconds + 2)
         while ContinuousClock.now < end {
-            let playlist = try await fetch("\(base)/index.m3u8?\(query)&_HLS_msn=\(next.sequence)&_HLS_part=\(next.part)")
-            // The part asked for, or (past its segment's last part) the next segment's first.
-            let names = [HLSName.part(next.sequence, next.part), HLSName.part(next.sequence + 1, 0)]
-            guard let name = names.first(where: { playlist.contains("URI=\"\($0)?") }) else { continue }
-            _ = input.pushNow(Buffer(bytes: try await fetchBytes("\(base)/\(name)?\(query)")))
+            next = playlist.normalised(next)
+            guard let part = playlist.parts[next] else {
+                playlist = try await HLSReceiver.playlist(playlistURL, blockingAt: next)
+                continue
+            }
+            _ = input.pushNow(Buffer(bytes: try await HLSReceiver.fetch(part.uri, relativeTo: playlistURL)))
             parts += 1
             if parts == 2 { latencies.withLock { $0 = [] } }   // the first part was a warm-up
-            guard let hint = Self.preloadHint(in: playlist) else { break }
-            next = hint
+            next = playlist.successor(of: next)
         }
         return ((latencies.withLock { $0 } ?? []).sorted(), parts)
-    }
-
-    /// Names of the platform's playlist entries.
-    enum HLSName {
-        static func part(_ sequence: Int, _ index: Int) -> String { "part\(sequence).\(index).m4s" }
-    }
-
-    /// `#EXT-X-PRELOAD-HINT:TYPE=PART,URI="part<M>.<P>.m4s?…"` → (M, P).
-    static func preloadHint(in playlist: String) -> (sequence: Int, part: Int)? {
-        guard let line = playlist.split(separator: "\n").first(where: { $0.hasPrefix("#EXT-X-PRELOAD-HINT:") }),
-              let uri = line.split(separator: "\"").dropFirst().first?.split(separator: "?").first,
-              uri.hasPrefix("part"), uri.hasSuffix(".m4s") else { return nil }
-        let fields = uri.dropFirst(4).dropLast(4).split(separator: ".")
-        guard fields.count == 2, let sequence = Int(fields[0]), let part = Int(fields[1]) else { return nil }
-        return (sequence, part)
     }
 
     static func percentile(_ p: Double, _ sorted: [Double]) -> Double {
         guard !sorted.isEmpty else { return .nan }
         return sorted[min(sorted.count - 1, Int((p / 100 * Double(sorted.count)).rounded(.down)))]
-    }
-
-    private func fetchBytes(_ url: String) async throws -> [UInt8] {
-        let (data, response) = try await URLSession.shared.data(from: URL(string: url)!)
-        guard (response as? HTTPURLResponse)?.statusCode == 200 else {
-            throw Failure(description: "GET \(url.split(separator: "?")[0]): \((response as? HTTPURLResponse)?.statusCode ?? 0)")
-        }
-        return [UInt8](data)
     }
 
     private func fetch(_ url: String) async throws -> String {

@@ -368,8 +368,7 @@ public final class PCastExpress: Sendable {
 
     /// Subscribes to a stream, with a started renderer when ``SubscribeOptions/renderer`` is set.
     public func subscribe(_ options: SubscribeOptions) async throws(PCastError) -> ExpressSubscriber {
-        _ = try ConnectOptions.subscribe(options.connectOptions)
-        let subscriber = ExpressSubscriber(express: self, options: options)
+        let subscriber = ExpressSubscriber(express: self, options: options, connect: try ConnectOptions.subscribe(options.connectOptions))
         try await withSetupRetry(options.monitor) { () async throws(PCastError) in try await subscriber.connect() }
         return subscriber
     }
@@ -587,9 +586,13 @@ public final class ExpressSubscriber: Sendable {
     }
     private let state = Mutex(State())
 
-    init(express: PCastExpress, options: SubscribeOptions) {
+    /// What ``SubscribeOptions/connectOptions`` set, read once when subscribing.
+    private let connect: (playoutDelay: Duration?, layer: LayerSelection?)
+
+    init(express: PCastExpress, options: SubscribeOptions, connect: (playoutDelay: Duration?, layer: LayerSelection?)) {
         self.express = express
         self.options = options
+        self.connect = connect
     }
 
     public var streamId: String { options.streamId }
@@ -614,7 +617,6 @@ public final class ExpressSubscriber: Sendable {
         if let given = options.streamToken { token = given } else {
             token = try await express.streamToken(streamId: options.streamId, capabilities: options.capabilities)
         }
-        let connect = try ConnectOptions.subscribe(options.connectOptions)
         let stream = try await pcast.subscribe(streamToken: token, playoutDelay: options.playoutDelay ?? connect.playoutDelay,
                                                layer: connect.layer ?? .adaptive, tags: options.tags)
         let rendererOptions = state.withLock { $0.renderer?.options } ?? options.renderer

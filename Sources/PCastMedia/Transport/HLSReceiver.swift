@@ -81,9 +81,11 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
     package static func start(url: String, kinds: Set<MediaType>, delivery: Delivery = .parts) async throws(MediaError) -> (HLSReceiver, MediaStream) {
         var delivery = delivery
         // Parts only where the playlist has them (a CDN's copy may be plain HLS): else segments.
-        if delivery == .parts, let playlistURL = URL(string: url),
-           (try? await Self.playlist(playlistURL, blockingAt: nil))?.partTarget == nil {
-            delivery = .segments
+        // The follower starts from this first reading.
+        var first: LowLatencyPlaylist?
+        if delivery == .parts, let playlistURL = URL(string: url) {
+            first = try? await Self.playlist(playlistURL, blockingAt: nil)
+            if first?.partTarget == nil { delivery = .segments }
         }
         let receiver = try HLSReceiver(url: url, kinds: kinds, delivery: delivery)
         var tracks: [MediaStreamTrack] = []
@@ -109,11 +111,11 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
             // answers fails the subscribe (souphttpsrc gives up after 15 s; the part follower's
             // requests after 10 s).
             receiver.watchBus()
-            if delivery == .parts {
+            if delivery == .parts, let first {
                 try receiver.rebaseParts()
                 let input = try receiver.pipeline.appSource(named: "hls-parts")
                 try await receiver.pipeline.pause(timeout: .seconds(5))
-                receiver.follow(into: input)
+                receiver.follow(first, into: input)
                 try await receiver.waitForMedia(within: .seconds(20))
             } else {
                 try await receiver.pipeline.pause(timeout: .seconds(20))
@@ -138,11 +140,14 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
         let rebased = Atomic<Bool>(false)
         for kind in kinds {
             let entry = try pipeline.element(named: kind == .video ? "video-parts" : "audio-parts").staticPad("sink")
+            // Gone after the first buffer: nothing is left on the per-buffer path.
             _ = entry.addBufferProbe { [entry] buffer in
-                guard !rebased.load(ordering: .relaxed), let timestamp = buffer.presentationTimestamp,
-                      let runningTime = entry.runningTime(of: timestamp), !rebased.exchange(true, ordering: .relaxed) else { return .pass }
-                for hook in hooks { hook.offset = .zero - runningTime }
-                return .pass
+                guard !rebased.load(ordering: .relaxed) else { return .remove }
+                guard let timestamp = buffer.presentationTimestamp, let runningTime = entry.runningTime(of: timestamp) else { return .pass }
+                if !rebased.exchange(true, ordering: .relaxed) {
+                    for hook in hooks { hook.offset = .zero - runningTime }
+                }
+                return .remove
             }
         }
     }
@@ -157,13 +162,20 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
         }
     }
 
-    /// Follows the playlist's parts into `input` until the playlist ends (end of stream), the
-    /// receiver stops, or a request fails (the stream fails with why).
-    private func follow(into input: AppSource) {
+    /// Follows the playlist's parts, from its `first` reading, into `input` until the playlist
+    /// ends (end of stream), the receiver stops, or a request fails (the stream fails with why).
+    private func follow(_ first: LowLatencyPlaylist, into input: AppSource) {
         guard let playlistURL = URL(string: url) else { return }
         follower = Task { [weak self] in
+            var playlist = first
+            /// The playlist again, held until the part at `position` is listed; a server that does
+            /// not hold blocking reloads answers at once, and is not asked again in a tight loop.
+            func reload(at position: LowLatencyPlaylist.Position) async throws {
+                let before = playlist.nextPosition
+                playlist = try await Self.playlist(playlistURL, blockingAt: position)
+                if playlist.nextPosition == before { try await Task.sleep(for: .milliseconds(100)) }
+            }
             do {
-                var playlist = try await Self.playlist(playlistURL, blockingAt: nil)
                 guard let map = playlist.map else { throw LowLatencyPlaylist.Malformed(description: "the playlist has no EXT-X-MAP") }
                 try await input.push(Buffer(bytes: try await Self.fetch(map, relativeTo: playlistURL)))
                 // Playback starts at the first independent part from the live edge on.
@@ -171,10 +183,7 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
                 var next = playlist.firstIndependent(atOrAfter: waitingFor)
                 while next == nil {
                     guard let self, !self.stopped.load(ordering: .relaxed), !playlist.ended else { try? input.endOfStream(); return }
-                    let before = playlist.nextPosition
-                    playlist = try await Self.playlist(playlistURL, blockingAt: waitingFor)
-                    // A server that does not hold blocking reloads answers at once: not in a tight loop.
-                    if playlist.nextPosition == before { try await Task.sleep(for: .milliseconds(100)) }
+                    try await reload(at: waitingFor)
                     next = playlist.firstIndependent(atOrAfter: waitingFor)
                     if next == nil { waitingFor = max(waitingFor, playlist.nextPosition) }
                 }
@@ -184,23 +193,20 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
                     if let part = playlist.parts[position] {
                         try await input.push(Buffer(bytes: try await Self.fetch(part.uri, relativeTo: playlistURL)))
                         position = playlist.successor(of: position)
-                        continue
-                    }
-                    if playlist.ended, position >= playlist.nextPosition {
+                    } else if playlist.ended, position >= playlist.nextPosition {
                         try? input.endOfStream()
                         return
-                    }
-                    // Fallen out of the window (a long stall): on from the next independent part.
-                    if let oldest = playlist.parts.keys.min(), position < oldest {
+                    } else if let oldest = playlist.parts.keys.min(), position < oldest {
+                        // Fallen out of the window (a long stall): on from the next independent part.
                         position = playlist.firstIndependent(atOrAfter: oldest) ?? playlist.nextPosition
-                        continue
+                    } else {
+                        try await reload(at: position)
                     }
-                    let before = playlist.nextPosition
-                    playlist = try await Self.playlist(playlistURL, blockingAt: position)
-                    if playlist.nextPosition == before { try await Task.sleep(for: .milliseconds(100)) }
                 }
             } catch {
-                self?.ends.fire(.failed("the HLS parts could not be followed: \(error)"))
+                // A stop cancels the requests under way: that is no failure.
+                guard let self, !self.stopped.load(ordering: .relaxed) else { return }
+                self.ends.fire(.failed("the HLS parts could not be followed: \(error)"))
             }
         }
     }
@@ -212,7 +218,7 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
 
     /// The playlist, held by the server until the part at `position` is listed (a blocking reload)
     /// when given. A 503 (the wait timed out) is asked again.
-    static func playlist(_ url: URL, blockingAt position: LowLatencyPlaylist.Position?) async throws -> LowLatencyPlaylist {
+    package static func playlist(_ url: URL, blockingAt position: LowLatencyPlaylist.Position?) async throws -> LowLatencyPlaylist {
         var target = url
         if let position, var components = URLComponents(url: url, resolvingAgainstBaseURL: false) {
             components.queryItems = (components.queryItems ?? []) + [URLQueryItem(name: "_HLS_msn", value: String(position.sequence)),
@@ -228,7 +234,7 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
         throw RequestFailure(description: "the playlist: no part came within five waits")
     }
 
-    static func fetch(_ uri: String, relativeTo base: URL) async throws -> [UInt8] {
+    package static func fetch(_ uri: String, relativeTo base: URL) async throws -> [UInt8] {
         guard let url = URL(string: uri, relativeTo: base)?.absoluteURL else { throw RequestFailure(description: "a bad URI: \(uri.prefix(80))") }
         let (data, status) = try await get(url)
         guard status == 200 else { throw RequestFailure(description: "\(url.lastPathComponent): HTTP \(status)") }
