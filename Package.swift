@@ -76,6 +76,8 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         // The shared store of a cluster of nodes (`pcast serve --database postgres://…`).
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // TLS for HTTPS/WSS, RTMPS and the SDK's wss:// (already built for postgres-nio).
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         // `swift package generate-documentation` (make docs): the DocC catalog of each product library.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -148,6 +150,16 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The server side of TLS (HTTPS/WSS, RTMPS): the certificate store both the control plane
+        // and the media services serve from, reloadable. NIOSSL only.
+        .target(
+            name: "PCastTLS",
+            dependencies: [
+                "PCastContracts",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
+        ),
         // The control plane: signaling (HTTP + WebSocket), tokens, sessions, streams, rooms, chat,
         // metrics, the room store. Reaches the relay and the media services through contracts only.
         .target(
@@ -155,6 +167,7 @@ let package = Package(
             dependencies: [
                 "PCastContracts",
                 "PCastProtocol",
+                "PCastTLS",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
@@ -169,6 +182,7 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             // The browser page `pcast serve` answers at `/`: plain HTML in the repository, in the binary.
             resources: [.embedInCode("Page/index.html")]
@@ -182,6 +196,8 @@ let package = Package(
                 "PCastMedia",
                 "PCastContracts",
                 "PCastProtocol",
+                "PCastTLS",
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -213,6 +229,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
             // Every import is internal unless a file says `public import`: what the SDK exposes is
@@ -333,6 +350,7 @@ let package = Package(
                 "PCastContracts",
                 "PCastProtocol",
                 "PCastRelay",
+                "PCastTLS",
                 "PCastTestSupport",
                 // Small NIO WebSocket and HTTP clients of our own: WSClient and async-http-client
                 // would pull in a second BoringSSL (NIOSSL), and URLSession stalls on 401s here.
@@ -346,7 +364,8 @@ let package = Package(
         // The whole system on loopback: SDK → signaling → relay → SDK.
         .testTarget(
             name: "PCastTests",
-            dependencies: ["PCast", "PCastNode", "PCastServer", "PCastContracts", "PCastRelay", "PCastTestSupport", "PCastImpairment", "PCastBenchmarks"]
+            dependencies: ["PCast", "PCastNode", "PCastServer", "PCastContracts", "PCastRelay", "PCastTestSupport", "PCastImpairment", "PCastBenchmarks",
+                           "PCastMediaServices"]
         ),
         .testTarget(
             name: "PCastRelayTests",

@@ -13,6 +13,8 @@ packages=(
   # DTLS-SRTP for WebRTC peers (the relay's handshake) and the openssl command the tests use as a peer.
   libssl-dev
   openssl
+  # curl: the TLS tests fetch over HTTPS with a private CA, as an operator would.
+  curl
   libsqlite3-dev
   gstreamer1.0-tools
   gstreamer1.0-plugins-base

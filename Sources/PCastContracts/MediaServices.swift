@@ -21,14 +21,24 @@ public protocol MediaServices: Sendable {
     /// Streams delivered as live HLS (the `streaming` capability); nil: this node does not package.
     var hls: (any HLSControl)? { get }
 
-    /// The control plane listens at `signalingURL` (`ws://host:port/ws`): services that act as a
-    /// platform client connect there, services with listeners of their own (the RTMP push
-    /// endpoint) start them. Called once, after the control plane is bound.
-    func platformListening(signalingURL: String) async throws(MediaServiceError)
+    /// The control plane listens at `endpoint` (`ws://host:port/ws`, or `wss://` with its
+    /// certificate's files): services that act as a platform client connect there, services with
+    /// listeners of their own (the RTMP push endpoint) start them. Called once, after the control
+    /// plane is bound.
+    func platformListening(at endpoint: PlatformEndpoint) async throws(MediaServiceError)
+
+    /// Reads the TLS certificate and key of the services' own TLS listeners (RTMPS) again; open
+    /// connections keep theirs. A failure keeps the certificate in use.
+    func reloadCertificates() throws(TLSSetupError)
 
     /// Stops every ingest and listener and finishes every recording (the last fragment written),
     /// before the control plane ends the remaining streams and sessions.
     func shutdown() async
+}
+
+extension MediaServices {
+    /// Services without TLS listeners have nothing to reload.
+    public func reloadCertificates() throws(TLSSetupError) {}
 }
 
 /// Why a media service could not start.
@@ -181,4 +191,58 @@ public enum HLSReply: Sendable, Hashable {
     case badRequest(String)
     /// Not yet: the stream has not produced what was asked within the wait (the player retries).
     case unavailable(String)
+}
+
+/// Where the control plane listens, as the media services reach it.
+///
+/// ```swift
+/// let endpoint = PlatformEndpoint(signalingURL: "ws://127.0.0.1:8080/ws")
+/// ```
+public struct PlatformEndpoint: Sendable, Hashable {
+    /// `ws://host:port/ws`, or `wss://…` when the listener speaks TLS.
+    public var signalingURL: String
+    /// The listener's certificate and key when it speaks TLS: a client in the same process trusts
+    /// exactly that certificate, and the RTMPS endpoint serves it too.
+    public var tls: TLSFiles?
+
+    public init(signalingURL: String, tls: TLSFiles? = nil) {
+        self.signalingURL = signalingURL
+        self.tls = tls
+    }
+}
+
+/// The PEM files of a TLS listener: read at start and again when the server is told to reload
+/// them (SIGHUP for `pcast serve`). Names only: nothing here reads them.
+///
+/// ```swift
+/// configuration.tls = TLSFiles(certificateChain: "/etc/pcast/fullchain.pem", privateKey: "/etc/pcast/key.pem")
+/// ```
+public struct TLSFiles: Sendable, Hashable {
+    /// The certificate chain, leaf first (a Let's Encrypt `fullchain.pem`).
+    public var certificateChain: String
+    /// The leaf's private key (PKCS#8, RSA or EC, unencrypted).
+    public var privateKey: String
+
+    public init(certificateChain: String, privateKey: String) {
+        self.certificateChain = certificateChain
+        self.privateKey = privateKey
+    }
+}
+
+/// Why the TLS certificate or key could not be used.
+///
+/// ```swift
+/// do { try server.reloadCertificates() } catch { print(error) }   // "TLS: /etc/pcast/key.pem: …"
+/// ```
+public struct TLSSetupError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The file at fault.
+    public let path: String
+    public let reason: String
+
+    public init(path: String, reason: String) {
+        self.path = path
+        self.reason = reason
+    }
+
+    public var description: String { "TLS: \(path): \(reason)" }
 }

@@ -171,7 +171,7 @@ actor IngestService: IngestControl {
 actor InternalSession {
     private let applicationId: String
     private let secret: String
-    private var signalingURL: String?
+    private var endpoint: PlatformEndpoint?
     private var pcast: PCast?
 
     init(applicationId: String, secret: String) {
@@ -180,13 +180,13 @@ actor InternalSession {
     }
 
     /// Where the platform listens (set once it does).
-    func listening(signalingURL: String) {
-        self.signalingURL = signalingURL
+    func listening(at endpoint: PlatformEndpoint) {
+        self.endpoint = endpoint
     }
 
     func client() async throws(PCastError) -> PCast {
         if let pcast, pcast.isOnline { return pcast }
-        guard let signalingURL else { throw .notStarted }
+        guard let endpoint else { throw .notStarted }
         let token: String
         do {
             token = try DigestTokenBuilder().expiresAt(Date().addingTimeInterval(30 * 86_400)).type(.auth)
@@ -194,7 +194,10 @@ actor InternalSession {
         } catch {
             throw .invalidRequest("cannot mint the platform's own session token: \(error)")
         }
-        var options = PCastOptions(uri: signalingURL)
+        var options = PCastOptions(uri: endpoint.signalingURL)
+        // Over TLS to its own listener on loopback: exactly the listener's certificate is
+        // trusted, whatever names it was issued for.
+        options.pinnedServerCertificateFile = endpoint.tls?.certificateChain
         // The platform's own client: the server that runs it handles its signals (it ends every
         // stream as it shuts down).
         options.enableProcessTerminationSignalHandling = false

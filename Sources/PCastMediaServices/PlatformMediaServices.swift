@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PCastContracts
 import PCastProtocol
+import PCastTLS
 import Synchronization
 
 /// What the media services need to know: the application they act for (they mint their own
@@ -19,6 +20,9 @@ public struct MediaServicesConfiguration: Sendable {
     /// The RTMP push endpoint (`rtmp://host:port/live/<publish token>`); nil: none. Port 0 picks
     /// a free port (see ``PlatformMediaServices/rtmpPort``).
     public var rtmp: RTMPEndpoint?
+    /// The same endpoint over TLS (`rtmps://host:port/live/<publish token>`), served with the
+    /// control plane's certificate (``PlatformEndpoint/tls``); nil: none.
+    public var rtmps: RTMPEndpoint?
 
     /// Where the RTMP push endpoint listens and how many connections it holds.
     public struct RTMPEndpoint: Sendable, Hashable {
@@ -37,7 +41,8 @@ public struct MediaServicesConfiguration: Sendable {
     }
 
     public init(applicationId: String, secret: String, ingestPolicy: IngestURIPolicy = IngestURIPolicy(),
-                maximumIngestsPerSession: Int = 4, maximumIngests: Int = 32, recordingsDirectory: String, rtmp: RTMPEndpoint? = nil) {
+                maximumIngestsPerSession: Int = 4, maximumIngests: Int = 32, recordingsDirectory: String, rtmp: RTMPEndpoint? = nil,
+                rtmps: RTMPEndpoint? = nil) {
         self.applicationId = applicationId
         self.secret = secret
         self.ingestPolicy = ingestPolicy
@@ -45,6 +50,7 @@ public struct MediaServicesConfiguration: Sendable {
         self.maximumIngests = maximumIngests
         self.recordingsDirectory = recordingsDirectory
         self.rtmp = rtmp
+        self.rtmps = rtmps
     }
 }
 
@@ -67,6 +73,9 @@ public final class PlatformMediaServices: MediaServices {
     private let authorizer: any PublishAuthorizing
     private let logger: Logger
     private let rtmpServer = Mutex<RTMPIngestServer?>(nil)
+    private let rtmpsServer = Mutex<RTMPIngestServer?>(nil)
+    /// RTMPS's certificate, read when the control plane listens.
+    private let tls = Mutex<TLSCertificateStore?>(nil)
 
     /// `authorizer` checks RTMP stream keys before any pipeline is built (the control plane's
     /// token authority).
@@ -89,22 +98,51 @@ public final class PlatformMediaServices: MediaServices {
     /// The RTMP push endpoint's port once it listens (the bound one when configured as 0); nil
     /// when there is no endpoint or it has not started.
     public var rtmpPort: Int? { rtmpServer.withLock { $0?.port } }
+    /// The RTMPS endpoint's port once it listens; nil when there is none.
+    public var rtmpsPort: Int? { rtmpsServer.withLock { $0?.port } }
 
-    public func platformListening(signalingURL: String) async throws(MediaServiceError) {
-        await session.listening(signalingURL: signalingURL)
-        guard let endpoint = configuration.rtmp, rtmpServer.withLock({ $0 == nil }) else { return }
-        do {
-            let server = try await RTMPIngestServer.start(
-                host: endpoint.host, port: endpoint.port, ingest: ingestService, authorizer: authorizer,
-                limits: (endpoint.maximumConnectionsPerAddress, endpoint.maximumConnections), logger: logger)
+    public func platformListening(at platform: PlatformEndpoint) async throws(MediaServiceError) {
+        await session.listening(at: platform)
+        if let endpoint = configuration.rtmp, rtmpServer.withLock({ $0 == nil }) {
+            let server = try await startRTMP(endpoint, tls: nil)
             rtmpServer.withLock { $0 = server }
+        }
+        if let endpoint = configuration.rtmps, rtmpsServer.withLock({ $0 == nil }) {
+            guard let files = platform.tls else {
+                throw .cannotListen(service: "rtmps", host: endpoint.host, port: endpoint.port, reason: "no TLS certificate (tlsCertificate, tlsKey)")
+            }
+            let store: TLSCertificateStore
+            do throws(TLSSetupError) {
+                store = try TLSCertificateStore(files: files)
+            } catch {
+                throw .cannotListen(service: "rtmps", host: endpoint.host, port: endpoint.port, reason: error.description)
+            }
+            tls.withLock { $0 = store }
+            let server = try await startRTMP(endpoint, tls: store)
+            rtmpsServer.withLock { $0 = server }
+        }
+    }
+
+    public func reloadCertificates() throws(TLSSetupError) {
+        try tls.withLock { $0 }?.reload()
+    }
+
+    private func startRTMP(_ endpoint: MediaServicesConfiguration.RTMPEndpoint, tls: TLSCertificateStore?) async throws(MediaServiceError) -> RTMPIngestServer {
+        do {
+            return try await RTMPIngestServer.start(
+                host: endpoint.host, port: endpoint.port, ingest: ingestService, authorizer: authorizer,
+                limits: (endpoint.maximumConnectionsPerAddress, endpoint.maximumConnections), tls: tls, logger: logger)
         } catch {
-            throw .cannotListen(service: "rtmp", host: endpoint.host, port: endpoint.port, reason: "\(error)")
+            throw .cannotListen(service: tls == nil ? "rtmp" : "rtmps", host: endpoint.host, port: endpoint.port, reason: "\(error)")
         }
     }
 
     public func shutdown() async {
         await rtmpServer.withLock { server in
+            defer { server = nil }
+            return server
+        }?.shutdown()
+        await rtmpsServer.withLock { server in
             defer { server = nil }
             return server
         }?.shutdown()

@@ -2,9 +2,11 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 import PCast
 import PCastContracts
 import PCastProtocol
+import PCastTLS
 import Synchronization
 
 /// The platform's RTMP push endpoint: ffmpeg, OBS or any RTMP encoder publishes to
@@ -21,9 +23,11 @@ import Synchronization
 ///
 /// Protocol limits come from ``RTMPServerSession``: chunk sizes, message sizes and name lengths are
 /// bounded, and a violation closes the connection. A connection that has not started publishing
-/// within ``setupTimeout`` is closed. At most `limits.total` connections are served at once and
-/// `limits.perAddress` from one address, half-open handshakes included, so one client cannot hold
-/// every slot and lock the encoders out.
+/// within ``setupTimeout`` is closed. Connections are admitted by ``RTMPAdmission``: publishing
+/// encoders and connections still in their handshake have budgets of their own, so handshakes
+/// that never finish, from one address or many, cannot take the places of encoders.
+///
+/// With a TLS certificate the same endpoint speaks RTMPS (`rtmps://host:port/live/<token>`).
 ///
 /// ```swift
 /// let server = try await RTMPIngestServer.start(host: "0.0.0.0", port: 1935, ingest: ingest, authorizer: tokens, logger: logger)
@@ -45,43 +49,47 @@ final class RTMPIngestServer: Sendable {
 
     /// Binds the listener and starts accepting connections.
     static func start(host: String, port: Int, ingest: IngestService, authorizer: any PublishAuthorizing,
-                      limits: (perAddress: Int, total: Int) = (8, 64),
+                      limits: (perAddress: Int, total: Int) = (8, 64), tls: TLSCertificateStore? = nil,
                       logger: Logger) async throws -> RTMPIngestServer {
         let listener = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.backlog, value: 64)
+            .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .bind(host: host, port: port) { child in
                 child.eventLoop.makeCompletedFuture {
-                    try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: child)
+                    // RTMPS: TLS below the RTMP bytes, the certificate current at accept.
+                    if let tls { try child.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls.context)) }
+                    return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: child)
                 }
             }
         let bound = listener.channel.localAddress?.port ?? port
         let serverChannel = listener.channel
+        let scheme = tls == nil ? "rtmp" : "rtmps"
+        let admission = RTMPAdmission(limits: .init(perAddress: limits.perAddress, publishers: limits.total))
         let acceptTask = Task {
-            let active = ActiveConnections()
             do {
                 try await listener.executeThenClose { inbound in
                     try await withThrowingDiscardingTaskGroup { group in
                         for try await connection in inbound {
                             let address = connection.channel.remoteAddress?.ipAddress ?? "?"
-                            guard active.enter(address, perAddress: limits.perAddress, total: limits.total) else {
-                                logger.warning("rtmp connection refused: too many connections", metadata: ["pcast.remote": .string(address)])
+                            guard let ticket = admission.arrive(address: address, channel: connection.channel) else {
+                                logger.debug("\(scheme) connection refused: too many handshakes from one address", metadata: ["pcast.remote": .string(address)])
                                 try? await connection.channel.close()
                                 continue
                             }
                             group.addTask {
-                                defer { active.leave(address) }
-                                await RTMPPushConnection(ingest: ingest, authorizer: authorizer, logger: logger).serve(connection)
+                                defer { admission.leave(ticket) }
+                                await RTMPPushConnection(ingest: ingest, authorizer: authorizer, logger: logger,
+                                                         startsPublishing: { admission.promote(ticket) }).serve(connection)
                             }
                         }
                     }
                 }
             } catch {
-                logger.debug("rtmp listener closed: \(error)")
+                logger.debug("\(scheme) listener closed: \(error)")
             }
         }
-        logger.info("rtmp push endpoint listening", metadata: ["pcast.rtmp": "\(host):\(bound)"])
+        logger.info("\(scheme) push endpoint listening", metadata: ["pcast.rtmp": "\(host):\(bound)"])
         return RTMPIngestServer(port: bound, channel: serverChannel, acceptTask: acceptTask)
     }
 
@@ -99,6 +107,9 @@ struct RTMPPushConnection {
     let ingest: IngestService
     let authorizer: any PublishAuthorizing
     let logger: Logger
+    /// Asked when a publish is requested: whether the endpoint has a publisher's place for it
+    /// (``RTMPAdmission/promote(_:)``).
+    var startsPublishing: @Sendable () -> Bool = { true }
 
     /// What a stream key says: the publish token, an optional stream name (`?name=`) and an
     /// optional publish type (`&type=`).
@@ -148,6 +159,11 @@ struct RTMPPushConnection {
                         case .send(let bytes):
                             try await outbound.write(ByteBuffer(bytes: bytes))
                         case .publishRequested(_, let key, let type):
+                            guard startsPublishing() else {
+                                logger.warning("rtmp publish refused: the endpoint is at capacity", metadata: ["pcast.remote": .string(remote ?? "?")])
+                                try await perform(session.reject("the RTMP endpoint is at capacity"))
+                                continue
+                            }
                             let decision = await admit(StreamKey(key), type: type, remote: remote)
                             switch decision {
                             case .success(let started):

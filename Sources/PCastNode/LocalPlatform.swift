@@ -70,6 +70,16 @@ public final class LocalPlatform: Sendable {
     public var signalingURL: String { server.signalingURL }
     /// The RTMP push endpoint's port, when it was asked for.
     public var rtmpPort: Int? { services.rtmpPort }
+    /// The RTMPS endpoint's port, when it was asked for (``PlatformConfiguration/rtmpsPort``).
+    public var rtmpsPort: Int? { services.rtmpsPort }
+
+    /// The plain-HTTP port that redirects to HTTPS, when configured.
+    public var httpRedirectPort: Int? { server.httpRedirectPort }
+
+    /// Reads the TLS certificate and key again (see ``PlatformServer/reloadCertificates()``).
+    public func reloadCertificates() throws(TLSSetupError) {
+        try server.reloadCertificates()
+    }
     public var httpURL: String { server.httpURL }
     /// The sample backend's base URI for ``PCastExpressOptions``-style clients (`…/backend/`).
     public var backendURL: String { server.httpURL + "/backend/" }

@@ -19,6 +19,8 @@ public enum PlatformNode {
         public var mediaPort: UInt16
         /// The RTMP push endpoint's bound port; nil when it is off.
         public var rtmpPort: Int?
+        /// The RTMPS endpoint's bound port; nil when it is off.
+        public var rtmpsPort: Int?
     }
 
     /// Why a node could not start.
@@ -55,7 +57,8 @@ public enum PlatformNode {
         let mediaPort = relay.mediaPort
         try await PlatformServer.run(configuration: configuration, relay: relay, services: services, logger: logger,
                                      backendPolicy: backendPolicy) { httpPort in
-            onListening(Listening(host: host, httpPort: httpPort, mediaPort: mediaPort, rtmpPort: services.rtmpPort))
+            onListening(Listening(host: host, httpPort: httpPort, mediaPort: mediaPort, rtmpPort: services.rtmpPort,
+                                  rtmpsPort: services.rtmpsPort))
         }
     }
 }
@@ -68,6 +71,11 @@ extension MediaServicesConfiguration {
             maximumIngestsPerSession: configuration.maximumIngestsPerSession, maximumIngests: configuration.maximumIngests,
             recordingsDirectory: configuration.recordingsDirectory,
             rtmp: configuration.rtmpPort.map {
+                RTMPEndpoint(host: configuration.host, port: $0,
+                             maximumConnectionsPerAddress: configuration.connectionLimits.rtmpPerAddress,
+                             maximumConnections: configuration.connectionLimits.rtmpTotal)
+            },
+            rtmps: configuration.rtmpsPort.map {
                 RTMPEndpoint(host: configuration.host, port: $0,
                              maximumConnectionsPerAddress: configuration.connectionLimits.rtmpPerAddress,
                              maximumConnections: configuration.connectionLimits.rtmpTotal)

@@ -348,7 +348,8 @@ actor Platform {
         var host = configuration.advertisedHost ?? configuration.host
         if host == "0.0.0.0" || host == "::" || host.isEmpty { host = "127.0.0.1" }
         let bracketed = host.contains(":") ? "[\(host)]" : host
-        node = NodeRecord(nodeId: configuration.nodeId, signalingURL: "ws://\(bracketed):\(httpPort)/ws",
+        let scheme = configuration.tls == nil ? "ws" : "wss"
+        node = NodeRecord(nodeId: configuration.nodeId, signalingURL: "\(scheme)://\(bracketed):\(httpPort)/ws",
                           relayAddress: "\(bracketed):\(relay.mediaPort)", startedAt: Int64((clock().timeIntervalSince1970 * 1000).rounded()))
         await heartbeat()
     }
@@ -423,13 +424,13 @@ actor Platform {
         try await persistence.store.liveNodes(within: configuration.nodeExpiry)
     }
 
-    /// The server listens at `signalingURL`: the media services start (their own session
+    /// The server listens at `endpoint`: the media services start (their own session
     /// connects there, the RTMP endpoint binds).
-    func listening(signalingURL: String) async throws(MediaServiceError) {
+    func listening(at endpoint: PlatformEndpoint) async throws(MediaServiceError) {
         await ingest?.setEndedHandler { [weak self] ended in
             await self?.ingestEnded(ended)
         }
-        try await services?.platformListening(signalingURL: signalingURL)
+        try await services?.platformListening(at: endpoint)
     }
 
     /// Stops every ingest, finishes every recording and closes the media services' session

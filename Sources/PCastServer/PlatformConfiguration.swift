@@ -71,6 +71,14 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// Ingests running at once, per session and in all.
     public var maximumIngestsPerSession = 4
     public var maximumIngests = 32
+    /// HTTPS and WSS on ``httpPort`` instead of plain HTTP: the page, WHIP, WHEP, HLS, `/metrics`
+    /// and signaling all behind it. Nil (the default): plain HTTP.
+    public var tls: TLSFiles?
+    /// A plain-HTTP port that only redirects to HTTPS (`308`, same path); nil: none. Needs ``tls``.
+    public var httpRedirectPort: Int?
+    /// The RTMP push endpoint over TLS (`rtmps://host:port/live/<publish token>`); nil: none,
+    /// 0: a free port. Needs ``tls`` (the same certificate).
+    public var rtmpsPort: Int?
 
     /// The token checker for this configuration.
     public var tokenAuthority: TokenAuthority {
@@ -176,6 +184,11 @@ public struct PlatformConfiguration: Sendable, Hashable {
         public var streamNotificationSecret: String?
         /// Whether subscriptions are notified too (see ``StreamNotificationSettings/includeViewers``).
         public var streamNotificationViewers: Bool?
+        /// PEM certificate chain (leaf first) and its PEM private key: HTTPS and WSS (both or neither).
+        public var tlsCertificate: String?
+        public var tlsKey: String?
+        /// A plain-HTTP port that only redirects to HTTPS.
+        public var httpRedirectPort: Int?
 
         public init(
             applicationId: String? = nil, secret: String? = nil, host: String? = nil, httpPort: Int? = nil,
@@ -184,7 +197,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
             maximumConnectionsPerAddress: Int? = nil, maximumConnections: Int? = nil,
             ingestAllowHosts: [String]? = nil, ingestFileDirectory: String? = nil, database: String? = nil,
             maximumViewers: Int? = nil, streamNotificationURL: String? = nil, streamNotificationSecret: String? = nil,
-            streamNotificationViewers: Bool? = nil
+            streamNotificationViewers: Bool? = nil, tlsCertificate: String? = nil, tlsKey: String? = nil,
+            httpRedirectPort: Int? = nil
         ) {
             self.applicationId = applicationId
             self.secret = secret
@@ -205,6 +219,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
             self.streamNotificationURL = streamNotificationURL
             self.streamNotificationSecret = streamNotificationSecret
             self.streamNotificationViewers = streamNotificationViewers
+            self.tlsCertificate = tlsCertificate
+            self.tlsKey = tlsKey
+            self.httpRedirectPort = httpRedirectPort
         }
 
         /// Self, with `other`'s set values on top.
@@ -224,7 +241,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
                 database: other.database ?? database, maximumViewers: other.maximumViewers ?? maximumViewers,
                 streamNotificationURL: other.streamNotificationURL ?? streamNotificationURL,
                 streamNotificationSecret: other.streamNotificationSecret ?? streamNotificationSecret,
-                streamNotificationViewers: other.streamNotificationViewers ?? streamNotificationViewers)
+                streamNotificationViewers: other.streamNotificationViewers ?? streamNotificationViewers,
+                tlsCertificate: other.tlsCertificate ?? tlsCertificate, tlsKey: other.tlsKey ?? tlsKey,
+                httpRedirectPort: other.httpRedirectPort ?? httpRedirectPort)
         }
     }
 
@@ -259,6 +278,11 @@ public struct PlatformConfiguration: Sendable, Hashable {
         public static let streamNotificationSecret = "PCAST_STREAM_NOTIFICATION_SECRET"
         /// `1` / `true`: subscriptions are notified too.
         public static let streamNotificationViewers = "PCAST_STREAM_NOTIFICATION_VIEWERS"
+        /// PEM files: the certificate chain and its private key (HTTPS and WSS).
+        public static let tlsCertificate = "PCAST_TLS_CERTIFICATE"
+        public static let tlsKey = "PCAST_TLS_KEY"
+        /// A plain-HTTP port that only redirects to HTTPS.
+        public static let httpRedirectPort = "PCAST_HTTP_REDIRECT_PORT"
         /// A JSON configuration file to read when the caller names none.
         public static let configFile = "PCAST_CONFIG"
     }
@@ -336,7 +360,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
             database: string(EnvironmentKey.database), maximumViewers: try integer(EnvironmentKey.maximumViewers),
             streamNotificationURL: string(EnvironmentKey.streamNotificationURL),
             streamNotificationSecret: string(EnvironmentKey.streamNotificationSecret),
-            streamNotificationViewers: try boolean(EnvironmentKey.streamNotificationViewers))
+            streamNotificationViewers: try boolean(EnvironmentKey.streamNotificationViewers),
+            tlsCertificate: string(EnvironmentKey.tlsCertificate), tlsKey: string(EnvironmentKey.tlsKey),
+            httpRedirectPort: try integer(EnvironmentKey.httpRedirectPort))
     }
 
     /// Fills defaults and checks every value.
@@ -376,6 +402,13 @@ public struct PlatformConfiguration: Sendable, Hashable {
         } else if layers.streamNotificationViewers == true {
             throw .invalidValue(name: "streamNotificationViewers", value: "true", reason: "given without streamNotificationURL")
         }
+        switch (layers.tlsCertificate, layers.tlsKey) {
+        case (let certificate?, let key?): configuration.tls = TLSFiles(certificateChain: certificate, privateKey: key)
+        case (nil, nil): break
+        case (nil, _?): throw .invalidValue(name: "tlsKey", value: "…", reason: "given without tlsCertificate")
+        case (_?, nil): throw .invalidValue(name: "tlsCertificate", value: layers.tlsCertificate ?? "", reason: "given without tlsKey")
+        }
+        configuration.httpRedirectPort = layers.httpRedirectPort
         if let database = layers.database {
             do throws(PostgresURLError) {
                 configuration.database = try DatabaseLocation(parsing: database)
@@ -400,6 +433,21 @@ public struct PlatformConfiguration: Sendable, Hashable {
         }
         if let rtmpPort, !(0...65_535).contains(rtmpPort) {
             throw .invalidValue(name: "rtmpPort", value: String(rtmpPort), reason: "not a port (0...65535)")
+        }
+        if let rtmpsPort, !(0...65_535).contains(rtmpsPort) {
+            throw .invalidValue(name: "rtmpsPort", value: String(rtmpsPort), reason: "not a port (0...65535)")
+        }
+        if let httpRedirectPort, !(0...65_535).contains(httpRedirectPort) {
+            throw .invalidValue(name: "httpRedirectPort", value: String(httpRedirectPort), reason: "not a port (0...65535)")
+        }
+        if tls == nil, let httpRedirectPort {
+            throw .invalidValue(name: "httpRedirectPort", value: String(httpRedirectPort), reason: "redirects to HTTPS: needs tlsCertificate and tlsKey")
+        }
+        if tls == nil, let rtmpsPort {
+            throw .invalidValue(name: "rtmpsPort", value: String(rtmpsPort), reason: "RTMPS needs tlsCertificate and tlsKey")
+        }
+        if let tls, tls.certificateChain.isEmpty || tls.privateKey.isEmpty {
+            throw .invalidValue(name: "tlsCertificate", value: tls.certificateChain, reason: "empty path")
         }
         if dataDirectory.isEmpty { throw .invalidValue(name: "dataDirectory", value: "", reason: "empty") }
         // A message must at least hold a token; more than 16 MiB is not a signaling message.

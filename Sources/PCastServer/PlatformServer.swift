@@ -5,6 +5,7 @@ import HummingbirdWebSocket
 import Logging
 import NIOCore
 import PCastContracts
+import PCastTLS
 import PCastProtocol
 import ServiceLifecycle
 import Synchronization
@@ -25,6 +26,8 @@ public enum PlatformServerError: Error, Sendable, Hashable, CustomStringConverti
     case storage(RoomStoreError)
     /// A media service (the RTMP push endpoint…) could not start.
     case mediaService(MediaServiceError)
+    /// The TLS certificate or key could not be used.
+    case tls(TLSSetupError)
 
     public var description: String {
         switch self {
@@ -33,6 +36,7 @@ public enum PlatformServerError: Error, Sendable, Hashable, CustomStringConverti
         case .dataDirectory(let path, let reason): return "cannot create data directory \(path): \(reason)"
         case .storage(let error): return "room database: \(error)"
         case .mediaService(let error): return error.description
+        case .tls(let error): return error.description
         }
     }
 }
@@ -76,21 +80,28 @@ public final class PlatformServer: Sendable {
     public let host: String
     /// The relay's UDP media port.
     public let mediaPort: UInt16
-    /// `ws://host:port/ws`.
-    public var signalingURL: String { "ws://\(Self.urlHost(host)):\(httpPort)/ws" }
-    /// `http://host:port`.
-    public var httpURL: String { "http://\(Self.urlHost(host)):\(httpPort)" }
+    /// Whether HTTP and WebSocket speak TLS (``PlatformConfiguration/tls``).
+    public var usesTLS: Bool { reloader != nil }
+    /// The plain-HTTP port that redirects to HTTPS, when configured (the bound one when asked for 0).
+    public let httpRedirectPort: Int?
+    /// `ws://host:port/ws`, or `wss://` with TLS.
+    public var signalingURL: String { "\(usesTLS ? "wss" : "ws")://\(Self.urlHost(host)):\(httpPort)/ws" }
+    /// `http://host:port`, or `https://` with TLS.
+    public var httpURL: String { "\(usesTLS ? "https" : "http")://\(Self.urlHost(host)):\(httpPort)" }
 
     public let metrics: PlatformMetrics
     let platform: Platform
     private let serviceGroup: ServiceGroup
     private let runTask: Task<Void, any Error>
+    private let reloader: CertificateReloader?
 
     private init(httpPort: Int, host: String, mediaPort: UInt16, metrics: PlatformMetrics, platform: Platform,
-                 serviceGroup: ServiceGroup, runTask: Task<Void, any Error>) {
+                 serviceGroup: ServiceGroup, runTask: Task<Void, any Error>, reloader: CertificateReloader?, httpRedirectPort: Int?) {
         self.httpPort = httpPort
         self.host = host
         self.mediaPort = mediaPort
+        self.reloader = reloader
+        self.httpRedirectPort = httpRedirectPort
         self.metrics = metrics
         self.platform = platform
         self.serviceGroup = serviceGroup
@@ -141,10 +152,18 @@ public final class PlatformServer: Sendable {
             }
             throw .cannotListen(host: configuration.host, port: configuration.httpPort, reason: reason)
         }
-        logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
+        var redirectPort: Int?
+        if configuration.httpRedirectPort != nil {
+            for await value in parts.redirectPorts {
+                redirectPort = value
+                break
+            }
+        }
+        logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)",
+                                                     "pcast.tls": "\(configuration.tls != nil)"])
         await parts.platform.joinCluster(httpPort: port)
         do throws(MediaServiceError) {
-            try await parts.platform.listening(signalingURL: localSignalingURL(host: configuration.host, port: port))
+            try await parts.platform.listening(at: localEndpoint(configuration, port: port))
         } catch {
             await serviceGroup.triggerGracefulShutdown()
             _ = try? await runTask.value
@@ -152,11 +171,12 @@ public final class PlatformServer: Sendable {
         }
         return PlatformServer(
             httpPort: port, host: configuration.host, mediaPort: relay.mediaPort, metrics: parts.metrics,
-            platform: parts.platform, serviceGroup: serviceGroup, runTask: runTask)
+            platform: parts.platform, serviceGroup: serviceGroup, runTask: runTask, reloader: parts.reloader, httpRedirectPort: redirectPort)
     }
 
     /// Runs the server until SIGINT or SIGTERM, then shuts down gracefully: streams end as
-    /// `maintenance`, sessions close with 1001, the listener closes.
+    /// `maintenance`, sessions close with 1001, the listener closes. With TLS, SIGHUP reads the
+    /// certificate and key again (see ``reloadCertificates()``).
     public static func run(
         configuration: PlatformConfiguration,
         relay: any RelayControl,
@@ -167,14 +187,15 @@ public final class PlatformServer: Sendable {
     ) async throws {
         let parts = try await build(
             configuration: configuration, relay: relay, services: services, logger: logger, clock: { Date() }, tickInterval: .seconds(1),
-            signals: [.sigterm, .sigint], backendPolicy: backendPolicy)
+            signals: [.sigterm, .sigint], backendPolicy: backendPolicy, reloadsOnHangUp: true)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await port in parts.ports {
-                    logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)"])
+                    logger.info("platform listening", metadata: ["pcast.http": "\(configuration.host):\(port)", "pcast.media": "\(relay.mediaPort)",
+                                                                 "pcast.tls": "\(configuration.tls != nil)"])
                     await parts.platform.joinCluster(httpPort: port)
                     do throws(MediaServiceError) {
-                        try await parts.platform.listening(signalingURL: localSignalingURL(host: configuration.host, port: port))
+                        try await parts.platform.listening(at: localEndpoint(configuration, port: port))
                     } catch {
                         logger.error("\(error)")
                         await parts.serviceGroup.triggerGracefulShutdown()
@@ -193,10 +214,19 @@ public final class PlatformServer: Sendable {
     }
 
     /// Where a client in this process reaches signaling: the listening host, or loopback when the
-    /// server listens on every address.
-    static func localSignalingURL(host: String, port: Int) -> String {
-        let local = host == "0.0.0.0" || host == "::" || host.isEmpty ? "127.0.0.1" : host
-        return "ws://\(urlHost(local)):\(port)/ws"
+    /// server listens on every address; over TLS, with the certificate's files to trust.
+    static func localEndpoint(_ configuration: PlatformConfiguration, port: Int) -> PlatformEndpoint {
+        let host = configuration.host
+        let local = host == "0.0.0.0" || host.isEmpty ? "127.0.0.1" : host == "::" ? "::1" : host
+        let scheme = configuration.tls == nil ? "ws" : "wss"
+        return PlatformEndpoint(signalingURL: "\(scheme)://\(urlHost(local)):\(port)/ws", tls: configuration.tls)
+    }
+
+    /// Reads the TLS certificate and key again (HTTPS/WSS, and RTMPS in the media services):
+    /// connections accepted from now on are served the new certificate, open ones keep theirs. A
+    /// failure keeps the certificate in use. Does nothing without TLS.
+    public func reloadCertificates() throws(TLSSetupError) {
+        try reloader?.reload()
     }
 
     /// Ends every stream as `maintenance`, closes every session (1001) and stops listening.
@@ -231,16 +261,26 @@ public final class PlatformServer: Sendable {
         let metrics: PlatformMetrics
         let ports: AsyncStream<Int>
         let bound: AsyncStream<Int>.Continuation
+        let redirectPorts: AsyncStream<Int>
+        let reloader: CertificateReloader?
     }
 
     private static func build(
         configuration: PlatformConfiguration, relay: any RelayControl, services: (any MediaServices)?, logger: Logger,
-        clock: @escaping @Sendable () -> Date, tickInterval: Duration, signals: [UnixSignal], backendPolicy: (any BackendPolicy)?
+        clock: @escaping @Sendable () -> Date, tickInterval: Duration, signals: [UnixSignal], backendPolicy: (any BackendPolicy)?,
+        reloadsOnHangUp: Bool = false
     ) async throws(PlatformServerError) -> Parts {
         do {
             try configuration.validate()
         } catch {
             throw .invalidConfiguration(error)
+        }
+        // The certificate is read before anything else starts: a wrong path fails the start.
+        let tls: TLSCertificateStore?
+        do throws(TLSSetupError) {
+            tls = try configuration.tls.map { files throws(TLSSetupError) in try TLSCertificateStore(files: files) }
+        } catch {
+            throw .tls(error)
         }
         do {
             try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
@@ -274,6 +314,7 @@ public final class PlatformServer: Sendable {
             throw .storage(error)
         }
         let metrics = PlatformMetrics()
+        if let tls { metrics.tlsCertificate(notValidAfter: tls.notValidAfter) }
         let platform = Platform(configuration: configuration, relay: relay, services: services, metrics: metrics, clock: clock,
                                 logger: logger, store: store, snapshot: snapshot, cluster: cluster)
         relay.onWatchedLayersGrew { [weak platform] in
@@ -304,6 +345,7 @@ public final class PlatformServer: Sendable {
         let limits = configuration.connectionLimits
         let connections = ActiveConnections()
         let refused = RefusedChannels()
+        let boundPort = BoundPort(configuration.httpPort)
         let head = limits.maximumHeadBytes
         let http1 = HTTP1Channel.Configuration(
             idleTimeout: .seconds(60),
@@ -320,23 +362,40 @@ public final class PlatformServer: Sendable {
         let server = HTTPServerBuilder { responder in
             GuardedChildChannel(
                 inner: HTTP1WebSocketUpgradeChannel(responder: responder, configuration: .init(http1: http1, ws: webSocket), shouldUpgrade: shouldUpgrade),
-                connections: connections, limits: limits, logger: logger, refused: refused)
+                connections: connections, limits: limits, logger: logger, refused: refused, tls: tls)
         }
         let application = Application(
             router: router,
             server: server,
             configuration: .init(address: .hostname(configuration.host, port: configuration.httpPort), serverName: "pcast"),
             onServerRunning: { channel in
-                bound.yield(channel.localAddress?.port ?? configuration.httpPort)
+                let port = channel.localAddress?.port ?? configuration.httpPort
+                boundPort.set(port)
+                bound.yield(port)
             },
             logger: logger)
+        var running: [any Service] = [application]
+        let (redirectPorts, redirectBound) = AsyncStream<Int>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        if let redirectPort = configuration.httpRedirectPort {
+            running.append(HTTPSRedirect.application(host: configuration.host, port: redirectPort, httpsPort: { boundPort.port },
+                                                      limits: limits, connections: connections, logger: logger) { port in
+                redirectBound.yield(port)
+            })
+        } else {
+            redirectBound.finish()
+        }
+        let reloader = tls.map { CertificateReloader(store: $0, services: services, metrics: metrics) }
+        if let reloader, reloadsOnHangUp {
+            running.append(CertificateReloadService(reloader: reloader, logger: logger))
+        }
+        running.append(PlatformService(platform: platform, tickInterval: tickInterval))
         // Services shut down in reverse order: the platform first (streams end as maintenance,
         // sessions close), then the HTTP server.
         var groupConfiguration = ServiceGroupConfiguration(
-            services: [application, PlatformService(platform: platform, tickInterval: tickInterval)],
-            gracefulShutdownSignals: signals, logger: logger)
+            services: running, gracefulShutdownSignals: signals, logger: logger)
         groupConfiguration.maximumGracefulShutdownDuration = .seconds(15)
-        return Parts(serviceGroup: ServiceGroup(configuration: groupConfiguration), platform: platform, metrics: metrics, ports: ports, bound: bound)
+        return Parts(serviceGroup: ServiceGroup(configuration: groupConfiguration), platform: platform, metrics: metrics, ports: ports, bound: bound,
+                     redirectPorts: redirectPorts, reloader: reloader)
     }
 
     private static func urlHost(_ host: String) -> String {

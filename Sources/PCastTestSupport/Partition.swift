@@ -60,7 +60,7 @@ public final class NetworkPartition: @unchecked Sendable {
 }
 
 /// Runs a network tool; its output is in the error when it fails.
-private func runTool(_ tool: String, _ arguments: [String], needs: String) throws {
+func runTool(_ tool: String, _ arguments: [String], needs: String) throws {
     let output = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-\(tool)-\(UUID().uuidString).out").path
     defer { try? FileManager.default.removeItem(atPath: output) }
     let process = try ChildProcess.spawn(try executable(tool), arguments, environment: ProcessInfo.processInfo.environment,

@@ -64,6 +64,15 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "A STUN or TURN server WHIP/WHEP clients are told about with a Link header (repeatable): URL, or URL,USERNAME,CREDENTIAL for TURN. PCAST_ICE_SERVERS, semicolon-separated.")
     var iceServer: [String] = []
 
+    @Option(help: "PEM certificate chain (leaf first): HTTPS and WSS on --http-port for the page, WHIP, WHEP, HLS, /metrics and signaling; read again on SIGHUP. Needs --tls-key. PCAST_TLS_CERTIFICATE.")
+    var tlsCertificate: String?
+    @Option(help: "PEM private key of --tls-certificate. PCAST_TLS_KEY.")
+    var tlsKey: String?
+    @Option(help: "With TLS: a plain-HTTP port that only redirects to HTTPS (308). PCAST_HTTP_REDIRECT_PORT.")
+    var httpRedirectPort: Int?
+    @Option(help: "With TLS: the RTMP push endpoint over TLS on this port as well (rtmps://HOST:PORT/live/<publish token>), with the same certificate; 0: any free port.")
+    var rtmpsPort: Int?
+
     func run() async throws {
         PCastCommand.bootstrapLogging()
         let environment = ProcessInfo.processInfo.environment
@@ -91,7 +100,8 @@ struct ServeCommand: AsyncParsableCommand {
             maximumConnectionsPerAddress: maxConnectionsPerAddress, maximumConnections: maxConnections,
             ingestAllowHosts: ingestAllowHost.isEmpty ? nil : ingestAllowHost, ingestFileDirectory: ingestFileDir,
             database: database, maximumViewers: maxViewers, streamNotificationURL: streamNotificationURL,
-            streamNotificationSecret: streamNotificationSecret, streamNotificationViewers: streamNotificationViewers ? true : nil)
+            streamNotificationSecret: streamNotificationSecret, streamNotificationViewers: streamNotificationViewers ? true : nil,
+            tlsCertificate: tlsCertificate, tlsKey: tlsKey, httpRedirectPort: httpRedirectPort)
         var configuration: PlatformConfiguration
         do {
             configuration = try PlatformConfiguration.load(file: config.map { URL(fileURLWithPath: $0) },
@@ -105,19 +115,29 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.resumeWindow = resumeWindow
         }
         configuration.rtmpPort = noRTMP ? nil : rtmpPort
+        configuration.rtmpsPort = rtmpsPort
+        do {
+            try configuration.validate()
+        } catch {
+            throw fail("\(error)", code: 2)
+        }
         configuration.iceServers = iceServers
         if let id = nodeId ?? environment["PCAST_NODE_ID"], !id.isEmpty { configuration.nodeId = id }
         configuration.advertisedHost = announced.first
         let password = moderatorPassword ?? ProcessInfo.processInfo.environment["PCAST_MODERATOR_PASSWORD"]
         let policy: (any BackendPolicy)? = sampleBackend ? SampleBackendPolicy(moderatorPassword: password) : nil
+        let secure = configuration.tls != nil
+        let redirectPort = configuration.httpRedirectPort
         do {
             try await PlatformNode.run(configuration: configuration, logger: Logger(label: "pcast.server"), backendPolicy: policy,
                                        publicAddresses: announced) { node in
                 let host = node.host
-                let web = "http://\(announced.first ?? (host == "0.0.0.0" ? "127.0.0.1" : host)):\(node.httpPort)"
-                print("pcast serve: signaling ws://\(host):\(node.httpPort)/ws, media udp \(host):\(node.mediaPort)"
+                let web = "\(secure ? "https" : "http")://\(announced.first ?? (host == "0.0.0.0" ? "127.0.0.1" : host)):\(node.httpPort)"
+                print("pcast serve: signaling \(secure ? "wss" : "ws")://\(host):\(node.httpPort)/ws, media udp \(host):\(node.mediaPort)"
                       + (node.rtmpPort.map { ", rtmp://\(host):\($0)/live/<publish token>" } ?? "")
-                      + (policy != nil ? ", backend http://\(host):\(node.httpPort)/backend/" : ""))
+                      + (node.rtmpsPort.map { ", rtmps://\(host):\($0)/live/<publish token>" } ?? "")
+                      + (policy != nil ? ", backend \(web)/backend/" : "")
+                      + (redirectPort.map { ", http :\($0) redirects to https" } ?? ""))
                 print("pcast serve: page \(web)/, WHIP \(web)/whip/<channel alias>, WHEP \(web)/whep/<channel alias or stream id>"
                       + (announced.isEmpty ? "" : ", WebRTC candidates \(announced.joined(separator: " "))"))
                 fflush(nil)
@@ -138,10 +158,12 @@ extension ServeCommand {
     }
 }
 
-/// Turns `http://host:port`, `host:port` or `ws://host:port/ws` into the signaling URL.
+/// Turns `http://host:port`, `https://host:port`, `host:port`, `ws://host:port/ws` or
+/// `wss://host:port/ws` into the signaling URL.
 func signalingURL(_ server: String) -> String {
     var text = server
     if text.hasPrefix("http://") { text = "ws://" + text.dropFirst(7) }
+    if text.hasPrefix("https://") { text = "wss://" + text.dropFirst(8) }
     if !text.contains("://") { text = "ws://" + text }
     if let url = URL(string: text), url.path.isEmpty || url.path == "/" {
         text = text.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/ws"
@@ -181,6 +203,8 @@ struct SessionOptions: ParsableArguments {
     @Option(help: "Platform address (ws://host:port/ws or host:port). Repeat it for other nodes of a cluster: tried in turn when one cannot be reached, and where the session's subscriptions move when its node goes.")
     var server: [String] = []
     @Option(help: "Auth token for the session (defaults to PCAST_AUTH_TOKEN).") var authToken: String?
+    @Option(help: "For wss:// and https:// servers: a PEM file of certificate authorities to trust besides the system's (a private CA).")
+    var caFile: String?
 
     /// Connects and authenticates, or exits with the platform's status.
     func start() async throws -> PCast {
@@ -190,13 +214,16 @@ struct SessionOptions: ParsableArguments {
         }
         var options = PCastOptions(uri: signalingURL(first))
         options.fallbackURIs = server.dropFirst().map(signalingURL)
+        options.certificateAuthorityFile = caFile
         // The commands end their streams on Ctrl-C or SIGTERM themselves (`runUntilStopped`).
         options.enableProcessTerminationSignalHandling = false
         let pcast = PCast(options)
         do {
             try await pcast.start(authToken: auth)
-        } catch {
+        } catch where error.code == .refused {
             throw fail("authentication failed (\(error.status.rawValue)): \(error)")
+        } catch {
+            throw fail("\(error)")
         }
         return pcast
     }

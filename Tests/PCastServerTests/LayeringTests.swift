@@ -46,6 +46,13 @@ import Testing
         }
     }
 
+    @Test("the TLS store depends on the contracts and NIOSSL only, so both the control plane and the media services can serve from it")
+    func tlsStore() throws {
+        for (module, file) in try Self.imports(of: "PCastTLS") where !["Foundation", "NIOCore", "NIOSSL", "PCastContracts", "Synchronization"].contains(module) {
+            Issue.record("PCastTLS imports \(module) (in \(file))")
+        }
+    }
+
     @Test("the relay and the media services do not reach into the control plane or each other")
     func mediaPlane() throws {
         for (module, file) in try Self.imports(of: "PCastRelay")

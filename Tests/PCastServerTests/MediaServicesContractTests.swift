@@ -46,8 +46,8 @@ final class RecordingMediaServices: MediaServices, IngestControl, RecordingContr
         .ok(contentType: "text/plain", body: Array("\(streamId)/\(file)".utf8), maxAge: 0)
     }
 
-    func platformListening(signalingURL: String) async throws(MediaServiceError) {
-        note(.listening(signalingURL))
+    func platformListening(at endpoint: PlatformEndpoint) async throws(MediaServiceError) {
+        note(.listening(endpoint.signalingURL))
         if let listeningFailure { throw listeningFailure }
     }
 

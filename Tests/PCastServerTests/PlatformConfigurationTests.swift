@@ -1,4 +1,5 @@
 import Foundation
+import PCastContracts
 import PCastServer
 import Testing
 
@@ -77,5 +78,39 @@ import Testing
         #expect(throws: ConfigurationError.self) {
             _ = try PlatformConfiguration.load(file: URL(fileURLWithPath: "/nonexistent/pcast.json"), environment: ["PCAST_SECRET": "s"])
         }
+    }
+
+    @Test("TLS: the certificate and key from the file (tlsCertificate, tlsKey), PCAST_TLS_* and the flags; one without the other, a redirect or RTMPS without TLS are typed errors")
+    func tlsLayers() throws {
+        #expect(try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s"]).tls == nil)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-config-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("pcast.json")
+        try Data(#"{"secret":"s","tlsCertificate":"/etc/pcast/chain.pem","tlsKey":"/etc/pcast/key.pem","httpRedirectPort":8080}"#.utf8).write(to: file)
+        let fromFile = try PlatformConfiguration.load(file: file, environment: [:])
+        #expect(fromFile.tls == TLSFiles(certificateChain: "/etc/pcast/chain.pem", privateKey: "/etc/pcast/key.pem"))
+        #expect(fromFile.httpRedirectPort == 8080)
+        let fromEnvironment = try PlatformConfiguration.load(file: file, environment: ["PCAST_TLS_CERTIFICATE": "/env/chain.pem", "PCAST_HTTP_REDIRECT_PORT": "80"])
+        #expect(fromEnvironment.tls?.certificateChain == "/env/chain.pem" && fromEnvironment.tls?.privateKey == "/etc/pcast/key.pem")
+        #expect(fromEnvironment.httpRedirectPort == 80)
+        var flags = PlatformConfiguration.Overrides()
+        flags.tlsKey = "/flag/key.pem"
+        #expect(try PlatformConfiguration.load(file: file, environment: [:], overrides: flags).tls?.privateKey == "/flag/key.pem")
+
+        #expect(throws: ConfigurationError.self) {
+            _ = try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s", "PCAST_TLS_CERTIFICATE": "/c.pem"])
+        }
+        #expect(throws: ConfigurationError.self) {
+            _ = try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s", "PCAST_TLS_KEY": "/k.pem"])
+        }
+        #expect(throws: ConfigurationError.self) {
+            _ = try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s", "PCAST_HTTP_REDIRECT_PORT": "80"])
+        }
+        var rtmps = try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s"])
+        rtmps.rtmpsPort = 1936
+        #expect(throws: ConfigurationError.self) { try rtmps.validate() }
+        rtmps.tls = TLSFiles(certificateChain: "/c.pem", privateKey: "/k.pem")
+        try rtmps.validate()
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 @testable import PCast
 import PCastContracts
 import PCastMedia
+@testable import PCastMediaServices
 import PCastNode
 import PCastProtocol
 import PCastServer
@@ -146,5 +147,119 @@ extension OneAtATime {
             await viewer.stop()
             await platform.shutdown()
         }
+
+        /// ffmpeg pushes `key` to `url` for `seconds`; a viewer subscribed to the `alias` it applies decodes frames.
+        func pushed(to url: String, alias: String, platform: LocalPlatform, extra: [String] = [],
+                    viewer makeViewer: (LocalPlatform) async throws -> PCast = { try await client($0) }) async throws -> Int {
+            let ffmpeg = try ChildProcess.spawn(try executable("ffmpeg"), [
+                "-hide_banner", "-loglevel", "error", "-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=25", "-f", "lavfi", "-i", "sine",
+                "-t", "8", "-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-g", "25", "-c:a", "aac",
+            ] + extra + ["-f", "flv", url], environment: ProcessInfo.processInfo.environment)
+            defer { ffmpeg.stop() }
+            let viewer = try await makeViewer(platform)
+            var subscribed: MediaStream?
+            for _ in 0..<40 where subscribed == nil {
+                subscribed = try? await viewer.subscribe(streamToken: try platform.token(.stream, tag: .channelAlias(alias)))
+                if subscribed == nil { try await Task.sleep(for: .milliseconds(250)) }
+            }
+            guard let stream = subscribed else {
+                await viewer.stop()
+                return 0
+            }
+            let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+            #expect(await renderer.start() == .ok)
+            let frames = Values<Int>()
+            try renderer.setFrameReadyCallback(stream.getVideoTracks()[0]) { _ in frames.append(1) }
+            _ = await eventually(.seconds(10)) { frames.all.count >= 25 }
+            await renderer.stop()
+            await viewer.stop()
+            return frames.all.count
+        }
+
+        @Test("64 half-open RTMP handshakes from 8 addresses (each at its cap) do not lock out an encoder on another")
+        func rtmpHalfOpenFloodFromManyAddresses() async throws {
+            let platform = try await LocalPlatform.start(rtmpPort: 0)
+            let port = try #require(platform.rtmpPort)
+            // Eight addresses, each at its cap of eight: the endpoint's 64 places as the old single
+            // budget counted them.
+            let flood = await RawTCP.offload {
+                (2..<10).flatMap { host in
+                    (0..<8).compactMap { _ -> Int32? in
+                        guard let fd = RawTCP.connect(to: port, from: "127.0.0.\(host)") else { return nil }
+                        _ = RawTCP.write(fd, [0x03] + [UInt8](repeating: 0, count: 100))
+                        return fd
+                    }
+                }
+            }
+            defer { flood.forEach(RawTCP.close) }
+            #expect(flood.count == 64)
+            let frames = try await pushed(to: "rtmp://127.0.0.1:\(port)/live/\(try platform.token(.publish, applyTags: ["channelAlias:many-flooded"]))",
+                                          alias: "many-flooded", platform: platform)
+            #expect(frames >= 25, "the encoder's stream showed \(frames) frames while 8 addresses held 64 half-open handshakes")
+            await platform.shutdown()
+        }
+
+        @Test("ffmpeg pushes over RTMPS, checking the platform's certificate against the private CA; a viewer decodes the stream")
+        func rtmpsPush() async throws {
+            let certificates = try TestCertificates.make()
+            defer { certificates.remove() }
+            let platform = try await tlsPlatform(certificates.leaf, rtmps: true)
+            let port = try #require(platform.rtmpsPort)
+            let url = "rtmps://127.0.0.1:\(port)/live/\(try platform.token(.publish, applyTags: ["channelAlias:secure-push"]))"
+            let frames = try await pushed(to: url, alias: "secure-push", platform: platform,
+                                          extra: ["-tls_verify", "1", "-ca_file", certificates.authority]) { platform in
+                let viewer = tlsClient(platform, trusting: certificates.authority)
+                try await viewer.start(authToken: try platform.token(.auth))
+                return viewer
+            }
+            #expect(frames >= 25, "\(frames) frames of the RTMPS push shown")
+            await platform.shutdown()
+        }
+    }
+}
+
+@Suite("RTMP admission: publishers and handshakes have budgets of their own")
+struct RTMPAdmissionTests {
+    @Test("handshakes from one address stop at its cap; a full handshake budget closes the oldest; publishers have their own places")
+    func budgets() {
+        var state = RTMPAdmissionState(limits: .init(perAddress: 2, publishers: 2, pending: 4))
+        let a1 = state.arrive(address: "a"), a2 = state.arrive(address: "a")
+        #expect(a1.ticket != nil && a2.ticket != nil)
+        #expect(state.arrive(address: "a").ticket == nil, "a third handshake from one address")
+        let b1 = state.arrive(address: "b"), b2 = state.arrive(address: "b")
+        #expect(state.pendingCount == 4)
+        // The budget is full: c gets in, and a's oldest handshake is closed for it.
+        let c1 = state.arrive(address: "c")
+        #expect(c1.ticket != nil && c1.evicted == a1.ticket)
+        let evictedPublishes = state.promote(a1.ticket!)
+        #expect(!evictedPublishes, "an evicted handshake cannot publish")
+        let b1Publishes = state.promote(b1.ticket!), c1Publishes = state.promote(c1.ticket!)
+        #expect(b1Publishes && c1Publishes)
+        #expect(state.publisherCount == 2 && state.pendingCount == 2)
+        // Publishers' places are spent: another publish is refused, its handshake stays counted.
+        let thirdPublishes = state.promote(b2.ticket!)
+        #expect(!thirdPublishes)
+        state.leave(c1.ticket!)
+        let thirdPublishesLater = state.promote(b2.ticket!)
+        #expect(thirdPublishesLater, "a place freed by a publisher leaving")
+        state.leave(b1.ticket!)
+        state.leave(b2.ticket!)
+        state.leave(a2.ticket!)
+        #expect(state.publisherCount == 0 && state.pendingCount == 0)
+    }
+
+    @Test("with the defaults, 8 addresses at their caps hold 64 handshakes and an encoder from a ninth still publishes")
+    func defaultsKeepRoom() {
+        var state = RTMPAdmissionState(limits: .init(perAddress: 8, publishers: 64))
+        for host in 0..<8 {
+            for _ in 0..<8 {
+                let arrival = state.arrive(address: "h\(host)")
+                #expect(arrival.ticket != nil && arrival.evicted == nil)
+            }
+        }
+        let encoder = state.arrive(address: "encoder")
+        #expect(encoder.ticket != nil && encoder.evicted == nil)
+        let publishes = state.promote(encoder.ticket!)
+        #expect(publishes)
     }
 }

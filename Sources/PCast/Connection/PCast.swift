@@ -50,6 +50,9 @@ public struct PCastError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let streamEnded = Code("streamEnded")
         /// The task running the operation was cancelled.
         public static let cancelled = Code("cancelled")
+        /// The platform's TLS certificate was not accepted (``PCastError/detail`` says why:
+        /// expired, not yet valid, issued by an authority not trusted, for another name).
+        public static let certificateRejected = Code("certificateRejected")
 
         public var description: String { name }
     }
@@ -95,7 +98,7 @@ public struct PCastError: Error, Sendable, Hashable, CustomStringConvertible {
 
     public var description: String {
         switch code {
-        case .invalidURI: return "invalid platform URI '\(detail)' (expected ws://host:port/ws)"
+        case .invalidURI: return "invalid platform URI '\(detail)' (expected ws://host:port/ws or wss://host:port/ws)"
         case .connectionFailed: return "cannot connect: \(detail)"
         case .disconnected: return "the connection to the platform is gone"
         case .timeout: return "the platform did not answer in time"
@@ -104,6 +107,7 @@ public struct PCastError: Error, Sendable, Hashable, CustomStringConvertible {
         case .offline: return "offline: reconnecting to the platform"
         case .invalidTransport: return "invalid media transport: \(detail)"
         case .invalidRequest: return "invalid request: \(detail)"
+        case .certificateRejected: return "the platform's certificate was rejected: \(detail)"
         default: return detail.isEmpty ? code.description : detail
         }
     }
@@ -133,8 +137,15 @@ public struct MediaRelayAddress: Sendable, Hashable {
 
 /// Options of ``PCast``.
 public struct PCastOptions: Sendable, Hashable {
-    /// The platform's signaling endpoint, `ws://host:port/ws`.
+    /// The platform's signaling endpoint, `ws://host:port/ws`, or `wss://host[:port]/ws` over TLS.
     public var uri: String
+    /// For `wss://`: a PEM file of certificate authorities trusted besides the system's (a
+    /// private CA, a test deployment). Nil: the system's authorities only.
+    public var certificateAuthorityFile: String?
+    /// For `wss://` from inside the platform: the server's own certificate chain file; exactly its
+    /// leaf is trusted, whatever names it was issued for (the media services' own session
+    /// connects to its listener on loopback).
+    package var pinnedServerCertificateFile: String?
     /// The default playout delay for real-time streams on a LAN (see the README's measurements).
     public static let defaultPlayoutDelay: Duration = RTPReceiver.defaultPlayoutDelay
     /// Playout delay of subscribed streams (their jitter buffer).
@@ -380,7 +391,8 @@ public final class PCast: Sendable {
         // authentication failed (a bad token at start) or one already replaced must not start a
         // reconnection, which could later resume the session behind the current connection's back.
         let closing = ClosingConnection()
-        let client = try await SignalingClient.connect(to: url, logger: logger,
+        let trust = SignalingTrust(certificateAuthorityFile: options.certificateAuthorityFile, pinnedCertificateFile: options.pinnedServerCertificateFile)
+        let client = try await SignalingClient.connect(to: url, trust: trust, logger: logger,
             onEvent: { [weak self] event in self?.handle(event) },
             onClose: { [weak self] code in self?.connectionClosed(code, client: closing.client) })
         closing.client = client

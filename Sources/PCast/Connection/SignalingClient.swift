@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 import NIOWebSocket
 import PCastMedia
 import PCastProtocol
@@ -54,14 +55,19 @@ final class SignalingClient: Sendable {
     /// How long the WebSocket upgrade may take once TCP is connected.
     static let upgradeDeadline = TimeAmount.seconds(5)
 
-    /// Connects to `ws://host:port/path`.
-    static func connect(to url: URL, logger: Logger,
+    /// Connects to `ws://host:port/path`, or `wss://host[:port]/path` over TLS trusting `trust`.
+    static func connect(to url: URL, trust: SignalingTrust = SignalingTrust(), logger: Logger,
                         onEvent: @escaping @Sendable (ServerMessage) -> Void,
                         onClose: @escaping @Sendable (UInt16?) -> Void) async throws(PCastError) -> SignalingClient {
-        guard url.scheme == "ws", let host = url.host, let port = url.port ?? 80 as Int? else {
+        guard let scheme = url.scheme?.lowercased(), scheme == "ws" || scheme == "wss", let host = url.host, !host.isEmpty else {
             throw .invalidURI(url.absoluteString)
         }
+        let secure = scheme == "wss"
+        let port = url.port ?? (secure ? 443 : 80)
         let path = url.path.isEmpty ? "/ws" : url.path
+        // Over TLS, a handler per connection attempt; its diagnosis tells a rejected certificate's reason.
+        let diagnosis = secure ? CertificateDiagnosis() : nil
+        if secure { try trust.check() }
         let channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>
         do {
             let upgrade: EventLoopFuture<Upgrade> = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -71,6 +77,7 @@ final class SignalingClient: Sendable {
                     // upgrade forever: past the deadline the channel closes and connect fails.
                     let deadline = channel.eventLoop.scheduleTask(in: Self.upgradeDeadline) { channel.close(promise: nil) }
                     return channel.eventLoop.makeCompletedFuture {
+                        if let diagnosis { try channel.pipeline.syncOperations.addHandler(try trust.makeHandler(host: host, diagnosis: diagnosis)) }
                         let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(maxFrameSize: SignalingCodec.serverMessageSizeLimit) { channel, _ in
                             deadline.cancel()
                             return channel.eventLoop.makeCompletedFuture {
@@ -97,6 +104,7 @@ final class SignalingClient: Sendable {
         } catch let error as PCastError {
             throw error
         } catch {
+            if secure, let rejected = SignalingTrust.error(error, url: url, diagnosis: diagnosis) { throw rejected }
             throw .connectionFailed("\(url): \(error)")
         }
         let (frames, outgoing) = AsyncStream<WebSocketFrame>.makeStream()

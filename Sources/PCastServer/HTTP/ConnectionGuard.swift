@@ -2,7 +2,9 @@ import Hummingbird
 import HummingbirdCore
 import Logging
 import NIOCore
+import NIOSSL
 import PCastContracts
+import PCastTLS
 import Synchronization
 
 /// The first handler of every HTTP/WebSocket connection, below the HTTP codec (raw bytes), so it
@@ -41,13 +43,19 @@ final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandle
     private var started = false
     private var deadline: Scheduled<Void>?
 
+    /// Whether a refused connection is closed without a `503` (TLS: no handshake is spent on it,
+    /// and a plain-text answer would mean nothing to a TLS client).
+    private let closesRefusedAtOnce: Bool
+
     /// `admitted`: the caller took a place for `address` in `connections` (released here when the
     /// connection ends); false: the connection is refused with `503` as soon as it is active.
-    init(connections: ActiveConnections, limits: ConnectionLimits, address: String, admitted: Bool, logger: Logger) {
+    init(connections: ActiveConnections, limits: ConnectionLimits, address: String, admitted: Bool,
+         closesRefusedAtOnce: Bool = false, logger: Logger) {
         self.connections = connections
         self.limits = limits
         self.address = address
         self.counted = admitted
+        self.closesRefusedAtOnce = closesRefusedAtOnce
         self.logger = logger
     }
 
@@ -66,6 +74,11 @@ final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandle
         let address = self.address
         guard counted else {
             logger.debug("http connection refused: too many connections", metadata: ["pcast.remote": .string(address)])
+            if closesRefusedAtOnce {
+                phase = .refused
+                context.close(promise: nil)
+                return
+            }
             refuse(context, status: "503 Service Unavailable", body: "too many connections\n", extra: "Retry-After: 5\r\n")
             return
         }
@@ -74,6 +87,8 @@ final class ConnectionGuardHandler: ChannelDuplexHandler, RemovableChannelHandle
             if case .awaitingHead = self.phase {
                 self.logger.debug("http connection closed: no complete request in time", metadata: ["pcast.remote": .string(address)])
                 self.phase = .refused
+                // The slot is free now, not once a TLS layer has given up waiting for its close_notify.
+                self.release()
                 context.close(promise: nil)
             }
         }
@@ -198,6 +213,11 @@ struct WebSocketMaskCheck: Sendable, Hashable {
 
 /// Puts a ``ConnectionGuardHandler`` in front of another child channel's pipeline, deciding at
 /// accept whether the connection is admitted.
+///
+/// With TLS the pipeline is TLS → guard → HTTP: the guard's request-head deadline starts at
+/// accept, so it bounds the handshake too (a handshake that never finishes holds its slot no
+/// longer than a silent plain connection), and it reads the decrypted request head. A connection
+/// refused for the caps is closed at once, before any handshake work.
 struct GuardedChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
     typealias Value = Inner.Value
     let inner: Inner
@@ -205,6 +225,8 @@ struct GuardedChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
     let limits: ConnectionLimits
     let logger: Logger
     let refused: RefusedChannels
+    /// HTTPS and WSS: the certificate each new connection is served with; nil: plain HTTP.
+    var tls: TLSCertificateStore? = nil
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         let address = channel.remoteAddress?.ipAddress ?? "?"
@@ -212,8 +234,12 @@ struct GuardedChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
         if !admitted { refused.insert(channel) }
         do {
             try channel.pipeline.syncOperations.addHandler(
-                ConnectionGuardHandler(connections: connections, limits: limits, address: address, admitted: admitted, logger: self.logger),
+                ConnectionGuardHandler(connections: connections, limits: limits, address: address, admitted: admitted,
+                                       closesRefusedAtOnce: tls != nil, logger: self.logger),
                 position: .first)
+            if let tls, admitted {
+                try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls.context), position: .first)
+            }
         } catch {
             if admitted { connections.leave(address) }
             return channel.eventLoop.makeFailedFuture(error)

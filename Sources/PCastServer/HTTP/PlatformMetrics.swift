@@ -30,6 +30,8 @@ public final class PlatformMetrics: Sendable {
     let edgesDropped: Counter
     /// Edge: silent legs asked of their origin again.
     let legsPulledAgain: Counter
+    /// When the HTTPS certificate in use expires (seconds since 1970); absent without TLS.
+    private let tlsExpiry = Mutex<Gauge?>(nil)
 
     private let relayStreams: Gauge
     private let relaySubscribers: Gauge
@@ -78,6 +80,17 @@ public final class PlatformMetrics: Sendable {
     /// `pcast_<name>[_<unit>]`; an empty unit adds nothing.
     private static func name(_ name: String, _ unit: String, _ help: String) -> MetricNameDescriptor {
         MetricNameDescriptor(namespace: "pcast", metricName: name, unitName: unit, helpText: help)
+    }
+
+    /// Notes the expiry of the HTTPS certificate now in use (at start and after each reload).
+    func tlsCertificate(notValidAfter: Int) {
+        tlsExpiry.withLock { gauge in
+            if gauge == nil {
+                gauge = registry.makeGauge(descriptor: Self.name("tls_certificate_expiry_timestamp", "seconds",
+                                                                 "When the HTTPS listener's certificate expires, seconds since 1970"))
+            }
+            gauge?.set(to: Double(notValidAfter))
+        }
     }
 
     /// Sets the registry gauges.
