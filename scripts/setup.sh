@@ -49,6 +49,8 @@ packages=(
   # partition test puts two nodes in network namespaces of their own and cuts their link.
   nftables
   iproute2
+  # conntrack: the NAT tests forget a router's mappings mid-stream (a NAT rebinding).
+  conntrack
   # wrk: `pcast bench hls` loads the HLS parts and playlist with a thousand connections.
   wrk
 )

@@ -389,12 +389,7 @@ public struct RelayFanoutBenchmark: Sendable {
                         length = protected
                     }
                     buffer.withUnsafeBytes { raw in
-                        var address = destination.socketAddress
-                        _ = withUnsafePointer(to: &address) {
-                            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                                sendto(socket.descriptor, raw.baseAddress, length, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-                            }
-                        }
+                        _ = destination.withSocketAddress { sendto(socket.descriptor, raw.baseAddress, length, 0, $0, $1) }
                     }
                     // protect encrypted the payload in place: restore it for the next packet.
                     if protector != nil { for i in 12..<c.packetSize { buffer[i] = UInt8(truncatingIfNeeded: i &* 7) } }

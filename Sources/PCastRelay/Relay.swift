@@ -83,7 +83,11 @@ public final class Relay: RelayControl {
         mediaPort = port
         webRTC = dtls.map { context in
             WebRTCEndpoint(fingerprint: context.certificate.fingerprint,
-                           candidates: HostCandidates.addresses(configuration: configuration).map { STUNAddress(RelayAddress(ipv4: $0, port: port)) })
+                           candidates: HostCandidates.addresses(configuration: configuration).map { address in
+                               var candidate = address
+                               candidate.port = port
+                               return STUNAddress(candidate)
+                           })
         }
         registry = Mutex(Registry(ssrcs: [relaySSRC]))
 

@@ -1,7 +1,8 @@
 import Glibc
 import PCastContracts
 
-// UDP plumbing for the relay and its benchmark: one IPv4 datagram socket, and preallocated batches
+// UDP plumbing for the relay and its benchmark: one datagram socket (dual-stack IPv6 where the
+// kernel has it, see RelaySocketFamily), and preallocated batches
 // for `recvmmsg`/`sendmmsg`.
 //
 // Swift's Glibc module is built without `_GNU_SOURCE`, so `struct mmsghdr`, `recvmmsg` and
@@ -9,41 +10,155 @@ import PCastContracts
 // unusable as a dependency) the two functions are looked up once with `dlsym` and called through
 // C function pointers, and `mmsghdr` is declared here with its C layout (checked at start-up).
 
-/// An IPv4 address and UDP port, in host byte order.
+/// An IP address and UDP port. IPv6 and IPv4 alike: an IPv4 address is held as the IPv4-mapped
+/// IPv6 address `::ffff:a.b.c.d` (RFC 4291 §2.5.5.2), the form a dual-stack socket reports it in,
+/// so one flow has one key whichever way it is written.
 ///
 /// ```swift
 /// let address = RelayAddress(ipv4: 0x7F00_0001, port: 5004)   // 127.0.0.1:5004
+/// let v6 = RelayAddress(host: "fd00:5043::2", port: 5004)     // [fd00:5043::2]:5004
 /// ```
 public struct RelayAddress: Sendable, Hashable, CustomStringConvertible {
-    public var ipv4: UInt32
+    /// The address's 16 bytes as two integers, first byte most significant.
+    public var high: UInt64
+    public var low: UInt64
     public var port: UInt16
 
     public init(ipv4: UInt32, port: UInt16) {
-        self.ipv4 = ipv4
+        high = 0
+        low = 0x0000_FFFF_0000_0000 | UInt64(ipv4)
         self.port = port
     }
 
-    /// Parses a dotted-quad IPv4 host; nil if it is not one.
-    public init?(host: String, port: UInt16) {
-        var address = in_addr()
-        guard inet_pton(AF_INET, host, &address) == 1 else { return nil }
-        self.init(ipv4: UInt32(bigEndian: address.s_addr), port: port)
+    /// An IPv6 address from its 16 bytes (network order).
+    public init?(ipv6 bytes: some Collection<UInt8>, port: UInt16) {
+        guard bytes.count == 16 else { return nil }
+        var high: UInt64 = 0, low: UInt64 = 0
+        for (index, byte) in bytes.enumerated() {
+            if index < 8 { high = high << 8 | UInt64(byte) } else { low = low << 8 | UInt64(byte) }
+        }
+        self.high = high
+        self.low = low
+        self.port = port
     }
+
+    /// Parses an IPv4 (`192.0.2.7`) or IPv6 (`fd00::7`, `[fd00::7]`) host; nil if it is neither.
+    public init?(host: String, port: UInt16) {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, host, &v4) == 1 {
+            self.init(ipv4: UInt32(bigEndian: v4.s_addr), port: port)
+            return
+        }
+        let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, bare, &v6) == 1 else { return nil }
+        self.init(ipv6: withUnsafeBytes(of: &v6) { Array($0) }, port: port)
+    }
+
+    /// The IPv4 address when this is one (IPv4-mapped), else nil.
+    public var ipv4: UInt32? {
+        high == 0 && low >> 32 == 0xFFFF ? UInt32(truncatingIfNeeded: low) : nil
+    }
+
+    /// The 16 bytes of the IPv6 form, network order.
+    public var ipv6Bytes: [UInt8] {
+        (0..<8).map { UInt8(truncatingIfNeeded: high >> (56 - 8 * $0)) } + (0..<8).map { UInt8(truncatingIfNeeded: low >> (56 - 8 * $0)) }
+    }
+
+    /// The unspecified address (`0.0.0.0` or `::`).
+    public var isUnspecified: Bool { (high == 0 && low == 0) || (high == 0 && low == 0x0000_FFFF_0000_0000) }
 
     package init(_ socketAddress: sockaddr_in) {
         self.init(ipv4: UInt32(bigEndian: socketAddress.sin_addr.s_addr), port: UInt16(bigEndian: socketAddress.sin_port))
     }
 
+    package init(_ socketAddress: sockaddr_in6) {
+        var bytes = socketAddress.sin6_addr
+        self.init(ipv6: withUnsafeBytes(of: &bytes) { Array($0) }, port: UInt16(bigEndian: socketAddress.sin6_port))!
+    }
+
+    /// The address as the relay's sockets take it (``RelaySocketFamily``), for `sendto` and `bind`.
+    package func withSocketAddress<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
+        if RelaySocketFamily.current == AF_INET6 {
+            var address = socketAddress6
+            return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in6>.size)) } }
+        }
+        var address = socketAddress
+        return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    }
+
+    /// IPv4 socket form; an IPv6 address becomes 0.0.0.0 (an IPv4-only relay cannot reach it).
     package var socketAddress: sockaddr_in {
         var result = sockaddr_in()
         result.sin_family = sa_family_t(AF_INET)
         result.sin_port = port.bigEndian
-        result.sin_addr.s_addr = ipv4.bigEndian
+        result.sin_addr.s_addr = (ipv4 ?? 0).bigEndian
         return result
     }
 
+    package var socketAddress6: sockaddr_in6 {
+        var result = sockaddr_in6()
+        result.sin6_family = sa_family_t(AF_INET6)
+        result.sin6_port = port.bigEndian
+        withUnsafeMutableBytes(of: &result.sin6_addr) { raw in
+            for i in 0..<8 {
+                raw[i] = UInt8(truncatingIfNeeded: high >> (56 - 8 * i))
+                raw[8 + i] = UInt8(truncatingIfNeeded: low >> (56 - 8 * i))
+            }
+        }
+        return result
+    }
+
+    /// The host alone: `192.0.2.7` or `fd00::7` (no brackets).
+    public var host: String {
+        if let v4 = ipv4 { return "\(v4 >> 24).\(v4 >> 16 & 0xFF).\(v4 >> 8 & 0xFF).\(v4 & 0xFF)" }
+        var address = socketAddress6.sin6_addr
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        _ = inet_ntop(AF_INET6, &address, &text, socklen_t(text.count))
+        return String(cString: text)
+    }
+
     public var description: String {
-        "\(ipv4 >> 24).\(ipv4 >> 16 & 0xFF).\(ipv4 >> 8 & 0xFF).\(ipv4 & 0xFF):\(port)"
+        ipv4 != nil ? "\(host):\(port)" : "[\(host)]:\(port)"
+    }
+}
+
+/// The address family of every relay socket in this process: IPv6 where the kernel has it (one
+/// dual-stack socket; an IPv4 host is bound as `::ffff:a.b.c.d`, `::` takes both families), IPv4
+/// otherwise. One family for all, so that the preallocated batches lay addresses out one way.
+package enum RelaySocketFamily {
+    package static let current: Int32 = {
+        let probe = Glibc.socket(AF_INET6, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard probe >= 0 else { return AF_INET }
+        Glibc.close(probe)
+        return AF_INET6
+    }()
+
+    /// The size of the socket address the batches hold.
+    static var nameLength: socklen_t {
+        socklen_t(current == AF_INET6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+    }
+
+    /// The sender a batch slot's name holds, whichever family.
+    static func address(of name: UnsafePointer<sockaddr_in6>, length: socklen_t) -> RelayAddress? {
+        switch Int32(name.pointee.sin6_family) {
+        case AF_INET6 where length >= socklen_t(MemoryLayout<sockaddr_in6>.size):
+            return RelayAddress(name.pointee)
+        case AF_INET where length >= socklen_t(MemoryLayout<sockaddr_in>.size):
+            return name.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { RelayAddress($0.pointee) }
+        default:
+            return nil
+        }
+    }
+
+    /// Writes `address` into a batch slot's name in the process's family.
+    @inline(__always)
+    static func write(_ address: RelayAddress, into name: UnsafeMutablePointer<sockaddr_in6>) {
+        if current == AF_INET6 {
+            name.pointee = address.socketAddress6
+        } else {
+            name.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee = address.socketAddress }
+        }
     }
 }
 
@@ -127,59 +242,61 @@ package func procStatCPU(path: String) -> (user: UInt64, system: UInt64)? {
     return (user * 1_000_000_000 / tick, system * 1_000_000_000 / tick)
 }
 
-/// A non-blocking IPv4 UDP socket. Owns its descriptor until `close()`.
+/// A non-blocking UDP socket in ``RelaySocketFamily/current``. Owns its descriptor until `close()`.
 package final class UDPSocket {
     package private(set) var descriptor: Int32
     package let localAddress: RelayAddress
 
     /// Binds `host:port` (port 0: ephemeral) with `bufferSize` bytes of kernel send and receive
-    /// buffer asked for (the kernel caps it at `net.core.{r,w}mem_max`).
+    /// buffer asked for (the kernel caps it at `net.core.{r,w}mem_max`). An IPv4 host takes IPv4
+    /// only; `::` takes IPv6 and IPv4; another IPv6 address, IPv6 to it only.
     package init(host: String, port: UInt16, bufferSize: Int) throws(RelayError) {
         guard MultiMessage.functions != nil else { throw .socket(operation: "recvmmsg/sendmmsg lookup", errno: ENOSYS) }
         guard let bindAddress = RelayAddress(host: host, port: port) else {
             throw .socket(operation: "inet_pton(\(host))", errno: EINVAL)
         }
-        let fd = Glibc.socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let family = RelaySocketFamily.current
+        guard family == AF_INET6 || bindAddress.ipv4 != nil else {
+            throw .socket(operation: "bind(\(bindAddress)): this kernel has no IPv6", errno: EAFNOSUPPORT)
+        }
+        let fd = Glibc.socket(family, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw .socket(operation: "socket", errno: errno) }
+        if family == AF_INET6 {
+            // Dual-stack: IPv4 peers arrive as ::ffff:a.b.c.d on the same socket.
+            var off: Int32 = 0
+            _ = setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &off, socklen_t(MemoryLayout<Int32>.size))
+        }
         if bufferSize > 0 {
             var size = Int32(clamping: bufferSize)
             // Best effort: a smaller buffer than asked for is not an error.
             _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
             _ = setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         }
-        var address = bindAddress.socketAddress
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
+        let bound = bindAddress.withSocketAddress { bind(fd, $0, $1) }
         guard bound == 0 else {
             let code = errno
             Glibc.close(fd)
             throw .socket(operation: "bind(\(bindAddress))", errno: code)
         }
-        var local = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        var local = sockaddr_in6()
+        var length = socklen_t(MemoryLayout<sockaddr_in6>.size)
         let named = withUnsafeMutablePointer(to: &local) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
         }
-        guard named == 0 else {
+        guard named == 0, let address = withUnsafePointer(to: &local, { RelaySocketFamily.address(of: $0, length: length) }) else {
             let code = errno
             Glibc.close(fd)
             throw .socket(operation: "getsockname", errno: code)
         }
         descriptor = fd
-        localAddress = RelayAddress(local)
+        localAddress = address
     }
 
     /// Sends one datagram (for low-rate control traffic and tests); returns false if the kernel refused it.
     @discardableResult
     package func send(_ bytes: [UInt8], to address: RelayAddress) -> Bool {
-        var destination = address.socketAddress
         let sent = bytes.withUnsafeBytes { raw in
-            withUnsafePointer(to: &destination) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    sendto(descriptor, raw.baseAddress, raw.count, Int32(MSG_DONTWAIT), $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-                }
-            }
+            address.withSocketAddress { sendto(descriptor, raw.baseAddress, raw.count, Int32(MSG_DONTWAIT), $0, $1) }
         }
         return sent == bytes.count
     }
@@ -201,7 +318,7 @@ package final class ReceiveBatch {
     private let slots: DatagramSlots
     private var storage: UnsafeMutableRawBufferPointer { slots.storage }
     private var vectors: UnsafeMutablePointer<iovec> { slots.vectors }
-    private var names: UnsafeMutablePointer<sockaddr_in> { slots.names }
+    private var names: UnsafeMutablePointer<sockaddr_in6> { slots.names }
     private var headers: UnsafeMutablePointer<MultiMessageHeader> { slots.headers }
     /// Datagrams read by the last `receive`.
     private(set) var count = 0
@@ -215,7 +332,7 @@ package final class ReceiveBatch {
     /// Reads what is queued without waiting. Returns the count, 0 if nothing was queued, or -errno.
     package func receive(from descriptor: Int32) -> Int {
         for i in 0..<capacity {
-            headers[i].header.msg_namelen = socklen_t(MemoryLayout<sockaddr_in>.size)
+            headers[i].header.msg_namelen = socklen_t(MemoryLayout<sockaddr_in6>.size)
             headers[i].header.msg_flags = 0
             headers[i].length = 0
         }
@@ -238,11 +355,9 @@ package final class ReceiveBatch {
     /// Length of datagram `i` as received (its slot-sized part if it was cut short).
     package func length(_ i: Int) -> Int { Int(headers[i].length) }
 
-    /// The sender of datagram `i`; nil if it is not IPv4.
+    /// The sender of datagram `i`; nil if it has no IP address.
     package func source(_ i: Int) -> RelayAddress? {
-        guard headers[i].header.msg_namelen >= socklen_t(MemoryLayout<sockaddr_in>.size),
-              names[i].sin_family == sa_family_t(AF_INET) else { return nil }
-        return RelayAddress(names[i])
+        RelaySocketFamily.address(of: names + i, length: headers[i].header.msg_namelen)
     }
 }
 
@@ -259,7 +374,7 @@ final class SendBatch {
     private let slots: DatagramSlots
     private var storage: UnsafeMutableRawBufferPointer { slots.storage }
     private var vectors: UnsafeMutablePointer<iovec> { slots.vectors }
-    private var names: UnsafeMutablePointer<sockaddr_in> { slots.names }
+    private var names: UnsafeMutablePointer<sockaddr_in6> { slots.names }
     private var headers: UnsafeMutablePointer<MultiMessageHeader> { slots.headers }
     private(set) var count = 0
     /// Totals since the last `takeOutcome()`.
@@ -282,9 +397,8 @@ final class SendBatch {
     @inline(__always)
     func commit(length: Int, to address: RelayAddress) {
         vectors[count].iov_len = length
-        names[count].sin_family = sa_family_t(AF_INET)
-        names[count].sin_port = address.port.bigEndian
-        names[count].sin_addr.s_addr = address.ipv4.bigEndian
+        RelaySocketFamily.write(address, into: names + count)
+        headers[count].header.msg_namelen = RelaySocketFamily.nameLength
         count += 1
     }
 
@@ -365,7 +479,8 @@ extension Duration {
 final class DatagramSlots {
     let storage: UnsafeMutableRawBufferPointer
     let vectors: UnsafeMutablePointer<iovec>
-    let names: UnsafeMutablePointer<sockaddr_in>
+    /// Room for either family's address (``RelaySocketFamily``).
+    let names: UnsafeMutablePointer<sockaddr_in6>
     let headers: UnsafeMutablePointer<MultiMessageHeader>
 
     /// `vectorLength`: the iovec length to start with (the slot size to receive into, 0 to send).
@@ -374,7 +489,7 @@ final class DatagramSlots {
         storage.initializeMemory(as: UInt8.self, repeating: 0)
         vectors = .allocate(capacity: capacity)
         names = .allocate(capacity: capacity)
-        names.initialize(repeating: sockaddr_in(), count: capacity)
+        names.initialize(repeating: sockaddr_in6(), count: capacity)
         headers = .allocate(capacity: capacity)
         headers.initialize(repeating: MultiMessageHeader(), count: capacity)
         for i in 0..<capacity {
@@ -382,7 +497,7 @@ final class DatagramSlots {
             headers[i].header.msg_iov = vectors + i
             headers[i].header.msg_iovlen = 1
             headers[i].header.msg_name = UnsafeMutableRawPointer(names + i)
-            headers[i].header.msg_namelen = socklen_t(MemoryLayout<sockaddr_in>.size)
+            headers[i].header.msg_namelen = socklen_t(MemoryLayout<sockaddr_in6>.size)
         }
     }
 

@@ -95,18 +95,24 @@ struct WebRTCPeerTable {
 }
 
 extension STUNAddress {
+    /// 4 bytes for an IPv4 (or IPv4-mapped) address, 16 for IPv6.
     init(_ address: RelayAddress) {
-        let v = address.ipv4
-        self.init(address: [UInt8(v >> 24), UInt8((v >> 16) & 0xFF), UInt8((v >> 8) & 0xFF), UInt8(v & 0xFF)], port: address.port)
+        if let v = address.ipv4 {
+            self.init(address: [UInt8(v >> 24), UInt8((v >> 16) & 0xFF), UInt8((v >> 8) & 0xFF), UInt8(v & 0xFF)], port: address.port)
+        } else {
+            self.init(address: address.ipv6Bytes, port: address.port)
+        }
     }
 }
 
 extension RelayAddress {
-    /// IPv4 only (the relay's socket is IPv4).
     init?(_ address: STUNAddress) {
-        guard address.address.count == 4 else { return nil }
         let a = address.address
-        self.init(ipv4: UInt32(a[0]) << 24 | UInt32(a[1]) << 16 | UInt32(a[2]) << 8 | UInt32(a[3]), port: address.port)
+        if a.count == 4 {
+            self.init(ipv4: UInt32(a[0]) << 24 | UInt32(a[1]) << 16 | UInt32(a[2]) << 8 | UInt32(a[3]), port: address.port)
+        } else {
+            self.init(ipv6: a, port: address.port)
+        }
     }
 }
 
@@ -158,28 +164,41 @@ enum RTPRewrite {
     }
 }
 
-/// The IPv4 addresses a relay announces as WebRTC host candidates.
+/// The addresses a relay announces as WebRTC host candidates.
 enum HostCandidates {
-    /// The configured announced addresses; else the bound address; else (0.0.0.0) every IPv4
-    /// interface's address that is up, loopback last.
-    static func addresses(configuration: RelayConfiguration) -> [UInt32] {
-        let announced = configuration.announcedAddresses.compactMap { RelayAddress(host: $0, port: 0)?.ipv4 }
+    /// The configured announced addresses (IPv4 or IPv6); else the bound address; else (`0.0.0.0`)
+    /// every IPv4 interface's address that is up, loopback last; for `::`, the IPv6 ones (global
+    /// and unique-local, not link-local) after them.
+    static func addresses(configuration: RelayConfiguration) -> [RelayAddress] {
+        let announced = configuration.announcedAddresses.compactMap { RelayAddress(host: $0, port: 0) }
         if !announced.isEmpty { return announced }
-        if let bound = RelayAddress(host: configuration.host, port: 0)?.ipv4, bound != 0 { return [bound] }
+        let bound = RelayAddress(host: configuration.host, port: 0)
+        if let bound, !bound.isUnspecified { return [bound] }
+        let wantsIPv6 = bound.map { $0.ipv4 == nil } ?? false
         var list: UnsafeMutablePointer<ifaddrs>?
-        guard getifaddrs(&list) == 0, let first = list else { return [0x7F00_0001] }
+        guard getifaddrs(&list) == 0, let first = list else { return [RelayAddress(ipv4: 0x7F00_0001, port: 0)] }
         defer { freeifaddrs(list) }
-        var found: [UInt32] = []
+        var found: [RelayAddress] = []
         var cursor: UnsafeMutablePointer<ifaddrs>? = first
         while let entry = cursor {
             defer { cursor = entry.pointee.ifa_next }
-            guard let address = entry.pointee.ifa_addr, address.pointee.sa_family == sa_family_t(AF_INET),
-                  entry.pointee.ifa_flags & UInt32(IFF_UP) != 0 else { continue }
-            let ipv4 = address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt32(bigEndian: $0.pointee.sin_addr.s_addr) }
-            if !found.contains(ipv4) { found.append(ipv4) }
+            guard let address = entry.pointee.ifa_addr, entry.pointee.ifa_flags & UInt32(IFF_UP) != 0 else { continue }
+            var candidate: RelayAddress?
+            if address.pointee.sa_family == sa_family_t(AF_INET) {
+                candidate = address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { RelayAddress($0.pointee) }
+            } else if wantsIPv6, address.pointee.sa_family == sa_family_t(AF_INET6) {
+                let v6 = address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { RelayAddress($0.pointee) }
+                // Link-local addresses (fe80::/10) need a scope no candidate carries.
+                if v6.high >> 54 != 0x3FA { candidate = RelayAddress(ipv6: v6.ipv6Bytes, port: 0) }
+            }
+            if let candidate, !found.contains(candidate) { found.append(candidate) }
         }
-        let loopback = found.filter { $0 >> 24 == 127 }
-        let others = found.filter { $0 >> 24 != 127 }
-        return others + (loopback.isEmpty ? [0x7F00_0001] : loopback)
+        let isLoopback = { (address: RelayAddress) in
+            (address.ipv4.map { $0 >> 24 == 127 } ?? false) || (address.high == 0 && address.low == 1)
+        }
+        let loopback = found.filter(isLoopback)
+        let others = found.filter { !isLoopback($0) }
+        let ordered = others.sorted { ($0.ipv4 != nil ? 0 : 1) < ($1.ipv4 != nil ? 0 : 1) }
+        return ordered + (loopback.isEmpty ? [RelayAddress(ipv4: 0x7F00_0001, port: 0)] : loopback)
     }
 }

@@ -75,7 +75,7 @@ func runTool(_ tool: String, _ arguments: [String], needs: String) throws {
 /// Two network namespaces standing for two machines, one node of a cluster in each, linked to
 /// each other and each to this namespace (where the database and the clients are):
 ///
-///     this namespace  10.213.1.1 ── 10.213.1.2  [A]  10.213.3.1 ── 10.213.3.2  [B]  10.213.2.2 ── 10.213.2.1  this namespace
+///     this namespace  198.19.1.1 ── 198.19.1.2  [A]  198.19.3.1 ── 198.19.3.2  [B]  198.19.2.2 ── 198.19.2.1  this namespace
 ///
 /// A node listens on its address on the A–B link (``nodeAddresses``), which is how the other
 /// node reaches it; this namespace reaches each node through that node's own link (a host
@@ -87,9 +87,9 @@ func runTool(_ tool: String, _ arguments: [String], needs: String) throws {
 public final class NetworkNamespaces: @unchecked Sendable {
     public let names: [String]
     /// A's and B's addresses on the link between them.
-    public let nodeAddresses = ["10.213.3.1", "10.213.3.2"]
+    public let nodeAddresses = ["198.19.3.1", "198.19.3.2"]
     /// Where A and B reach this namespace (PostgreSQL listens there: ``TestPostgres/startPrivate(alsoListeningOn:)``).
-    public let databaseAddresses = ["10.213.1.1", "10.213.2.1"]
+    public let databaseAddresses = ["198.19.1.1", "198.19.2.1"]
     private let linkEnd: String
     private let lock = NSLock()
     private var removed = false
@@ -114,7 +114,7 @@ public final class NetworkNamespaces: @unchecked Sendable {
                 try ip(["-n", name, "link", "set", "lo", "up"])
             }
             for (index, name) in names.enumerated() {
-                let net = "10.213.\(index + 1)", host = "pc\(id)h\(index)", inside = "pc\(id)n\(index)"
+                let net = "198.19.\(index + 1)", host = "pc\(id)h\(index)", inside = "pc\(id)n\(index)"
                 try ip(["link", "add", host, "type", "veth", "peer", "name", inside, "netns", name])
                 try ip(["addr", "add", "\(net).1/24", "dev", host])
                 try ip(["link", "set", host, "up"])
@@ -122,12 +122,12 @@ public final class NetworkNamespaces: @unchecked Sendable {
                 try ip(["-n", name, "link", "set", inside, "up"])
             }
             try ip(["-n", names[0], "link", "add", made.linkEnd, "type", "veth", "peer", "name", "pc\(id)l1", "netns", names[1]])
-            try ip(["-n", names[0], "addr", "add", "10.213.3.1/24", "dev", made.linkEnd])
-            try ip(["-n", names[1], "addr", "add", "10.213.3.2/24", "dev", "pc\(id)l1"])
+            try ip(["-n", names[0], "addr", "add", "198.19.3.1/24", "dev", made.linkEnd])
+            try ip(["-n", names[1], "addr", "add", "198.19.3.2/24", "dev", "pc\(id)l1"])
             try ip(["-n", names[0], "link", "set", made.linkEnd, "up"])
             try ip(["-n", names[1], "link", "set", "pc\(id)l1", "up"])
-            try ip(["route", "add", "10.213.3.1/32", "via", "10.213.1.2"])
-            try ip(["route", "add", "10.213.3.2/32", "via", "10.213.2.2"])
+            try ip(["route", "add", "198.19.3.1/32", "via", "198.19.1.2"])
+            try ip(["route", "add", "198.19.3.2/32", "via", "198.19.2.2"])
         } catch {
             made.remove()
             throw error

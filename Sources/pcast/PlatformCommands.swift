@@ -19,7 +19,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "JSON configuration file.") var config: String?
     @Option(help: "Application id tokens are issued for.") var applicationId: String?
     @Option(help: "Application secret (tokens are signed with it).") var secret: String?
-    @Option(help: "Address to listen on.") var host: String?
+    @Option(help: "Address to listen on: an IPv4 or IPv6 address; :: listens on both (HTTP, WebSocket and the relay's UDP port).") var host: String?
     @Option(help: "HTTP/WebSocket port (0: any free port).") var httpPort: Int?
     @Option(help: "UDP media port of the relay (0: any free port).") var mediaPort: Int?
     @Option(help: "Data directory.") var dataDir: String?
@@ -58,7 +58,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "With --sample-backend: the password a client's authentication data must carry (moderatorPassword) to get the moderator role; without it no one gets moderator. Defaults to PCAST_MODERATOR_PASSWORD.")
     var moderatorPassword: String?
 
-    @Option(help: "IPv4 address browsers and other WebRTC peers reach the relay at, announced as its ICE candidate (repeatable); needed when --host is 0.0.0.0 behind NAT or a load balancer. Default: the bound address, or every interface's. PCAST_PUBLIC_ADDRESS, comma-separated.")
+    @Option(help: "IPv4 or IPv6 address browsers and other WebRTC peers reach the relay at, announced as its ICE candidate (repeatable); needed when the server is behind a one-to-one NAT or a load balancer. Default: the bound address, or every interface's (with --host ::, IPv6 ones too). PCAST_PUBLIC_ADDRESS, comma-separated.")
     var publicAddress: [String] = []
 
     @Option(help: "A STUN or TURN server WHIP/WHEP clients are told about with a Link header (repeatable): URL, or URL,USERNAME,CREDENTIAL for TURN. PCAST_ICE_SERVERS, semicolon-separated.")
@@ -90,8 +90,8 @@ struct ServeCommand: AsyncParsableCommand {
         let announced = publicAddress.isEmpty
             ? (environment["PCAST_PUBLIC_ADDRESS"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             : publicAddress
-        for address in announced where !Self.isIPv4(address) {
-            throw fail("--public-address '\(address)' is not an IPv4 address (dotted quad, e.g. 203.0.113.7)", code: 2)
+        for address in announced where !Self.isIPv4(address) && !Self.isIPv6(address) {
+            throw fail("--public-address '\(address)' is not an IPv4 or IPv6 address (e.g. 203.0.113.7 or 2001:db8::7)", code: 2)
         }
         let overrides = PlatformConfiguration.Overrides(
             applicationId: applicationId, secret: secret, host: host, httpPort: httpPort, mediaPort: mediaPort,
@@ -131,8 +131,9 @@ struct ServeCommand: AsyncParsableCommand {
         do {
             try await PlatformNode.run(configuration: configuration, logger: Logger(label: "pcast.server"), backendPolicy: policy,
                                        publicAddresses: announced) { node in
-                let host = node.host
-                let web = "\(secure ? "https" : "http")://\(announced.first ?? (host == "0.0.0.0" ? "127.0.0.1" : host)):\(node.httpPort)"
+                let host = node.host.contains(":") ? "[\(node.host)]" : node.host
+                let reachable = announced.first ?? (node.host == "0.0.0.0" ? "127.0.0.1" : node.host == "::" ? "::1" : node.host)
+                let web = "\(secure ? "https" : "http")://\(reachable.contains(":") ? "[\(reachable)]" : reachable):\(node.httpPort)"
                 print("pcast serve: signaling \(secure ? "wss" : "ws")://\(host):\(node.httpPort)/ws, media udp \(host):\(node.mediaPort)"
                       + (node.rtmpPort.map { ", rtmp://\(host):\($0)/live/<publish token>" } ?? "")
                       + (node.rtmpsPort.map { ", rtmps://\(host):\($0)/live/<publish token>" } ?? "")
@@ -150,6 +151,11 @@ struct ServeCommand: AsyncParsableCommand {
 }
 
 extension ServeCommand {
+    static func isIPv6(_ text: String) -> Bool {
+        var address = in6_addr()
+        return text.contains(":") && inet_pton(AF_INET6, text, &address) == 1
+    }
+
     static func isIPv4(_ text: String) -> Bool {
         let parts = text.split(separator: ".", omittingEmptySubsequences: false)
         return parts.count == 4 && parts.allSatisfy { part in

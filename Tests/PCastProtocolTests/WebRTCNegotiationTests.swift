@@ -92,6 +92,21 @@ struct WebRTCNegotiationTests {
         #expect(answer.media[0].formats == ["111"] && answer.media[0].value("rtpmap") == "111 opus/48000/2")
     }
 
+    @Test("a relay with an IPv4 and an IPv6 address announces both as host candidates, IPv4 first, the IPv6 one in hex groups")
+    func dualStackCandidates() throws {
+        var offer: SessionDescription
+        do { offer = try SessionDescription(parsing: Self.browserOffer) } catch { throw NegotiationError.malformed(error) }
+        let v6 = STUNAddress(address: [0xFD, 0x00, 0x50, 0x43, 0, 0x40, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], port: 7_000)
+        let result = try WebRTCNegotiation.answer(offer, as: .publisher, local: Self.local, fingerprint: Self.fingerprint,
+                                                  candidates: [Self.relay, v6], sessionID: 1)
+        let answer = try SessionDescription(parsing: result.answer.text)
+        let candidates = try #require(answer.media.first).values("candidate")
+        #expect(candidates.count == 2)
+        #expect(candidates.first == "1 1 udp 2130706431 127.0.0.1 7000 typ host")
+        #expect(candidates.last?.hasSuffix(" fd00:5043:40:0:0:0:0:1 7000 typ host") == true, "\(candidates)")
+        #expect(v6.description == "[fd00:5043:40:0:0:0:0:1]:7000")
+    }
+
     /// The browser offer's video as Chromium 156 writes it for `sendEncodings` with three RIDs:
     /// no `a=ssrc`, the RIDs in `a=rid` and `a=simulcast`, `rtp-stream-id` among the extensions.
     static func simulcastOffer(rids: [String] = ["l", "m", "h"], ridLines: [String]? = nil, simulcast: String? = nil) -> String {

@@ -1,3 +1,4 @@
+import Foundation
 import PCastProtocol
 @testable import PCastRelay
 import Testing
@@ -267,5 +268,53 @@ struct RelayRouterTests {
         #expect(block.extendedHighestSequenceNumber == 0x1_0002)
         #expect(block.cumulativeLost == 0, "the late 0 fills the gap")
         #expect(block.jitter == 0)
+    }
+}
+
+@Suite("RelayAddress: one key per flow whichever family wrote it")
+struct RelayAddressTests {
+    @Test("IPv4 is held IPv4-mapped: dotted, ::ffff: and socket forms give one address; IPv6 round-trips; junk is nil")
+    func families() throws {
+        let dotted = try #require(RelayAddress(host: "198.18.40.2", port: 5000))
+        let mapped = try #require(RelayAddress(host: "::ffff:198.18.40.2", port: 5000))
+        #expect(dotted == mapped && dotted == RelayAddress(ipv4: 0xC612_2802, port: 5000))
+        #expect(dotted.ipv4 == 0xC612_2802 && dotted.description == "198.18.40.2:5000")
+        #expect(RelayAddress(dotted.socketAddress6) == dotted && RelayAddress(dotted.socketAddress) == dotted)
+        let v6 = try #require(RelayAddress(host: "[fd00:5043:42::2]", port: 6000))
+        #expect(v6.ipv4 == nil && v6.host == "fd00:5043:42::2" && v6.description == "[fd00:5043:42::2]:6000")
+        #expect(RelayAddress(v6.socketAddress6) == v6)
+        #expect(RelayAddress(ipv6: v6.ipv6Bytes, port: 6000) == v6)
+        #expect(RelayAddress(host: "::", port: 0)?.isUnspecified == true && RelayAddress(host: "0.0.0.0", port: 0)?.isUnspecified == true)
+        for junk in ["relay.example", "1.2.3", "fd00::g", ""] { #expect(RelayAddress(host: junk, port: 1) == nil, "\(junk)") }
+    }
+
+    @Test("a relay bound to :: takes IPv4 and IPv6 datagrams on its one port and answers each from it")
+    func dualStackSocket() throws {
+        let relay = try UDPSocket(host: "::", port: 0, bufferSize: 1 << 16)
+        let v4 = try UDPSocket(host: "127.0.0.1", port: 0, bufferSize: 0)
+        let v6 = try UDPSocket(host: "::1", port: 0, bufferSize: 0)
+        #expect(v4.send([4], to: RelayAddress(ipv4: 0x7F00_0001, port: relay.localAddress.port)))
+        #expect(v6.send([6], to: try #require(RelayAddress(host: "::1", port: relay.localAddress.port))))
+        let batch = ReceiveBatch(capacity: 8, slotSize: 64)
+        var sources: [UInt8: RelayAddress] = [:]
+        for _ in 0..<200 where sources.count < 2 {
+            let count = batch.receive(from: relay.descriptor)
+            for i in 0..<max(0, count) {
+                if let data = batch.datagram(i), let first = data.first, let source = batch.source(i) { sources[first] = source }
+            }
+            if sources.count < 2 { usleep(5_000) }
+        }
+        #expect(sources[4] == RelayAddress(ipv4: 0x7F00_0001, port: v4.localAddress.port))
+        #expect(sources[6] == RelayAddress(host: "::1", port: v6.localAddress.port))
+        // Answers go back to each, from the same socket.
+        for (tag, address) in sources { #expect(relay.send([tag], to: address)) }
+        for socket in [v4, v6] {
+            var received = false
+            for _ in 0..<200 where !received {
+                received = batch.receive(from: socket.descriptor) > 0
+                if !received { usleep(5_000) }
+            }
+            #expect(received, "no answer at \(socket.localAddress)")
+        }
     }
 }

@@ -59,9 +59,11 @@ final class SignalingClient: Sendable {
     static func connect(to url: URL, trust: SignalingTrust = SignalingTrust(), logger: Logger,
                         onEvent: @escaping @Sendable (ServerMessage) -> Void,
                         onClose: @escaping @Sendable (UInt16?) -> Void) async throws(PCastError) -> SignalingClient {
-        guard let scheme = url.scheme?.lowercased(), scheme == "ws" || scheme == "wss", let host = url.host, !host.isEmpty else {
+        guard let scheme = url.scheme?.lowercased(), scheme == "ws" || scheme == "wss", let named = url.host, !named.isEmpty else {
             throw .invalidURI(url.absoluteString)
         }
+        // An IPv6 literal comes bracketed from some URL parsers.
+        let host = named.hasPrefix("[") && named.hasSuffix("]") ? String(named.dropFirst().dropLast()) : named
         let secure = scheme == "wss"
         let port = url.port ?? (secure ? 443 : 80)
         let path = url.path.isEmpty ? "/ws" : url.path
@@ -85,7 +87,7 @@ final class SignalingClient: Sendable {
                             }
                         }
                         var headers = HTTPHeaders()
-                        headers.add(name: "Host", value: "\(host):\(port)")
+                        headers.add(name: "Host", value: host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
                         let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: headers)
                         let configuration = NIOTypedHTTPClientUpgradeConfiguration<Upgrade>(
                             upgradeRequestHead: head, upgraders: [upgrader],

@@ -15,7 +15,9 @@ import Glibc
 /// multiplexed (RFC 5761). Received packets are handed on from a thread of its own.
 final class MediaSocket: @unchecked Sendable {
     private let fd: Int32
-    private var relay = sockaddr_in()
+    /// The relay's address, IPv4 (`sockaddr_in`) or IPv6 (`sockaddr_in6`), and its length.
+    private var relay = sockaddr_storage()
+    private var relayLength = socklen_t(0)
     private let protector: SRTPSession
     private let verifier: SRTPSession
     private let sendLock = Mutex<Void>(())
@@ -52,23 +54,19 @@ final class MediaSocket: @unchecked Sendable {
         } catch {
             throw .invalidTransport("SRTP keys: \(error)")
         }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = transport.port.bigEndian
-        let resolved = host == "localhost" ? "127.0.0.1" : host
-        guard inet_pton(AF_INET, resolved, &address.sin_addr) == 1 else {
-            throw .invalidTransport("relay host \(host) is not an IPv4 address")
-        }
+        let (address, length) = try Self.relayAddress(host: host, port: transport.port)
         relay = address
-        let descriptor = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        relayLength = length
+        let family = Int32(address.ss_family)
+        let descriptor = socket(family, Int32(SOCK_DGRAM.rawValue), 0)
         guard descriptor >= 0 else { throw .invalidTransport("socket: errno \(errno)") }
         var size: Int32 = 4 << 20
         setsockopt(descriptor, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         setsockopt(descriptor, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-        var local = sockaddr_in()
-        local.sin_family = sa_family_t(AF_INET)
-        local.sin_addr.s_addr = INADDR_ANY
-        let bound = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        // The wildcard address of the relay's family, any port.
+        var local = sockaddr_storage()
+        local.ss_family = sa_family_t(family)
+        let bound = withUnsafePointer(to: &local) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) } }
         guard bound == 0 else {
             close(descriptor)
             throw .invalidTransport("bind: errno \(errno)")
@@ -117,12 +115,57 @@ final class MediaSocket: @unchecked Sendable {
         send(raw: bytes)
     }
 
+    /// The relay's socket address: an IPv4 or IPv6 literal as given, `localhost` as 127.0.0.1, a
+    /// name resolved (the first address).
+    static func relayAddress(host: String, port: UInt16) throws(PCastError) -> (sockaddr_storage, socklen_t) {
+        let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        var storage = sockaddr_storage()
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        if inet_pton(AF_INET, bare == "localhost" ? "127.0.0.1" : bare, &v4) == 1 {
+            withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+                    $0.pointee.sin_family = sa_family_t(AF_INET)
+                    $0.pointee.sin_port = port.bigEndian
+                    $0.pointee.sin_addr = v4
+                }
+            }
+            return (storage, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
+        if inet_pton(AF_INET6, bare, &v6) == 1 {
+            withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
+                    $0.pointee.sin6_family = sa_family_t(AF_INET6)
+                    $0.pointee.sin6_port = port.bigEndian
+                    $0.pointee.sin6_addr = v6
+                }
+            }
+            return (storage, socklen_t(MemoryLayout<sockaddr_in6>.size))
+        }
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
+        var found: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(bare, nil, &hints, &found) == 0, let first = found, let address = first.pointee.ai_addr else {
+            throw .invalidTransport("relay host \(host) cannot be resolved")
+        }
+        defer { freeaddrinfo(found) }
+        let length = first.pointee.ai_addrlen
+        withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: address, count: Int(length))) }
+        if Int32(storage.ss_family) == AF_INET6 {
+            withUnsafeMutablePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_port = port.bigEndian } }
+        } else {
+            withUnsafeMutablePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_port = port.bigEndian } }
+        }
+        return (storage, length)
+    }
+
     /// Sends an already protected datagram (or any bytes, for keep-alives).
     func send(raw bytes: [UInt8]) {
         var target = relay
+        let length = relayLength
         let sent = bytes.withUnsafeBytes { raw in
             withUnsafePointer(to: &target) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                sendto(fd, raw.baseAddress, raw.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                sendto(fd, raw.baseAddress, raw.count, 0, $0, length)
             } }
         }
         if sent > 0 { statistics.packetsSent.add(1, ordering: .relaxed) }

@@ -206,8 +206,8 @@ public enum WebRTCNegotiation {
                 attributes.append(SDPAttribute("msid", "pcast \(section.kind)"))
                 attributes.append(SDPAttribute("ssrc", "\(localSSRC) cname:\(cname)"))
             }
-            for (index, candidate) in candidates.enumerated() where candidate.address.count == 4 {
-                let address = candidate.address.map(String.init).joined(separator: ".")
+            for (index, candidate) in candidates.enumerated() where candidate.address.count == 4 || candidate.address.count == 16 {
+                let address = candidate.host
                 // Host candidates only (the relay has public addresses): type preference 126,
                 // local preference by order, component 1 (RTP and RTCP are muxed).
                 let priority = (126 << 24) | ((65_535 - index) << 8) | 255

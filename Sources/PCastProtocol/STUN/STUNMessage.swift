@@ -67,13 +67,19 @@ public struct STUNAddress: Sendable, Hashable, CustomStringConvertible {
         self.init(address: bytes, port: port)
     }
 
-    public var description: String {
-        if address.count == 4 { return address.map(String.init).joined(separator: ".") + ":\(port)" }
+    /// The address alone: `192.0.2.1`, or IPv6 as eight groups (`fd00:5043:0:0:0:0:0:2`), the
+    /// form SDP candidates and URLs take.
+    public var host: String {
+        if address.count == 4 { return address.map(String.init).joined(separator: ".") }
         var groups: [String] = []
         for index in stride(from: 0, to: address.count - 1, by: 2) {
             groups.append(String(UInt16(address[index]) << 8 | UInt16(address[index + 1]), radix: 16))
         }
-        return "[" + groups.joined(separator: ":") + "]:\(port)"
+        return groups.joined(separator: ":")
+    }
+
+    public var description: String {
+        address.count == 4 ? "\(host):\(port)" : "[\(host)]:\(port)"
     }
 }
 
