@@ -26,7 +26,7 @@ in_target_groups = $(foreach t,$(1),$(foreach g,$(2),'^$(t)\.$(g)/'))
 # The demo: the embedded platform in-process; a test pattern and tone published through its relay
 # to a subscriber (a window when there is a display, a null sink otherwise), with a status line.
 
-.PHONY: setup build demo demo-cluster test bench fuzz docs soak inspect clean plugin install-plugin
+.PHONY: setup build demo demo-cluster test bench fuzz docs soak inspect clean plugin install-plugin deb
 
 setup:
 	@bash scripts/setup.sh
@@ -74,6 +74,13 @@ test: setup
 	# Another package depends on PCastKit through a tagged git URL, builds, and publishes a test
 	# pattern through this build's `pcast serve`.
 	bash scripts/example.sh
+
+# A Debian 12 package (scripts/make-deb.sh): release pcast and the GStreamer plugin, the Swift
+# runtime bundled in /usr/lib/pcast, the systemd unit (deploy/systemd), /etc/pcast/pcast.json.
+deb: setup
+	$(SWIFT) build -c release --product pcast
+	$(SWIFT) build -c release --product gstpcast
+	bash scripts/make-deb.sh --binaries .build/release --output .build/deb
 
 # The GStreamer plugin (pcastsink, pcastsrc): libgstpcast.so, loaded by any GStreamer application
 # from GST_PLUGIN_PATH. It links the Swift runtime from the toolchain it was built with.

@@ -37,8 +37,10 @@ packages=(
   gir1.2-gst-plugins-bad-1.0
   gstreamer1.0-nice
   gir1.2-nice-0.1
-  # Headless Chromium: the browser the WHIP/WHEP tests publish and view with.
+  # Headless Chromium: the browser the WHIP/WHEP tests publish and view with; certutil puts the
+  # HTTPS tests' private CA in its certificate store.
   chromium
+  libnss3-tools
   gstreamer1.0-plugins-base-apps
   ffmpeg
   nginx
@@ -49,6 +51,11 @@ packages=(
   # partition test puts two nodes in network namespaces of their own and cuts their link.
   nftables
   iproute2
+  # patchelf: scripts/make-deb.sh points the packaged binaries' RUNPATH at /usr/lib/pcast.
+  patchelf
+  # coturn: the TURN server the platform mints time-limited credentials for (tests check an
+  # allocation with them through turnutils_uclient).
+  coturn
   # conntrack: the NAT tests forget a router's mappings mid-stream (a NAT rebinding).
   conntrack
   # wrk: `pcast bench hls` loads the HLS parts and playlist with a thousand connections.

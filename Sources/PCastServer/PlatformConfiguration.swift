@@ -62,6 +62,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
     /// STUN/TURN servers WHIP and WHEP clients are told about (`Link: …; rel="ice-server"`, RFC
     /// 9725 §4.6): for clients behind NATs that the relay's host candidates alone do not get through.
     public var iceServers: [ICEServer] = []
+    /// TURN servers that check credentials with a secret shared with the platform (coturn's
+    /// `use-auth-secret`): each WHIP/WHEP session is told them with credentials of its own.
+    public var turn: TURNSettings?
     /// The most viewers this node serves at once; a subscribe beyond it is refused with the
     /// seed's `capacity` status. Nil (the default): no limit.
     public var maximumViewers: Int?
@@ -442,6 +445,19 @@ public struct PlatformConfiguration: Sendable, Hashable {
         }
         if tls == nil, let httpRedirectPort {
             throw .invalidValue(name: "httpRedirectPort", value: String(httpRedirectPort), reason: "redirects to HTTPS: needs tlsCertificate and tlsKey")
+        }
+        if let turn {
+            if turn.secret.isEmpty { throw .invalidValue(name: "turnSecret", value: "", reason: "empty") }
+            if turn.servers.isEmpty { throw .invalidValue(name: "turnSecret", value: "…", reason: "given without a turn: or turns: server") }
+            for server in turn.servers {
+                let scheme = server.split(separator: ":", maxSplits: 1).first.map { $0.lowercased() } ?? ""
+                guard scheme == "turn" || scheme == "turns", (try? ICEServer(url: server, username: "u", credential: "c")) != nil else {
+                    throw .invalidValue(name: "turnServer", value: server, reason: "not a turn: or turns: URI")
+                }
+            }
+            if !(60...(7 * 86_400)).contains(turn.lifetime) {
+                throw .invalidValue(name: "turnCredentialLifetime", value: "\(turn.lifetime)", reason: "outside 60...604800 seconds")
+            }
         }
         if tls == nil, let rtmpsPort {
             throw .invalidValue(name: "rtmpsPort", value: String(rtmpsPort), reason: "RTMPS needs tlsCertificate and tlsKey")

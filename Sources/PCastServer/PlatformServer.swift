@@ -326,7 +326,7 @@ public final class PlatformServer: Sendable {
         let router = Router(context: PlatformRequestContext.self)
         let backend = backendPolicy.map { SampleBackend(applicationId: configuration.applicationId, secret: configuration.secret, policy: $0) }
         HTTPRoutes(platform: platform, configuration: configuration, relay: relay, metrics: metrics, backend: backend).register(on: router)
-        WebRTCRoutes(platform: platform, iceServers: configuration.iceServers).register(on: router)
+        WebRTCRoutes(platform: platform, iceServers: configuration.iceServers, turn: configuration.turn, clock: clock).register(on: router)
         HLSRoutes(platform: platform, tokens: configuration.tokenAuthority,
                   admin: AdminCredentials(applicationId: configuration.applicationId, secret: configuration.secret)).register(on: router)
         if let channel = platform.channel {

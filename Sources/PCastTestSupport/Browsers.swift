@@ -12,12 +12,21 @@ public struct HeadlessChromium: Sendable {
     public let profile: URL
 
     /// Opens `url` in a `width` × `height` window. Its DevTools listen on a loopback port of
-    /// Chromium's choosing (for ``screenshot(to:)``).
-    public static func open(_ url: String, width: Int = 1280, height: Int = 1000) throws -> HeadlessChromium {
+    /// Chromium's choosing (for ``screenshot(to:)``). `trusting`: a PEM CA put in the profile's
+    /// NSS store (`certutil`), as a user installs a private CA, so HTTPS pages of that CA load
+    /// without any certificate-error override.
+    public static func open(_ url: String, width: Int = 1280, height: Int = 1000, trusting authority: String? = nil) throws -> HeadlessChromium {
         let profile = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-chromium-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: profile, withIntermediateDirectories: true)
         var environment = ProcessInfo.processInfo.environment
         environment["HOME"] = profile.path
+        if let authority {
+            let store = profile.appendingPathComponent(".pki/nssdb")
+            try FileManager.default.createDirectory(at: store, withIntermediateDirectories: true)
+            try runTool("certutil", ["-N", "-d", "sql:\(store.path)", "--empty-password"], needs: "the HTTPS browser tests need certutil (libnss3-tools)")
+            try runTool("certutil", ["-A", "-d", "sql:\(store.path)", "-n", "pcast-test-ca", "-t", "C,,", "-i", authority],
+                        needs: "the HTTPS browser tests need certutil (libnss3-tools)")
+        }
         let process = try ChildProcess.spawn(try executable("chromium"), [
             "--headless=new", "--no-sandbox", "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
             "--autoplay-policy=no-user-gesture-required", "--disable-gpu", "--no-first-run", "--no-default-browser-check",

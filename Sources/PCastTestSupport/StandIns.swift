@@ -408,3 +408,34 @@ public struct RTSPMediaServer: Sendable {
     }
 }
 
+
+/// coturn's `turnserver` on loopback with time-limited credentials (`use-auth-secret`): the TURN
+/// server operators run beside a WebRTC platform. Without TLS here (the allocation is what the
+/// tests check); stopped with ``stop()``.
+public struct CoturnServer: Sendable {
+    public let port: Int
+    public let secret: String
+    private let process: ChildProcess
+
+    public static func start(secret: String) throws -> CoturnServer {
+        let port = try freeTCPPort()
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-coturn-\(UUID().uuidString).log").path
+        let process = try ChildProcess.spawn(try executable("turnserver"), [
+            "-n", "--use-auth-secret", "--static-auth-secret=\(secret)", "--realm=pcast", "--listening-ip=127.0.0.1",
+            "--listening-port=\(port)", "--no-tls", "--no-dtls", "--no-cli", "--allow-loopback-peers", "--log-file=stdout",
+        ], environment: ProcessInfo.processInfo.environment, output: log, errorsToOutput: true)
+        try waitForTCP(port: port, process: process, what: "turnserver (coturn)")
+        return CoturnServer(port: port, secret: secret, process: process)
+    }
+
+    /// Whether `turnutils_uclient` completes an allocation (and relays a few messages through it)
+    /// with `username` and `password`.
+    public func allocates(username: String, password: String) throws -> Bool {
+        let process = try ChildProcess.spawn(try executable("turnutils_uclient"), [
+            "-y", "-n", "2", "-m", "1", "-l", "100", "-u", username, "-w", password, "-p", "\(port)", "127.0.0.1",
+        ], environment: ProcessInfo.processInfo.environment)
+        return process.wait(within: .seconds(15)) == 0
+    }
+
+    public func stop() { process.stop() }
+}

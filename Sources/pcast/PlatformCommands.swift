@@ -64,6 +64,13 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "A STUN or TURN server WHIP/WHEP clients are told about with a Link header (repeatable): URL, or URL,USERNAME,CREDENTIAL for TURN. PCAST_ICE_SERVERS, semicolon-separated.")
     var iceServer: [String] = []
 
+    @Option(help: "The secret shared with TURN servers that check time-limited credentials (coturn: use-auth-secret, static-auth-secret): each WHIP/WHEP session is told --turn-server with a username and password minted for it. PCAST_TURN_SECRET.")
+    var turnSecret: String?
+    @Option(help: "A turn: or turns: URI of such a TURN server (repeatable), e.g. turns:turn.example.com:443?transport=tcp. PCAST_TURN_SERVERS, semicolon-separated.")
+    var turnServer: [String] = []
+    @Option(help: "Seconds a minted TURN credential is valid (default 86400).")
+    var turnCredentialLifetime: Int?
+
     @Option(help: "PEM certificate chain (leaf first): HTTPS and WSS on --http-port for the page, WHIP, WHEP, HLS, /metrics and signaling; read again on SIGHUP. Needs --tls-key. PCAST_TLS_CERTIFICATE.")
     var tlsCertificate: String?
     @Option(help: "PEM private key of --tls-certificate. PCAST_TLS_KEY.")
@@ -116,6 +123,16 @@ struct ServeCommand: AsyncParsableCommand {
         }
         configuration.rtmpPort = noRTMP ? nil : rtmpPort
         configuration.rtmpsPort = rtmpsPort
+        let turnServers = turnServer.isEmpty
+            ? (environment["PCAST_TURN_SERVERS"] ?? "").split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            : turnServer
+        if let secret = turnSecret ?? environment["PCAST_TURN_SECRET"].flatMap({ $0.isEmpty ? nil : $0 }) {
+            var turn = TURNSettings(secret: secret, servers: turnServers)
+            if let turnCredentialLifetime { turn.lifetime = TimeInterval(turnCredentialLifetime) }
+            configuration.turn = turn
+        } else if !turnServers.isEmpty {
+            throw fail("--turn-server needs --turn-secret (for a TURN server with a fixed password, use --ice-server URL,USERNAME,CREDENTIAL)", code: 2)
+        }
         do {
             try configuration.validate()
         } catch {

@@ -83,7 +83,7 @@ struct PlatformCommandTests {
     @Test("pcast serve --public-address and --ice-server: WHIP answers announce that address as the relay's candidate and the STUN/TURN servers as Link headers, the page, WHIP and WHEP URLs are printed; a malformed address or server exits 2")
     func publicAddress() async throws {
         let bad = try runCommand(try pcastBinary(), ["serve", "--secret", "s", "--public-address", "relay.example", "--no-rtmp"])
-        #expect(bad.status == 2 && bad.stderr.contains("not an IPv4 address"), "\(bad.status) \(bad.stderr)")
+        #expect(bad.status == 2 && bad.stderr.contains("not an IPv4 or IPv6 address"), "\(bad.status) \(bad.stderr)")
         let badICE = try runCommand(try pcastBinary(), ["serve", "--secret", "s", "--ice-server", "http://stun.example", "--no-rtmp"])
         #expect(badICE.status == 2 && badICE.stderr.contains("is not a stun:, stuns:, turn: or turns: URI"), "\(badICE.status) \(badICE.stderr)")
 

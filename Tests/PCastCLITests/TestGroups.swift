@@ -5,3 +5,7 @@
 /// `pcast serve` nodes sharing a real PostgreSQL, publishers and viewers as processes, a node
 /// killed: apart from the other CLI suites, whose commands would compete with them for the CPU.
 enum Cluster {}
+
+/// Suites that change this machine as a whole (a Debian package installed into /usr, a system
+/// user): one test at a time, alone, so no other suite runs while /usr/bin/pcast is installed.
+enum OneAtATime {}

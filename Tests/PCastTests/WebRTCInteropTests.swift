@@ -215,6 +215,41 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
+        @Test("over HTTPS with a private CA in its certificate store, headless Chromium loads the page, publishes with WHIP and watches itself back with WHEP; an SDK client over wss:// decodes the browser's video")
+        func chromiumOverHTTPS() async throws {
+            let certificates = try TestCertificates.make()
+            defer { certificates.remove() }
+            let platform = try await tlsPlatform(certificates.leaf)
+            let collector = try ReportCollector()
+            defer { collector.close() }
+            // By name: the certificate is for localhost and 127.0.0.1, the origin a secure one.
+            var query = URLComponents(string: platform.httpURL.replacingOccurrences(of: "127.0.0.1", with: "localhost") + "/")!
+            #expect(query.scheme == "https")
+            query.queryItems = [
+                URLQueryItem(name: "publish", value: "secure-room"),
+                URLQueryItem(name: "publishToken", value: try platform.token(.publish)),
+                URLQueryItem(name: "watch", value: "secure-room"),
+                URLQueryItem(name: "token", value: try platform.token(.stream, tag: .channelAlias("secure-room"))),
+                URLQueryItem(name: "report", value: collector.url),
+            ]
+            let browser = try HeadlessChromium.open(query.url!.absoluteString, trusting: certificates.authority)
+            defer { browser.close() }
+            let sdk = tlsClient(platform, trusting: certificates.authority)
+            try await sdk.start(authToken: try platform.token(.auth))
+            let stream = try await subscribeToChannel(sdk, platform, alias: "secure-room")
+            let (renderer, frames) = try await countFrames(stream)
+            try await eventually("Chromium over HTTPS decoding 30 frames it published", within: .seconds(40)) {
+                collector.latest("watch").map { $0.number("framesDecoded") >= 30 } ?? false
+            }
+            let watched = try #require(collector.latest("watch"))
+            #expect(watched.string("connectionState") == "connected" && watched.string("srtpCipher") == "SRTP_AEAD_AES_128_GCM", "\(watched)")
+            #expect(await eventually { frames.count >= 30 }, "the SDK client decoded \(frames.count) of the browser's frames")
+            await renderer.stop()
+            await stream.stop()
+            await sdk.stop()
+            await platform.shutdown()
+        }
+
         @Test("headless Chromium publishes with WHIP (AES-GCM) from the served page and watches itself back with WHEP; an SDK subscriber decodes the browser's 640×480 H.264")
         func chromiumPublishesAndWatches() async throws {
             let platform = try await LocalPlatform.start()

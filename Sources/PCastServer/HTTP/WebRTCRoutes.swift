@@ -11,6 +11,10 @@ struct WebRTCRoutes: Sendable {
     let platform: Platform
     /// Announced with `Link` headers on each new session and on `OPTIONS` (RFC 9725 §4.6).
     var iceServers: [ICEServer] = []
+    /// TURN servers announced with credentials minted for each answer (``TURNSettings``).
+    var turn: TURNSettings? = nil
+    /// The time minted credentials count from.
+    var clock: @Sendable () -> Date = { Date() }
 
     /// Largest SDP offer read (browsers' offers are a few kilobytes).
     static let offerLimit = 64 * 1024
@@ -120,10 +124,12 @@ struct WebRTCRoutes: Sendable {
         return response
     }
 
-    /// One `Link` header per configured STUN/TURN server.
+    /// One `Link` header per configured STUN/TURN server, and per TURN server sharing a secret
+    /// with fresh credentials.
     private func addICEServers(_ response: inout Response) {
-        guard !iceServers.isEmpty else { return }
-        response.headers[values: .init("Link")!] = iceServers.map(\.linkHeader)
+        let servers = iceServers + (turn.map { TURNCredential.iceServers($0, now: clock()) } ?? [])
+        guard !servers.isEmpty else { return }
+        response.headers[values: .init("Link")!] = servers.map(\.linkHeader)
     }
 
     static func bearer(_ header: String?) -> String? {
