@@ -162,10 +162,14 @@ public struct WebRTCEndpoint: Sendable, Hashable {
     public var fingerprint: String
     /// Host candidates: the announced or bound addresses, with the media port.
     public var candidates: [STUNAddress]
+    /// Passive TCP host candidates (ICE over TCP): the same addresses with the relay's TCP port;
+    /// empty when the relay has none.
+    public var tcpCandidates: [STUNAddress]
 
-    public init(fingerprint: String, candidates: [STUNAddress]) {
+    public init(fingerprint: String, candidates: [STUNAddress], tcpCandidates: [STUNAddress] = []) {
         self.fingerprint = fingerprint
         self.candidates = candidates
+        self.tcpCandidates = tcpCandidates
     }
 }
 

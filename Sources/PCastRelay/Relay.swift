@@ -33,6 +33,8 @@ import Synchronization
 /// ```
 public final class Relay: RelayControl {
     public let mediaPort: UInt16
+    /// The TCP port of ICE over TCP (``RelayConfiguration/iceTCP``); nil when there is none.
+    public let tcpPort: UInt16?
     public let configuration: RelayConfiguration
     /// The sender SSRC of the RTCP the relay itself sends (PLI, FIR, receiver reports).
     public let relaySSRC: UInt32
@@ -81,13 +83,23 @@ public final class Relay: RelayControl {
         let port = engine.socket.localAddress.port
         self.engine = engine
         mediaPort = port
+        let hosts = HostCandidates.addresses(configuration: configuration)
+        let tcpPort = engine.tcp?.localAddress.port
+        self.tcpPort = tcpPort
         webRTC = dtls.map { context in
             WebRTCEndpoint(fingerprint: context.certificate.fingerprint,
-                           candidates: HostCandidates.addresses(configuration: configuration).map { address in
+                           candidates: hosts.map { address in
                                var candidate = address
                                candidate.port = port
                                return STUNAddress(candidate)
-                           })
+                           },
+                           tcpCandidates: tcpPort.map { tcpPort in
+                               hosts.map { address in
+                                   var candidate = address
+                                   candidate.port = tcpPort
+                                   return STUNAddress(candidate)
+                               }
+                           } ?? [])
         }
         registry = Mutex(Registry(ssrcs: [relaySSRC]))
 

@@ -46,6 +46,9 @@ public struct RelayConfiguration: Sendable, Hashable {
     /// Threads that share a large fan-out (the I/O thread is one of them; see the relay's
     /// documentation): one per core by default, at most 64. 1 keeps the whole relay on its I/O thread.
     public var fanOutThreads: Int = RelayConfiguration.onlineCores
+    /// ICE over TCP for WebRTC peers whose networks drop UDP (RFC 6544 passive candidates, RFC 4571
+    /// framing) on a TCP port beside the UDP one (the same number when it is free).
+    public var iceTCP = true
 
     /// Cores online (at least 1).
     public static var onlineCores: Int { max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN))) }

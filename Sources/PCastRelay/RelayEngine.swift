@@ -100,6 +100,8 @@ final class SharedCounters: Sendable {
 /// and read `counters`. That is why the class may be `@unchecked Sendable`.
 final class RelayEngine: @unchecked Sendable {
     let socket: UDPSocket
+    /// ICE over TCP (``RelayConfiguration/iceTCP``); nil when off or its port could not be bound.
+    let tcp: TCPMediaListener?
     private var wakeReader: Int32
     private var wakeWriter: Int32
     private let stopping = Atomic<Bool>(false)
@@ -159,6 +161,8 @@ final class RelayEngine: @unchecked Sendable {
         webRTCConnectTimeout = configuration.webRTCConnectTimeout
         self.dtlsContext = dtlsContext
         socket = try UDPSocket(host: configuration.host, port: configuration.port, bufferSize: configuration.socketBufferSize)
+        // Best effort: a relay without its TCP port still serves every peer that has UDP.
+        tcp = configuration.iceTCP ? try? TCPMediaListener(host: configuration.host, port: socket.localAddress.port) : nil
         var ends: [Int32] = [-1, -1]
         guard pipe(&ends) == 0 else {
             let code = errno
@@ -207,6 +211,7 @@ final class RelayEngine: @unchecked Sendable {
     /// ran): nothing else writes to the pipe by then, since control calls stop at `.stopped`.
     func closeDescriptors() {
         socket.close()
+        tcp?.close()
         if wakeReader >= 0 { Glibc.close(wakeReader) }
         if wakeWriter >= 0 { Glibc.close(wakeWriter) }
         wakeReader = -1
@@ -276,18 +281,33 @@ final class RelayEngine: @unchecked Sendable {
                 for index in 0..<received { handleDatagram(index, now: now) }
                 fanOutPending()
             }
+            var framed = 0
+            if let tcp {
+                framed = tcp.service(now: now) { data, source in
+                    packetsIn &+= 1
+                    bytesIn &+= UInt64(data.count)
+                    handleDatagram(data, from: source, now: now)
+                }
+                if framed > 0 { fanOutPending() }
+            }
             if now >= nextTick { runTimers(now: now) }
             if !webrtc.isEmpty, now >= nextWebRTCService { serviceWebRTC(now: now) }
             send.flush(descriptor: fd)
             publish()
-            if received > 0 { continue }
+            if received > 0 || framed > 0 { continue }
 
             let deadline = webrtc.isEmpty ? nextTick : min(nextTick, nextWebRTCService)
             let wait = deadline > now ? min((deadline - now) / 1_000_000 + 1, 1_000) : 0
             descriptors[0].revents = 0
             descriptors[1].revents = 0
-            _ = poll(&descriptors, 2, Int32(wait))
-            if descriptors[1].revents != 0 { drainWakeups() }
+            if let tcp {
+                var all = descriptors + tcp.pollDescriptors()
+                _ = poll(&all, nfds_t(all.count), Int32(wait))
+                if all[1].revents != 0 { drainWakeups() }
+            } else {
+                _ = poll(&descriptors, 2, Int32(wait))
+                if descriptors[1].revents != 0 { drainWakeups() }
+            }
         }
     }
 
@@ -416,7 +436,17 @@ final class RelayEngine: @unchecked Sendable {
     private func handleDatagram(_ index: Int, now: UInt64) {
         packetsIn &+= 1
         bytesIn &+= UInt64(receive.length(index))
-        guard let data = receive.datagram(index), let source = receive.source(index), !data.isEmpty else {
+        guard let data = receive.datagram(index), let source = receive.source(index) else {
+            unknownPackets &+= 1
+            return
+        }
+        handleDatagram(data, from: source, now: now)
+    }
+
+    /// One packet from `source`: a datagram, or a frame of a TCP connection (its address from
+    /// ``TCPMediaFlows``); handled alike.
+    private func handleDatagram(_ data: UnsafeRawBufferPointer, from source: RelayAddress, now: UInt64) {
+        guard !data.isEmpty else {
             unknownPackets &+= 1
             return
         }

@@ -295,6 +295,7 @@ package final class UDPSocket {
     /// Sends one datagram (for low-rate control traffic and tests); returns false if the kernel refused it.
     @discardableResult
     package func send(_ bytes: [UInt8], to address: RelayAddress) -> Bool {
+        if TCPMediaFlows.isTCP(address) { return bytes.withUnsafeBytes { TCPMediaFlows.send($0, to: address) } }
         let sent = bytes.withUnsafeBytes { raw in
             address.withSocketAddress { sendto(descriptor, raw.baseAddress, raw.count, Int32(MSG_DONTWAIT), $0, $1) }
         }
@@ -396,6 +397,12 @@ final class SendBatch {
     /// Queues the `length` bytes written into the slot from `nextSlot` for `address`.
     @inline(__always)
     func commit(length: Int, to address: RelayAddress) {
+        if TCPMediaFlows.isTCP(address) {
+            // A peer on ICE-TCP: framed onto its connection now; the slot is used again.
+            let sent = TCPMediaFlows.send(UnsafeRawBufferPointer(start: storage.baseAddress! + count * slotSize, count: length), to: address)
+            if sent { outcome.packets += 1; outcome.bytes += length } else { outcome.failures += 1 }
+            return
+        }
         vectors[count].iov_len = length
         RelaySocketFamily.write(address, into: names + count)
         headers[count].header.msg_namelen = RelaySocketFamily.nameLength

@@ -25,6 +25,17 @@ public final class TCPProbe: Sendable {
     }
 
     /// Listens on `address` (any port) and starts accepting.
+    /// Whether a TCP socket could bind `port` on `address` now (it is closed again at once).
+    public static func bindable(port: Int, address: String = "127.0.0.1") -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var socketAddress = loopbackAddress(address, port: port)
+        return withUnsafeMutablePointer(to: &socketAddress) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
+    }
+
     public static func start(address: String = "127.0.0.1", answer: [UInt8]? = nil) throws -> TCPProbe {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw StandInFailure(description: "socket() failed") }

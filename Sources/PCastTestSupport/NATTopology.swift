@@ -39,7 +39,7 @@ public final class NATTopology: @unchecked Sendable {
 
     /// Creates the namespaces, links, addresses, routes and the NAT rule.
     public static func create() throws -> NATTopology {
-        for stale in try listed() where stale.hasPrefix(prefix) { try? ip(["netns", "delete", stale]) }
+        for stale in try NetworkNamespaces.listed() where stale.hasPrefix(prefix) { try? ip(["netns", "delete", stale]) }
         let id = String(UUID().uuidString.prefix(4).lowercased())
         let made = NATTopology(id: id)
         do {
@@ -137,14 +137,5 @@ public final class NATTopology: @unchecked Sendable {
         try ruleset.write(toFile: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: file) }
         try runTool("ip", ["netns", "exec", namespace, try PCastTestSupport.executable("nft").path, "-f", file], needs: needs)
-    }
-
-    private static func listed() throws -> [String] {
-        let output = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-ip-\(UUID().uuidString).out").path
-        defer { try? FileManager.default.removeItem(atPath: output) }
-        let process = try ChildProcess.spawn(try PCastTestSupport.executable("ip"), ["netns", "list"],
-                                             environment: ProcessInfo.processInfo.environment, output: output)
-        guard process.wait() == 0 else { throw StandInFailure(description: "ip netns list failed — \(needs)") }
-        return ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").split(separator: "\n").compactMap { $0.split(separator: " ").first.map(String.init) }
     }
 }

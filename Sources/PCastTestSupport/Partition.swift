@@ -163,11 +163,50 @@ public final class NetworkNamespaces: @unchecked Sendable {
     private static func ip(_ arguments: [String]) throws { try runTool("ip", arguments, needs: needs) }
 
     /// The namespaces `ip netns list` names.
-    private static func listed() throws -> [String] {
+    static func listed() throws -> [String] {
         let output = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-ip-\(UUID().uuidString).out").path
         defer { try? FileManager.default.removeItem(atPath: output) }
         let process = try ChildProcess.spawn(try executable, ["netns", "list"], environment: ProcessInfo.processInfo.environment, output: output)
         guard process.wait() == 0 else { throw StandInFailure(description: "ip netns list failed — \(needs)") }
         return ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").split(separator: "\n").compactMap { $0.split(separator: " ").first.map(String.init) }
     }
+}
+
+/// A firewall that drops UDP: every UDP packet to or from `port` on this machine is dropped
+/// (nftables, a table of its own, IPv4 and IPv6), as on a network that lets only TCP through.
+/// ``remove()`` (or release) deletes the table.
+public final class UDPFirewall: @unchecked Sendable {
+    // @unchecked: `table` is immutable; `removed` is guarded by `lock`.
+    private let table: String
+    private let lock = NSLock()
+    private var removed = false
+
+    private init(table: String) { self.table = table }
+
+    public static func dropping(port: UInt16) throws -> UDPFirewall {
+        let table = "pcast_udpdrop_\(UUID().uuidString.prefix(8).lowercased())"
+        let firewall = UDPFirewall(table: table)
+        let needs = "the firewall tests need nftables (scripts/setup.sh) and root"
+        try runTool("nft", ["add", "table", "inet", table], needs: needs)
+        do {
+            try runTool("nft", ["add", "chain", "inet", table, "output", "{", "type", "filter", "hook", "output", "priority", "0", ";", "}"], needs: needs)
+            try runTool("nft", ["add", "rule", "inet", table, "output", "udp", "dport", "\(port)", "drop"], needs: needs)
+            try runTool("nft", ["add", "rule", "inet", table, "output", "udp", "sport", "\(port)", "drop"], needs: needs)
+        } catch {
+            firewall.remove()
+            throw error
+        }
+        return firewall
+    }
+
+    public func remove() {
+        let done = lock.withLock { () -> Bool in
+            defer { removed = true }
+            return removed
+        }
+        guard !done else { return }
+        try? runTool("nft", ["delete", "table", "inet", table], needs: "")
+    }
+
+    deinit { remove() }
 }

@@ -84,9 +84,7 @@ struct ServeCommand: AsyncParsableCommand {
         PCastCommand.bootstrapLogging()
         let environment = ProcessInfo.processInfo.environment
         var iceServers: [ICEServer] = []
-        let iceServerTexts = iceServer.isEmpty
-            ? (environment["PCAST_ICE_SERVERS"] ?? "").split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-            : iceServer
+        let iceServerTexts = Self.listSetting(iceServer, environment["PCAST_ICE_SERVERS"], separator: ";")
         for text in iceServerTexts {
             do {
                 iceServers.append(try ICEServer(parsing: text))
@@ -94,9 +92,7 @@ struct ServeCommand: AsyncParsableCommand {
                 throw fail("--ice-server: \(error)", code: 2)
             }
         }
-        let announced = publicAddress.isEmpty
-            ? (environment["PCAST_PUBLIC_ADDRESS"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-            : publicAddress
+        let announced = Self.listSetting(publicAddress, environment["PCAST_PUBLIC_ADDRESS"], separator: ",")
         for address in announced where !Self.isIPv4(address) && !Self.isIPv6(address) {
             throw fail("--public-address '\(address)' is not an IPv4 or IPv6 address (e.g. 203.0.113.7 or 2001:db8::7)", code: 2)
         }
@@ -123,9 +119,7 @@ struct ServeCommand: AsyncParsableCommand {
         }
         configuration.rtmpPort = noRTMP ? nil : rtmpPort
         configuration.rtmpsPort = rtmpsPort
-        let turnServers = turnServer.isEmpty
-            ? (environment["PCAST_TURN_SERVERS"] ?? "").split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-            : turnServer
+        let turnServers = Self.listSetting(turnServer, environment["PCAST_TURN_SERVERS"], separator: ";")
         if let secret = turnSecret ?? environment["PCAST_TURN_SECRET"].flatMap({ $0.isEmpty ? nil : $0 }) {
             var turn = TURNSettings(secret: secret, servers: turnServers)
             if let turnCredentialLifetime { turn.lifetime = TimeInterval(turnCredentialLifetime) }
@@ -168,6 +162,12 @@ struct ServeCommand: AsyncParsableCommand {
 }
 
 extension ServeCommand {
+    /// A repeatable flag's values, or else its environment variable's, split at `separator`.
+    static func listSetting(_ flags: [String], _ environment: String?, separator: Character) -> [String] {
+        guard flags.isEmpty else { return flags }
+        return (environment ?? "").split(separator: separator).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
     static func isIPv6(_ text: String) -> Bool {
         var address = in6_addr()
         return text.contains(":") && inet_pton(AF_INET6, text, &address) == 1

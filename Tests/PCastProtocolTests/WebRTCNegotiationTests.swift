@@ -107,6 +107,18 @@ struct WebRTCNegotiationTests {
         #expect(v6.description == "[fd00:5043:40:0:0:0:0:1]:7000")
     }
 
+    @Test("passive TCP candidates (RFC 6544) follow every UDP candidate, with a lower priority and tcptype passive")
+    func tcpCandidates() throws {
+        var offer: SessionDescription
+        do { offer = try SessionDescription(parsing: Self.browserOffer) } catch { throw NegotiationError.malformed(error) }
+        let tcp = STUNAddress(ipv4: "127.0.0.1", port: 7_001)!
+        let result = try WebRTCNegotiation.answer(offer, as: .publisher, local: Self.local, fingerprint: Self.fingerprint,
+                                                  candidates: [Self.relay], tcpCandidates: [tcp], sessionID: 1)
+        let answer = try SessionDescription(parsing: result.answer.text)
+        let candidates = try #require(answer.media.first).values("candidate")
+        #expect(candidates == ["1 1 udp 2130706431 127.0.0.1 7000 typ host", "2 1 tcp 2122317823 127.0.0.1 7001 typ host tcptype passive"])
+    }
+
     /// The browser offer's video as Chromium 156 writes it for `sendEncodings` with three RIDs:
     /// no `a=ssrc`, the RIDs in `a=rid` and `a=simulcast`, `rtp-stream-id` among the extensions.
     static func simulcastOffer(rids: [String] = ["l", "m", "h"], ridLines: [String]? = nil, simulcast: String? = nil) -> String {

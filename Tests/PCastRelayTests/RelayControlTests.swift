@@ -106,3 +106,44 @@ struct RelayControlTests {
         #expect(relay.ioThreadCPUTime > .zero)
     }
 }
+
+@Suite("ICE over TCP: the relay's passive TCP port, RFC 4571 frames handled as datagrams")
+struct RelayTCPTests {
+    /// A STUN binding request with no credentials (the relay refuses it, and counts the refusal).
+    static let bareBindingRequest: [UInt8] = [0x00, 0x01, 0x00, 0x00, 0x21, 0x12, 0xA4, 0x42] + (0..<12).map { UInt8($0) }
+
+    @Test("frames are read whole however the bytes arrive (two in one write, one split over two); a zero-length frame closes the connection")
+    func framing() async throws {
+        let relay = try Relay()
+        defer { relay.shutdown() }
+        let port = try #require(relay.tcpPort)
+        let fd = try #require(RawTCP.connect(to: Int(port)))
+        defer { RawTCP.close(fd) }
+        let frame = [UInt8(0), UInt8(Self.bareBindingRequest.count)] + Self.bareBindingRequest
+        #expect(RawTCP.write(fd, frame + frame))
+        #expect(RawTCP.write(fd, Array(frame[..<7])))
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(RawTCP.write(fd, Array(frame[7...])))
+        #expect(await eventually(.seconds(5)) { relay.statistics().stunRefusals == 3 }, "\(relay.statistics().stunRefusals) refusals")
+        #expect(RawTCP.write(fd, [0, 0]))
+        let closed = await RawTCP.offload { RawTCP.read(fd, timeout: 5).closed }
+        #expect(closed, "a zero-length frame left the connection open")
+    }
+
+    @Test("the TCP port is the UDP port's number when it is free, and off when asked")
+    func port() throws {
+        let relay = try Relay()
+        defer { relay.shutdown() }
+        let tcpPort = try #require(relay.tcpPort)
+        if tcpPort != relay.mediaPort {
+            // Only when that number was taken for TCP: then binding it must fail.
+            let probe = TCPProbe.bindable(port: Int(relay.mediaPort))
+            #expect(!probe, "the relay's TCP port is \(tcpPort) though \(relay.mediaPort) was free")
+        }
+        var configuration = RelayConfiguration()
+        configuration.iceTCP = false
+        let without = try Relay(configuration: configuration)
+        defer { without.shutdown() }
+        #expect(without.tcpPort == nil && without.webRTC?.tcpCandidates.isEmpty == true)
+    }
+}

@@ -215,6 +215,35 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
+        @Test("with UDP to and from the relay's port dropped, headless Chromium publishes with WHIP and watches itself back with WHEP over the relay's passive TCP candidate (ICE over TCP, RFC 4571 framing)")
+        func chromiumOverICETCP() async throws {
+            let platform = try await LocalPlatform.start()
+            let tcpPort = try #require(platform.relay.tcpPort)
+            let firewall = try UDPFirewall.dropping(port: platform.relay.mediaPort)
+            defer { firewall.remove() }
+            let collector = try ReportCollector()
+            defer { collector.close() }
+            var query = URLComponents(string: platform.httpURL + "/")!
+            query.queryItems = [
+                URLQueryItem(name: "publish", value: "tcp-room"),
+                URLQueryItem(name: "publishToken", value: try platform.token(.publish)),
+                URLQueryItem(name: "watch", value: "tcp-room"),
+                URLQueryItem(name: "token", value: try platform.token(.stream, tag: .channelAlias("tcp-room"))),
+                URLQueryItem(name: "report", value: collector.url),
+            ]
+            let browser = try HeadlessChromium.open(query.url!.absoluteString)
+            defer { browser.close() }
+            try await eventually("Chromium decoding 30 frames it published over ICE-TCP", within: .seconds(40)) {
+                collector.latest("watch").map { $0.number("framesDecoded") >= 30 } ?? false
+            }
+            let watched = try #require(collector.latest("watch"))
+            let published = try #require(collector.latest("publish"))
+            #expect(watched.string("transport") == "tcp" && published.string("transport") == "tcp", "watch \(watched), publish \(published)")
+            #expect(watched.string("connectionState") == "connected" && watched.string("srtpCipher") == "SRTP_AEAD_AES_128_GCM", "\(watched)")
+            #expect(tcpPort != 0 && platform.relay.statistics().srtpFailures == 0)
+            await platform.shutdown()
+        }
+
         @Test("over HTTPS with a private CA in its certificate store, headless Chromium loads the page, publishes with WHIP and watches itself back with WHEP; an SDK client over wss:// decodes the browser's video")
         func chromiumOverHTTPS() async throws {
             let certificates = try TestCertificates.make()

@@ -111,7 +111,7 @@ public enum WebRTCNegotiation {
     static let videoFeedback = ["nack", "nack pli", "ccm fir", "goog-remb"]
 
     public static func answer(_ offer: SessionDescription, as role: Role, local: ICECredentials,
-                              fingerprint: String, candidates: [STUNAddress],
+                              fingerprint: String, candidates: [STUNAddress], tcpCandidates: [STUNAddress] = [],
                               sessionID: UInt64 = UInt64.random(in: 1...(1 << 62))) throws(NegotiationError) -> Result {
         let usable = offer.media.filter { !$0.isRejected && ($0.kind == "audio" || $0.kind == "video") }
         guard !usable.isEmpty else { throw .unsupportedMedia("no audio or video section") }
@@ -212,6 +212,12 @@ public enum WebRTCNegotiation {
                 // local preference by order, component 1 (RTP and RTCP are muxed).
                 let priority = (126 << 24) | ((65_535 - index) << 8) | 255
                 attributes.append(SDPAttribute("candidate", "\(index + 1) 1 udp \(priority) \(address) \(candidate.port) typ host"))
+            }
+            // ICE over TCP (RFC 6544): passive candidates, after every UDP one (a lower local
+            // preference), for peers whose networks drop UDP.
+            for (index, candidate) in tcpCandidates.enumerated() where candidate.address.count == 4 || candidate.address.count == 16 {
+                let priority = (126 << 24) | ((32_767 - index) << 8) | 255
+                attributes.append(SDPAttribute("candidate", "\(candidates.count + index + 1) 1 tcp \(priority) \(candidate.host) \(candidate.port) typ host tcptype passive"))
             }
             attributes.append(SDPAttribute("end-of-candidates"))
             answerSections.append(MediaDescription(kind: section.kind, port: 9, proto: "UDP/TLS/RTP/SAVPF", formats: ["\(codec.payloadType)"],

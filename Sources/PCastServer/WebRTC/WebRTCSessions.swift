@@ -127,7 +127,8 @@ extension Platform {
         do {
             let description = try SessionDescription(parsing: offer)
             negotiated = try WebRTCNegotiation.answer(description, as: .publisher, local: local,
-                                                      fingerprint: endpoint.fingerprint, candidates: endpoint.candidates)
+                                                      fingerprint: endpoint.fingerprint, candidates: endpoint.candidates,
+                                                      tcpCandidates: endpoint.tcpCandidates)
         } catch let error as SDPError {
             return .failure(WebRTCRefusal(400, "Bad Request", "malformed SDP offer: \(error)"))
         } catch let error as NegotiationError {
@@ -210,7 +211,7 @@ extension Platform {
                 as: .viewer(videoSSRC: video?.ssrc ?? UInt32.random(in: 1...UInt32.max, using: &generator),
                             audioSSRC: audio?.ssrc ?? UInt32.random(in: 1...UInt32.max, using: &generator),
                             cname: "pcast-\(record.streamId.suffix(8))"),
-                local: local, fingerprint: endpoint.fingerprint, candidates: endpoint.candidates)
+                local: local, fingerprint: endpoint.fingerprint, candidates: endpoint.candidates, tcpCandidates: endpoint.tcpCandidates)
         } catch {
             return .failure(WebRTCRefusal(error))
         }
