@@ -175,7 +175,7 @@ public final class Relay: RelayControl {
         try registerPublisher(streamId: streamId, tracks: tracks, crypto: try makeCrypto(client: keys.client, server: keys.server), peer: nil)
         return MediaTransport(
             srtpProfile: configuration.srtpProfile.rawValue, port: mediaPort,
-            clientKey: keys.client.base64, serverKey: keys.server.base64)
+            clientKey: keys.client.base64, serverKey: keys.server.base64, tcpPort: tcpPort)
     }
 
     public func addWebRTCPublisher(streamId: String, tracks: [MediaTrackDescription], peer: WebRTCPeerParameters) throws(RelayError) {
@@ -224,7 +224,7 @@ public final class Relay: RelayControl {
         let rtcpSSRC = try registerSubscriber(streamId: streamId, subscriberId: subscriberId, crypto: crypto, peer: nil, isEdge: isEdge)
         return MediaTransport(
             srtpProfile: configuration.srtpProfile.rawValue, port: mediaPort,
-            clientKey: keys.client.base64, serverKey: keys.server.base64, rtcpSSRC: rtcpSSRC)
+            clientKey: keys.client.base64, serverKey: keys.server.base64, rtcpSSRC: rtcpSSRC, tcpPort: isEdge ? nil : tcpPort)
     }
 
     /// The edge's end of the origin's subscriber flow: it unprotects with the key the origin

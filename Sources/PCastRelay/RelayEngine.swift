@@ -696,6 +696,20 @@ final class RelayEngine: @unchecked Sendable {
     private func handleSTUN(_ data: UnsafeRawBufferPointer, from source: RelayAddress, now: UInt64) {
         let bytes = [UInt8](data)
         guard let ufrag = ICELiteAgent.localUfrag(of: bytes), let peer = webrtc.peer(ufrag: ufrag) else {
+            // A Binding request with no credentials at all is a reachability probe (an SDK
+            // checking that UDP gets through before it picks TCP): answered as a STUN server
+            // answers (RFC 8489 §6.3.1), with the address it came from; never larger than the
+            // request, so a forged source gains nothing by it.
+            if let probe = try? STUNMessage(decoding: bytes), probe.kind == .request, probe.method == .binding,
+               probe.attribute(STUNAttribute.username) == nil, !TCPMediaFlows.isTCP(source) {
+                var answer = STUNMessage(kind: .successResponse, method: .binding, transactionID: probe.transactionID)
+                answer.xorMappedAddress = STUNAddress(source)
+                let encoded = answer.encoded(fingerprint: false)
+                if encoded.count <= bytes.count {
+                    send.append(encoded, to: source, descriptor: socket.descriptor)
+                    return
+                }
+            }
             stunRefusals &+= 1
             return
         }

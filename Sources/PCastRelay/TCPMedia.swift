@@ -76,8 +76,10 @@ final class TCPMediaConnection: @unchecked Sendable {
 
     /// Writes one frame, or queues it behind what waits; a frame that does not fit is dropped whole.
     func write(frame bytes: UnsafeRawBufferPointer) -> Bool {
-        guard bytes.count <= 65_535, !closed.load(ordering: .relaxed) else { return false }
+        guard bytes.count <= 65_535 else { return false }
         return outputLock.withLock { pending -> Bool in
+            // Checked under the lock `close()` closes the descriptor under: never a reused number.
+            guard !closed.load(ordering: .relaxed) else { return false }
             if !pending.isEmpty {
                 guard pending.count + bytes.count + 2 <= TCPMediaFlows.outputLimit else { return false }
                 pending.append(UInt8(bytes.count >> 8))
@@ -109,7 +111,7 @@ final class TCPMediaConnection: @unchecked Sendable {
     }
 
     private func flushLocked(_ pending: inout [UInt8]) {
-        guard !pending.isEmpty else { return }
+        guard !pending.isEmpty, !closed.load(ordering: .relaxed) else { return }
         let written = pending.withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
         if written > 0 { pending.removeFirst(written) }
     }
@@ -123,7 +125,9 @@ final class TCPMediaConnection: @unchecked Sendable {
 
 /// The relay's TCP listener and its connections, served by the I/O thread.
 final class TCPMediaListener {
-    let descriptor: Int32
+    /// -1 once closed: ``close()`` may be called again (the engine closes its descriptors at
+    /// shutdown and at deinit) and must not close a number the process has since reused.
+    private(set) var descriptor: Int32
     let localAddress: RelayAddress
     private var connections: [UInt64: TCPMediaConnection] = [:]
     private var perAddress: [String: Int] = [:]
@@ -251,5 +255,6 @@ final class TCPMediaListener {
     func close() {
         for id in Array(connections.keys) { drop(id) }
         if descriptor >= 0 { Glibc.close(descriptor) }
+        descriptor = -1
     }
 }

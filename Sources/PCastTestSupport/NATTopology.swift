@@ -97,6 +97,19 @@ public final class NATTopology: @unchecked Sendable {
         try runTool("ip", ["netns", "exec", router, try PCastTestSupport.executable("conntrack").path, "-F"], needs: Self.needs)
     }
 
+    /// The router drops every UDP packet to and from the client (a network that lets only TCP out).
+    public func dropUDP() throws {
+        try Self.nft(in: router, """
+            table inet firewall {
+                chain forward {
+                    type filter hook forward priority filter; policy accept;
+                    ip saddr 198.18.41.0/24 meta l4proto udp drop
+                    ip daddr 198.18.41.0/24 meta l4proto udp drop
+                }
+            }
+            """)
+    }
+
     /// The outside UDP ports the router maps the client's flows to now (conntrack's reply tuples).
     public func outsidePorts() throws -> Set<Int> {
         let output = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-conntrack-\(UUID().uuidString).out").path

@@ -228,6 +228,8 @@ struct SessionOptions: ParsableArguments {
     @Option(help: "Auth token for the session (defaults to PCAST_AUTH_TOKEN).") var authToken: String?
     @Option(help: "For wss:// and https:// servers: a PEM file of certificate authorities to trust besides the system's (a private CA).")
     var caFile: String?
+    @Option(help: "How media reaches the relay: automatic (UDP when the relay answers over it within a second, else SRTP over TCP), udp or tcp.")
+    var mediaTransport: MediaTransportPolicy = .automatic
 
     /// Connects and authenticates, or exits with the platform's status.
     func start() async throws -> PCast {
@@ -238,6 +240,7 @@ struct SessionOptions: ParsableArguments {
         var options = PCastOptions(uri: signalingURL(first))
         options.fallbackURIs = server.dropFirst().map(signalingURL)
         options.certificateAuthorityFile = caFile
+        options.mediaTransport = mediaTransport
         // The commands end their streams on Ctrl-C or SIGTERM themselves (`runUntilStopped`).
         options.enableProcessTerminationSignalHandling = false
         let pcast = PCast(options)
@@ -319,6 +322,7 @@ struct PublishCommand: AsyncParsableCommand {
             throw fail("publish failed (\(error.status.rawValue)): \(error)")
         }
         print(publisher.streamId)
+        if let path = publisher.mediaPath { FileHandle.standardError.write(Data("media: \(path)\n".utf8)) }
         fflush(nil)
         let printer = stats ? Task {
             while !Task.isCancelled {
@@ -395,6 +399,7 @@ struct SubscribeCommand: AsyncParsableCommand {
         let useNull = sink == "null" || headless
         let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: useNull, useNullAudioDevice: useNull,
                                                              displaySize: displaySize.flatMap(Self.dimensions)))
+        if let path = pcast.mediaPath(of: stream) { print("media: \(path)") }
         renderer.setVideoDisplayDimensionsChangedCallback { print("video: \($0)") }
         let status = await renderer.start()
         guard status == .ok else {
@@ -467,3 +472,5 @@ func firstRenderedFrame(_ renderer: Renderer, within deadline: Duration) async t
         }
     }
 }
+
+extension MediaTransportPolicy: ExpressibleByArgument {}

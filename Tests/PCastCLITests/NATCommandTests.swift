@@ -116,4 +116,37 @@ struct NATCommandTests {
         let status = await RawTCP.offload { viewer.wait(within: .seconds(15)) }
         #expect(status == 0, "\((try? String(contentsOfFile: viewerOutput, encoding: .utf8)) ?? "")")
     }
+
+    @Test("behind a router that drops UDP, the SDK publishes and subscribes over TCP (the reason printed: UDP did not answer), and an IPv6-only viewer still gets the stream over UDP")
+    func udpBlockedFallsBackToTCP() async throws {
+        let setup = try await Setup.start()
+        defer { setup.stop() }
+        try setup.topology.dropUDP()
+        let publish = try setup.server.token(["--type", "publish"])
+        let server = "ws://\(setup.topology.serverIPv4):\(setup.port)/ws"
+        let (publisher, publisherOutput) = try setup.pcast(in: setup.topology.client, [
+            "publish", "--server", server, "--auth-token", setup.auth, "--token", publish,
+            "--width", "320", "--height", "180", "--fps", "15", "--bitrate", "300", "--audio", "none", "--seconds", "20",
+        ], output: "blocked-publish.out")
+        defer { publisher.stop() }
+        let streamId = try await setup.streamId(in: publisherOutput)
+        let said = (try? String(contentsOfFile: publisherOutput, encoding: .utf8)) ?? ""
+        #expect(said.contains("media: tcp (UDP to \(setup.topology.serverIPv4):"), "\(said)")
+        let view = try setup.server.token(["--type", "stream", "--origin-stream-id", streamId])
+        let (viewer, viewerOutput) = try setup.pcast(in: setup.topology.client, [
+            "subscribe", "--server", server, "--auth-token", setup.auth, "--token", view, "--sink", "null", "--stats", "--seconds", "8",
+        ], output: "blocked-subscribe.out")
+        defer { viewer.stop() }
+        let (v6viewer, v6Output) = try setup.pcast(in: setup.topology.v6only, [
+            "subscribe", "--server", "ws://[\(setup.topology.serverIPv6ForV6Only)]:\(setup.port)/ws", "--auth-token", setup.auth,
+            "--token", view, "--sink", "null", "--stats", "--seconds", "8",
+        ], output: "v6-subscribe.out")
+        defer { v6viewer.stop() }
+        #expect(await eventually(.seconds(15)) { (videoPacketsPerSecond(viewerOutput).last ?? 0) > 50 },
+                "the viewer behind the UDP-dropping router: \((try? String(contentsOfFile: viewerOutput, encoding: .utf8)) ?? "")")
+        #expect(((try? String(contentsOfFile: viewerOutput, encoding: .utf8)) ?? "").contains("media: tcp"))
+        #expect(await eventually(.seconds(15)) { (videoPacketsPerSecond(v6Output).last ?? 0) > 50 },
+                "the IPv6-only viewer: \((try? String(contentsOfFile: v6Output, encoding: .utf8)) ?? "")")
+        #expect(((try? String(contentsOfFile: v6Output, encoding: .utf8)) ?? "").contains("media: udp"))
+    }
 }

@@ -186,6 +186,10 @@ public struct PCastOptions: Sendable, Hashable {
     /// follows its parts, about half a second behind the publisher; ``StreamingPlayback/segments``
     /// lets GStreamer's hlsdemux2 play whole segments, about ten seconds behind.
     public var streamingPlayback: StreamingPlayback = .lowLatency
+    /// How media reaches the relay: ``MediaTransportPolicy/automatic`` (the default) takes UDP
+    /// when the relay answers over it within a second, else SRTP over TCP to the relay's TCP port
+    /// (networks that drop UDP); each publisher's and subscription's ``MediaPath`` says which, and why.
+    public var mediaTransport: MediaTransportPolicy = .automatic
 
     public init(uri: String, playoutDelay: Duration = PCastOptions.defaultPlayoutDelay, reconnects: Bool = true,
                 receiveImpairment: NetworkImpairment? = nil) {
@@ -250,6 +254,8 @@ public struct StreamingSourceMapping: Sendable, Hashable {
 /// ```
 public final class PCast: Sendable {
     public let options: PCastOptions
+    /// Whether UDP reaches each relay (``PCastOptions/mediaTransport``).
+    let pathProbe = MediaPathProbe()
     let logger: Logger
     let logs = LogRing(capacity: 2000)
 
@@ -755,7 +761,24 @@ public final class PCast: Sendable {
         guard let relay = options.mediaRelay else { return (host, transport) }
         var routed = transport
         routed.port = relay.port
+        // A forwarded UDP port says nothing of TCP: the override is UDP only.
+        routed.tcpPort = nil
         return (relay.host, routed)
+    }
+
+    /// How a subscribed stream's media reaches this client (UDP, or TCP and why); nil when `stream`
+    /// is not one of this instance's subscriptions.
+    public func mediaPath(of stream: MediaStream) -> MediaPath? {
+        let subscription = state.withLock { $0.subscriptions.values.first { $0.stream === stream } }
+        return subscription?.slot.value.withLock { $0?.path }
+    }
+
+    /// Where a flow's media goes and over which transport (``PCastOptions/mediaTransport``).
+    func mediaRoute(_ transport: MediaTransport) async -> (host: String, transport: MediaTransport, path: MediaPath) {
+        let endpoint = mediaEndpoint(transport)
+        let path = await pathProbe.path(host: endpoint.host, transport: endpoint.transport, policy: options.mediaTransport)
+        if path.overTCP { logger.notice("media over TCP", metadata: ["reason": "\(path.reason ?? "")"]) }
+        return (endpoint.host, endpoint.transport, path)
     }
 
     // MARK: Media

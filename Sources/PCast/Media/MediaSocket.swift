@@ -41,9 +41,15 @@ final class MediaSocket: @unchecked Sendable {
         let packetsReceived = Atomic<Int>(0)
         let bytesReceived = Atomic<Int>(0)
         let authenticationFailures = Atomic<Int>(0)
+        /// Over TCP: the connection ended (the relay closed it, or a send failed).
+        let transportClosed = Atomic<Bool>(false)
     }
 
-    init(host: String, transport: MediaTransport, rtcpSenderSSRC: UInt32?,
+    /// How this flow reaches the relay: UDP, or SRTP over TCP (RFC 4571 frames) to the relay's
+    /// TCP port when UDP did not answer.
+    let path: MediaPath
+
+    init(host: String, transport: MediaTransport, rtcpSenderSSRC: UInt32?, path: MediaPath = .udp,
          onRTP: @escaping @Sendable (Buffer, UInt8) -> Void, onRTCP: @escaping @Sendable (Buffer) -> Void) throws(PCastError) {
         guard let profile = SRTPProfile(rawValue: transport.srtpProfile) else {
             throw .invalidTransport("unknown SRTP profile \(transport.srtpProfile)")
@@ -53,6 +59,23 @@ final class MediaSocket: @unchecked Sendable {
             verifier = try SRTPSession(key: SRTPKey(profile: profile, base64: transport.serverKey), direction: .inbound)
         } catch {
             throw .invalidTransport("SRTP keys: \(error)")
+        }
+        self.path = path
+        if path.overTCP {
+            guard let tcpPort = transport.tcpPort else { throw .invalidTransport("the relay has no TCP port for media") }
+            let (address, length) = try Self.relayAddress(host: host, port: tcpPort)
+            relay = address
+            relayLength = length
+            fd = try Self.connectTCP(address, length: length, within: 5)
+            self.rtcpSenderSSRC = rtcpSenderSSRC
+            self.onRTP = onRTP
+            self.onRTCP = onRTCP
+            let thread = Thread { [weak self] in self?.receiveTCPLoop() }
+            thread.name = "pcast.media-tcp"
+            thread.stackSize = 1 << 20
+            self.thread = thread
+            thread.start()
+            return
         }
         let (address, length) = try Self.relayAddress(host: host, port: transport.port)
         relay = address
@@ -161,6 +184,10 @@ final class MediaSocket: @unchecked Sendable {
 
     /// Sends an already protected datagram (or any bytes, for keep-alives).
     func send(raw bytes: [UInt8]) {
+        if path.overTCP {
+            sendFramed(bytes)
+            return
+        }
         var target = relay
         let length = relayLength
         let sent = bytes.withUnsafeBytes { raw in
@@ -268,24 +295,128 @@ final class MediaSocket: @unchecked Sendable {
             guard poll(&poller, 1, 200) > 0 else { continue }
             let (count, arrival) = receive(into: &storage, control: &control)
             guard count > 0 else { continue }
-            var packet = Array(storage[0..<count])
-            guard packet.count >= 8 else { continue }
-            let isRTCP = (192...223).contains(packet[1])
-            do {
-                if isRTCP { try verifier.unprotectRTCP(&packet) } else { try verifier.unprotect(&packet) }
-            } catch {
-                statistics.authenticationFailures.add(1, ordering: .relaxed)
-                continue
-            }
-            statistics.packetsReceived.add(1, ordering: .relaxed)
-            statistics.bytesReceived.add(count, ordering: .relaxed)
-            if !isRTCP, let arrival { estimate(packet, size: count, arrival: arrival) }
-            let buffer = Buffer(bytes: packet)
-            if isRTCP { onRTCP(buffer) } else { onRTP(buffer, packet[1] & 0x7F) }
+            handle(Array(storage[0..<count]), arrival: arrival)
         }
+    }
+
+    /// Over TCP: RFC 4571 frames read from the stream, each handled as a datagram (no kernel
+    /// arrival stamps on a stream: the downlink estimate has none to go by).
+    private func receiveTCPLoop() {
+        var chunk = [UInt8](repeating: 0, count: 16_384)
+        var pending: [UInt8] = []
+        var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        while running.load(ordering: .relaxed) {
+            guard poll(&poller, 1, 200) > 0 else { continue }
+            let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            if count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR) {
+                statistics.transportClosed.store(true, ordering: .relaxed)
+                return
+            }
+            guard count > 0 else { continue }
+            pending.append(contentsOf: chunk[0..<count])
+            var offset = 0
+            while pending.count - offset >= 2 {
+                let length = Int(pending[offset]) << 8 | Int(pending[offset + 1])
+                guard pending.count - offset - 2 >= length else { break }
+                if length > 0 { handle(Array(pending[(offset + 2)..<(offset + 2 + length)]), arrival: nil) }
+                offset += 2 + length
+            }
+            if offset > 0 { pending.removeFirst(offset) }
+        }
+    }
+
+    /// One protected packet from the relay: checked, unprotected and handed on.
+    private func handle(_ received: [UInt8], arrival: UInt64?) {
+        var packet = received
+        let count = received.count
+        guard packet.count >= 8 else { return }
+        let isRTCP = (192...223).contains(packet[1])
+        do {
+            if isRTCP { try verifier.unprotectRTCP(&packet) } else { try verifier.unprotect(&packet) }
+        } catch {
+            statistics.authenticationFailures.add(1, ordering: .relaxed)
+            return
+        }
+        statistics.packetsReceived.add(1, ordering: .relaxed)
+        statistics.bytesReceived.add(count, ordering: .relaxed)
+        if !isRTCP, let arrival { estimate(packet, size: count, arrival: arrival) }
+        let buffer = Buffer(bytes: packet)
+        if isRTCP { onRTCP(buffer) } else { onRTP(buffer, packet[1] & 0x7F) }
+    }
+
+    /// Writes one RFC 4571 frame, whole or not at all from the caller's view: a frame cut short
+    /// (the send timed out midway) breaks the framing, so the connection is then shut.
+    private func sendFramed(_ bytes: [UInt8]) {
+        guard bytes.count <= 65_535 else { return }
+        let frame = [UInt8(bytes.count >> 8), UInt8(bytes.count & 0xFF)] + bytes
+        let complete = sendLock.withLock { _ -> Bool in
+            var offset = 0
+            while offset < frame.count {
+                let sent = frame.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, frame.count - offset, Int32(MSG_NOSIGNAL)) }
+                if sent < 0 && errno == EINTR { continue }
+                guard sent > 0 else { return false }
+                offset += sent
+            }
+            return true
+        }
+        if complete {
+            statistics.packetsSent.add(1, ordering: .relaxed)
+        } else {
+            statistics.transportClosed.store(true, ordering: .relaxed)
+            shutdownSocket(fd)
+        }
+    }
+
+    /// A connected TCP socket to `address`, or a typed error after `seconds`.
+    private static func connectTCP(_ address: sockaddr_storage, length: socklen_t, within seconds: Int32) throws(PCastError) -> Int32 {
+        let descriptor = socket(Int32(address.ss_family), Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { throw .invalidTransport("socket(tcp): errno \(errno)") }
+        _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) | O_NONBLOCK)
+        var target = address
+        let started = withUnsafePointer(to: &target) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, length) } }
+        if started != 0 && errno != EINPROGRESS {
+            let code = errno
+            close(descriptor)
+            throw .connectionFailed("media over TCP: connect failed (errno \(code))")
+        }
+        var poller = pollfd(fd: descriptor, events: Int16(POLLOUT), revents: 0)
+        var failure: Int32 = 0
+        var size = socklen_t(MemoryLayout<Int32>.size)
+        guard poll(&poller, 1, seconds * 1000) == 1, getsockopt(descriptor, SOL_SOCKET, SO_ERROR, &failure, &size) == 0, failure == 0 else {
+            close(descriptor)
+            throw .connectionFailed("media over TCP: the relay's TCP port did not answer within \(seconds) s")
+        }
+        // Blocking again, with a bound on each send: a stalled connection fails a send rather than
+        // holding the pipeline's thread.
+        _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) & ~O_NONBLOCK)
+        var timeout = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var on: Int32 = 1
+        setsockopt(descriptor, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
+        return descriptor
     }
 }
 
 private func shutdownSocket(_ fd: Int32) {
     _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+}
+
+/// How one flow reaches the relay (``PCastOptions/mediaTransport``), and why.
+///
+/// ```swift
+/// print(publisher.mediaPath)   // "tcp (UDP to 198.18.40.1:4443 did not answer within 1 s)"
+/// ```
+public struct MediaPath: Sendable, Hashable, CustomStringConvertible {
+    /// `udp`, or `tcp`: SRTP in RFC 4571 frames over a TCP connection to the relay's TCP port.
+    public let transport: String
+    /// Why TCP was taken (nil over UDP).
+    public let reason: String?
+
+    public var overTCP: Bool { transport == "tcp" }
+
+    public static let udp = MediaPath(transport: "udp", reason: nil)
+
+    public static func tcp(_ reason: String) -> MediaPath { MediaPath(transport: "tcp", reason: reason) }
+
+    public var description: String { reason.map { "\(transport) (\($0))" } ?? transport }
 }

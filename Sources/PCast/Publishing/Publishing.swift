@@ -166,6 +166,9 @@ public final class Publisher: Sendable {
     /// Packets sent to the relay so far.
     public var packetsSent: Int { socket.value.withLock { $0?.statistics.packetsSent.load(ordering: .relaxed) ?? 0 } }
 
+    /// How this publisher's media reaches the relay (UDP, or TCP and why); nil once it ended.
+    public var mediaPath: MediaPath? { socket.value.withLock { $0?.path } }
+
     /// Stops publishing; subscribers are told the stream ended with `reason` (and `description`).
     public func stop(reason: StreamEndedReason = .ended, description: String? = nil) async {
         guard !hasEnded else { return }
@@ -262,15 +265,16 @@ final class Subscription: Sendable {
     /// Makes a relay's flow the subscription's: opens its socket, tells the relay where we are and
     /// keeps telling it (NAT bindings expire); the previous flow's socket closes. False when the
     /// subscription was closed meanwhile (nothing stays open).
-    func attach(subscriberId: String?, host: String, transport: MediaTransport, rtcpSSRC: UInt32) throws(PCastError) -> Bool {
-        let socket = try Self.openSocket(host: host, transport: transport, rtcpSSRC: rtcpSSRC, into: inbox)
+    func attach(subscriberId: String?, host: String, transport: MediaTransport, rtcpSSRC: UInt32, path: MediaPath = .udp) throws(PCastError) -> Bool {
+        let socket = try Self.openSocket(host: host, transport: transport, rtcpSSRC: rtcpSSRC, path: path, into: inbox)
         return adopt(socket, subscriberId: subscriberId, rtcpSSRC: rtcpSSRC)
     }
 
     /// A socket to a relay's flow that delivers into `inbox`, and has told the relay where we are
     /// (the relay sends nothing before it hears from the flow).
-    static func openSocket(host: String, transport: MediaTransport, rtcpSSRC: UInt32, into inbox: PacketInbox) throws(PCastError) -> MediaSocket {
-        let socket = try MediaSocket(host: host, transport: transport, rtcpSenderSSRC: rtcpSSRC,
+    static func openSocket(host: String, transport: MediaTransport, rtcpSSRC: UInt32, path: MediaPath = .udp,
+                           into inbox: PacketInbox) throws(PCastError) -> MediaSocket {
+        let socket = try MediaSocket(host: host, transport: transport, rtcpSenderSSRC: rtcpSSRC, path: path,
                                      onRTP: { packet, payloadType in inbox.rtp(packet, payloadType: payloadType) },
                                      onRTCP: { rtcp in inbox.rtcp(rtcp) })
         socket.sendEmptyReceiverReport(ssrc: rtcpSSRC)
@@ -467,8 +471,8 @@ extension PCast {
             throw .invalidRequest("unexpected reply to publish: \(reply.type)")
         }
         do {
-            let endpoint = mediaEndpoint(published.transport)
-            let socket = try MediaSocket(host: endpoint.host, transport: endpoint.transport, rtcpSenderSSRC: nil,
+            let route = await mediaRoute(published.transport)
+            let socket = try MediaSocket(host: route.host, transport: route.transport, rtcpSenderSSRC: nil, path: route.path,
                                          onRTP: { _, _ in }, onRTCP: { rtcp in rtp.receiveRTCP(rtcp) })
             socketBox.value.withLock { $0 = socket }
             // Tell the relay where this flow is before any media: a source that waits for its first
@@ -634,8 +638,8 @@ extension PCast {
         let inbox = PacketInbox(), slot = SocketSlot()
         let socket: MediaSocket
         do {
-            let endpoint = mediaEndpoint(subscribed.transport)
-            socket = try Subscription.openSocket(host: endpoint.host, transport: endpoint.transport, rtcpSSRC: rtcpSSRC, into: inbox)
+            let route = await mediaRoute(subscribed.transport)
+            socket = try Subscription.openSocket(host: route.host, transport: route.transport, rtcpSSRC: rtcpSSRC, path: route.path, into: inbox)
         } catch {
             _ = try? await client.request(.unsubscribe(.init(streamId: subscribed.streamId, subscriberId: subscribed.subscriberId)))
             throw error
@@ -706,8 +710,9 @@ extension PCast {
             guard answer.streamId == streamId else { throw .invalidRequest("the token now leads to another stream (\(answer.streamId))") }
             guard Set(answer.tracks) == Set(subscription.tracks) else { throw .invalidTransport("the stream's tracks differ on this node") }
             guard let rtcpSSRC = answer.transport.rtcpSSRC else { throw .invalidTransport("the platform assigned no RTCP SSRC") }
-            let endpoint = mediaEndpoint(answer.transport)
-            guard try subscription.attach(subscriberId: answer.subscriberId, host: endpoint.host, transport: endpoint.transport, rtcpSSRC: rtcpSSRC) else {
+            let route = await mediaRoute(answer.transport)
+            guard try subscription.attach(subscriberId: answer.subscriberId, host: route.host, transport: route.transport, rtcpSSRC: rtcpSSRC,
+                                          path: route.path) else {
                 // Stopped while it moved: the new flow goes too.
                 _ = try? await client.request(.unsubscribe(.init(streamId: streamId, subscriberId: answer.subscriberId)))
                 return

@@ -144,13 +144,17 @@ public struct MediaTransport: Codable, Sendable, Hashable {
     /// NACK, PLI). Assigned by the relay, which finds the flow by it; for a publisher it is
     /// absent and the relay finds the flow by the SSRCs of its tracks.
     public var rtcpSSRC: UInt32?
+    /// The relay's TCP port, where a client whose UDP does not get through sends the same SRTP in
+    /// RFC 4571 frames; absent when the relay has none.
+    public var tcpPort: UInt16?
 
-    public init(srtpProfile: String, port: UInt16, clientKey: String, serverKey: String, rtcpSSRC: UInt32? = nil) {
+    public init(srtpProfile: String, port: UInt16, clientKey: String, serverKey: String, rtcpSSRC: UInt32? = nil, tcpPort: UInt16? = nil) {
         self.srtpProfile = srtpProfile
         self.port = port
         self.clientKey = clientKey
         self.serverKey = serverKey
         self.rtcpSSRC = rtcpSSRC
+        self.tcpPort = tcpPort
     }
 }
 
