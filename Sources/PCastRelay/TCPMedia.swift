@@ -131,6 +131,8 @@ final class TCPMediaListener {
     let localAddress: RelayAddress
     private var connections: [UInt64: TCPMediaConnection] = [:]
     private var perAddress: [String: Int] = [:]
+    /// Where reads land (I/O thread only), kept between turns.
+    private var chunk = [UInt8](repeating: 0, count: 16_384)
     /// Connections held at once, and from one address.
     static let maximumConnections = 2_048
     static let maximumPerAddress = 64
@@ -183,8 +185,8 @@ final class TCPMediaListener {
     func service(now: UInt64, handle: (UnsafeRawBufferPointer, RelayAddress) -> Void) -> Int {
         acceptPending(now: now)
         var frames = 0
+        guard !connections.isEmpty else { return 0 }
         var finished: [UInt64] = []
-        var chunk = [UInt8](repeating: 0, count: 16_384)
         for connection in connections.values {
             connection.flush()
             // At most 64 KiB a turn from one connection: the others and the UDP socket get served too.
