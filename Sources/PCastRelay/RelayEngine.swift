@@ -706,7 +706,8 @@ final class RelayEngine: @unchecked Sendable {
                 answer.xorMappedAddress = STUNAddress(source)
                 let encoded = answer.encoded(fingerprint: false)
                 if encoded.count <= bytes.count {
-                    send.append(encoded, to: source, descriptor: socket.descriptor)
+                    // Not media: sent on its own, so packetsOut counts only what is relayed.
+                    socket.send(encoded, to: source)
                     return
                 }
             }
