@@ -131,6 +131,9 @@ final class RelayEngine: @unchecked Sendable {
     private let receive: ReceiveBatch
     private let send: SendBatch
     private var nextTick: UInt64 = 0
+    /// Whether the last poll found a TCP descriptor ready, and when TCP is served at the latest.
+    private var tcpReady = true
+    private var nextTCPService: UInt64 = 0
     private var packetsIn: UInt64 = 0
     private var bytesIn: UInt64 = 0
     private var packetsOut: UInt64 = 0
@@ -282,7 +285,12 @@ final class RelayEngine: @unchecked Sendable {
                 fanOutPending()
             }
             var framed = 0
-            if let tcp {
+            // TCP is served when a poll said it was ready, and at least every millisecond while
+            // datagrams keep the loop from polling: not an accept and a read per connection for
+            // every batch of UDP.
+            if let tcp, tcpReady || now >= nextTCPService {
+                tcpReady = false
+                nextTCPService = now &+ 1_000_000
                 framed = tcp.service(now: now) { data, source in
                     packetsIn &+= 1
                     bytesIn &+= UInt64(data.count)
@@ -304,6 +312,7 @@ final class RelayEngine: @unchecked Sendable {
                 var all = descriptors + tcp.pollDescriptors()
                 _ = poll(&all, nfds_t(all.count), Int32(wait))
                 if all[1].revents != 0 { drainWakeups() }
+                tcpReady = all[2...].contains { $0.revents != 0 }
             } else {
                 _ = poll(&descriptors, 2, Int32(wait))
                 if descriptors[1].revents != 0 { drainWakeups() }

@@ -202,18 +202,20 @@ final class TCPMediaListener {
                 connection.lastRead = now
                 connection.input.append(contentsOf: chunk[0..<count])
             }
-            // RFC 4571: a 16-bit length, then that many bytes.
-            var offset = 0
-            let input = connection.input
-            while input.count - offset >= 2 {
-                let length = Int(input[offset]) << 8 | Int(input[offset + 1])
-                guard length > 0 else { finished.append(connection.id); break }
-                guard input.count - offset - 2 >= length else { break }
-                input.withUnsafeBytes { raw in
-                    handle(UnsafeRawBufferPointer(rebasing: raw[(offset + 2)..<(offset + 2 + length)]), TCPMediaFlows.address(of: connection.id))
+            // RFC 4571: a 16-bit length, then that many bytes. Read in place; what was handled is
+            // removed once, after (no copy of the buffer while it is read).
+            let address = TCPMediaFlows.address(of: connection.id)
+            let offset = connection.input.withUnsafeBytes { raw -> Int in
+                var offset = 0
+                while raw.count - offset >= 2 {
+                    let length = Int(raw[offset]) << 8 | Int(raw[offset + 1])
+                    guard length > 0 else { finished.append(connection.id); break }
+                    guard raw.count - offset - 2 >= length else { break }
+                    handle(UnsafeRawBufferPointer(rebasing: raw[(offset + 2)..<(offset + 2 + length)]), address)
+                    frames += 1
+                    offset += 2 + length
                 }
-                frames += 1
-                offset += 2 + length
+                return offset
             }
             if offset > 0 { connection.input.removeFirst(offset) }
             if now &- connection.lastRead > Self.idleTimeout { finished.append(connection.id) }

@@ -34,7 +34,12 @@ final class MediaPathProbe: Sendable {
             guard let tcpPort = transport.tcpPort else { return .udp }
             let key = "\(host)|\(transport.port)|\(tcpPort)"
             if let remembered = known.withLock({ $0[key] }), ContinuousClock.now - remembered.at < Self.memory { return remembered.path }
-            let answered = await Task.detached { Self.udpAnswers(host: host, port: transport.port, within: Self.deadline) }.value
+            // Up to a second of blocking waits: on a thread of its own, not the cooperative pool's.
+            let answered = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let thread = Thread { continuation.resume(returning: Self.udpAnswers(host: host, port: transport.port, within: Self.deadline)) }
+                thread.name = "pcast.udp-probe"
+                thread.start()
+            }
             let path: MediaPath = answered ? .udp
                 : .tcp("UDP to \(host):\(transport.port) did not answer within \(Self.deadline.components.seconds) s")
             known.withLock { $0[key] = (path, .now) }
