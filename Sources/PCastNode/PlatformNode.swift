@@ -17,6 +17,8 @@ public enum PlatformNode {
         public var host: String
         public var httpPort: Int
         public var mediaPort: UInt16
+        /// The relay's ICE-over-TCP port; nil when it has none.
+        public var iceTCPPort: UInt16?
         /// The RTMP push endpoint's bound port; nil when it is off.
         public var rtmpPort: Int?
         /// The RTMPS endpoint's bound port; nil when it is off.
@@ -57,7 +59,7 @@ public enum PlatformNode {
         let mediaPort = relay.mediaPort
         try await PlatformServer.run(configuration: configuration, relay: relay, services: services, logger: logger,
                                      backendPolicy: backendPolicy) { httpPort in
-            onListening(Listening(host: host, httpPort: httpPort, mediaPort: mediaPort, rtmpPort: services.rtmpPort,
+            onListening(Listening(host: host, httpPort: httpPort, mediaPort: mediaPort, iceTCPPort: relay.tcpPort, rtmpPort: services.rtmpPort,
                                   rtmpsPort: services.rtmpsPort))
         }
     }

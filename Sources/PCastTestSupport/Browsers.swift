@@ -15,7 +15,11 @@ public struct HeadlessChromium: Sendable {
     /// Chromium's choosing (for ``screenshot(to:)``). `trusting`: a PEM CA put in the profile's
     /// NSS store (`certutil`), as a user installs a private CA, so HTTPS pages of that CA load
     /// without any certificate-error override.
-    public static func open(_ url: String, width: Int = 1280, height: Int = 1000, trusting authority: String? = nil) throws -> HeadlessChromium {
+    ///
+    /// `namespace`: Chromium runs inside that network namespace (`ip netns exec`), a browser on
+    /// another host; `hosts` maps names to addresses there (`--host-resolver-rules`), as a DNS would.
+    public static func open(_ url: String, width: Int = 1280, height: Int = 1000, trusting authority: String? = nil,
+                            namespace: String? = nil, hosts: [String: String] = [:]) throws -> HeadlessChromium {
         let profile = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-chromium-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: profile, withIntermediateDirectories: true)
         var environment = ProcessInfo.processInfo.environment
@@ -27,12 +31,27 @@ public struct HeadlessChromium: Sendable {
             try runTool("certutil", ["-A", "-d", "sql:\(store.path)", "-n", "pcast-test-ca", "-t", "C,,", "-i", authority],
                         needs: "the HTTPS browser tests need certutil (libnss3-tools)")
         }
-        let process = try ChildProcess.spawn(try executable("chromium"), [
+        var arguments = [
             "--headless=new", "--no-sandbox", "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
             "--autoplay-policy=no-user-gesture-required", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
             "--window-size=\(width),\(height)", "--remote-debugging-port=0",
-            "--user-data-dir=\(profile.path)", url,
-        ], environment: environment)
+            "--user-data-dir=\(profile.path)",
+        ]
+        if !hosts.isEmpty {
+            arguments.append("--host-resolver-rules=" + hosts.sorted { $0.key < $1.key }.map { "MAP \($0.key) \($0.value)" }.joined(separator: ","))
+        }
+        arguments.append(url)
+        var command = (try executable("chromium"), arguments)
+        if let namespace {
+            // The page (another network's server, a public address to Chromium) reports to the
+            // collector on this namespace's loopback: Local Network Access would hold those
+            // requests for a permission no one can grant headless. Only the harness's reports
+            // cross that line; the platform's own requests stay on the page's origin.
+            arguments.insert("--disable-features=LocalNetworkAccessChecks", at: 0)
+            command = (try executable("ip"), ["netns", "exec", namespace, command.0.path] + arguments)
+        }
+        let process = try ChildProcess.spawn(command.0, command.1, environment: environment,
+                                             output: profile.appendingPathComponent("chromium.log").path, errorsToOutput: true)
         return HeadlessChromium(process: process, profile: profile)
     }
 
@@ -48,6 +67,9 @@ public struct HeadlessChromium: Sendable {
             throw StandInFailure(description: "no screenshot (status \(status)): \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
         }
     }
+
+    /// What Chromium printed so far (its console messages among them).
+    public var log: String { (try? String(contentsOf: profile.appendingPathComponent("chromium.log"), encoding: .utf8)) ?? "" }
 
     public func close() {
         process.interrupt(grace: .seconds(3))
@@ -65,9 +87,12 @@ public final class ReportCollector: Sendable {
     private let reports = Mutex<[[String: any Sendable]]>([])
     private let stopped = Atomic<Bool>(false)
 
-    public init(page: String? = nil) throws {
+    /// `namespace`: listens on the loopback of that network namespace (a browser there reports to
+    /// its own 127.0.0.1, a secure origin, so an HTTPS page may POST to it); this process's other
+    /// threads stay where they are.
+    public init(page: String? = nil, namespace: String? = nil) throws {
         self.page = page
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = try namespace.map { try Self.socketInNamespace($0) } ?? socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var yes: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
         var address = sockaddr_in()
@@ -92,6 +117,39 @@ public final class ReportCollector: Sendable {
     }
 
     public var url: String { "http://127.0.0.1:\(port)/" }
+
+    /// A TCP socket made inside network namespace `name`: a thread of its own enters it
+    /// (`setns` changes only the calling thread), makes the socket, which stays in that namespace
+    /// for its life, and ends.
+    private static func socketInNamespace(_ name: String) throws -> Int32 {
+        let made = Mutex<Result<Int32, StandInFailure>>(.failure(StandInFailure(description: "no socket made")))
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            defer { done.signal() }
+            let namespace = open("/run/netns/\(name)", O_RDONLY | O_CLOEXEC)
+            guard namespace >= 0 else {
+                made.withLock { $0 = .failure(StandInFailure(description: "no network namespace \(name): errno \(errno)")) }
+                return
+            }
+            defer { Glibc.close(namespace) }
+            // setns(2) is declared only under _GNU_SOURCE, which Swift's Glibc module is not built
+            // with: found by name instead. 0x40000000 is CLONE_NEWNET.
+            typealias SetNamespace = @convention(c) (Int32, Int32) -> Int32
+            guard let symbol = dlsym(nil, "setns") else {
+                made.withLock { $0 = .failure(StandInFailure(description: "this C library has no setns()")) }
+                return
+            }
+            guard unsafeBitCast(symbol, to: SetNamespace.self)(namespace, 0x4000_0000) == 0 else {
+                made.withLock { $0 = .failure(StandInFailure(description: "setns(\(name)) failed: errno \(errno) (root is needed)")) }
+                return
+            }
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            made.withLock { $0 = fd >= 0 ? .success(fd) : .failure(StandInFailure(description: "socket() failed in \(name): errno \(errno)")) }
+        }
+        thread.start()
+        done.wait()
+        return try made.withLock { $0 }.get()
+    }
 
     /// Every report so far from `panel` (`watch` or `publish`), oldest first.
     public func reports(_ panel: String) -> [[String: any Sendable]] {

@@ -24,7 +24,6 @@ public final class TCPProbe: Sendable {
         self.answer = answer
     }
 
-    /// Listens on `address` (any port) and starts accepting.
     /// Whether a TCP socket could bind `port` on `address` now (it is closed again at once).
     public static func bindable(port: Int, address: String = "127.0.0.1") -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -36,6 +35,7 @@ public final class TCPProbe: Sendable {
         } == 0
     }
 
+    /// Listens on `address` (any port) and starts accepting.
     public static func start(address: String = "127.0.0.1", answer: [UInt8]? = nil) throws -> TCPProbe {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw StandInFailure(description: "socket() failed") }

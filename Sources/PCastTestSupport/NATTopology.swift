@@ -110,6 +110,20 @@ public final class NATTopology: @unchecked Sendable {
             """)
     }
 
+    /// The router also drops the client's TCP to and from the server's `port` (the relay's ICE-TCP
+    /// port: with ``dropUDP()``, a network where only a TURN server over TLS gets through).
+    public func dropTCP(port: UInt16) throws {
+        try Self.nft(in: router, """
+            table inet tcpfirewall {
+                chain forward {
+                    type filter hook forward priority filter; policy accept;
+                    ip saddr 198.18.41.0/24 tcp dport \(port) drop
+                    ip daddr 198.18.41.0/24 tcp sport \(port) drop
+                }
+            }
+            """)
+    }
+
     /// The outside UDP ports the router maps the client's flows to now (conntrack's reply tuples).
     public func outsidePorts() throws -> Set<Int> {
         let output = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-conntrack-\(UUID().uuidString).out").path

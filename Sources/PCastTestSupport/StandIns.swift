@@ -206,14 +206,14 @@ public func freeTCPPort() throws -> Int {
     return Int(UInt16(bigEndian: address.sin_port))
 }
 
-/// Waits until something accepts TCP connections on 127.0.0.1:`port`.
-public func waitForTCP(port: Int, process: ChildProcess, what: String, timeout: Double = 15) throws {
+/// Waits until something accepts TCP connections on `host` (an IPv4 address):`port`.
+public func waitForTCP(host: String = "127.0.0.1", port: Int, process: ChildProcess, what: String, timeout: Double = 15) throws {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_addr.s_addr = inet_addr(host)
         address.sin_port = UInt16(port).bigEndian
         let connected = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
@@ -426,6 +426,22 @@ public struct CoturnServer: Sendable {
         ], environment: ProcessInfo.processInfo.environment, output: log, errorsToOutput: true)
         try waitForTCP(port: port, process: process, what: "turnserver (coturn)")
         return CoturnServer(port: port, secret: secret, process: process)
+    }
+
+    /// coturn over TLS only on `address`:`tlsPort` (443 for a network that lets only HTTPS out),
+    /// with the certificate `certificate` and key `key` (PEM), relaying from `address`: what a
+    /// browser behind the strictest firewall reaches. Its plain TCP/UDP listener is on a free port
+    /// of `address` too (coturn always has one).
+    public static func startTLS(secret: String, address: String, tlsPort: Int = 443, certificate: String, key: String) throws -> CoturnServer {
+        let plain = try freeTCPPort()
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-coturn-\(UUID().uuidString).log").path
+        let process = try ChildProcess.spawn(try executable("turnserver"), [
+            "-n", "--use-auth-secret", "--static-auth-secret=\(secret)", "--realm=pcast", "--listening-ip=\(address)",
+            "--relay-ip=\(address)", "--listening-port=\(plain)", "--tls-listening-port=\(tlsPort)", "--cert=\(certificate)",
+            "--pkey=\(key)", "--no-dtls", "--no-cli", "--log-file=stdout", "--no-stun-backward-compatibility",
+        ], environment: ProcessInfo.processInfo.environment, output: log, errorsToOutput: true)
+        try waitForTCP(host: address, port: tlsPort, process: process, what: "turnserver over TLS (coturn)")
+        return CoturnServer(port: tlsPort, secret: secret, process: process)
     }
 
     /// Whether `turnutils_uclient` completes an allocation (and relays a few messages through it)

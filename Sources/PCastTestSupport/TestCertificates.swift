@@ -39,7 +39,8 @@ public struct TestCertificates: Sendable {
         let made = TestCertificates(directory: directory)
         try made.write("index.txt", "")
         try made.write("serial", "1000\n")
-        let names = "DNS:localhost,IP:127.0.0.1,IP:0:0:0:0:0:0:0:1"
+        // Loopback, and the server's addresses in ``NATTopology`` (by address and as pcast.test).
+        let names = "DNS:localhost,IP:127.0.0.1,IP:0:0:0:0:0:0:0:1,DNS:pcast.test,IP:198.18.40.1,IP:fd00:5043:40:0:0:0:0:1"
         try made.write("ca.cnf", """
             [ca]
             default_ca = test

@@ -146,6 +146,7 @@ struct ServeCommand: AsyncParsableCommand {
                 let reachable = announced.first ?? (node.host == "0.0.0.0" ? "127.0.0.1" : node.host == "::" ? "::1" : node.host)
                 let web = "\(secure ? "https" : "http")://\(reachable.contains(":") ? "[\(reachable)]" : reachable):\(node.httpPort)"
                 print("pcast serve: signaling \(secure ? "wss" : "ws")://\(host):\(node.httpPort)/ws, media udp \(host):\(node.mediaPort)"
+                      + (node.iceTCPPort.map { ", ice-tcp \(host):\($0)" } ?? "")
                       + (node.rtmpPort.map { ", rtmp://\(host):\($0)/live/<publish token>" } ?? "")
                       + (node.rtmpsPort.map { ", rtmps://\(host):\($0)/live/<publish token>" } ?? "")
                       + (policy != nil ? ", backend \(web)/backend/" : "")

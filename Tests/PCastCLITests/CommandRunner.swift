@@ -103,7 +103,7 @@ struct ServeProcess {
         var url: String?
         for _ in 0..<200 where url == nil {
             let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-            url = text.split(separator: " ").first { $0.hasPrefix("ws://") }.map { String($0.trimmingCharacters(in: CharacterSet(charactersIn: ",\n"))) }
+            url = text.split(separator: " ").first { $0.hasPrefix("ws://") || $0.hasPrefix("wss://") }.map { String($0.trimmingCharacters(in: CharacterSet(charactersIn: ",\n"))) }
             if url == nil { try await Task.sleep(for: .milliseconds(50)) }
             guard server.isRunning || url != nil else { break }
         }
@@ -139,10 +139,14 @@ struct ServeProcess {
 
     var output: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
 
-    /// `http://host:port` of its HTTP routes.
+    /// `http://host:port` of its HTTP routes (`https://` when it serves TLS).
     var httpURL: String {
-        "http://" + signaling.dropFirst("ws://".count).split(separator: "/").first.map(String.init)!
+        let secure = signaling.hasPrefix("wss://")
+        return (secure ? "https://" : "http://") + signaling.dropFirst(secure ? "wss://".count : "ws://".count).split(separator: "/").first.map(String.init)!
     }
+
+    /// Its HTTP port.
+    var httpPort: Int { Int(httpURL.split(separator: ":").last ?? "") ?? 0 }
 
     func stop() {
         process.stop()

@@ -29,7 +29,7 @@ extension OneAtATime {
             #expect(credential.password == "5NMxPzSNVfLY3Yqwui9R/ifo/wg=")
         }
 
-        @Test("each WHIP OPTIONS answer carries fresh credentials for every TURN server; coturn allocates with them and refuses a forged or expired one")
+        @Test("a WHIP OPTIONS with a publish token gets fresh credentials for every TURN server in each answer, one without a token or with a forged one gets none; coturn allocates with minted credentials and refuses a forged or expired one")
         func coturnAcceptsMintedCredentials() async throws {
             let coturn = try CoturnServer.start(secret: "turn-shared-secret")
             defer { coturn.stop() }
@@ -39,7 +39,17 @@ extension OneAtATime {
                 turn.lifetime = 600
                 configuration.turn = turn
             }
-            let first = try curlRequest("OPTIONS", platform.httpURL + "/whip/turn-room", contentType: nil, token: nil, body: nil)
+            // Credentials are a relay through the operator's TURN server: only for a caller the
+            // session itself would admit.
+            let anonymous = try curlRequest("OPTIONS", platform.httpURL + "/whip/turn-room", contentType: nil, token: nil, body: nil)
+            #expect(anonymous.status == 204 && turnLinks(anonymous.headers).isEmpty, "\(anonymous.headers)")
+            let forged = try curlRequest("OPTIONS", platform.httpURL + "/whip/turn-room", contentType: nil, token: "DIGEST:eyJ9", body: nil)
+            #expect(turnLinks(forged.headers).isEmpty, "\(forged.headers)")
+            let viewerToken = try curlRequest("OPTIONS", platform.httpURL + "/whip/turn-room", contentType: nil,
+                                              token: try platform.token(.stream, tag: .channelAlias("turn-room")), body: nil)
+            #expect(turnLinks(viewerToken.headers).isEmpty, "a stream token got TURN credentials for WHIP: \(viewerToken.headers)")
+            let publishToken = try platform.token(.publish)
+            let first = try curlRequest("OPTIONS", platform.httpURL + "/whip/turn-room", contentType: nil, token: publishToken, body: nil)
             let links = turnLinks(first.headers)
             #expect(links.map(\.url) == servers, "\(first.headers)")
             let credential = try #require(links.first)
@@ -48,7 +58,7 @@ extension OneAtATime {
             #expect((now + 590)...(now + 610) ~= expiry, "expiry \(expiry), now \(now)")
             // Both servers share one credential per answer; the next answer gets another.
             #expect(Set(links.map(\.username)).count == 1)
-            let second = turnLinks(try curlRequest("OPTIONS", platform.httpURL + "/whip/turn-room", contentType: nil, token: nil, body: nil).headers)
+            let second = turnLinks(try curlRequest("OPTIONS", platform.httpURL + "/whip/turn-room", contentType: nil, token: publishToken, body: nil).headers)
             #expect(second.first?.username != credential.username)
 
             #expect(try coturn.allocates(username: credential.username, password: credential.credential), "coturn refused the minted credential")

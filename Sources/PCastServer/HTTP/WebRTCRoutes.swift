@@ -11,7 +11,10 @@ struct WebRTCRoutes: Sendable {
     let platform: Platform
     /// Announced with `Link` headers on each new session and on `OPTIONS` (RFC 9725 §4.6).
     var iceServers: [ICEServer] = []
-    /// TURN servers announced with credentials minted for each answer (``TURNSettings``).
+    /// TURN servers announced with credentials minted for each answer (``TURNSettings``): on each
+    /// new session, and on an `OPTIONS` that carries a token the session itself would admit (a
+    /// client gathers its relay candidates before it offers). Anyone else gets none: a credential
+    /// is a relay through the operator's TURN server.
     var turn: TURNSettings? = nil
     /// The time minted credentials count from.
     var clock: @Sendable () -> Date = { Date() }
@@ -21,9 +24,12 @@ struct WebRTCRoutes: Sendable {
 
     func register(on router: Router<PlatformRequestContext>) {
         for kind in Kind.allCases {
-            router.on("/\(kind.rawValue)/:name", method: .options) { _, _ in
+            router.on("/\(kind.rawValue)/:name", method: .options) { request, context in
                 var response = Self.preflight(accepting: "Accept-Post", "application/sdp")
-                addICEServers(&response)
+                let admitted = await platform.admitsWebRTC(token: Self.bearer(request.headers[.authorization]),
+                                                           as: kind == .whip ? .publish : .stream,
+                                                           remoteAddress: context.remoteAddress?.ipAddress)
+                addICEServers(&response, withTURN: admitted)
                 return response
             }
             router.post("/\(kind.rawValue)/:name") { request, context in
@@ -97,7 +103,7 @@ struct WebRTCRoutes: Sendable {
             let escaped = name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? name
             response.headers[.location] = "/\(kind.rawValue)/\(escaped)/\(created.resourceId)"
             response.headers[.init("X-PCast-Stream-Id")!] = created.streamId
-            addICEServers(&response)
+            addICEServers(&response, withTURN: true)
             return response
         }
     }
@@ -124,10 +130,11 @@ struct WebRTCRoutes: Sendable {
         return response
     }
 
-    /// One `Link` header per configured STUN/TURN server, and per TURN server sharing a secret
-    /// with fresh credentials.
-    private func addICEServers(_ response: inout Response) {
-        let servers = iceServers + (turn.map { TURNCredential.iceServers($0, now: clock()) } ?? [])
+    /// One `Link` header per configured STUN/TURN server, and (`withTURN`) per TURN server sharing
+    /// a secret with fresh credentials.
+    private func addICEServers(_ response: inout Response, withTURN: Bool) {
+        let minted = withTURN ? (turn.map { TURNCredential.iceServers($0, now: clock()) } ?? []) : []
+        let servers = iceServers + minted
         guard !servers.isEmpty else { return }
         response.headers[values: .init("Link")!] = servers.map(\.linkHeader)
     }

@@ -264,6 +264,16 @@ extension Platform {
         return true
     }
 
+    /// Whether `token` is one a WHIP (`.publish`) or WHEP (`.stream`) session from `remoteAddress`
+    /// would be admitted with: signature, expiry, type and address, as the session checks them.
+    func admitsWebRTC(token: String?, as type: TokenType, remoteAddress: String?) -> Bool {
+        guard let token, !token.isEmpty else { return false }
+        if case .success = configuration.tokenAuthority.check(token, as: type, sessionId: "", remoteAddress: remoteAddress, now: clock()) {
+            return true
+        }
+        return false
+    }
+
     func hasWebRTCResource(_ resourceId: String) -> Bool {
         webRTCSessions.resources[resourceId] != nil
     }
