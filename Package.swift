@@ -11,7 +11,7 @@ import PackageDescription
 //   PCastContracts: what the control plane asks of the relay and the media services (RelayControl,
 //       IngestControl, RecordingControl, MediaServices), → PCastProtocol only
 //   PCast (client SDK) → PCastMedia (media engine) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer
-//   PCastBenchmarks (not a product: what `pcast bench` runs) → PCast, PCastRelay, PCastMedia, PCastTestSupport
+//   PCastBenchmarks (not a product: what `pcast bench` runs) → PCast, PCastNode, PCastServer, PCastRelay, PCastMedia, PCastTestSupport
 //   PCastRecording: fragmented-MP4 recordings (boxes, fragmenter, crash-safe file), Foundation only.
 //   PCastProtocol: wire formats (digest tokens, RTP/RTCP, signaling, RTMP), pure, no I/O.
 //   CSRTP: libsrtp2, used by the relay and reported by `pcast inspect`.
@@ -297,6 +297,9 @@ let package = Package(
             name: "PCastBenchmarks",
             dependencies: [
                 "PCast",
+                // The platform benchmarks start the embedded platform (LocalPlatform) with TLS and TURN.
+                "PCastNode",
+                "PCastServer",
                 "PCastMedia",
                 "PCastRelay",
                 "PCastContracts",

@@ -172,31 +172,25 @@ public final class NetworkNamespaces: @unchecked Sendable {
     }
 }
 
-/// A firewall that drops UDP: every UDP packet to or from `port` on this machine is dropped
-/// (nftables, a table of its own, IPv4 and IPv6), as on a network that lets only TCP through.
-/// ``remove()`` (or release) deletes the table.
-public final class UDPFirewall: @unchecked Sendable {
+/// A table of this machine's nftables (IPv4 and IPv6) with rules in one output chain, deleted by
+/// ``remove()`` or on release: what ``UDPFirewall`` and ``PathLoss`` are made of.
+public class OutputRules: @unchecked Sendable {
     // @unchecked: `table` is immutable; `removed` is guarded by `lock`.
     private let table: String
     private let lock = NSLock()
     private var removed = false
 
-    private init(table: String) { self.table = table }
-
-    public static func dropping(port: UInt16) throws -> UDPFirewall {
-        let table = "pcast_udpdrop_\(UUID().uuidString.prefix(8).lowercased())"
-        let firewall = UDPFirewall(table: table)
-        let needs = "the firewall tests need nftables (scripts/setup.sh) and root"
+    fileprivate init(prefix: String, rules: [[String]]) throws {
+        table = "\(prefix)_\(UUID().uuidString.prefix(8).lowercased())"
+        let needs = "the firewall and loss tests need nftables (scripts/setup.sh) and root"
         try runTool("nft", ["add", "table", "inet", table], needs: needs)
         do {
             try runTool("nft", ["add", "chain", "inet", table, "output", "{", "type", "filter", "hook", "output", "priority", "0", ";", "}"], needs: needs)
-            try runTool("nft", ["add", "rule", "inet", table, "output", "udp", "dport", "\(port)", "drop"], needs: needs)
-            try runTool("nft", ["add", "rule", "inet", table, "output", "udp", "sport", "\(port)", "drop"], needs: needs)
+            for rule in rules { try runTool("nft", ["add", "rule", "inet", table, "output"] + rule, needs: needs) }
         } catch {
-            firewall.remove()
+            remove()
             throw error
         }
-        return firewall
     }
 
     public func remove() {
@@ -209,4 +203,30 @@ public final class UDPFirewall: @unchecked Sendable {
     }
 
     deinit { remove() }
+}
+
+/// A firewall that drops UDP: every UDP packet to or from `port` on this machine is dropped
+/// (nftables, a table of its own, IPv4 and IPv6), as on a network that lets only TCP through.
+/// ``remove()`` (or release) deletes the table.
+public final class UDPFirewall: OutputRules, @unchecked Sendable {
+    // @unchecked: nothing of its own beyond ``OutputRules``.
+    public static func dropping(port: UInt16) throws -> UDPFirewall {
+        try UDPFirewall(prefix: "pcast_udpdrop", rules: [["udp", "dport", "\(port)", "drop"], ["udp", "sport", "\(port)", "drop"]])
+    }
+}
+
+/// Random loss on a path: each packet of `transport` ("udp" or "tcp") to or from `port` on this
+/// machine is dropped with probability `percent` / 100 (nftables `numgen random`), both ways.
+/// There is no netem in this kernel, and unlike the impairment proxy (UDP only) this loses TCP
+/// segments too, so what TCP's own retransmission costs can be measured against UDP with NACKs.
+public final class PathLoss: OutputRules, @unchecked Sendable {
+    // @unchecked: nothing of its own beyond ``OutputRules``.
+    public static func losing(_ percent: Int, of transport: String, port: UInt16) throws -> PathLoss {
+        guard transport == "udp" || transport == "tcp", (1...100).contains(percent) else {
+            throw StandInFailure(description: "PathLoss takes udp or tcp and 1–100 %")
+        }
+        return try PathLoss(prefix: "pcast_loss", rules: ["dport", "sport"].map {
+            [transport, $0, "\(port)", "numgen", "random", "mod", "100", "<", "\(percent)", "drop"]
+        })
+    }
 }

@@ -130,11 +130,11 @@ struct WebRTCRoutes: Sendable {
         return response
     }
 
-    /// One `Link` header per configured STUN/TURN server, and (`withTURN`) per TURN server sharing
-    /// a secret with fresh credentials.
+    /// One `Link` header per configured STUN server, and (`withTURN`) per configured TURN server
+    /// with its credential and per TURN server sharing a secret with fresh credentials.
     private func addICEServers(_ response: inout Response, withTURN: Bool) {
         let minted = withTURN ? (turn.map { TURNCredential.iceServers($0, now: clock()) } ?? []) : []
-        let servers = iceServers + minted
+        let servers = iceServers.filter { withTURN || $0.credential == nil } + minted
         guard !servers.isEmpty else { return }
         response.headers[values: .init("Link")!] = servers.map(\.linkHeader)
     }
