@@ -6,6 +6,7 @@ import PCastNode
 import PCastProtocol
 import PCastServer
 import PCastTestSupport
+import Synchronization
 import Testing
 
 /// A platform whose HTTP and WebSocket listener speaks TLS with `pair` (files the test may replace).
@@ -77,6 +78,56 @@ extension OneAtATime {
             await publisher.stop()
             await publisherSDK.stop()
             await media.stop()
+            await platform.shutdown()
+        }
+
+        @Test("with a private CA in PCastOptions, Express gets its tokens from the HTTPS sample backend and a 'streaming' viewer plays the low-latency HLS parts over HTTPS (frames decoded); another CA's client gets certificateRejected from the backend, one trusting the system's store a connection failure")
+        func expressAndHLSOverTLS() async throws {
+            let certificates = try TestCertificates.make()
+            defer { certificates.remove() }
+            let platform = try await tlsPlatform(certificates.leaf)
+            func express(trusting authority: String?) -> PCastExpress {
+                var pcastOptions = PCastOptions(uri: platform.signalingURL)
+                pcastOptions.certificateAuthorityFile = authority
+                pcastOptions.enableProcessTerminationSignalHandling = false
+                var options = PCastExpressOptions(backendURI: URL(string: platform.backendURL)!)
+                options.pcastOptions = pcastOptions
+                return PCastExpress(options)
+            }
+            #expect(platform.backendURL.hasPrefix("https://"))
+            let trusted = express(trusting: certificates.authority)
+            let pcast = try await trusted.pcast()
+            let (publisher, media) = try await publishForHLS(pcast, token: try platform.token(.publish, capabilities: ["streaming"]))
+            // The viewer: a stream token from the backend over HTTPS, then the playlist and its parts.
+            let token = try await trusted.streamToken(streamId: publisher.streamId, capabilities: ["streaming"])
+            let stream = try await pcast.subscribe(streamToken: token)
+            let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+            _ = await renderer.start()
+            let frames = Atomic<Int>(0)
+            try renderer.setFrameReadyCallback(try #require(stream.getVideoTracks().first)) { notification in
+                if case .video? = try? notification.read() { frames.add(1, ordering: .relaxed) }
+            }
+            #expect(await eventually(.seconds(25)) { frames.load(ordering: .relaxed) >= 60 }, "\(frames.load(ordering: .relaxed)) HLS frames over HTTPS")
+            #expect(stream.endReason == nil, "\(String(describing: stream.endReason))")
+
+            let otherAuthority = certificates.directory + "/other-ca.pem"
+            do {
+                _ = try await express(trusting: otherAuthority).pcast()
+                Issue.record("another CA's client got a session from the backend")
+            } catch {
+                #expect(error.code == .certificateRejected, "\(error)")
+            }
+            do {
+                _ = try await express(trusting: nil).pcast()
+                Issue.record("a client trusting the system's store got a session from a private CA's backend")
+            } catch {
+                #expect(error.code == .connectionFailed, "\(error)")
+            }
+            await renderer.stop()
+            await stream.stop()
+            await publisher.stop()
+            await media.stop()
+            await trusted.shutdown()
             await platform.shutdown()
         }
 

@@ -397,7 +397,7 @@ public final class PCast: Sendable {
         // authentication failed (a bad token at start) or one already replaced must not start a
         // reconnection, which could later resume the session behind the current connection's back.
         let closing = ClosingConnection()
-        let trust = SignalingTrust(certificateAuthorityFile: options.certificateAuthorityFile, pinnedCertificateFile: options.pinnedServerCertificateFile)
+        let trust = SignalingTrust(options)
         let client = try await SignalingClient.connect(to: url, trust: trust, logger: logger,
             onEvent: { [weak self] event in self?.handle(event) },
             onClose: { [weak self] code in self?.connectionClosed(code, client: closing.client) })

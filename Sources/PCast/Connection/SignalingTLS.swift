@@ -11,6 +11,19 @@ struct SignalingTrust: Sendable, Hashable {
     /// Exactly this leaf is trusted (no name check, no chain).
     var pinnedCertificateFile: String?
 
+    /// What `options` trusts.
+    init(_ options: PCastOptions) {
+        self.init(certificateAuthorityFile: options.certificateAuthorityFile, pinnedCertificateFile: options.pinnedServerCertificateFile)
+    }
+
+    init(certificateAuthorityFile: String? = nil, pinnedCertificateFile: String? = nil) {
+        self.certificateAuthorityFile = certificateAuthorityFile
+        self.pinnedCertificateFile = pinnedCertificateFile
+    }
+
+    /// Whether anything besides the system's authorities is trusted (URLSession cannot be told).
+    var isCustom: Bool { certificateAuthorityFile != nil || pinnedCertificateFile != nil }
+
     /// Reads the files named, so that a missing or unreadable one is said before any connection.
     func check() throws(PCastError) {
         if let pinned = pinnedCertificateFile { _ = try Self.readCertificates(pinned, what: "the server's certificate file") }

@@ -304,17 +304,25 @@ public final class PCastExpress: Sendable {
         do { body = try BackendAPI.body(authenticationData: options.authenticationData, request: request) } catch {
             throw .invalidRequest(error.description)
         }
-        var http = URLRequest(url: url, timeoutInterval: 10)
-        http.httpMethod = "POST"
-        http.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        http.httpBody = body
-        let data: Data, response: URLResponse
-        do {
-            (data, response) = try await URLSession.shared.data(for: http)
-        } catch {
-            throw .connectionFailed("backend \(url.absoluteString): \(error.localizedDescription)")
+        let data: Data, code: Int
+        let trust = options.pcastOptions.map { SignalingTrust($0) } ?? SignalingTrust()
+        if trust.isCustom {
+            // A private CA (PCastOptions.certificateAuthorityFile): URLSession cannot be told one.
+            let answer = try await HTTPSExchange(trust: trust).send("POST", url, headers: [("Content-Type", "application/json")], body: body)
+            (data, code) = (answer.body, answer.status)
+        } else {
+            var http = URLRequest(url: url, timeoutInterval: 10)
+            http.httpMethod = "POST"
+            http.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            http.httpBody = body
+            let response: URLResponse
+            do {
+                (data, response) = try await URLSession.shared.data(for: http)
+            } catch {
+                throw .connectionFailed("backend \(url.absoluteString): \(error.localizedDescription)")
+            }
+            code = (response as? HTTPURLResponse)?.statusCode ?? 0
         }
-        let code = (response as? HTTPURLResponse)?.statusCode ?? 0
         guard let reply = try? JSONDecoder().decode(BackendAPI.TokenReply.self, from: data) else {
             throw .refused(code == 401 || code == 403 ? .unauthorized : .failed, "backend \(url.absoluteString) answered HTTP \(code) without a token reply")
         }

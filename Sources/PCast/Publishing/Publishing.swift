@@ -536,14 +536,25 @@ extension PCast {
     /// node's host and port, `http` for `ws` and `https` for `wss`), rewritten by
     /// ``PCastOptions/streamingSourceMapping`` when the application set one, with the token in
     /// its query. The stream ends when the playlist does; ``PCast/stop()`` stops it.
+    /// A private CA: the playlist and parts through the SDK's own HTTP client, which trusts it.
+    private static func httpsGet(_ trust: SignalingTrust) -> HLSReceiver.Get {
+        { url in
+            let answer = try await HTTPSExchange(trust: trust).send("GET", url)
+            return (answer.body, answer.status)
+        }
+    }
+
     private func playStreaming(_ source: ServerMessage.StreamingSource, streamToken: String) async throws(PCastError) -> MediaStream {
         var url = try Self.streamingURL(signaling: currentURI, playlistPath: source.playlistPath, streamToken: streamToken)
         if let mapping = options.streamingSourceMapping { url = try mapping.apply(to: url) }
         let kinds = Set(source.tracks.map { $0.kind == .video ? MediaType.video : .audio })
+        let trust = SignalingTrust(options)
+        let get = trust.isCustom ? Self.httpsGet(trust) : HLSReceiver.systemGet
         let stream: MediaStream
         do {
             (_, stream) = try await HLSReceiver.start(url: url, kinds: kinds,
-                                                      delivery: options.streamingPlayback == .lowLatency ? .parts : .segments)
+                                                      delivery: options.streamingPlayback == .lowLatency ? .parts : .segments,
+                                                      get: get, customTrust: trust.isCustom)
         } catch {
             throw .media(error)
         }

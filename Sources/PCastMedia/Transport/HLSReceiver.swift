@@ -39,12 +39,13 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
     package let url: String
     let ends = EndSignal()
     private let kinds: Set<MediaType>
+    private let get: Get
     private let stopped = Atomic<Bool>(false)
     private var busTask: Task<Void, Never>?
     private let videoFrames = Atomic<Int>(0)
     private let firstVideo = Mutex<ContinuousClock.Instant?>(nil)
 
-    private init(url: String, kinds: Set<MediaType>, delivery: Delivery) throws(MediaError) {
+    private init(url: String, kinds: Set<MediaType>, delivery: Delivery, get: @escaping Get) throws(MediaError) {
         guard !url.contains("\""), !url.contains("\\"), !url.unicodeScalars.contains(where: { $0.value < 0x21 }) else {
             throw .gstreamer(.invalidDescription("the playlist URL contains characters a pipeline description cannot carry"))
         }
@@ -54,6 +55,7 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
         self.url = url
         self.kinds = kinds
         self.delivery = delivery
+        self.get = get
         var lines = [delivery == .segments ? "uridecodebin3 name=hls-source uri=\"\(url)\""
                                            : "appsrc name=hls-parts format=bytes is-live=false max-bytes=4000000 ! qtdemux name=hls-demux"]
         // The platform packages H.264 and Opus; parts are demuxed and decoded here (decodebin3
@@ -77,17 +79,34 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
         }
     }
 
-    /// Starts playing `url` (an HLS media playlist) with branches for `kinds`.
-    package static func start(url: String, kinds: Set<MediaType>, delivery: Delivery = .parts) async throws(MediaError) -> (HLSReceiver, MediaStream) {
+    /// One HTTP GET: the body and the status. The SDK gives its own when the application trusts a
+    /// private CA (URLSession cannot be told one).
+    package typealias Get = @Sendable (URL) async throws -> (Data, Int)
+
+    /// URLSession: the system's trust store.
+    package static let systemGet: Get = { url in
+        let (data, response) = try await URLSession.shared.data(for: URLRequest(url: url, timeoutInterval: 10))
+        return (data, (response as? HTTPURLResponse)?.statusCode ?? 0)
+    }
+
+    /// Starts playing `url` (an HLS media playlist) with branches for `kinds`, its playlists and
+    /// parts fetched with `get`. `customTrust`: `get` trusts what the system does not; GStreamer's
+    /// segment player cannot, so a playlist without parts is then refused.
+    package static func start(url: String, kinds: Set<MediaType>, delivery: Delivery = .parts, get: @escaping Get = systemGet,
+                              customTrust: Bool = false) async throws(MediaError) -> (HLSReceiver, MediaStream) {
         var delivery = delivery
         // Parts only where the playlist has them (a CDN's copy may be plain HLS): else segments.
         // The follower starts from this first reading.
         var first: LowLatencyPlaylist?
         if delivery == .parts, let playlistURL = URL(string: url) {
-            first = try? await Self.playlist(playlistURL, blockingAt: nil)
+            first = try? await Self.playlist(playlistURL, blockingAt: nil, get: get)
             if first?.partTarget == nil { delivery = .segments }
         }
-        let receiver = try HLSReceiver(url: url, kinds: kinds, delivery: delivery)
+        if delivery == .segments && customTrust && url.lowercased().hasPrefix("https:") {
+            throw .gstreamer(.invalidDescription("HLS segments over HTTPS with a private certificate authority: GStreamer's HLS player trusts "
+                + "the system's authorities only; play the low-latency parts (streamingPlayback .lowLatency) or install the authority system-wide"))
+        }
+        let receiver = try HLSReceiver(url: url, kinds: kinds, delivery: delivery, get: get)
         var tracks: [MediaStreamTrack] = []
         do {
             for kind in [MediaType.video, .audio] where kinds.contains(kind) {
@@ -166,18 +185,19 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
     /// ends (end of stream), the receiver stops, or a request fails (the stream fails with why).
     private func follow(_ first: LowLatencyPlaylist, into input: AppSource) {
         guard let playlistURL = URL(string: url) else { return }
+        let get = self.get
         follower = Task { [weak self] in
             var playlist = first
             /// The playlist again, held until the part at `position` is listed; a server that does
             /// not hold blocking reloads answers at once, and is not asked again in a tight loop.
             func reload(at position: LowLatencyPlaylist.Position) async throws {
                 let before = playlist.nextPosition
-                playlist = try await Self.playlist(playlistURL, blockingAt: position)
+                playlist = try await Self.playlist(playlistURL, blockingAt: position, get: get)
                 if playlist.nextPosition == before { try await Task.sleep(for: .milliseconds(100)) }
             }
             do {
                 guard let map = playlist.map else { throw LowLatencyPlaylist.Malformed(description: "the playlist has no EXT-X-MAP") }
-                try await input.push(Buffer(bytes: try await Self.fetch(map, relativeTo: playlistURL)))
+                try await input.push(Buffer(bytes: try await Self.fetch(map, relativeTo: playlistURL, get: get)))
                 // Playback starts at the first independent part from the live edge on.
                 var waitingFor = playlist.nextPosition
                 var next = playlist.firstIndependent(atOrAfter: waitingFor)
@@ -191,7 +211,7 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
                 while let self, !self.stopped.load(ordering: .relaxed) {
                     position = playlist.normalised(position)
                     if let part = playlist.parts[position] {
-                        try await input.push(Buffer(bytes: try await Self.fetch(part.uri, relativeTo: playlistURL)))
+                        try await input.push(Buffer(bytes: try await Self.fetch(part.uri, relativeTo: playlistURL, get: get)))
                         position = playlist.successor(of: position)
                     } else if playlist.ended, position >= playlist.nextPosition {
                         try? input.endOfStream()
@@ -218,7 +238,7 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
 
     /// The playlist, held by the server until the part at `position` is listed (a blocking reload)
     /// when given. A 503 (the wait timed out) is asked again.
-    package static func playlist(_ url: URL, blockingAt position: LowLatencyPlaylist.Position?) async throws -> LowLatencyPlaylist {
+    package static func playlist(_ url: URL, blockingAt position: LowLatencyPlaylist.Position?, get: Get = systemGet) async throws -> LowLatencyPlaylist {
         var target = url
         if let position, var components = URLComponents(url: url, resolvingAgainstBaseURL: false) {
             components.queryItems = (components.queryItems ?? []) + [URLQueryItem(name: "_HLS_msn", value: String(position.sequence)),
@@ -234,16 +254,11 @@ package final class HLSReceiver: StreamEngine, @unchecked Sendable {
         throw RequestFailure(description: "the playlist: no part came within five waits")
     }
 
-    package static func fetch(_ uri: String, relativeTo base: URL) async throws -> [UInt8] {
+    package static func fetch(_ uri: String, relativeTo base: URL, get: Get = systemGet) async throws -> [UInt8] {
         guard let url = URL(string: uri, relativeTo: base)?.absoluteURL else { throw RequestFailure(description: "a bad URI: \(uri.prefix(80))") }
         let (data, status) = try await get(url)
         guard status == 200 else { throw RequestFailure(description: "\(url.lastPathComponent): HTTP \(status)") }
         return [UInt8](data)
-    }
-
-    private static func get(_ url: URL) async throws -> (Data, Int) {
-        let (data, response) = try await URLSession.shared.data(for: URLRequest(url: url, timeoutInterval: 10))
-        return (data, (response as? HTTPURLResponse)?.statusCode ?? 0)
     }
 
     /// The first decoded media is there: the pipeline plays (on a task: not on the streaming thread).

@@ -187,7 +187,10 @@ struct HTTPRoutes: Sendable {
                                status: .contentTooLarge)
         }
         let host = request.head.authority ?? "\(configuration.host):\(configuration.httpPort)"
-        let (status, reply) = backend.handle(route: route, body: Data(body.readableBytesView), signalingURI: "ws://\(host)/ws", now: Date())
+        // wss:// where the caller came over TLS: this listener's own, or a proxy's in front of it.
+        let secure = configuration.tls != nil || request.headers[.init("X-Forwarded-Proto")!]?.lowercased() == "https"
+        let (status, reply) = backend.handle(route: route, body: Data(body.readableBytesView),
+                                             signalingURI: "\(secure ? "wss" : "ws")://\(host)/ws", now: Date())
         if reply.status != .ok {
             context.logger.notice("backend refused a token", metadata: ["pcast.route": .string(route), "pcast.reason": .string(reply.message ?? "")])
         }
