@@ -12,6 +12,9 @@ import PackageDescription
 //       IngestControl, RecordingControl, MediaServices), → PCastProtocol only
 //   PCast (client SDK) → PCastMedia (media engine) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer
 //   PCastBenchmarks (not a product: what `pcast bench` runs) → PCast, PCastNode, PCastServer, PCastRelay, PCastMedia, PCastTestSupport
+//   PCastTLS (the listeners' reloadable certificate store) → PCastContracts, NIOSSL
+//   PCastHTTPClient (one HTTP/1.1 request over NIO, TLS handler of the caller's) → NIO, NIOSSL only;
+//       used by PCast and PCastServer where a private CA must be trusted
 //   PCastRecording: fragmented-MP4 recordings (boxes, fragmenter, crash-safe file), Foundation only.
 //   PCastProtocol: wire formats (digest tokens, RTP/RTCP, signaling, RTMP), pure, no I/O.
 //   CSRTP: libsrtp2, used by the relay and reported by `pcast inspect`.
@@ -160,6 +163,17 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
+        // One HTTP/1.1 request over NIO with a TLS handler of the caller's: the SDK's and the
+        // platform's requests that must trust a private CA (URLSession on Linux cannot be told one).
+        .target(
+            name: "PCastHTTPClient",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
+        ),
         // The control plane: signaling (HTTP + WebSocket), tokens, sessions, streams, rooms, chat,
         // metrics, the room store. Reaches the relay and the media services through contracts only.
         .target(
@@ -168,6 +182,7 @@ let package = Package(
                 "PCastContracts",
                 "PCastProtocol",
                 "PCastTLS",
+                "PCastHTTPClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
@@ -222,6 +237,7 @@ let package = Package(
             dependencies: [
                 "PCastMedia",
                 "PCastProtocol",
+                "PCastHTTPClient",
                 "GStreamer",
                 "SRTP",
                 .product(name: "Logging", package: "swift-log"),

@@ -90,7 +90,8 @@ actor Platform {
             rooms.sequenceSlotBits = PostgresPlatformStore.slotBits
             self.cluster = cluster
             self.lastChangeId = cluster.startChangeId
-            channel = ClusterChannel(nodeId: cluster.nodeId, secret: configuration.secret)
+            channel = ClusterChannel(nodeId: cluster.nodeId, secret: configuration.secret,
+                                     certificateAuthorityFile: configuration.clusterCertificateAuthority)
         } else {
             channel = nil
         }

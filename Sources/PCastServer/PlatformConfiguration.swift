@@ -79,6 +79,9 @@ public struct PlatformConfiguration: Sendable, Hashable {
     public var tls: TLSFiles?
     /// A plain-HTTP port that only redirects to HTTPS (`308`, same path); nil: none. Needs ``tls``.
     public var httpRedirectPort: Int?
+    /// A PEM file of certificate authorities this node trusts, besides the system's, when it calls
+    /// other nodes of its cluster over HTTPS (nodes with certificates of a private CA).
+    public var clusterCertificateAuthority: String?
     /// The RTMP push endpoint over TLS (`rtmps://host:port/live/<publish token>`); nil: none,
     /// 0: a free port. Needs ``tls`` (the same certificate).
     public var rtmpsPort: Int?
@@ -192,6 +195,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
         public var tlsKey: String?
         /// A plain-HTTP port that only redirects to HTTPS.
         public var httpRedirectPort: Int?
+        /// PEM certificate authorities trusted for calls to other nodes over HTTPS.
+        public var clusterCertificateAuthority: String?
 
         public init(
             applicationId: String? = nil, secret: String? = nil, host: String? = nil, httpPort: Int? = nil,
@@ -201,7 +206,7 @@ public struct PlatformConfiguration: Sendable, Hashable {
             ingestAllowHosts: [String]? = nil, ingestFileDirectory: String? = nil, database: String? = nil,
             maximumViewers: Int? = nil, streamNotificationURL: String? = nil, streamNotificationSecret: String? = nil,
             streamNotificationViewers: Bool? = nil, tlsCertificate: String? = nil, tlsKey: String? = nil,
-            httpRedirectPort: Int? = nil
+            httpRedirectPort: Int? = nil, clusterCertificateAuthority: String? = nil
         ) {
             self.applicationId = applicationId
             self.secret = secret
@@ -225,6 +230,7 @@ public struct PlatformConfiguration: Sendable, Hashable {
             self.tlsCertificate = tlsCertificate
             self.tlsKey = tlsKey
             self.httpRedirectPort = httpRedirectPort
+            self.clusterCertificateAuthority = clusterCertificateAuthority
         }
 
         /// Self, with `other`'s set values on top.
@@ -246,7 +252,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
                 streamNotificationSecret: other.streamNotificationSecret ?? streamNotificationSecret,
                 streamNotificationViewers: other.streamNotificationViewers ?? streamNotificationViewers,
                 tlsCertificate: other.tlsCertificate ?? tlsCertificate, tlsKey: other.tlsKey ?? tlsKey,
-                httpRedirectPort: other.httpRedirectPort ?? httpRedirectPort)
+                httpRedirectPort: other.httpRedirectPort ?? httpRedirectPort,
+                clusterCertificateAuthority: other.clusterCertificateAuthority ?? clusterCertificateAuthority)
         }
     }
 
@@ -286,6 +293,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
         public static let tlsKey = "PCAST_TLS_KEY"
         /// A plain-HTTP port that only redirects to HTTPS.
         public static let httpRedirectPort = "PCAST_HTTP_REDIRECT_PORT"
+        /// PEM certificate authorities trusted for calls to other nodes over HTTPS.
+        public static let clusterCertificateAuthority = "PCAST_CLUSTER_CA_FILE"
         /// A JSON configuration file to read when the caller names none.
         public static let configFile = "PCAST_CONFIG"
     }
@@ -365,7 +374,8 @@ public struct PlatformConfiguration: Sendable, Hashable {
             streamNotificationSecret: string(EnvironmentKey.streamNotificationSecret),
             streamNotificationViewers: try boolean(EnvironmentKey.streamNotificationViewers),
             tlsCertificate: string(EnvironmentKey.tlsCertificate), tlsKey: string(EnvironmentKey.tlsKey),
-            httpRedirectPort: try integer(EnvironmentKey.httpRedirectPort))
+            httpRedirectPort: try integer(EnvironmentKey.httpRedirectPort),
+            clusterCertificateAuthority: string(EnvironmentKey.clusterCertificateAuthority))
     }
 
     /// Fills defaults and checks every value.
@@ -412,6 +422,12 @@ public struct PlatformConfiguration: Sendable, Hashable {
         case (_?, nil): throw .invalidValue(name: "tlsCertificate", value: layers.tlsCertificate ?? "", reason: "given without tlsKey")
         }
         configuration.httpRedirectPort = layers.httpRedirectPort
+        if let file = layers.clusterCertificateAuthority {
+            guard FileManager.default.isReadableFile(atPath: file) else {
+                throw .invalidValue(name: "clusterCertificateAuthority", value: file, reason: "not a readable file")
+            }
+            configuration.clusterCertificateAuthority = file
+        }
         if let database = layers.database {
             do throws(PostgresURLError) {
                 configuration.database = try DatabaseLocation(parsing: database)

@@ -77,6 +77,8 @@ struct ServeCommand: AsyncParsableCommand {
     var tlsKey: String?
     @Option(help: "With TLS: a plain-HTTP port that only redirects to HTTPS (308). PCAST_HTTP_REDIRECT_PORT.")
     var httpRedirectPort: Int?
+    @Option(help: "PEM certificate authorities this node trusts, besides the system's, when it calls other nodes of its cluster over HTTPS (nodes with certificates of a private CA). PCAST_CLUSTER_CA_FILE.")
+    var clusterCAFile: String?
     @Option(help: "With TLS: the RTMP push endpoint over TLS on this port as well (rtmps://HOST:PORT/live/<publish token>), with the same certificate; 0: any free port.")
     var rtmpsPort: Int?
 
@@ -104,7 +106,8 @@ struct ServeCommand: AsyncParsableCommand {
             ingestAllowHosts: ingestAllowHost.isEmpty ? nil : ingestAllowHost, ingestFileDirectory: ingestFileDir,
             database: database, maximumViewers: maxViewers, streamNotificationURL: streamNotificationURL,
             streamNotificationSecret: streamNotificationSecret, streamNotificationViewers: streamNotificationViewers ? true : nil,
-            tlsCertificate: tlsCertificate, tlsKey: tlsKey, httpRedirectPort: httpRedirectPort)
+            tlsCertificate: tlsCertificate, tlsKey: tlsKey, httpRedirectPort: httpRedirectPort,
+            clusterCertificateAuthority: clusterCAFile)
         var configuration: PlatformConfiguration
         do {
             configuration = try PlatformConfiguration.load(file: config.map { URL(fileURLWithPath: $0) },

@@ -46,6 +46,13 @@ import Testing
         }
     }
 
+    @Test("the one-shot HTTP client depends on NIO and NIOSSL only, so both the SDK and the control plane can use it")
+    func httpClient() throws {
+        for (module, file) in try Self.imports(of: "PCastHTTPClient") where !["Foundation", "NIOCore", "NIOPosix", "NIOHTTP1", "NIOSSL"].contains(module) {
+            Issue.record("PCastHTTPClient imports \(module) (in \(file))")
+        }
+    }
+
     @Test("the TLS store depends on the contracts and NIOSSL only, so both the control plane and the media services can serve from it")
     func tlsStore() throws {
         for (module, file) in try Self.imports(of: "PCastTLS") where !["Foundation", "NIOCore", "NIOSSL", "PCastContracts", "Synchronization"].contains(module) {

@@ -80,7 +80,7 @@ import Testing
         }
     }
 
-    @Test("TLS: the certificate and key from the file (tlsCertificate, tlsKey), PCAST_TLS_* and the flags; one without the other, a redirect or RTMPS without TLS are typed errors")
+    @Test("TLS: the certificate and key from the file (tlsCertificate, tlsKey), PCAST_TLS_* and the flags; one without the other, a redirect or RTMPS without TLS are typed errors; the cluster CA must be a readable file")
     func tlsLayers() throws {
         #expect(try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s"]).tls == nil)
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-config-\(UUID().uuidString)")
@@ -106,6 +106,11 @@ import Testing
         }
         #expect(throws: ConfigurationError.self) {
             _ = try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s", "PCAST_HTTP_REDIRECT_PORT": "80"])
+        }
+        // The cluster's CA: a readable file, from the file's clusterCertificateAuthority or PCAST_CLUSTER_CA_FILE.
+        #expect(try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s", "PCAST_CLUSTER_CA_FILE": file.path]).clusterCertificateAuthority == file.path)
+        #expect(throws: ConfigurationError.self) {
+            _ = try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s", "PCAST_CLUSTER_CA_FILE": directory.appendingPathComponent("none.pem").path])
         }
         var rtmps = try PlatformConfiguration.load(environment: ["PCAST_SECRET": "s"])
         rtmps.rtmpsPort = 1936

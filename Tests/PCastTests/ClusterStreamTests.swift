@@ -1,5 +1,6 @@
 import Foundation
 @testable import PCast
+import PCastContracts
 import PCastNode
 import PCastProtocol
 import PCastRelay
@@ -86,6 +87,61 @@ extension Cluster {
             #expect(await nodes[1].server.endStream("stream-nonexistent") == false)
 
             await viewers[2].0.stop()
+            await publisherSDK.stop()
+            await media.stop()
+            for node in nodes { await node.shutdown() }
+        }
+
+        @Test("a cluster over TLS with a private CA: nodes serve HTTPS/WSS with certificates of that CA and trust it for calls to each other (clusterCertificateAuthority); a viewer on node 2 decodes node 1's stream in order; node 3, which trusts only the system's store, cannot reach node 1 and says so")
+        func clusterOverTLS() async throws {
+            let postgres = try TestPostgres.server()
+            let certificates = try TestCertificates.make()
+            defer { certificates.remove() }
+            let url = try PostgresURL(parsing: try postgres.newDatabase())
+            let secret = SRTPFreeRandom.secret()
+            var nodes: [LocalPlatform] = []
+            for index in 1...3 {
+                nodes.append(try await LocalPlatform.start(secret: secret) { configuration in
+                    configuration.database = .postgres(url)
+                    configuration.nodeId = "tls-node-\(index)"
+                    configuration.tls = TLSFiles(certificateChain: certificates.leaf.certificate, privateKey: certificates.leaf.key)
+                    if index < 3 { configuration.clusterCertificateAuthority = certificates.authority }
+                })
+            }
+            func client(_ node: LocalPlatform) async throws -> PCast {
+                var options = PCastOptions(uri: node.signalingURL, playoutDelay: .milliseconds(200))
+                options.certificateAuthorityFile = certificates.authority
+                let sdk = PCast(options)
+                try await sdk.start(authToken: try node.token(.auth))
+                return sdk
+            }
+            #expect(nodes.allSatisfy { $0.signalingURL.hasPrefix("wss://") })
+            let publisherSDK = try await client(nodes[0])
+            let media = try await stampedMedia(audio: false)
+            let publisher = try await publisherSDK.publish(streamToken: try nodes[0].token(.publish), mediaStream: media)
+            let sent = try StampTap(encoderOf: media)
+            let viewerSDK = try await client(nodes[1])
+            let stream = try await subscribeEventually(viewerSDK, nodes[1], publisher.streamId)
+            let decoded = try StampTap(decoderOf: stream)
+            #expect(await eventually(.seconds(15)) { decoded.all.count >= 60 }, "\(decoded.all.count) frames through node 2")
+            #expect(complete(decoded.all, sent: sent.all), "decoded \(decoded.all.prefix(90)) of sent \(sent.all.prefix(90))")
+            #expect(nodes[0].relay.statistics().subscribers == 1, "node 2's leg")
+
+            // Node 3 trusts only the system's store: its call to node 1 fails, and its viewer hears why.
+            let strangerSDK = try await client(nodes[2])
+            do {
+                let refused = try await subscribeEventually(strangerSDK, nodes[2], publisher.streamId)
+                Issue.record("node 3 opened a leg to node 1 without trusting its CA")
+                await refused.stop()
+            } catch {
+                #expect("\(error)".contains("tls-node-1"), "\(error)")
+            }
+            #expect(nodes[0].relay.statistics().subscribers == 1, "no leg to node 3")
+
+            await stream.stop()
+            await viewerSDK.stop()
+            await strangerSDK.stop()
+            await publisher.stop()
             await publisherSDK.stop()
             await media.stop()
             for node in nodes { await node.shutdown() }

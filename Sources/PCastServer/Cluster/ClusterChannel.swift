@@ -3,6 +3,8 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import NIOSSL
+import PCastHTTPClient
 import PCastProtocol
 import Synchronization
 
@@ -33,8 +35,14 @@ struct ClusterChannel: Sendable {
     static let timeHeader = "PCast-Time"
     static let signatureHeader = "PCast-Signature"
 
-    init(nodeId: String, secret: String) {
+    /// Certificate authorities trusted besides the system's for nodes served over HTTPS
+    /// (``PlatformConfiguration/clusterCertificateAuthority``): calls then go through
+    /// ``OneShotHTTP``, which can be told them, rather than URLSession.
+    let certificateAuthorityFile: String?
+
+    init(nodeId: String, secret: String, certificateAuthorityFile: String? = nil) {
         self.nodeId = nodeId
+        self.certificateAuthorityFile = certificateAuthorityFile
         let derived = HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: Data(secret.utf8)), salt: Data("pcast-cluster".utf8),
                                              info: Data("node-to-node v1".utf8), outputByteCount: 32)
         keyBytes = derived.withUnsafeBytes { Array($0) }
@@ -104,19 +112,7 @@ struct ClusterChannel: Sendable {
         let body: Data
         do { body = try JSONEncoder().encode(request) } catch { throw .invalidAnswer("cannot encode the request: \(error)") }
         let (headers, signature) = headers(method: "POST", path: path, body: body, now: Date())
-        var http = URLRequest(url: url, timeoutInterval: Self.timeout)
-        http.httpMethod = "POST"
-        http.httpBody = body
-        http.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        for (name, value) in headers { http.setValue(value, forHTTPHeaderField: name) }
-        let data: Data
-        let response: URLResponse
-        do {
-            (data, response) = try await URLSession.shared.data(for: http)
-        } catch {
-            throw .unreachable("node \(node.nodeId) at \(base): \(error.localizedDescription)")
-        }
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        let (data, status) = try await post(url, body: body, headers: headers, node: node, base: base)
         guard status == 200 else {
             let message = (try? JSONDecoder().decode([String: String].self, from: data))?["error"] ?? "HTTP \(status)"
             throw .refused(status: status, message)
@@ -126,6 +122,37 @@ struct ClusterChannel: Sendable {
             return try JSONDecoder().decode(Answer.self, from: plain)
         } catch {
             throw .invalidAnswer("cannot decode the answer: \(error)")
+        }
+    }
+
+    /// POSTs `body` to `url`: through URLSession (the system's trust store), or with a cluster CA
+    /// through ``OneShotHTTP``.
+    private func post(_ url: URL, body: Data, headers: [String: String], node: NodeRecord, base: String) async throws(ClusterChannelError) -> (Data, Int) {
+        if let authority = certificateAuthorityFile, url.scheme == "https" {
+            do {
+                let answer = try await OneShotHTTP.send("POST", url, headers: [("Content-Type", "application/json")] + headers.sorted { $0.key < $1.key },
+                                                        body: body, timeout: .seconds(Int64(Self.timeout))) { host in
+                    var configuration = TLSConfiguration.makeClientConfiguration()
+                    configuration.additionalTrustRoots = [.file(authority)]
+                    let context = try NIOSSLContext(configuration: configuration)
+                    // An address is checked against the certificate's IP names; SNI carries names only.
+                    return try NIOSSLClientHandler(context: context, serverHostname: host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) ? nil : host)
+                }
+                return (answer.body, answer.status)
+            } catch {
+                throw .unreachable("node \(node.nodeId) at \(base): \(error)")
+            }
+        }
+        var http = URLRequest(url: url, timeoutInterval: Self.timeout)
+        http.httpMethod = "POST"
+        http.httpBody = body
+        http.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        for (name, value) in headers { http.setValue(value, forHTTPHeaderField: name) }
+        do {
+            let (data, response) = try await URLSession.shared.data(for: http)
+            return (data, (response as? HTTPURLResponse)?.statusCode ?? 0)
+        } catch {
+            throw .unreachable("node \(node.nodeId) at \(base): \(error.localizedDescription)")
         }
     }
 
