@@ -322,6 +322,8 @@ let package = Package(
                 "PCastProtocol",
                 "SRTP",
                 "DTLS",
+                // The TLS listener benchmark's client: the system's OpenSSL 3, as the DTLS layer reaches it.
+                "CDTLSShim",
                 "GStreamer",
                 "PCastTestSupport",
                 "PCastImpairment",

@@ -47,6 +47,10 @@ public struct RelayFanoutBenchmark: Sendable {
         /// before the stream starts, and gets its packets with a rewritten payload type. The
         /// handshakes are measured too.
         public var webRTCViewers: Bool = false
+        /// How WebRTC viewers reach the relay: UDP to its media port, or ICE over TCP (each viewer a
+        /// TCP connection to ``Relay/tcpPort``, every packet an RFC 4571 frame). UDP only without
+        /// ``webRTCViewers``.
+        public var viewerTransport: ViewerTransport = .udp
         /// Edge relays between the relay and its subscribers (an origin → edge cascade): each pulls
         /// the stream over one leg and serves `subscribers / edges` of them. The CPU measured is
         /// the origin's; 0: every subscriber is the relay's own.
@@ -100,7 +104,7 @@ public struct RelayFanoutBenchmark: Sendable {
         public var relayCPUMillisecondsPerViewer: Double
         /// Handshakes one core could do per second at that cost.
         public var handshakesPerCoreSecond: Double
-        /// From the first connectivity check to the viewer holding its keys, milliseconds.
+        /// From the viewer opening its socket (over TCP: connecting) to holding its keys, milliseconds.
         public var wallP50Milliseconds: Double
         public var wallMaximumMilliseconds: Double
     }
@@ -121,9 +125,12 @@ public struct RelayFanoutBenchmark: Sendable {
         case relay(RelayError)
         case srtp(SRTPError)
         case invalidConfiguration(String)
+        /// A WebRTC viewer could not connect (its TCP connection, ICE check or DTLS handshake).
+        case viewer(index: Int, String)
 
         public var description: String {
             switch self {
+            case .viewer(let index, let why): return "WebRTC viewer \(index): \(why)"
             case .relay(let error): return "relay: \(error)"
             case .srtp(let error): return "SRTP: \(error)"
             case .invalidConfiguration(let why): return "invalid benchmark configuration: \(why)"
@@ -144,6 +151,10 @@ public struct RelayFanoutBenchmark: Sendable {
         guard c.subscribers >= 1, c.duration > 0, c.edges >= 0, c.edges <= c.subscribers, c.edges == 0 || !c.webRTCViewers, c.packetSize >= 64, c.packetSize <= 1400, c.bitrate > 0,
               c.frameRate > 0, c.receiverThreads >= 1, c.authenticationSampleInterval >= 1
         else { throw .invalidConfiguration("subscribers, duration, bitrate, frame rate and threads must be positive; packets 64–1400 bytes; edges 0 to subscribers, and not with WebRTC viewers") }
+        guard c.viewerTransport == .udp || c.webRTCViewers else { throw .invalidConfiguration("ICE-TCP is for WebRTC viewers only") }
+        guard c.viewerTransport == .udp || c.subscribers <= Self.maximumTCPViewers else {
+            throw .invalidConfiguration("at most \(Self.maximumTCPViewers) ICE-TCP viewers (the relay holds 2,048 TCP connections)")
+        }
         guard packetsPerSecond * c.duration < 30_000 else { throw .invalidConfiguration("the measured window must stay under 30,000 packets") }
 
         let (relay, handshakes) = try runRelay()
@@ -184,14 +195,16 @@ public struct RelayFanoutBenchmark: Sendable {
             let publisherKey = try Self.key(publisherTransport.clientKey, profile: publisherTransport.srtpProfile)
             let protector = try SRTPSession(key: publisherKey, direction: .outbound)
 
-            var sockets: [UDPSocket] = []
+            var endpoints: [FanoutEndpoint] = []
             var checkers: [SRTPSession] = []
+            var consent: [ConsentRefresh] = []
             var handshakes: Handshakes?
             if c.webRTCViewers {
                 let (connected, figures) = try connectWebRTCViewers(relay, count: c.subscribers, relayAddress: relayAddress)
-                for (socket, checker) in connected {
-                    sockets.append(socket)
-                    checkers.append(checker)
+                for viewer in connected {
+                    endpoints.append(viewer.endpoint)
+                    checkers.append(viewer.checker)
+                    consent.append(viewer.consent)
                 }
                 handshakes = figures
             } else {
@@ -210,11 +223,11 @@ public struct RelayFanoutBenchmark: Sendable {
                     var report = try RTCPPacket.receiverReport(RTCPReceiverReport(ssrc: transport.rtcpSSRC ?? 0)).serialized()
                     try SRTPSession(key: Self.key(transport.clientKey, profile: transport.srtpProfile), direction: .outbound).protectRTCP(&report)
                     socket.send(report, to: RelayAddress(ipv4: 0x7F00_0001, port: server.mediaPort))
-                    sockets.append(socket)
+                    endpoints.append(.udp(socket))
                     checkers.append(try SRTPSession(key: Self.key(transport.serverKey, profile: transport.srtpProfile), direction: .inbound))
                 }
             }
-            let receivers = FanoutReceivers(sockets: sockets, checkers: checkers, sampleInterval: c.authenticationSampleInterval)
+            let receivers = FanoutReceivers(endpoints: endpoints, checkers: checkers, consent: consent, sampleInterval: c.authenticationSampleInterval)
             let window = publish(
                 to: relayAddress, ssrc: ssrc, receivers: receivers, protector: protector,
                 cpuTime: {
@@ -237,16 +250,42 @@ public struct RelayFanoutBenchmark: Sendable {
 
     // MARK: WebRTC viewers
 
+    /// One connected WebRTC viewer: where its packets arrive, the SRTP session that checks them,
+    /// and what keeps it alive at the relay.
+    struct ConnectedViewer {
+        let endpoint: FanoutEndpoint
+        let checker: SRTPSession
+        let consent: ConsentRefresh
+    }
+
+    /// ICE-TCP viewers connect from this many to an address of the loopback network (127.0.0.1,
+    /// then 127.0.0.2, ...). The relay holds at most 64 TCP connections from one address
+    /// (`TCPMediaListener.maximumPerAddress`, a constant, not a ``RelayConfiguration`` setting):
+    /// hundreds of viewers from 127.0.0.1 alone would be refused past the 64th, so they come from
+    /// several addresses, as viewers behind different networks do.
+    static let tcpViewersPerAddress = 50
+    /// The relay's cap on TCP connections in all (`TCPMediaListener.maximumConnections`, 2,048), with room to spare.
+    public static let maximumTCPViewers = 2_000
+
     /// Opens `count` WebRTC viewers of the "bench" stream, one after another, each as a browser
-    /// does after its WHEP answer: a STUN check (USE-CANDIDATE, MESSAGE-INTEGRITY with the relay's
-    /// ice-pwd) until answered, then a DTLS client handshake with its own certificate. Returns
-    /// each viewer's socket with an SRTP session for what the relay sends it, and the handshakes'
-    /// figures (the relay I/O thread's CPU clock around them all).
-    private func connectWebRTCViewers(_ relay: Relay, count: Int, relayAddress: RelayAddress) throws -> ([(UDPSocket, SRTPSession)], Handshakes) {
+    /// does after its WHEP answer: over UDP from a socket of its own, or over ICE-TCP on a
+    /// connection of its own to the relay's TCP port (``Configuration/viewerTransport``), a STUN
+    /// check (USE-CANDIDATE, MESSAGE-INTEGRITY with the relay's ice-pwd) until answered, then a
+    /// DTLS client handshake with its own certificate. Returns each viewer with an SRTP session
+    /// for what the relay sends it, and the handshakes' figures (the relay I/O thread's CPU clock
+    /// around them all: over TCP, accepting and reading the connections too).
+    private func connectWebRTCViewers(_ relay: Relay, count: Int, relayAddress: RelayAddress) throws -> ([ConnectedViewer], Handshakes) {
         guard let endpoint = relay.webRTC else { throw Failure.relay(.webRTCUnavailable) }
+        let tcpPort: UInt16?
+        switch configuration.viewerTransport {
+        case .udp: tcpPort = nil
+        case .tcp:
+            guard let port = relay.tcpPort else { throw Failure.invalidConfiguration("the relay has no ICE-TCP port (iceTCP off, or its port could not be bound)") }
+            tcpPort = port
+        }
         let certificate = try DTLSCertificate(commonName: "bench-viewer")
         let context = try DTLSContext(certificate: certificate, role: .client)
-        var viewers: [(UDPSocket, SRTPSession)] = []
+        var viewers: [ConnectedViewer] = []
         var walls: [Double] = []
         let cpuBefore = relay.ioThreadCPUTime.nanoseconds
         for index in 0..<count {
@@ -256,12 +295,33 @@ public struct RelayFanoutBenchmark: Sendable {
             try relay.addWebRTCViewer(streamId: "bench", subscriberId: "s\(index)",
                                       peer: WebRTCPeerParameters(local: local, remoteUfrag: remoteUfrag,
                                                                  remoteFingerprint: certificate.fingerprint, payloadTypes: [96: 102]))
-            let socket = try UDPSocket(host: "127.0.0.1", port: 0, bufferSize: 1 << 20)
             let started = monotonicNanoseconds()
-            let keys = try WebRTCViewerHandshake(socket: socket, relay: relayAddress, credentials: local, remoteUfrag: remoteUfrag,
+            let viewerEndpoint: FanoutEndpoint
+            let transport: any ViewerPacketTransport
+            if let tcpPort {
+                let source = "127.0.0.\(1 + index / Self.tcpViewersPerAddress)"
+                let connection: TCPViewerConnection
+                do { connection = try TCPViewerConnection(port: tcpPort, source: source) } catch {
+                    throw Failure.viewer(index: index, "\(error)")
+                }
+                viewerEndpoint = .tcp(connection)
+                transport = connection
+            } else {
+                let socket = try UDPSocket(host: "127.0.0.1", port: 0, bufferSize: 1 << 20)
+                viewerEndpoint = .udp(socket)
+                transport = UDPViewerTransport(socket: socket, relay: relayAddress)
+            }
+            let keys: DTLSSRTPKeys
+            do {
+                keys = try WebRTCViewerHandshake(transport: transport, credentials: local, remoteUfrag: remoteUfrag,
                                                  dtls: try DTLSEndpoint(context: context, peerFingerprint: endpoint.fingerprint)).run()
-            walls.append(Double(monotonicNanoseconds() - started) / 1e6)
-            viewers.append((socket, try SRTPSession(key: keys.server, direction: .inbound)))
+            } catch let failure as WebRTCViewerHandshake.Failure {
+                throw Failure.viewer(index: index, "\(failure) (over \(configuration.viewerTransport.rawValue.uppercased()))")
+            }
+            let ended = monotonicNanoseconds()
+            walls.append(Double(ended - started) / 1e6)
+            viewers.append(ConnectedViewer(endpoint: viewerEndpoint, checker: try SRTPSession(key: keys.server, direction: .inbound),
+                                           consent: ConsentRefresh(credentials: local, remoteUfrag: remoteUfrag, relay: relayAddress, lastSent: ended)))
         }
         let cpu = Double(relay.ioThreadCPUTime.nanoseconds - cpuBefore) / 1e6 / Double(max(1, count))
         walls.sort()
@@ -365,8 +425,9 @@ public struct RelayFanoutBenchmark: Sendable {
         let perFrame = packetsPerSecond / Double(c.frameRate)
         let frameNanoseconds = 1_000_000_000 / UInt64(c.frameRate)
 
-        // Sends frames from `start` until `done` says stop; returns the packets sent.
-        func sendFrames(_ done: (Int, UInt64) -> Bool) -> Int {
+        // Sends frames from `start` until `done` says stop, `limit` packets at most (the last frame
+        // cut short); returns the packets sent.
+        func sendFrames(limit: Int = .max, _ done: (Int, UInt64) -> Bool) -> Int {
             let start = monotonicNanoseconds()
             var frame: UInt64 = 0
             var sent = 0
@@ -374,7 +435,7 @@ public struct RelayFanoutBenchmark: Sendable {
                 let now = monotonicNanoseconds()
                 if done(sent, now - start) || !alive() { return sent }
                 let due = Int((Double(frame + 1) * perFrame).rounded(.down))
-                let count = due - sent
+                let count = min(due, limit) - sent
                 // The RTP timestamp (90 kHz) is the send time, so receivers can tell each packet's latency.
                 let timestamp = UInt32(truncatingIfNeeded: (now &- receivers.clockBase) * 9 / 100_000)
                 for index in 0..<count {
@@ -415,227 +476,12 @@ public struct RelayFanoutBenchmark: Sendable {
         receivers.beginWindow(firstSequence: sequence, length: measured)
         let cpuStart = cpuTime()
         let wallStart = monotonicNanoseconds()
-        let sent = sendFrames { sent, _ in sent >= measured }
+        // Exactly the window's packets: the receivers count those, and the loss is against them.
+        let sent = sendFrames(limit: measured) { sent, _ in sent >= measured }
         let cpuEnd = cpuTime()
         let wallEnd = monotonicNanoseconds()
         _ = sendFrames { _, elapsed in elapsed >= 300_000_000 }
         let used = CPUSample(total: cpuEnd.total &- cpuStart.total, user: cpuEnd.user &- cpuStart.user, system: cpuEnd.system &- cpuStart.system)
         return Window(packets: sent, seconds: Double(wallEnd - wallStart) / 1e9, cpu: used)
     }
-}
-
-/// The subscribers' sockets and the few threads that drain them.
-///
-/// Per-socket tallies live in one unsafe buffer: each socket belongs to exactly one thread, and
-/// the publisher reads the tallies only after `stop()` has joined those threads.
-final class FanoutReceivers: @unchecked Sendable {
-    struct Tally {
-        var received = 0
-        var total = 0
-        var lastSequence = -1
-        var discontinuities = 0
-        var authenticated = 0
-        var failures = 0
-    }
-
-    let sockets: [UDPSocket]
-    /// The monotonic time RTP timestamp 0 stands for.
-    let clockBase = monotonicNanoseconds()
-    /// Latency buckets of 0.1 ms up to 1 s, then one for anything later.
-    static let buckets = 10_001
-    private var histograms: UnsafeMutablePointer<Int>?
-    private var maximumLatency: UnsafeMutablePointer<UInt64>?
-    /// Packets read so far, all sockets together; tells when stragglers stop coming.
-    private let arrivals = Atomic<Int>(0)
-    private let checkers: [SRTPSession]
-    private let sampleInterval: Int
-    private let tallies: UnsafeMutablePointer<Tally>
-    private let ready = Atomic<Int>(0)
-    private let windowStart = Atomic<Int>(-1)
-    private let windowLength = Atomic<Int>(0)
-    private let stopping = Atomic<Bool>(false)
-    private var threads: [pthread_t] = []
-
-    init(sockets: [UDPSocket], checkers: [SRTPSession], sampleInterval: Int) {
-        self.sockets = sockets
-        self.checkers = checkers
-        self.sampleInterval = sampleInterval
-        tallies = .allocate(capacity: sockets.count)
-        tallies.initialize(repeating: Tally(), count: sockets.count)
-    }
-
-    deinit {
-        stop()
-        tallies.deallocate()
-        histograms?.deallocate()
-        maximumLatency?.deallocate()
-    }
-
-    var count: Int { sockets.count }
-    var readyCount: Int { ready.load(ordering: .relaxed) }
-
-    func beginWindow(firstSequence: UInt16, length: Int) {
-        windowLength.store(length, ordering: .relaxed)
-        windowStart.store(Int(firstSequence), ordering: .releasing)
-    }
-
-    func start(threads count: Int) {
-        let perThread = (sockets.count + count - 1) / count
-        let ranges = stride(from: 0, to: sockets.count, by: perThread).map { $0..<min(sockets.count, $0 + perThread) }
-        let histograms = UnsafeMutablePointer<Int>.allocate(capacity: ranges.count * Self.buckets)
-        histograms.initialize(repeating: 0, count: ranges.count * Self.buckets)
-        let maximumLatency = UnsafeMutablePointer<UInt64>.allocate(capacity: ranges.count)
-        maximumLatency.initialize(repeating: 0, count: ranges.count)
-        self.histograms = histograms
-        self.maximumLatency = maximumLatency
-        for (index, range) in ranges.enumerated() {
-            if let thread = startThread({ [self] in drain(range, thread: index) }) { threads.append(thread) }
-        }
-        threadCount = ranges.count
-    }
-
-    /// Receiver threads started (their histograms stay after they are joined).
-    private var threadCount = 0
-
-    func stop() {
-        stopping.store(true, ordering: .releasing)
-        for thread in threads { pthread_join(thread, nil) }
-        threads = []
-    }
-
-    /// Totals over every subscriber, once stragglers have stopped coming (300 ms without a
-    /// packet, or 3 s): a packet that arrives late is late, not lost.
-    func finish(window: RelayFanoutBenchmark.Window, subscribers: Int) -> RelayFanoutBenchmark.Leg {
-        let deadline = monotonicNanoseconds() + 3_000_000_000
-        var last = arrivals.load(ordering: .relaxed)
-        while monotonicNanoseconds() < deadline {
-            usleep(300_000)
-            let now = arrivals.load(ordering: .relaxed)
-            if now == last { break }
-            last = now
-        }
-        stop()
-        var histogram = [Int](repeating: 0, count: Self.buckets)
-        var maximum: UInt64 = 0
-        if let histograms, let maximumLatency {
-            for thread in 0..<((threadCount)) {
-                for bucket in 0..<Self.buckets { histogram[bucket] += histograms[thread * Self.buckets + bucket] }
-                maximum = max(maximum, maximumLatency[thread])
-            }
-        }
-        func percentile(_ fraction: Double) -> Double {
-            let total = histogram.reduce(0, +)
-            guard total > 0 else { return 0 }
-            var seen = 0
-            for (bucket, count) in histogram.enumerated() {
-                seen += count
-                if Double(seen) >= fraction * Double(total) { return Double(bucket + 1) / 10 }
-            }
-            return Double(Self.buckets) / 10
-        }
-        var total = Tally()
-        for index in 0..<sockets.count {
-            let tally = tallies[index]
-            total.received += tally.received
-            total.discontinuities += tally.discontinuities
-            total.authenticated += tally.authenticated
-            total.failures += tally.failures
-        }
-        let expected = window.packets * subscribers
-        func percent(_ nanoseconds: UInt64) -> Double { window.seconds > 0 ? Double(nanoseconds) / 1e9 / window.seconds * 100 : 0 }
-        let cpu = percent(window.cpu.total)
-        return RelayFanoutBenchmark.Leg(
-            cpuPercent: cpu, userCPUPercent: percent(window.cpu.user), systemCPUPercent: percent(window.cpu.system),
-            lossPercent: expected > 0 ? max(0, Double(expected - total.received) / Double(expected) * 100) : 100,
-            measuredSeconds: window.seconds, packetsSent: window.packets, packetsExpected: expected,
-            packetsReceived: total.received, sequenceDiscontinuities: total.discontinuities,
-            packetsAuthenticated: total.authenticated, authenticationFailures: total.failures,
-            subscribersPerCore: cpu > 0 ? Double(subscribers) / (cpu / 100) : 0,
-            latencyP50Milliseconds: percentile(0.5), latencyP99Milliseconds: percentile(0.99),
-            latencyMaximumMilliseconds: Double(maximum) / 1e6, sendFailures: nil)
-    }
-
-    private func drain(_ range: Range<Int>, thread: Int) {
-        guard let histograms, let maximumLatency else { return }
-        let histogram = histograms + thread * Self.buckets
-        let maximum = maximumLatency + thread
-        var descriptors = range.map { pollfd(fd: sockets[$0].descriptor, events: Int16(POLLIN), revents: 0) }
-        let batch = ReceiveBatch(capacity: 16, slotSize: 2048)
-        while !stopping.load(ordering: .acquiring) {
-            let ready = descriptors.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), 20) }
-            guard ready > 0 else { continue }
-            for (offset, descriptor) in descriptors.enumerated() where descriptor.revents != 0 {
-                descriptors[offset].revents = 0
-                while true {
-                    let n = batch.receive(from: descriptor.fd)
-                    guard n > 0 else { break }
-                    arrivals.add(n, ordering: .relaxed)
-                    let now = monotonicNanoseconds()
-                    for i in 0..<n {
-                        guard let datagram = batch.datagram(i),
-                              let latency = count(datagram, socket: range.lowerBound + offset, now: now)
-                        else { continue }
-                        histogram[min(Int(latency / 100_000), Self.buckets - 1)] += 1
-                        maximum.pointee = max(maximum.pointee, latency)
-                    }
-                    if n < batch.capacity { break }
-                }
-            }
-            // Let a few packets gather per socket so each poll and recvmmsg does more work.
-            usleep(2_000)
-        }
-    }
-
-    /// Tallies one datagram; returns its latency in nanoseconds if it is one of the window's packets.
-    private func count(_ datagram: UnsafeRawBufferPointer, socket index: Int, now: UInt64) -> UInt64? {
-        guard datagram.count >= 12, !(192...223).contains(datagram[1]) else { return nil }
-        let sequence = Int(datagram[2]) << 8 | Int(datagram[3])
-        let tally = tallies + index
-        if tally.pointee.total == 0 { ready.add(1, ordering: .relaxed) }
-        tally.pointee.total += 1
-        if tally.pointee.lastSequence >= 0 && sequence != (tally.pointee.lastSequence + 1) & 0xFFFF {
-            tally.pointee.discontinuities += 1
-        }
-        tally.pointee.lastSequence = sequence
-        let start = windowStart.load(ordering: .acquiring)
-        var latency: UInt64?
-        if start >= 0 && (sequence - start) & 0xFFFF < windowLength.load(ordering: .relaxed) {
-            tally.pointee.received += 1
-            let timestamp = UInt32(datagram[4]) << 24 | UInt32(datagram[5]) << 16 | UInt32(datagram[6]) << 8 | UInt32(datagram[7])
-            let elapsed = UInt32(truncatingIfNeeded: (now &- clockBase) * 9 / 100_000)
-            latency = UInt64(max(0, Int32(bitPattern: elapsed &- timestamp))) * 100_000 / 9
-        }
-        if !checkers.isEmpty && tally.pointee.total % sampleInterval == 0 {
-            var packet = [UInt8](datagram)
-            do {
-                try checkers[index].unprotect(&packet)
-                tally.pointee.authenticated += 1
-            } catch {
-                tally.pointee.failures += 1
-            }
-        }
-        return latency
-    }
-}
-
-/// What `startThread` hands to the new thread.
-private final class ThreadBody: Sendable {
-    let body: @Sendable () -> Void
-    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-}
-
-/// Starts a joinable thread running `body` (outside Swift's cooperative pool).
-func startThread(_ body: @escaping @Sendable () -> Void) -> pthread_t? {
-    var thread = pthread_t()
-    let context = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
-    let created = pthread_create(&thread, nil, { context in
-        guard let context else { return nil }
-        Unmanaged<ThreadBody>.fromOpaque(context).takeRetainedValue().body()
-        return nil
-    }, context)
-    guard created == 0 else {
-        Unmanaged<ThreadBody>.fromOpaque(context).release()
-        return nil
-    }
-    return thread
 }

@@ -7,7 +7,8 @@ import SRTP
 /// One WebRTC viewer's connection to the relay, as a browser makes it after its WHEP answer: an
 /// ICE connectivity check (controlling, USE-CANDIDATE, MESSAGE-INTEGRITY with the relay's ice-pwd,
 /// FINGERPRINT), repeated until a success response, then a DTLS-SRTP handshake as client over the
-/// same socket, retransmitting on DTLS's own timer. Blocking, on the calling thread.
+/// same transport (a UDP socket, or an ICE-TCP connection carrying RFC 4571 frames), retransmitting
+/// on DTLS's own timer. Blocking, on the calling thread.
 struct WebRTCViewerHandshake {
     enum Failure: Error, CustomStringConvertible {
         case noCheckAnswer
@@ -25,8 +26,7 @@ struct WebRTCViewerHandshake {
         }
     }
 
-    let socket: UDPSocket
-    let relay: RelayAddress
+    let transport: any ViewerPacketTransport
     /// The relay's ICE credentials for this viewer (from the answer).
     let credentials: ICECredentials
     let remoteUfrag: String
@@ -40,7 +40,7 @@ struct WebRTCViewerHandshake {
         while true {
             for event in outgoing {
                 switch event {
-                case .send(let bytes): _ = socket.send(bytes, to: relay)
+                case .send(let bytes): _ = transport.send(bytes)
                 case .connected(let keys): return keys
                 case .failed(let error): throw .dtls(error)
                 case .closed: throw .dtls(.handshake("closed during the handshake"))
@@ -49,7 +49,7 @@ struct WebRTCViewerHandshake {
             let now = monotonicNanoseconds()
             guard now < started + deadlineNanoseconds else { throw .timedOut }
             let wait = min(dtls.timeoutMilliseconds ?? 100, 100)
-            if let datagram = receive(timeoutMilliseconds: wait), let first = datagram.first, (20...63).contains(first) {
+            if let datagram = transport.receive(timeoutMilliseconds: wait), let first = datagram.first, (20...63).contains(first) {
                 outgoing = dtls.receive(datagram)
             } else if dtls.timeoutMilliseconds == 0 {
                 outgoing = dtls.handleTimeout()
@@ -62,17 +62,12 @@ struct WebRTCViewerHandshake {
     /// Sends the check every 50 ms until a success response arrives (the relay may not have the
     /// viewer yet: its control call is applied by the I/O thread).
     private func check(until deadline: UInt64) throws(Failure) {
-        let key = Array(credentials.password.utf8)
         while monotonicNanoseconds() < deadline {
-            var request = STUNMessage(kind: .request, transactionID: STUNMessage.newTransactionID())
-            request.username = "\(credentials.ufrag):\(remoteUfrag)"
-            request.priority = 1_853_824_767
-            request.iceControlling = 0x5EED
-            request.useCandidate = true
-            _ = socket.send(request.encoded(integrityKey: key, fingerprint: true), to: relay)
+            let request = Self.connectivityCheck(credentials: credentials, remoteUfrag: remoteUfrag)
+            _ = transport.send(request.bytes)
             let stop = monotonicNanoseconds() + 50_000_000
             while monotonicNanoseconds() < stop {
-                guard let datagram = receive(timeoutMilliseconds: 10) else { continue }
+                guard let datagram = transport.receive(timeoutMilliseconds: 10) else { continue }
                 guard let response = try? STUNMessage(decoding: datagram), response.transactionID == request.transactionID else { continue }
                 if response.kind == .successResponse { return }
                 // 401 before the relay has the viewer's credentials is expected; keep trying.
@@ -82,12 +77,15 @@ struct WebRTCViewerHandshake {
         throw .noCheckAnswer
     }
 
-    private func receive(timeoutMilliseconds: Int) -> [UInt8]? {
-        var poller = pollfd(fd: socket.descriptor, events: Int16(POLLIN), revents: 0)
-        guard poll(&poller, 1, Int32(max(0, timeoutMilliseconds))) == 1 else { return nil }
-        var buffer = [UInt8](repeating: 0, count: 2_048)
-        let count = recv(socket.descriptor, &buffer, buffer.count, 0)
-        guard count > 0 else { return nil }
-        return Array(buffer[0..<count])
+    /// A connectivity check as a controlling browser sends it (also what it sends later for
+    /// consent freshness, RFC 7675): USE-CANDIDATE, MESSAGE-INTEGRITY with the relay's ice-pwd,
+    /// FINGERPRINT.
+    static func connectivityCheck(credentials: ICECredentials, remoteUfrag: String) -> (bytes: [UInt8], transactionID: [UInt8]) {
+        var request = STUNMessage(kind: .request, transactionID: STUNMessage.newTransactionID())
+        request.username = "\(credentials.ufrag):\(remoteUfrag)"
+        request.priority = 1_853_824_767
+        request.iceControlling = 0x5EED
+        request.useCandidate = true
+        return (request.encoded(integrityKey: Array(credentials.password.utf8), fingerprint: true), request.transactionID)
     }
 }

@@ -15,7 +15,7 @@ struct BenchCommand: ParsableCommand {
         subcommands: [
             Probe.self, SRTPProtect.self, Hooks.self, CaptureEncode.self, Latency.self, Fanout.self,
             Rooms.self, Loss.self, Reconnect.self, Ingest.self, Cycles.self, Connections.self,
-            WebRTC.self, Plugin.self, Cluster.self, Echo.self, Simulcast.self, HLS.self, Transports.self, All.self,
+            WebRTC.self, Plugin.self, Cluster.self, Echo.self, Simulcast.self, HLS.self, Transports.self, IceTCP.self, TLS.self, All.self,
         ]
     )
 
@@ -23,7 +23,7 @@ struct BenchCommand: ParsableCommand {
     static let benchmarks: [any BenchmarkCommand.Type] = [
         Probe.self, SRTPProtect.self, Hooks.self, CaptureEncode.self, Latency.self, Rooms.self, Loss.self,
         Reconnect.self, Ingest.self, Fanout.self, Echo.self, Cycles.self, Connections.self, WebRTC.self,
-        Plugin.self, Cluster.self, Simulcast.self, HLS.self, Transports.self,
+        Plugin.self, Cluster.self, Simulcast.self, HLS.self, Transports.self, IceTCP.self, TLS.self,
     ]
 }
 
