@@ -278,9 +278,13 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     public var videoResumptions: UInt64 = 0
     /// REMB packets sent to publishers: the relay's delay-based estimate of their video uplink.
     public var rembsSent: UInt64 = 0
-    /// Edge of a cascade: sequence numbers asked of the origin (subscribers NACKed what this
-    /// relay lacked), and the origin's answers sent on to the subscribers waiting for them.
+    /// Sequence numbers asked upstream (subscribers NACKed what this relay lacked): of the origin
+    /// by an edge, of the publisher by an origin; and an edge's answers from the origin sent on to
+    /// the subscribers waiting for them.
     public var nacksForwarded: UInt64 = 0
+    /// Sequence numbers asked upstream at once because a later one arrived first: a gap on the
+    /// publisher's leg (or an edge's leg from its origin), repaired before subscribers notice.
+    public var gapRequests: UInt64 = 0
     public var upstreamRetransmissions: UInt64 = 0
     /// WebRTC peers open now (gauge), STUN checks refused (bad credentials, malformed, unknown
     /// ufrag) and DTLS handshakes that failed (including certificate fingerprint mismatches).

@@ -42,6 +42,12 @@ final class PacketCache {
         return packet
     }
 
+    /// Whether `sequenceNumber` was stored and not yet overwritten (however old).
+    func holds(sequenceNumber: UInt16) -> Bool {
+        let entry = entries[Int(sequenceNumber) % capacity]
+        return entry.packet != nil && entry.sequenceNumber == sequenceNumber
+    }
+
     /// The cached packet, if it is still there and young enough.
     func packet(sequenceNumber: UInt16, now: UInt64) -> [UInt8]? {
         let entry = entries[Int(sequenceNumber) % capacity]

@@ -398,6 +398,7 @@ public final class Relay: RelayControl {
         result.videoResumptions = c.videoResumptions.load(ordering: .relaxed)
         result.rembsSent = c.rembsSent.load(ordering: .relaxed)
         result.nacksForwarded = c.nacksForwarded.load(ordering: .relaxed)
+        result.gapRequests = c.gapRequests.load(ordering: .relaxed)
         result.upstreamRetransmissions = c.upstreamRetransmissions.load(ordering: .relaxed)
         result.webRTCPeers = c.webRTCPeers.load(ordering: .relaxed)
         result.stunRefusals = c.stunRefusals.load(ordering: .relaxed)

@@ -18,6 +18,10 @@ struct RouterSettings: Sendable, Equatable {
     /// How long an edge waits for the origin to answer a retransmission it asked for before a
     /// subscriber's NACK of that packet asks again.
     var upstreamRetransmissionTimeout: UInt64 = 250_000_000
+    /// The same for an origin asking a publisher for a packet that never came: short, since the
+    /// subscribers' own NACKs (every few milliseconds until their playout deadline) are what ask
+    /// again, and each try is a chance for the packet to get through before it is due.
+    var publisherRetransmissionTimeout: UInt64 = 20_000_000
     /// How simulcast viewers are given a layer.
     var layerSelection = LayerSelector.Settings()
 }
@@ -98,9 +102,13 @@ struct RouterCounters: Sendable, Equatable {
     var videoResumptions: UInt64 = 0
     /// REMB packets sent to publishers (periodic and on a drop).
     var rembsSent: UInt64 = 0
-    /// Sequence numbers an edge asked its origin to retransmit (subscribers NACKed them and the
-    /// edge's cache lacked them), and those retransmissions answered to the subscribers waiting.
+    /// Sequence numbers asked upstream because subscribers NACKed them and the cache lacked them
+    /// (of the origin by an edge, of the publisher by an origin), and an edge's answers from the
+    /// origin sent on to the subscribers waiting.
     var nacksForwarded: UInt64 = 0
+    /// Sequence numbers asked upstream at once because a later one came first (a gap on the
+    /// publisher's leg, or an edge's leg from its origin).
+    var gapRequests: UInt64 = 0
     var upstreamRetransmissions: UInt64 = 0
     /// Simulcast viewers moved from one layer to another (at a keyframe of the new one).
     var layerSwitches: UInt64 = 0
@@ -139,6 +147,9 @@ struct RelayRouter<Context> {
         var estimator: ArrivalEstimator?
         /// The latest sequence number fanned out (to every subscriber forwarded as it is).
         var lastForwarded: UInt16?
+        /// The furthest sequence number that came from upstream: one further on than the next
+        /// shows a gap, asked for at once.
+        var highestReceived: UInt16?
         /// Edge only: packets asked of the origin, by sequence number, with who waits for them.
         var requested: [UInt16: Requested] = [:]
         /// A simulcast encoding: its index among the stream's layers (0 is the best).
@@ -512,12 +523,44 @@ struct RelayRouter<Context> {
         }
         if streams[stream]!.tracks[track].layer != nil { streams[stream]!.tracks[track].meter.add(packet.count, now: now) }
         streams[stream]!.tracks[track].reception.update(sequenceNumber: sequenceNumber, rtpTimestamp: timestamp, arrival: now)
-        guard streams[stream]!.tracks[track].estimator?.packet(timestamp: timestamp, size: packet.count, arrival: now) == true,
-              let address = streams[stream]!.publisher.address,
-              let bytes = feedback(remb(stream: stream, now: now), stream: stream)
-        else { return nil }
-        counters.rembsSent += 1
+        var packets: [RTCPPacket] = []
+        if let gap = gapRequest(stream: stream, track: track, sequenceNumber: sequenceNumber) { packets.append(.genericNACK(gap)) }
+        let rembDue = streams[stream]!.tracks[track].estimator?.packet(timestamp: timestamp, size: packet.count, arrival: now) == true
+        let estimate = rembDue ? remb(stream: stream, now: now) : []
+        packets += estimate
+        guard !packets.isEmpty, let address = streams[stream]!.publisher.address, let bytes = feedback(packets, stream: stream) else { return nil }
+        if !estimate.isEmpty { counters.rembsSent += 1 }
+        if case .genericNACK(let gap)? = packets.first { counters.gapRequests += UInt64(gap.lostSequenceNumbers.count) }
         return .toPublisher(streams[stream]!.publisher.context, address, rtcp: bytes)
+    }
+
+    /// Whether `sequenceNumber` is a recent one that never came from the publisher (not one the
+    /// cache has had and let go): only the publisher may still have it.
+    private func neverArrived(stream: Int, track: Int, _ sequenceNumber: UInt16) -> Bool {
+        guard streams[stream]!.publisher.address != nil, let highest = streams[stream]!.tracks[track].highestReceived else { return false }
+        let behind = Int(Int16(bitPattern: highest &- sequenceNumber))
+        let cache = streams[stream]!.tracks[track].cache
+        return behind > 0 && behind < cache.capacity && !cache.holds(sequenceNumber: sequenceNumber)
+    }
+
+    /// Gaps larger than this are not asked for (a restarted sender, not a loss).
+    static var largestGapAsked: Int { 64 }
+
+    /// The packets between the furthest sequence number seen and `sequenceNumber`, when it is
+    /// further on than the next: asked upstream at once, before any subscriber notices, so the
+    /// publisher (or the origin) answers while every subscriber can still play them. A late
+    /// packet (a retransmission, or one reordered) moves nothing.
+    private mutating func gapRequest(stream: Int, track: Int, sequenceNumber: UInt16) -> RTCPGenericNACK? {
+        guard let highest = streams[stream]!.tracks[track].highestReceived else {
+            streams[stream]!.tracks[track].highestReceived = sequenceNumber
+            return nil
+        }
+        let ahead = Int(Int16(bitPattern: sequenceNumber &- highest))
+        guard ahead > 0 else { return nil }
+        streams[stream]!.tracks[track].highestReceived = sequenceNumber
+        guard ahead > 1, ahead <= Self.largestGapAsked, streams[stream]!.publisher.address != nil else { return nil }
+        let missing = (1..<ahead).map { highest &+ UInt16($0) }
+        return RTCPGenericNACK(senderSSRC: localSSRC(stream), mediaSSRC: streams[stream]!.tracks[track].wireSSRC, lostSequenceNumbers: missing)
     }
 
     /// REMB for the stream's video (one packet naming its video tracks, at the lowest estimate:
@@ -725,9 +768,11 @@ struct RelayRouter<Context> {
                         if original != sequence { Self.rewrite(&bytes, ssrc: nil, sequence: sequence) }
                         actions.append(.retransmit(context, address, rtp: bytes))
                         counters.nacksServed += 1
-                    } else if let original, streams[handle]!.upstream != nil {
-                        // An edge lacks it: the origin may have it. Asked once per timeout
-                        // however many subscribers want it; each waiter is sent the answer.
+                    } else if let original, streams[handle]!.upstream != nil || neverArrived(stream: handle, track: index, original) {
+                        // An edge lacks it: the origin may have it; an origin lacks it: the
+                        // publisher may (the SDK's keeps a second of what it sent). Asked once per
+                        // timeout however many subscribers want it; on an edge each waiter is sent
+                        // the answer, on an origin it is fanned out as it comes (all lacked it).
                         if askOrigin(stream: handle, track: index, original: original, waiter: (rtcpSSRC, sequence, nil), now: now) {
                             upstream.append(original)
                         }
@@ -735,8 +780,9 @@ struct RelayRouter<Context> {
                         counters.nacksMissed += 1
                     }
                 }
-                if !upstream.isEmpty, let leg = streams[handle]!.upstream, let publisherAddress = streams[handle]!.publisher.address,
-                   let bytes = feedback([.genericNACK(RTCPGenericNACK(senderSSRC: leg.ssrc, mediaSSRC: nack.mediaSSRC, lostSequenceNumbers: upstream))], stream: handle) {
+                if !upstream.isEmpty, let publisherAddress = streams[handle]!.publisher.address,
+                   let bytes = feedback([.genericNACK(RTCPGenericNACK(senderSSRC: localSSRC(handle), mediaSSRC: streams[handle]!.tracks[index].wireSSRC,
+                                                                     lostSequenceNumbers: upstream))], stream: handle) {
                     counters.nacksForwarded += UInt64(upstream.count)
                     actions.append(.toPublisher(streams[handle]!.publisher.context, publisherAddress, rtcp: bytes))
                 }
@@ -785,7 +831,8 @@ struct RelayRouter<Context> {
             streams[stream]!.tracks[track].requested = streams[stream]!.tracks[track].requested.filter { $0.value.until > now }
             guard streams[stream]!.tracks[track].requested.count < settings.packetCacheCapacity else { return false }
         }
-        streams[stream]!.tracks[track].requested[original] = Requested(until: now &+ settings.upstreamRetransmissionTimeout, waiters: [waiter])
+        let timeout = streams[stream]!.upstream != nil ? settings.upstreamRetransmissionTimeout : settings.publisherRetransmissionTimeout
+        streams[stream]!.tracks[track].requested[original] = Requested(until: now &+ timeout, waiters: [waiter])
         return true
     }
 

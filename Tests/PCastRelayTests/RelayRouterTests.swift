@@ -25,6 +25,47 @@ struct RelayRouterTests {
         try! RTCPCompoundPacket(packets: [.receiverReport(.init(ssrc: 9)), .pictureLossIndication(.init(senderSSRC: 9, mediaSSRC: ssrc))]).serialized()
     }
 
+    /// The relay's NACK to a publisher: an empty RR, then the generic NACK (a compound).
+    static func publisherNACK(_ sequences: [UInt16]) -> [UInt8] {
+        try! RTCPCompoundPacket(packets: [.receiverReport(.init(ssrc: 9)),
+                                          .genericNACK(.init(senderSSRC: 9, mediaSSRC: video, lostSequenceNumbers: sequences))]).serialized()
+    }
+
+    @Test("a gap in what a publisher sends is asked of it at once, in one NACK; a late packet, the first packet and a jump past 64 ask nothing; a subscriber's NACK of a packet that never came is asked of the publisher again once per 20 ms, one of a packet the cache let go is not")
+    func publisherGaps() throws {
+        var settings = RouterSettings(relaySSRC: 9, keyframeInterval: 300 * Self.ms, packetCacheCapacity: 64, packetCacheDuration: 1_000 * Self.ms)
+        settings.arrivalEstimator = nil
+        var router = RelayRouter<Int>(settings: settings, now: 0)
+        router.addStream(id: "s", tracks: [videoTrack(ssrc: Self.video), audioTrack(ssrc: Self.audio)], publisher: 1)
+        let stream = try #require(router.handle(streamId: "s"))
+        router.authenticated(.track(stream: stream, track: 0), from: Self.publisherAddress)
+        func arrive(_ sequence: UInt16, at ms: UInt64) throws -> RelayAction<Int>? {
+            router.publisherRTP(stream: stream, track: 0, packet: try rtpPacket(ssrc: Self.video, sequence: sequence), sequenceNumber: sequence,
+                                timestamp: UInt32(sequence) &* 3000, now: ms * Self.ms)
+        }
+        #expect(try arrive(65_533, at: 1) == nil, "the first packet")
+        #expect(try arrive(65_534, at: 2) == nil)
+        #expect(try arrive(1, at: 3) == .toPublisher(1, Self.publisherAddress, rtcp: Self.publisherNACK([65_535, 0])), "across the wrap")
+        #expect(try arrive(0, at: 4) == nil, "the answer: late, asks nothing")
+        #expect(try arrive(2, at: 5) == nil)
+        #expect(try arrive(100, at: 6) == nil, "a jump of 98: a restart, not a loss")
+        #expect(try arrive(103, at: 7) == .toPublisher(1, Self.publisherAddress, rtcp: Self.publisherNACK([101, 102])))
+        #expect(router.counters.gapRequests == 4)
+
+        _ = router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 500, context: 100, now: 8 * Self.ms)
+        let subscriber = RelayAddress(ipv4: 0x7F00_0001, port: 5000)
+        router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: subscriber, now: 8 * Self.ms)
+        func nack(_ sequences: [UInt16], at ms: UInt64) -> [RelayAction<Int>] {
+            router.subscriberRTCP(stream: stream, rtcpSSRC: 500,
+                                  packets: [.genericNACK(.init(senderSSRC: 500, mediaSSRC: Self.video, lostSequenceNumbers: sequences))], now: ms * Self.ms)
+        }
+        #expect(nack([101], at: 10) == [.toPublisher(1, Self.publisherAddress, rtcp: Self.publisherNACK([101]))], "never came: the publisher may have it")
+        #expect(nack([101], at: 20) == [], "asked 10 ms ago")
+        #expect(nack([101], at: 31) == [.toPublisher(1, Self.publisherAddress, rtcp: Self.publisherNACK([101]))], "asked again after 20 ms")
+        #expect(nack([30], at: 40) == [], "further back than the cache holds: let go, not asked")
+        #expect(router.counters.nacksForwarded == 2 && router.counters.nacksMissed == 1)
+    }
+
     @Test("keyframe throttle: at once when idle, coalesced inside the window, FIR wins")
     func throttle() {
         var throttle = KeyframeThrottle(interval: 300 * Self.ms)

@@ -434,3 +434,49 @@ extension OneAtATime.NetworkQualityTests {
         await session.stop()
     }
 }
+
+extension OneAtATime.NetworkQualityTests {
+    @Test("5 % uniform loss on the publisher's leg (both ways): the relay asks the publisher for each gap at once, the SDK publisher resends from what it sent, and a viewer on a clear leg is shown ≥ 99 % of the frames with no freeze over 300 ms")
+    func publisherLegLossIsRepaired() async throws {
+        let platform = try await LocalPlatform.start()
+        let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 41)
+        var options = PCastOptions(uri: platform.signalingURL)
+        options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
+        let publisherSDK = PCast(options)
+        try await publisherSDK.start(authToken: try platform.token(.auth))
+        let media = try await stampedMedia(audio: false)
+        let meter = StreamMeter()
+        try meter.stamp(media)
+        let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
+        let viewer = PCast(PCastOptions(uri: platform.signalingURL, playoutDelay: .milliseconds(80)))
+        try await viewer.start(authToken: try platform.token(.auth))
+        let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+        let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+        _ = await renderer.start()
+        try meter.watch(renderer, of: stream)
+        try await Task.sleep(for: .seconds(1))
+        proxy.setProfile(ImpairmentProfile(loss: .uniform(0.05)))
+        let before = platform.relay.statistics()
+        _ = meter.take()
+        try await Task.sleep(for: .seconds(8))
+        let shown = meter.take()
+        let after = platform.relay.statistics()
+        let lost = proxy.counters(for: .toServer).lost
+        let seen = shown.frames + shown.missing
+        let delivered = seen > 0 ? Double(shown.frames) / Double(seen) : 0
+        #expect(lost > 20, "the proxy lost only \(lost) of the publisher's packets")
+        #expect(after.gapRequests - before.gapRequests > 0, "the relay asked the publisher for no gap")
+        let asked = publisher.rtcStatsReport().stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }?.nackCount ?? 0
+        #expect(asked > 0, "the publisher heard no retransmission request")
+        #expect(delivered >= 0.99, "\(shown.frames) of \(seen) frames shown, \(lost) packets lost on the publisher's leg")
+        #expect(shown.longestFreezeMilliseconds < 300, "longest freeze \(shown.longestFreezeMilliseconds) ms")
+        await renderer.stop()
+        await stream.stop()
+        await viewer.stop()
+        await publisher.stop()
+        await media.stop()
+        await publisherSDK.stop()
+        proxy.stop()
+        await platform.shutdown()
+    }
+}

@@ -27,6 +27,8 @@ final class MediaSocket: @unchecked Sendable {
     private let onRTCP: @Sendable (Buffer) -> Void
     /// Rewrites the sender SSRC of outgoing RTCP (a subscriber's is assigned by the relay).
     private let rtcpSenderSSRC: UInt32?
+    /// A publisher's sent packets, for the relay's retransmission requests (nil for a subscriber).
+    private let sent: SentPacketCache?
     let statistics = Statistics()
     /// A subscriber's estimate of its downlink, sent to the relay in REMB (a simulcast's layer
     /// follows it); receive thread only.
@@ -43,14 +45,19 @@ final class MediaSocket: @unchecked Sendable {
         let authenticationFailures = Atomic<Int>(0)
         /// Over TCP: the connection ended (the relay closed it, or a send failed).
         let transportClosed = Atomic<Bool>(false)
+        /// Packets asked for again by the relay (NACK), and those sent again from the cache.
+        let retransmissionsRequested = Atomic<Int>(0)
+        let retransmissionsSent = Atomic<Int>(0)
     }
 
     /// How this flow reaches the relay: UDP, or SRTP over TCP (RFC 4571 frames) to the relay's
     /// TCP port when UDP did not answer.
     let path: MediaPath
 
-    init(host: String, transport: MediaTransport, rtcpSenderSSRC: UInt32?, path: MediaPath = .udp,
+    /// `answersRetransmissions`: a publisher's flow, which keeps what it sent for the relay's NACKs.
+    init(host: String, transport: MediaTransport, rtcpSenderSSRC: UInt32?, path: MediaPath = .udp, answersRetransmissions: Bool = false,
          onRTP: @escaping @Sendable (Buffer, UInt8) -> Void, onRTCP: @escaping @Sendable (Buffer) -> Void) throws(PCastError) {
+        sent = answersRetransmissions ? SentPacketCache() : nil
         guard let profile = SRTPProfile(rawValue: transport.srtpProfile) else {
             throw .invalidTransport("unknown SRTP profile \(transport.srtpProfile)")
         }
@@ -128,6 +135,7 @@ final class MediaSocket: @unchecked Sendable {
             switch packet.kind {
             case .rtp:
                 try sendLock.withLock { _ throws(SRTPError) in try protector.protect(&bytes) }
+                sent?.store(bytes, now: DispatchTime.now().uptimeNanoseconds)
             case .rtcp:
                 if let ssrc = rtcpSenderSSRC { Self.rewriteSenderSSRC(&bytes, ssrc) }
                 try sendLock.withLock { _ throws(SRTPError) in try protector.protectRTCP(&bytes) }
@@ -340,8 +348,23 @@ final class MediaSocket: @unchecked Sendable {
         statistics.packetsReceived.add(1, ordering: .relaxed)
         statistics.bytesReceived.add(count, ordering: .relaxed)
         if !isRTCP, let arrival { estimate(packet, size: count, arrival: arrival) }
+        if isRTCP, let sent { answerRetransmissionRequests(packet, from: sent) }
         let buffer = Buffer(bytes: packet)
         if isRTCP { onRTCP(buffer) } else { onRTP(buffer, packet[1] & 0x7F) }
+    }
+
+    /// Sends again, from `sent`, each packet a generic NACK in `rtcp` (unprotected) asks for.
+    private func answerRetransmissionRequests(_ rtcp: [UInt8], from sent: SentPacketCache) {
+        guard let compound = try? RTCPCompoundPacket(parsing: rtcp) else { return }
+        let now = DispatchTime.now().uptimeNanoseconds
+        for case .genericNACK(let nack) in compound.packets {
+            let asked = nack.lostSequenceNumbers
+            statistics.retransmissionsRequested.add(asked.count, ordering: .relaxed)
+            for bytes in sent.resend(ssrc: nack.mediaSSRC, sequences: asked, now: now) {
+                send(raw: bytes)
+                statistics.retransmissionsSent.add(1, ordering: .relaxed)
+            }
+        }
     }
 
     /// Writes one RFC 4571 frame, whole or not at all from the caller's view: a frame cut short

@@ -473,6 +473,7 @@ extension PCast {
         do {
             let route = await mediaRoute(published.transport)
             let socket = try MediaSocket(host: route.host, transport: route.transport, rtcpSenderSSRC: nil, path: route.path,
+                                         answersRetransmissions: true,
                                          onRTP: { _, _ in }, onRTCP: { rtcp in rtp.receiveRTCP(rtcp) })
             socketBox.value.withLock { $0 = socket }
             // Tell the relay where this flow is before any media: a source that waits for its first
