@@ -16,7 +16,9 @@ import Synchronization
 /// GStreamer's own debug log goes to swift-log (label `gstreamer`, metadata `category` and `object`).
 /// Its threshold comes from the environment variable `PCAST_GST_LOG`: a level word (`none`, `error`,
 /// `warning`, `fixme`, `info`, `debug`, `log`, `trace`) or a full `GST_DEBUG` specification such as
-/// `2,rtpjitterbuffer:6`. The default is `warning`.
+/// `2,rtpjitterbuffer:6`. The default is `error`: GStreamer's warnings are about its own internals
+/// (a resampler's filter taps, a late buffer) and say nothing an application can act on; what
+/// fails reaches callers as typed errors. `PCAST_GST_LOG=warning` shows them when debugging.
 public enum GStreamerRuntime {
     private static let initialized = Mutex<Result<Void, GStreamerError>?>(nil)
 
@@ -67,8 +69,10 @@ public enum GStreamerRuntime {
         if let spec = ProcessInfo.processInfo.environment["PCAST_GST_LOG"] {
             threshold = levels[spec.lowercased()] ?? spec
         } else {
-            // The parser logs every description problem at ERROR; they reach callers as typed errors.
-            threshold = "2,GST_PIPELINE:0,default:1"
+            // Errors only: warnings are GStreamer's internals (`pcast subscribe` printed "audio-resampler
+            // can't find exact taps" to every user). The parser logs every description problem at
+            // ERROR; they reach callers as typed errors.
+            threshold = "1,GST_PIPELINE:0"
         }
         gst_debug_set_active(1)
         // Keep any GST_DEBUG the user set, and apply ours on top (reset=false).

@@ -149,6 +149,47 @@ extension OneAtATime {
             expectPlayed(played.frames, width: 320, height: 240, fps: 25, seconds: 5)
         }
 
+        @Test("a looping http URI (nginx) plays three passes of a 2 s clip: a viewer decodes on past each end without a gap over 300 ms, at real-time pace")
+        func httpLoops() async throws {
+            let directory = try temporaryFolder("pcast-clips")
+            defer { try? FileManager.default.removeItem(at: directory) }
+            var short = TestClip(width: 320, height: 240, fps: 25, profile: .baseline, audio: true)
+            short.seconds = 2
+            let path = try await short.make(in: directory)
+            let http = try StaticHTTPServer.start(directory: directory.path)
+            defer { http.stop() }
+            let url = http.url((path as NSString).lastPathComponent)
+            var options = video(.uri(url), width: 320, height: 240, fps: 25, audio: .uri(url))
+            options.video.loop = true
+            options.audio.loop = true
+            let platform = try await LocalPlatform.start()
+            let publisherClient = try await client(platform)
+            let media = try await UserMedia.getUserMedia(options)
+            let publisher = try await publisherClient.publish(streamToken: try platform.token(.publish), mediaStream: media)
+            let (viewer, stream, renderer, frames) = try await watchFrames(platform, publisher.streamId)
+            #expect(await eventually(.seconds(10)) { !frames.all.isEmpty }, "no frame decoded")
+            // Sampled every 20 ms for 6.5 s: three passes and more; the longest stretch without a new frame.
+            let started = ContinuousClock.now
+            var last = (count: frames.all.count, at: started)
+            var longest = Duration.zero
+            while ContinuousClock.now - started < .milliseconds(6_500) {
+                try await Task.sleep(for: .milliseconds(20))
+                let count = frames.all.count
+                if count != last.count { last = (count, .now) }
+                longest = max(longest, ContinuousClock.now - last.at)
+            }
+            let decoded = frames.all.count
+            #expect(stream.endReason == nil, "the looping stream ended: \(String(describing: stream.endReason))")
+            #expect(longest < .milliseconds(300), "a gap of \(longest) without a frame")
+            #expect(Double(decoded) >= 25 * 6.5 * 0.6, "\(decoded) frames in 6.5 s of a looping 2 s clip at 25 fps")
+            _ = renderer
+            await viewer.stop()
+            await publisher.stop()
+            await media.stop()
+            await publisherClient.stop()
+            await platform.shutdown()
+        }
+
         @Test("an http URI (nginx) and an rtsp URI (GStreamer's RTSP server) publish at the asked size")
         func networkURIs() async throws {
             let directory = try temporaryFolder("pcast-clips")

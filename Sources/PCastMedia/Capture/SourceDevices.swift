@@ -154,6 +154,15 @@ public enum SourceDevices {
             sourceDescription: "\(factory) \(address.property)=\(quoted(address.value))")
     }
 
+    /// ` download=true` for an http(s) URI that loops: a demuxer reading an HTTP stream (qtdemux in
+    /// push mode) cannot seek back to the start, so the first pass ended the source; download
+    /// buffering keeps the file in a temporary file the demuxer reads as a file, and the segment
+    /// seeks that loop it work as on a `file://` URI.
+    static func downloadForLoop(_ uri: String, _ loop: Bool) -> String {
+        guard loop, let scheme = URL(string: uri)?.scheme?.lowercased(), scheme == "http" || scheme == "https" else { return "" }
+        return " download=true"
+    }
+
     static func quoted(_ value: String) -> String {
         "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
     }

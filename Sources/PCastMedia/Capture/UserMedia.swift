@@ -83,7 +83,7 @@ struct CapturePlan: Sendable {
         switch options.source {
         case .uri(let uri):
             devices = [SourceDeviceInfo(id: uri, name: uri, mediaType: .video, deviceType: .uri,
-                                        sourceDescription: "uridecodebin uri=\(SourceDevices.quoted(uri)) expose-all-streams=false caps=\"video/x-raw(ANY)\" ! queue max-size-buffers=3")]
+                                        sourceDescription: "uridecodebin uri=\(SourceDevices.quoted(uri))\(SourceDevices.downloadForLoop(uri, options.loop)) expose-all-streams=false caps=\"video/x-raw(ANY)\" ! queue max-size-buffers=3")]
             constrained.deviceId = .exact(uri)
         case .pipeline(let description):
             devices = [SourceDeviceInfo(id: "pipeline", name: description, mediaType: .video, deviceType: .uri, sourceDescription: description)]
@@ -118,7 +118,7 @@ struct CapturePlan: Sendable {
         switch options.source {
         case .uri(let uri):
             devices = [SourceDeviceInfo(id: uri, name: uri, mediaType: .audio, deviceType: .uri,
-                                        sourceDescription: "uridecodebin uri=\(SourceDevices.quoted(uri)) expose-all-streams=false caps=\"audio/x-raw(ANY)\" ! queue max-size-buffers=8")]
+                                        sourceDescription: "uridecodebin uri=\(SourceDevices.quoted(uri))\(SourceDevices.downloadForLoop(uri, options.loop)) expose-all-streams=false caps=\"audio/x-raw(ANY)\" ! queue max-size-buffers=8")]
             constrained.deviceId = .exact(uri)
         case .pipeline(let description):
             devices = [SourceDeviceInfo(id: "pipeline", name: description, mediaType: .audio, deviceType: .uri, sourceDescription: description)]

@@ -162,7 +162,7 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
                 // One pad per stream (RTP): urisourcebin depayloads and parses each itself.
                 sourceDescription = "urisourcebin uri=\"\(uri)\" parse-streams=true"
             } else {
-                sourceDescription = "urisourcebin name=\(prefix)-uri uri=\"\(uri)\" ! parsebin"
+                sourceDescription = "urisourcebin name=\(prefix)-uri uri=\"\(uri)\"\(SourceDevices.downloadForLoop(uri, options.loop)) ! parsebin"
             }
         case .pushedFLV:
             sourceDescription = "appsrc name=\(prefix)-pushed-in is-live=true format=bytes block=false max-bytes=8388608 caps=video/x-flv ! parsebin"
