@@ -109,9 +109,8 @@ public struct EndToEndBenchmark: Sendable {
                 _ = meter.take()
                 try await Task.sleep(for: .seconds(seconds))
                 let snapshot = meter.take()
-                let seen = snapshot.frames + snapshot.missing
                 latency.append(LatencyResult(playoutDelayMilliseconds: delay, lossPercent: loss, frames: snapshot.frames, missing: snapshot.missing,
-                                             deliveredPercent: seen > 0 ? Double(snapshot.frames) * 100 / Double(seen) : 0,
+                                             deliveredPercent: snapshot.deliveredPercent,
                                              freezeMilliseconds: snapshot.freezeMilliseconds,
                                              longestFreezeMilliseconds: snapshot.longestFreezeMilliseconds,
                                              p50: snapshot.percentile(50) ?? .nan, p90: snapshot.percentile(90) ?? .nan,

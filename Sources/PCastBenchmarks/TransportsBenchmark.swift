@@ -193,9 +193,8 @@ public struct TransportsBenchmark: Sendable {
             guard paths.allSatisfy({ $0 == transport }) else {
                 throw BenchmarkSetupError("the \(transport) run's flows went over \(paths.joined(separator: " and "))")
             }
-            let seen = snapshot.frames + snapshot.missing
             return GlassToGlass(transport: transport, lossPercent: loss, frames: snapshot.frames,
-                                deliveredPercent: seen > 0 ? Double(snapshot.frames) * 100 / Double(seen) : 0,
+                                deliveredPercent: snapshot.deliveredPercent,
                                 screenP50: snapshot.screenPercentile(50) ?? .nan, screenP90: snapshot.screenPercentile(90) ?? .nan,
                                 screenP99: snapshot.screenPercentile(99) ?? .nan, freezeMilliseconds: snapshot.freezeMilliseconds,
                                 longestFreezeMilliseconds: snapshot.longestFreezeMilliseconds)
