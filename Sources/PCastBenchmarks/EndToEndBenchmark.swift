@@ -13,8 +13,15 @@ import Synchronization
 public struct EndToEndBenchmark: Sendable {
     public struct LatencyResult: Sendable, Hashable, Codable {
         public var playoutDelayMilliseconds: Int
+        /// The viewer's leg: `clean`, `loss N %`, or a real path's name (``PathCondition``).
+        public var path: String = ""
         /// Packets lost on the viewer's leg, each way (the impairment proxy), percent.
         public var lossPercent: Double = 0
+        /// In the measured window: NACKs the viewer sent (sequence numbers asked for), packets the
+        /// relay sent again, and video packets still lost after repair (the jitter buffer gave up).
+        public var nacksSent: Int = 0
+        public var retransmissions: Int = 0
+        public var lostAfterRepair: Int = 0
         public var frames: Int
         public var missing: Int
         /// Frames decoded of those captured meanwhile, percent.
@@ -45,6 +52,37 @@ public struct EndToEndBenchmark: Sendable {
         public var screenP50: Double
         public var screenP99: Double
     }
+    /// A real path on the viewer's leg (each way): jitter, reordering, a round trip, a capped link.
+    public struct PathCondition: Sendable {
+        public var name: String
+        public var profile: ImpairmentProfile
+        public init(_ name: String, _ profile: ImpairmentProfile) {
+            self.name = name
+            self.profile = profile
+        }
+
+        /// The table's real paths (issue 41): jitter 5/20/50 ms, reordering 1/5 %, round trips of
+        /// 50 and 150 ms, a 3 Mbit/s cap with a 100 ms queue, and jitter with loss.
+        public static let table: [PathCondition] = {
+            func profile(_ change: (inout ImpairmentProfile) -> Void) -> ImpairmentProfile {
+                var profile = ImpairmentProfile()
+                change(&profile)
+                return profile
+            }
+            return [
+                PathCondition("jitter 5 ms", profile { $0.jitter = .milliseconds(5) }),
+                PathCondition("jitter 20 ms", profile { $0.jitter = .milliseconds(20) }),
+                PathCondition("jitter 50 ms", profile { $0.jitter = .milliseconds(50) }),
+                PathCondition("reorder 1 %", profile { $0.reorder = 0.01 }),
+                PathCondition("reorder 5 %", profile { $0.reorder = 0.05 }),
+                PathCondition("RTT 50 ms", profile { $0.delay = .milliseconds(25) }),
+                PathCondition("RTT 150 ms", profile { $0.delay = .milliseconds(75) }),
+                PathCondition("cap 3 Mbit/s", profile { $0.bandwidth = 3_000_000; $0.queueLimit = .milliseconds(100) }),
+                PathCondition("jitter 20 ms + loss 5 %", profile { $0.jitter = .milliseconds(20); $0.loss = .uniform(0.05) }),
+            ]
+        }()
+    }
+
     public struct Result: Sendable, Hashable, Codable {
         public var width: Int
         public var height: Int
@@ -63,6 +101,10 @@ public struct EndToEndBenchmark: Sendable {
     public var lossPercents: [Double] = [0]
     /// The relay's media port (for the impairment proxy of runs with loss).
     public var relayPort: UInt16?
+    /// Real paths run at the SDK's default playout delay after the loss table (need ``relayPort``).
+    public var paths: [PathCondition] = []
+    /// The relay's count of packets it sent again (its NACKs served), for each row's figure.
+    public var relayRetransmissions: (@Sendable () -> UInt64)?
     public static let goalP50 = 30.0, goalP99 = 60.0, goalFirstFrameP50 = 50.0
     /// The playout delays × losses of `make bench`'s table (230 ms: the seed's default delay).
     public static let tablePlayoutDelays = [20, 40, 80, 150, 230], tableLossPercents: [Double] = [0, 2, 5, 10]
@@ -87,14 +129,25 @@ public struct EndToEndBenchmark: Sendable {
         defer { _ = publisher }
 
         var latency: [LatencyResult] = []
+        guard paths.isEmpty || relayPort != nil else { throw BenchmarkSetupError("real paths need the relay's media port (for the impairment proxy)") }
+        var runs: [(delay: Int, loss: Double, path: String, profile: ImpairmentProfile?)] = []
         for loss in lossPercents {
             guard loss == 0 || relayPort != nil else { throw BenchmarkSetupError("runs with loss need the relay's media port (for the impairment proxy)") }
             for delay in playoutDelays {
+                runs.append((delay, loss, loss > 0 ? String(format: "loss %.0f %%", loss) : "clean",
+                             loss > 0 ? ImpairmentProfile(loss: .uniform(loss / 100)) : nil))
+            }
+        }
+        let defaultDelay = Int(PCastOptions.defaultPlayoutDelay / .milliseconds(1))
+        for path in paths { runs.append((defaultDelay, path.profile.loss.rate * 100, path.name, path.profile)) }
+        for (index, run) in runs.enumerated() {
+            do {
+                let (delay, loss) = (run.delay, run.loss)
                 var options = PCastOptions(uri: signalingURL, playoutDelay: .milliseconds(delay))
                 var proxy: UDPImpairmentProxy?
-                if loss > 0, let relayPort {
-                    let made = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(relayPort), seed: UInt64(delay) &* 7919 &+ UInt64(loss * 100))
-                    made.setProfile(ImpairmentProfile(loss: .uniform(loss / 100)))
+                if let profile = run.profile, let relayPort {
+                    let made = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(relayPort), seed: UInt64(delay) &* 7919 &+ UInt64(index))
+                    made.setProfile(profile)
                     options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(made.port))
                     proxy = made
                 }
@@ -107,16 +160,25 @@ public struct EndToEndBenchmark: Sendable {
                 try meter.watch(renderer, of: stream)
                 try await Task.sleep(for: .seconds(1))      // warm up: first keyframe, jitter buffer
                 _ = meter.take()
+                let (nacksBefore, lostBefore) = Self.videoRepair(stream)
+                let retransmittedBefore = relayRetransmissions?() ?? 0
                 try await Task.sleep(for: .seconds(seconds))
                 let snapshot = meter.take()
-                latency.append(LatencyResult(playoutDelayMilliseconds: delay, lossPercent: loss, frames: snapshot.frames, missing: snapshot.missing,
+                let (nacksAfter, lostAfter) = Self.videoRepair(stream)
+                let retransmitted = (relayRetransmissions?() ?? 0) &- retransmittedBefore
+                var result = LatencyResult(playoutDelayMilliseconds: delay, lossPercent: loss, frames: snapshot.frames, missing: snapshot.missing,
                                              deliveredPercent: snapshot.deliveredPercent,
                                              freezeMilliseconds: snapshot.freezeMilliseconds,
                                              longestFreezeMilliseconds: snapshot.longestFreezeMilliseconds,
                                              p50: snapshot.percentile(50) ?? .nan, p90: snapshot.percentile(90) ?? .nan,
                                              p99: snapshot.percentile(99) ?? .nan,
                                              screenP50: snapshot.screenPercentile(50) ?? .nan, screenP90: snapshot.screenPercentile(90) ?? .nan,
-                                             screenP99: snapshot.screenPercentile(99) ?? .nan))
+                                             screenP99: snapshot.screenPercentile(99) ?? .nan)
+                result.path = run.path
+                result.nacksSent = nacksAfter - nacksBefore
+                result.lostAfterRepair = lostAfter - lostBefore
+                result.retransmissions = Int(clamping: retransmitted)
+                latency.append(result)
                 await renderer.stop()
                 await stream.stop()
                 await viewer.stop()
@@ -163,6 +225,15 @@ public struct EndToEndBenchmark: Sendable {
                       firstFrame: FirstFrameResult(joins: joins, p50: percentile(50, of: firstFrames), p99: percentile(99, of: firstFrames),
                                                    maximum: firstFrames.last ?? .nan,
                                                    screenP50: percentile(50, of: firstPresented), screenP99: percentile(99, of: firstPresented)))
+    }
+}
+
+extension EndToEndBenchmark {
+    /// The viewer's video so far: NACKs sent (sequence numbers asked for) and packets the jitter
+    /// buffer gave up on.
+    static func videoRepair(_ stream: MediaStream) -> (nacks: Int, lost: Int) {
+        guard let video = stream.rtcStatsReport().stats.first(where: { $0.type == "inbound-rtp" && $0.kind == "video" }) else { return (0, 0) }
+        return (video.nackCount ?? 0, video.packetsLost ?? 0)
     }
 }
 

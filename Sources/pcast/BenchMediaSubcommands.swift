@@ -167,6 +167,9 @@ extension BenchCommand {
         @Option(help: "A loss of the table, percent each way on the viewer's leg (repeat for several; default 0, 2, 5, 10).")
         var loss: [Double] = EndToEndBenchmark.tableLossPercents
 
+        @Flag(help: "Leave out the real paths (jitter, reordering, round trips, a capped link) run at the default playout delay.")
+        var noPaths = false
+
         func validate() throws {
             guard playoutDelay.allSatisfy({ (1...10_000).contains($0) }) else { throw ValidationError("--playout-delay must be 1 to 10,000 ms") }
             guard loss.allSatisfy({ (0..<100).contains($0) }) else { throw ValidationError("--loss must be 0 to under 100 %") }
@@ -198,6 +201,9 @@ extension BenchCommand {
                 }
                 benchmark.lossPercents = loss
                 benchmark.relayPort = platform.relay.mediaPort
+                if !noPaths { benchmark.paths = EndToEndBenchmark.PathCondition.table }
+                let relay = platform.relay
+                benchmark.relayRetransmissions = { relay.statistics().nacksServed }
                 result = try await benchmark.run()
             } catch {
                 await platform.shutdown()
@@ -205,7 +211,7 @@ extension BenchCommand {
             }
             await platform.shutdown()
             let delay = Int(PCastOptions.defaultPlayoutDelay / .milliseconds(1))
-            guard let run = result.latency.first(where: { $0.playoutDelayMilliseconds == delay && $0.lossPercent == 0 }) else {
+            guard let run = result.latency.first(where: { $0.playoutDelayMilliseconds == delay && $0.path == "clean" }) else {
                 throw BenchFailure("no latency run at the default playout delay (\(delay) ms) without loss")
             }
             let report = Report(screenP50Ms: run.screenP50, screenP99Ms: run.screenP99, decodedP50Ms: run.p50, decodedP99Ms: run.p99,
@@ -220,15 +226,15 @@ extension BenchCommand {
                 "",
                 "The sinks show each frame one playout delay after it arrived. Beside it, capture → the renderer's frame-ready hook (after the renderer's queue: the decoded frame reaches it when the sink takes the frame before it, so at delays above a frame interval it includes that wait).",
                 "",
-                "Loss is on the viewer's leg, each way, through the impairment proxy (before SRTP, as a network loses packets).",
+                "The viewer's leg, each way, goes through the impairment proxy (before SRTP, as a network loses, delays and reorders packets): uniform loss at each playout delay, then real paths at the default delay. Delivered: frames shown of those captured in the window. NACKs: sequence numbers the viewer asked for; resent: packets the relay sent again; lost: video packets the viewer's jitter buffer gave up on.",
                 "",
-                "| playout delay (ms) | loss | frames | delivered | freeze total (ms) | longest freeze (ms) | screen p50 (ms) | screen p90 (ms) | screen p99 (ms) | hook p50 (ms) | hook p99 (ms) |",
-                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+                "| playout delay (ms) | path | frames | delivered | freeze total (ms) | longest freeze (ms) | screen p50 (ms) | screen p90 (ms) | screen p99 (ms) | hook p50 (ms) | hook p99 (ms) | NACKs | resent | lost |",
+                "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             ]
             for run in endToEnd.latency {
-                lines.append(String(format: "| %d | %.0f %% | %d | %.1f %% | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f |", run.playoutDelayMilliseconds, run.lossPercent,
+                lines.append("| \(run.playoutDelayMilliseconds) | \(run.path) | " + String(format: "%d | %.1f %% | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %d | %d | %d |",
                                     run.frames, run.deliveredPercent, run.freezeMilliseconds, run.longestFreezeMilliseconds,
-                                    run.screenP50, run.screenP90, run.screenP99, run.p50, run.p99))
+                                    run.screenP50, run.screenP90, run.screenP99, run.p50, run.p99, run.nacksSent, run.retransmissions, run.lostAfterRepair))
             }
             lines.append("")
             lines.append(String(format: "Time to first frame, %d joins of a running stream at the default playout delay (subscribe call → first frame shown; goal p50 ≤ %.0f ms): p50 %.1f ms, p99 %.1f ms; to the first decoded frame: p50 %.1f ms, p99 %.1f ms, max %.1f ms",

@@ -3,6 +3,7 @@ import GStreamer
 @testable import PCast
 import PCastBenchmarks
 @testable import PCastMedia
+import PCastImpairment
 import PCastNode
 import PCastProtocol
 import PCastRelay
@@ -213,7 +214,7 @@ extension OneAtATime {
 extension OneAtATime {
     @Suite("End-to-end benchmark harness")
     struct EndToEndBenchmarkTests {
-        @Test("the latency and first-frame benchmark measures frames through the embedded platform, at the screen one playout delay after they arrive (not at once, not 180 ms late), at the renderer's hook before the sink's wait, and with loss on the viewer's leg through the impairment proxy")
+        @Test("the latency and first-frame benchmark measures frames through the embedded platform, at the screen one playout delay after they arrive (not at once, not 180 ms late), at the renderer's hook before the sink's wait, with loss on the viewer's leg through the impairment proxy (NACKs sent and packets resent counted), and on a real path (20 ms of jitter) at the default delay")
         func runs() async throws {
             let platform = try await LocalPlatform.start()
             var benchmark = EndToEndBenchmark(signalingURL: platform.signalingURL, seconds: 2, playoutDelays: [40], joins: 2) { type, origin in
@@ -221,6 +222,11 @@ extension OneAtATime {
             }
             benchmark.lossPercents = [0, 5]
             benchmark.relayPort = platform.relay.mediaPort
+            var jitter = ImpairmentProfile()
+            jitter.jitter = .milliseconds(20)
+            benchmark.paths = [.init("jitter 20 ms", jitter)]
+            let relay = platform.relay
+            benchmark.relayRetransmissions = { relay.statistics().nacksServed }
             let result = try await benchmark.run()
             await platform.shutdown()
             let run = try #require(result.latency.first)
@@ -237,6 +243,10 @@ extension OneAtATime {
             // 5 % lost each way through the impairment proxy: NACKs bring nearly every frame back.
             let lossy = try #require(result.latency.first { $0.lossPercent == 5 })
             #expect(lossy.frames > 10 && lossy.deliveredPercent >= 80, "\(lossy)")
+            #expect(lossy.path == "loss 5 %" && lossy.nacksSent > 0 && lossy.retransmissions > 0, "\(lossy)")
+            #expect(run.path == "clean" && run.deliveredPercent >= 90, "\(run)")
+            let jittery = try #require(result.latency.first { $0.path == "jitter 20 ms" })
+            #expect(jittery.playoutDelayMilliseconds == 40 && jittery.frames > 10 && jittery.lostAfterRepair >= 0, "\(jittery)")
             #expect(result.firstFrame.joins == 2 && result.firstFrame.p50 < 10_000)
             #expect(result.firstFrame.screenP50 < 10_000 && result.firstFrame.screenP50 >= result.firstFrame.p50,
                     "the first frame is presented after it is decoded: \(result.firstFrame)")
