@@ -131,6 +131,9 @@ struct ReceptionStatistics: Sendable {
 
     var extendedHighestSequence: UInt32 { cycles &+ UInt32(maximumSequence) }
 
+    /// The furthest sequence number received so far; nil before the first packet.
+    var highestSequence: UInt16? { started ? maximumSequence : nil }
+
     mutating func update(sequenceNumber: UInt16, rtpTimestamp: UInt32, arrival: UInt64) {
         if !started {
             started = true

@@ -147,10 +147,9 @@ struct RelayRouter<Context> {
         var estimator: ArrivalEstimator?
         /// The latest sequence number fanned out (to every subscriber forwarded as it is).
         var lastForwarded: UInt16?
-        /// The furthest sequence number that came from upstream: one further on than the next
-        /// shows a gap, asked for at once.
-        var highestReceived: UInt16?
-        /// Edge only: packets asked of the origin, by sequence number, with who waits for them.
+        /// Packets asked upstream (of the origin by an edge, of the publisher by an origin), by
+        /// sequence number, with who waits for them (an edge sends each its answer; an origin fans
+        /// the answer out and lets the entry expire).
         var requested: [UInt16: Requested] = [:]
         /// A simulcast encoding: its index among the stream's layers (0 is the best).
         var layer: Int?
@@ -179,7 +178,7 @@ struct RelayRouter<Context> {
         }
     }
 
-    /// A retransmission an edge asked its origin for.
+    /// A retransmission asked upstream (see ``Track/requested``).
     struct Requested {
         var until: UInt64
         /// Each waiting subscriber's RTCP SSRC and the sequence number it NACKed (its numbering),
@@ -522,9 +521,9 @@ struct RelayRouter<Context> {
             streams[stream]!.tracks[track].sendsParameterSets = true
         }
         if streams[stream]!.tracks[track].layer != nil { streams[stream]!.tracks[track].meter.add(packet.count, now: now) }
-        streams[stream]!.tracks[track].reception.update(sequenceNumber: sequenceNumber, rtpTimestamp: timestamp, arrival: now)
         var packets: [RTCPPacket] = []
         if let gap = gapRequest(stream: stream, track: track, sequenceNumber: sequenceNumber) { packets.append(.genericNACK(gap)) }
+        streams[stream]!.tracks[track].reception.update(sequenceNumber: sequenceNumber, rtpTimestamp: timestamp, arrival: now)
         let rembDue = streams[stream]!.tracks[track].estimator?.packet(timestamp: timestamp, size: packet.count, arrival: now) == true
         let estimate = rembDue ? remb(stream: stream, now: now) : []
         packets += estimate
@@ -537,7 +536,7 @@ struct RelayRouter<Context> {
     /// Whether `sequenceNumber` is a recent one that never came from the publisher (not one the
     /// cache has had and let go): only the publisher may still have it.
     private func neverArrived(stream: Int, track: Int, _ sequenceNumber: UInt16) -> Bool {
-        guard streams[stream]!.publisher.address != nil, let highest = streams[stream]!.tracks[track].highestReceived else { return false }
+        guard streams[stream]!.publisher.address != nil, let highest = streams[stream]!.tracks[track].reception.highestSequence else { return false }
         let behind = Int(Int16(bitPattern: highest &- sequenceNumber))
         let cache = streams[stream]!.tracks[track].cache
         return behind > 0 && behind < cache.capacity && !cache.holds(sequenceNumber: sequenceNumber)
@@ -546,18 +545,13 @@ struct RelayRouter<Context> {
     /// Gaps larger than this are not asked for (a restarted sender, not a loss).
     static var largestGapAsked: Int { 64 }
 
-    /// The packets between the furthest sequence number seen and `sequenceNumber`, when it is
-    /// further on than the next: asked upstream at once, before any subscriber notices, so the
-    /// publisher (or the origin) answers while every subscriber can still play them. A late
-    /// packet (a retransmission, or one reordered) moves nothing.
-    private mutating func gapRequest(stream: Int, track: Int, sequenceNumber: UInt16) -> RTCPGenericNACK? {
-        guard let highest = streams[stream]!.tracks[track].highestReceived else {
-            streams[stream]!.tracks[track].highestReceived = sequenceNumber
-            return nil
-        }
+    /// The packets between the furthest sequence number received (before `sequenceNumber` is
+    /// counted) and `sequenceNumber`, when it is further on than the next: asked upstream at once,
+    /// before any subscriber notices, so the publisher (or the origin) answers while every
+    /// subscriber can still play them. A late packet (a retransmission, or one reordered) asks nothing.
+    private func gapRequest(stream: Int, track: Int, sequenceNumber: UInt16) -> RTCPGenericNACK? {
+        guard let highest = streams[stream]!.tracks[track].reception.highestSequence else { return nil }
         let ahead = Int(Int16(bitPattern: sequenceNumber &- highest))
-        guard ahead > 0 else { return nil }
-        streams[stream]!.tracks[track].highestReceived = sequenceNumber
         guard ahead > 1, ahead <= Self.largestGapAsked, streams[stream]!.publisher.address != nil else { return nil }
         let missing = (1..<ahead).map { highest &+ UInt16($0) }
         return RTCPGenericNACK(senderSSRC: localSSRC(stream), mediaSSRC: streams[stream]!.tracks[track].wireSSRC, lostSequenceNumbers: missing)

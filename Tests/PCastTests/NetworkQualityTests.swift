@@ -467,6 +467,7 @@ extension OneAtATime.NetworkQualityTests {
         #expect(after.gapRequests - before.gapRequests > 0, "the relay asked the publisher for no gap")
         let asked = publisher.rtcStatsReport().stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }?.nackCount ?? 0
         #expect(asked > 0, "the publisher heard no retransmission request")
+        #expect(publisher.retransmittedPacketsSent > 0, "the publisher sent nothing again")
         #expect(delivered >= 0.99, "\(shown.frames) of \(shown.captured) frames shown, \(lost) packets lost on the publisher's leg")
         #expect(shown.longestFreezeMilliseconds < 300, "longest freeze \(shown.longestFreezeMilliseconds) ms")
         await renderer.stop()

@@ -13,8 +13,8 @@ struct HTTPSExchange: Sendable {
 
     /// Sends `method` `url` with `headers` and `body`; the status and body of the answer.
     func send(_ method: String, _ url: URL, headers: [(String, String)] = [], body: Data? = nil) async throws(PCastError) -> OneShotHTTP.Response {
+        // The trust's files are read as the TLS handler is made: a missing one fails there, typed.
         let secure = url.scheme?.lowercased() == "https"
-        if secure { try trust.check() }
         let diagnosis = CertificateDiagnosis()
         let trust = self.trust
         do {

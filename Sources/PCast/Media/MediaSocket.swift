@@ -45,8 +45,8 @@ final class MediaSocket: @unchecked Sendable {
         let authenticationFailures = Atomic<Int>(0)
         /// Over TCP: the connection ended (the relay closed it, or a send failed).
         let transportClosed = Atomic<Bool>(false)
-        /// Packets asked for again by the relay (NACK), and those sent again from the cache.
-        let retransmissionsRequested = Atomic<Int>(0)
+        /// Packets sent again from the cache for the relay's NACKs (the NACKs themselves are
+        /// counted with the publisher's RTCP statistics).
         let retransmissionsSent = Atomic<Int>(0)
     }
 
@@ -358,9 +358,7 @@ final class MediaSocket: @unchecked Sendable {
         guard let compound = try? RTCPCompoundPacket(parsing: rtcp) else { return }
         let now = DispatchTime.now().uptimeNanoseconds
         for case .genericNACK(let nack) in compound.packets {
-            let asked = nack.lostSequenceNumbers
-            statistics.retransmissionsRequested.add(asked.count, ordering: .relaxed)
-            for bytes in sent.resend(ssrc: nack.mediaSSRC, sequences: asked, now: now) {
+            for bytes in sent.resend(ssrc: nack.mediaSSRC, sequences: nack.lostSequenceNumbers, now: now) {
                 send(raw: bytes)
                 statistics.retransmissionsSent.add(1, ordering: .relaxed)
             }

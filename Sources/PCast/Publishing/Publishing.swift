@@ -166,6 +166,9 @@ public final class Publisher: Sendable {
     /// Packets sent to the relay so far.
     public var packetsSent: Int { socket.value.withLock { $0?.statistics.packetsSent.load(ordering: .relaxed) ?? 0 } }
 
+    /// Packets sent again because the relay asked for them (it saw them missing), of those above.
+    public var retransmittedPacketsSent: Int { socket.value.withLock { $0?.statistics.retransmissionsSent.load(ordering: .relaxed) ?? 0 } }
+
     /// How this publisher's media reaches the relay (UDP, or TCP and why); nil once it ended.
     public var mediaPath: MediaPath? { socket.value.withLock { $0?.path } }
 
