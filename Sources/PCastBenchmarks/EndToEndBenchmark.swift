@@ -12,7 +12,10 @@ import Synchronization
 /// joining a running stream.
 public struct EndToEndBenchmark: Sendable {
     public struct LatencyResult: Sendable, Hashable, Codable {
+        /// The playout delay asked for, ms; ``adaptive`` (0): the SDK's default, which adapts.
         public var playoutDelayMilliseconds: Int
+        /// The playout delay in effect at the end of the run, ms (where an adaptive one went).
+        public var playoutDelayAtEndMilliseconds: Int = 0
         /// The viewer's leg: `clean`, `loss N %`, or a real path's name (``PathCondition``).
         public var path: String = ""
         /// Packets lost on the viewer's leg, each way (the impairment proxy), percent.
@@ -106,8 +109,11 @@ public struct EndToEndBenchmark: Sendable {
     /// The relay's count of packets it sent again (its NACKs served), for each row's figure.
     public var relayRetransmissions: (@Sendable () -> UInt64)?
     public static let goalP50 = 30.0, goalP99 = 60.0, goalFirstFrameP50 = 50.0
-    /// The playout delays × losses of `make bench`'s table (230 ms: the seed's default delay).
-    public static let tablePlayoutDelays = [20, 40, 80, 150, 230], tableLossPercents: [Double] = [0, 2, 5, 10]
+    /// A playout delay of 0 in the table: the SDK's default, adaptive delay.
+    public static let adaptive = 0
+    /// The playout delays × losses of `make bench`'s table: the adaptive default first, then fixed
+    /// delays (230 ms: the seed's default delay).
+    public static let tablePlayoutDelays = [adaptive, 20, 40, 80, 150, 230], tableLossPercents: [Double] = [0, 2, 5, 10]
 
     /// `tokens(type, originStreamId)` mints tokens for the platform.
     public init(signalingURL: String, seconds: Double = 10, playoutDelays: [Int] = [20, 40, 80], joins: Int = 10,
@@ -138,12 +144,11 @@ public struct EndToEndBenchmark: Sendable {
                              loss > 0 ? ImpairmentProfile(loss: .uniform(loss / 100)) : nil))
             }
         }
-        let defaultDelay = Int(PCastOptions.defaultPlayoutDelay / .milliseconds(1))
-        for path in paths { runs.append((defaultDelay, path.profile.loss.rate * 100, path.name, path.profile)) }
+        for path in paths { runs.append((Self.adaptive, path.profile.loss.rate * 100, path.name, path.profile)) }
         for (index, run) in runs.enumerated() {
             do {
                 let (delay, loss) = (run.delay, run.loss)
-                var options = PCastOptions(uri: signalingURL, playoutDelay: .milliseconds(delay))
+                var options = PCastOptions(uri: signalingURL, playoutDelay: delay == Self.adaptive ? nil : .milliseconds(delay))
                 var proxy: UDPImpairmentProxy?
                 if let profile = run.profile, let relayPort {
                     let made = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(relayPort), seed: UInt64(delay) &* 7919 &+ UInt64(index))
@@ -175,6 +180,7 @@ public struct EndToEndBenchmark: Sendable {
                                              screenP50: snapshot.screenPercentile(50) ?? .nan, screenP90: snapshot.screenPercentile(90) ?? .nan,
                                              screenP99: snapshot.screenPercentile(99) ?? .nan)
                 result.path = run.path
+                result.playoutDelayAtEndMilliseconds = renderer.playoutDelay.map { Int($0 / .milliseconds(1)) } ?? 0
                 result.nacksSent = nacksAfter - nacksBefore
                 result.lostAfterRepair = lostAfter - lostBefore
                 result.retransmissions = Int(clamping: retransmitted)

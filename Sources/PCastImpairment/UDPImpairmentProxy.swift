@@ -84,6 +84,10 @@ public final class UDPImpairmentProxy: Sendable {
         var upstream: [UInt64: Int32] = [:]
         var clients: [Int32: sockaddr_in] = [:]
         var queue: [Due] = []
+        /// Datagrams dropped on purpose, whatever the profile says (``dropDatagrams(_:where:)``).
+        var toServerFilter: (@Sendable ([UInt8]) -> Bool)?
+        var toClientFilter: (@Sendable ([UInt8]) -> Bool)?
+        var filtered: [Direction: Int] = [:]
     }
 
     /// Listens on `listenHost` (a loopback address: 127.0.0.1 unless another is given; an
@@ -119,6 +123,21 @@ public final class UDPImpairmentProxy: Sendable {
     public func setProfile(_ profile: ImpairmentProfile) {
         for direction in Direction.allCases { setProfile(profile, for: direction) }
     }
+
+    /// Drops every datagram going `direction` for which `drop` holds (nil: none), before the
+    /// profile sees it: a network that loses one packet, its retransmissions included (they carry
+    /// its RTP sequence number, in the clear under SRTP).
+    public func dropDatagrams(_ direction: Direction, where drop: (@Sendable ([UInt8]) -> Bool)?) {
+        state.withLock { state in
+            switch direction {
+            case .toServer: state.toServerFilter = drop
+            case .toClient: state.toClientFilter = drop
+            }
+        }
+    }
+
+    /// Datagrams dropped by ``dropDatagrams(_:where:)`` so far.
+    public func filtered(_ direction: Direction) -> Int { state.withLock { $0.filtered[direction] ?? 0 } }
 
     public func profile(for direction: Direction) -> ImpairmentProfile {
         state.withLock { direction == .toServer ? $0.toServer.profile : $0.toClient.profile }
@@ -190,6 +209,10 @@ public final class UDPImpairmentProxy: Sendable {
             if socket == listener {
                 guard let upstream = upstreamSocket(for: from) else { continue }
                 state.withLock { state in
+                    if let drop = state.toServerFilter, drop(packet) {
+                        state.filtered[.toServer, default: 0] += 1
+                        return
+                    }
                     if case .deliver(let at) = state.toServer.process(size: count, at: now) {
                         state.queue.append(Due(at: at, socket: upstream, destination: server, bytes: packet))
                     }
@@ -197,6 +220,10 @@ public final class UDPImpairmentProxy: Sendable {
             } else {
                 state.withLock { state in
                     guard let client = state.clients[socket] else { return }
+                    if let drop = state.toClientFilter, drop(packet) {
+                        state.filtered[.toClient, default: 0] += 1
+                        return
+                    }
                     if case .deliver(let at) = state.toClient.process(size: count, at: now) {
                         state.queue.append(Due(at: at, socket: listener, destination: client, bytes: packet))
                     }

@@ -161,20 +161,27 @@ extension BenchCommand {
         @Option(help: "Seconds per latency run (one run per playout delay and loss).")
         var latencySeconds: Double = 10
 
-        @Option(help: "A playout delay of the table, ms (repeat for several; default 20, 40, 80, 150, 230).")
+        @Option(help: "A playout delay of the table, ms, 0 for the SDK's adaptive default (repeat for several; default 0, 20, 40, 80, 150, 230).")
         var playoutDelay: [Int] = EndToEndBenchmark.tablePlayoutDelays
 
         @Option(help: "A loss of the table, percent each way on the viewer's leg (repeat for several; default 0, 2, 5, 10).")
         var loss: [Double] = EndToEndBenchmark.tableLossPercents
 
-        @Flag(help: "Leave out the real paths (jitter, reordering, round trips, a capped link) run at the default playout delay.")
+        @Flag(help: "Leave out the real paths (jitter, reordering, round trips, a capped link) run at the adaptive default playout delay.")
         var noPaths = false
 
+        @Option(help: "Run only this real path of the table, by its name (repeat for several; e.g. \"jitter 20 ms\").")
+        var path: [String] = []
+
         func validate() throws {
-            guard playoutDelay.allSatisfy({ (1...10_000).contains($0) }) else { throw ValidationError("--playout-delay must be 1 to 10,000 ms") }
+            guard playoutDelay.allSatisfy({ (0...10_000).contains($0) }) else { throw ValidationError("--playout-delay must be 0 (adaptive) to 10,000 ms") }
             guard loss.allSatisfy({ (0..<100).contains($0) }) else { throw ValidationError("--loss must be 0 to under 100 %") }
-            guard loss.contains(0), playoutDelay.contains(Int(PCastOptions.defaultPlayoutDelay / .milliseconds(1))) else {
-                throw ValidationError("the table must hold the default playout delay without loss (latency.json's figures)")
+            let names = EndToEndBenchmark.PathCondition.table.map(\.name)
+            if let unknown = path.first(where: { !names.contains($0) }) {
+                throw ValidationError("no path named '\(unknown)'; the table's: \(names.joined(separator: ", "))")
+            }
+            guard loss.contains(0), playoutDelay.contains(EndToEndBenchmark.adaptive) else {
+                throw ValidationError("the table must hold the default (adaptive, 0) playout delay without loss (latency.json's figures)")
             }
         }
 
@@ -184,6 +191,7 @@ extension BenchCommand {
             let screenP99Ms: Double
             let decodedP50Ms: Double
             let decodedP99Ms: Double
+            /// The adaptive delay where the clean run ended.
             let playoutDelayMs: Int
             /// Subscribe call → first decoded frame, and → first frame presented by the sink.
             let firstFrameP50Ms: Double
@@ -201,7 +209,7 @@ extension BenchCommand {
                 }
                 benchmark.lossPercents = loss
                 benchmark.relayPort = platform.relay.mediaPort
-                if !noPaths { benchmark.paths = EndToEndBenchmark.PathCondition.table }
+                if !noPaths { benchmark.paths = EndToEndBenchmark.PathCondition.table.filter { path.isEmpty || path.contains($0.name) } }
                 let relay = platform.relay
                 benchmark.relayRetransmissions = { relay.statistics().nacksServed }
                 result = try await benchmark.run()
@@ -210,12 +218,11 @@ extension BenchCommand {
                 throw error
             }
             await platform.shutdown()
-            let delay = Int(PCastOptions.defaultPlayoutDelay / .milliseconds(1))
-            guard let run = result.latency.first(where: { $0.playoutDelayMilliseconds == delay && $0.path == "clean" }) else {
-                throw BenchFailure("no latency run at the default playout delay (\(delay) ms) without loss")
+            guard let run = result.latency.first(where: { $0.playoutDelayMilliseconds == EndToEndBenchmark.adaptive && $0.path == "clean" }) else {
+                throw BenchFailure("no latency run at the default (adaptive) playout delay without loss")
             }
             let report = Report(screenP50Ms: run.screenP50, screenP99Ms: run.screenP99, decodedP50Ms: run.p50, decodedP99Ms: run.p99,
-                                playoutDelayMs: delay, firstFrameP50Ms: result.firstFrame.p50,
+                                playoutDelayMs: run.playoutDelayAtEndMilliseconds, firstFrameP50Ms: result.firstFrame.p50,
                                 firstFrameScreenP50Ms: result.firstFrame.screenP50, detail: result)
             try common.write(report, markdown: Self.markdown(result), as: Self.name)
         }
@@ -224,20 +231,22 @@ extension BenchCommand {
             var lines = [
                 "## Glass-to-glass latency, 720p30 H.264 through the relay (capture → presented by the viewer's sink, after its clock wait; goal p50 ≤ \(EndToEndBenchmark.goalP50) ms, p99 ≤ \(EndToEndBenchmark.goalP99) ms at the screen)",
                 "",
-                "The sinks show each frame one playout delay after it arrived. Beside it, capture → the renderer's frame-ready hook (after the renderer's queue: the decoded frame reaches it when the sink takes the frame before it, so at delays above a frame interval it includes that wait).",
+                "The sinks show each frame one playout delay after it arrived. \"adaptive\" is the SDK's default: the delay follows the path's jitter, with room for retransmissions once packets go missing (→ where it ended). Beside it, capture → the renderer's frame-ready hook (after the renderer's queue: the decoded frame reaches it when the sink takes the frame before it, so at delays above a frame interval it includes that wait).",
                 "",
-                "The viewer's leg, each way, goes through the impairment proxy (before SRTP, as a network loses, delays and reorders packets): uniform loss at each playout delay, then real paths at the default delay. Delivered: frames shown of those captured in the window. NACKs: sequence numbers the viewer asked for; resent: packets the relay sent again; lost: video packets the viewer's jitter buffer gave up on.",
+                "The viewer's leg, each way, goes through the impairment proxy (before SRTP, as a network loses, delays and reorders packets): uniform loss at each playout delay, then real paths at the adaptive default. Delivered: frames shown of those captured in the window. NACKs: sequence numbers the viewer asked for; resent: packets the relay sent again; lost: video packets the viewer's jitter buffer gave up on.",
                 "",
                 "| playout delay (ms) | path | frames | delivered | freeze total (ms) | longest freeze (ms) | screen p50 (ms) | screen p90 (ms) | screen p99 (ms) | hook p50 (ms) | hook p99 (ms) | NACKs | resent | lost |",
                 "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             ]
             for run in endToEnd.latency {
-                lines.append("| \(run.playoutDelayMilliseconds) | \(run.path) | " + String(format: "%d | %.1f %% | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %d | %d | %d |",
+                let delay = run.playoutDelayMilliseconds == EndToEndBenchmark.adaptive
+                    ? "adaptive (→ \(run.playoutDelayAtEndMilliseconds))" : "\(run.playoutDelayMilliseconds)"
+                lines.append("| \(delay) | \(run.path) | " + String(format: "%d | %.1f %% | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %d | %d | %d |",
                                     run.frames, run.deliveredPercent, run.freezeMilliseconds, run.longestFreezeMilliseconds,
                                     run.screenP50, run.screenP90, run.screenP99, run.p50, run.p99, run.nacksSent, run.retransmissions, run.lostAfterRepair))
             }
             lines.append("")
-            lines.append(String(format: "Time to first frame, %d joins of a running stream at the default playout delay (subscribe call → first frame shown; goal p50 ≤ %.0f ms): p50 %.1f ms, p99 %.1f ms; to the first decoded frame: p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+            lines.append(String(format: "Time to first frame, %d joins of a running stream at the default (adaptive) playout delay (subscribe call → first frame shown; goal p50 ≤ %.0f ms): p50 %.1f ms, p99 %.1f ms; to the first decoded frame: p50 %.1f ms, p99 %.1f ms, max %.1f ms",
                                 endToEnd.firstFrame.joins, EndToEndBenchmark.goalFirstFrameP50, endToEnd.firstFrame.screenP50, endToEnd.firstFrame.screenP99,
                                 endToEnd.firstFrame.p50, endToEnd.firstFrame.p99, endToEnd.firstFrame.maximum))
             return lines.joined(separator: "\n") + "\n"

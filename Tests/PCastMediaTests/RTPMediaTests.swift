@@ -25,7 +25,9 @@ extension OneAtATime {
             let publisherBox = Mutex<RTPPublisher?>(nil)
             let rtcpToPublisher = Counter(), rtcpToReceiver = Counter()
             let expected = [MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: 0)]
-            let (receiver, remote) = try await RTPReceiver.start(tracks: expected) { rtcp in
+            // A fixed delay: the overrides below are checked against it (an adaptive one moves;
+            // RealPathTests checks overrides over it).
+            let (receiver, remote) = try await RTPReceiver.start(tracks: expected, playoutDelay: .fixed(RTPReceiver.defaultPlayoutDelay)) { rtcp in
                 rtcpToPublisher.increment()
                 publisherBox.withLock { $0 }?.receiveRTCP(rtcp)
             }

@@ -66,9 +66,11 @@ struct RelayFeedbackTests {
         #expect(relay.statistics().keyframeRequests == 1)
     }
 
-    @Test("the keyframe asked for a new subscriber reaches it from the cache the moment it is first heard from: from the keyframe's first packet to the latest, in order; an older keyframe is not sent")
-    func keyframeFromCacheOnJoin() throws {
-        let relay = try Relay()
+    @Test("a new subscriber first heard from after the keyframe asked for it went by is asked another (when the throttle allows), nothing replayed from the cache, and starts at that keyframe's parameter sets")
+    func keyframeAskedAgainWhenMissedOnJoin() throws {
+        var configuration = RelayConfiguration()
+        configuration.keyframeRequestInterval = .milliseconds(100)
+        let relay = try Relay(configuration: configuration)
         defer { relay.shutdown() }
         let publisher = try TestPublisher(relay: relay, streamId: "s", tracks: [videoTrack(ssrc: Self.video)])
         /// A packet whose payload starts with an SPS (a keyframe's first), or a slice.
@@ -77,21 +79,24 @@ struct RelayFeedbackTests {
             return try RTPPacket(marker: !keyframe, payloadType: 96, sequenceNumber: sequence, timestamp: UInt32(sequence / 2) * 3000,
                                  ssrc: Self.video, payload: payload[...]).serialized()
         }
-        // An older keyframe, before the subscriber came.
+        func isPLI(_ packets: [RTCPPacket]) -> Bool { packets.contains { if case .pictureLossIndication = $0 { true } else { false } } }
         for sequence in UInt16(1)...3 { try publisher.send(rtp: try packet(sequence, keyframe: sequence == 1)) }
         #expect(waitUntil { relay.statistics().packetsIn == 3 })
         let subscriber = try TestSubscriber(relay: relay, streamId: "s", subscriberId: "a")
-        _ = try #require(publisher.receiveRTCP { $0.contains { if case .pictureLossIndication = $0 { true } else { false } } })
+        _ = try #require(publisher.receiveRTCP(where: isPLI))
         // The keyframe it asked for, and a frame after it, before the subscriber is first heard from.
         for sequence in UInt16(4)...7 { try publisher.send(rtp: try packet(sequence, keyframe: sequence == 4)) }
         #expect(waitUntil { relay.statistics().packetsIn == 4 + 3 })
         try subscriber.sendRTCP([.receiverReport(RTCPReceiverReport(ssrc: subscriber.rtcpSSRC))])
-        var received: [UInt16] = []
-        while received.count < 4, let rtp = try subscriber.receiveRTP(timeout: 2) { received.append(rtp.sequenceNumber) }
-        #expect(received == [4, 5, 6, 7])
+        _ = try #require(publisher.receiveRTCP(where: isPLI), "asked again, once the throttle's 100 ms passed")
+        #expect(try subscriber.receiveRTP(timeout: 0.3) == nil, "nothing from the cache")
         try publisher.send(rtp: try packet(8, keyframe: false))
-        #expect(try subscriber.receiveRTP(timeout: 2)?.sequenceNumber == 8, "then live")
-        #expect(relay.statistics().keyframeRequests == 1 && relay.statistics().nacksServed == 0)
+        try publisher.send(rtp: try packet(9, keyframe: true))
+        try publisher.send(rtp: try packet(10, keyframe: false))
+        var received: [UInt16] = []
+        while received.count < 2, let rtp = try subscriber.receiveRTP(timeout: 2) { received.append(rtp.sequenceNumber) }
+        #expect(received == [9, 10], "from the new keyframe's parameter sets")
+        #expect(relay.statistics().keyframeRequests == 2 && relay.statistics().nacksServed == 0)
     }
 
     @Test("a subscriber's FIR reaches the publisher as a FIR with a sequence number")

@@ -146,10 +146,22 @@ public struct PCastOptions: Sendable, Hashable {
     /// leaf is trusted, whatever names it was issued for (the media services' own session
     /// connects to its listener on loopback).
     package var pinnedServerCertificateFile: String?
-    /// The default playout delay for real-time streams on a LAN (see the README's measurements).
+    /// Where an adaptive playout delay starts, before its first measurements.
     public static let defaultPlayoutDelay: Duration = RTPReceiver.defaultPlayoutDelay
-    /// Playout delay of subscribed streams (their jitter buffer).
-    public var playoutDelay: Duration = PCastOptions.defaultPlayoutDelay
+
+    /// The playout delay a subscription gets: fixed by `explicit` or ``playoutDelay``, else adaptive.
+    func playoutDelaySetting(_ explicit: Duration?) -> PlayoutDelaySetting {
+        (explicit ?? playoutDelay).map { .fixed($0) } ?? .adaptive(adaptivePlayoutDelayBounds)
+    }
+    /// The bounds of an adaptive playout delay unless ``adaptivePlayoutDelayBounds`` says otherwise.
+    public static let defaultAdaptivePlayoutDelayBounds: ClosedRange<Duration> = PlayoutDelaySetting.defaultBounds
+    /// Playout delay of subscribed streams (their jitter buffer). Nil (the default): each stream
+    /// chooses its own from what it measures, as a browser does: the path's jitter, and room for
+    /// retransmissions once packets go missing, within ``adaptivePlayoutDelayBounds``. A value
+    /// fixes it. `overridePlayoutDelay` on a renderer fixes it for a while either way.
+    public var playoutDelay: Duration?
+    /// The bounds an adaptive playout delay stays within.
+    public var adaptivePlayoutDelayBounds: ClosedRange<Duration> = PCastOptions.defaultAdaptivePlayoutDelayBounds
     /// Reconnect (and resume the session) when the connection drops. Streams keep flowing while
     /// the SDK reconnects: the platform keeps a dropped session's streams for its resume window.
     public var reconnects = true
@@ -191,7 +203,7 @@ public struct PCastOptions: Sendable, Hashable {
     /// (networks that drop UDP); each publisher's and subscription's ``MediaPath`` says which, and why.
     public var mediaTransport: MediaTransportPolicy = .automatic
 
-    public init(uri: String, playoutDelay: Duration = PCastOptions.defaultPlayoutDelay, reconnects: Bool = true,
+    public init(uri: String, playoutDelay: Duration? = nil, reconnects: Bool = true,
                 receiveImpairment: NetworkImpairment? = nil) {
         self.uri = uri
         self.playoutDelay = playoutDelay

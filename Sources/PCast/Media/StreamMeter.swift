@@ -115,7 +115,11 @@ public final class StreamMeter: Sendable {
     /// another viewer read (an HLS viewer's frames are seconds older than a real-time viewer's).
     public func watch(_ renderer: Renderer, of stream: MediaStream) throws(MediaError) {
         guard let track = stream.getVideoTracks().first else { throw .unsupportedPad("the stream has no video track") }
-        window.withLock { $0.last = nil }
+        // Its first frame is not compared with the previous viewer's either (a freeze between them).
+        window.withLock { window in
+            window.last = nil
+            window.lastPresented = nil
+        }
         if renderer.options.useNullVideoDevice {
             try renderer.onVideoPresented { [weak self] frame in
                 guard let self, let value = FrameStamp.read(frame) else { return }

@@ -527,7 +527,7 @@ extension PCast {
     /// keeps them with it and tells them to the backend with the viewer's notifications.
     public func subscribe(streamToken: String, playoutDelay: Duration? = nil, layer: LayerSelection = .adaptive,
                           tags: [String] = []) async throws(PCastError) -> MediaStream {
-        let delay = playoutDelay ?? options.playoutDelay, impairment = options.receiveImpairment
+        let delay = options.playoutDelaySetting(playoutDelay), impairment = options.receiveImpairment
         return try await openSubscription(streamToken: streamToken, layer: layer, tags: tags, streaming: { source throws(PCastError) in
             try await self.playStreaming(source, streamToken: streamToken)
         }) { tracks, since, sendRTCP throws(MediaError) in
@@ -591,7 +591,7 @@ extension PCast {
     package func subscribeEncoded(streamToken: String, playoutDelay: Duration? = nil,
                                   onTracks: (Set<MediaType>) -> Void,
                                   onSample: @escaping @Sendable (MediaType, Sample) -> Void) async throws(PCastError) -> MediaStream {
-        let delay = playoutDelay ?? options.playoutDelay
+        let delay = options.playoutDelaySetting(playoutDelay)
         return try await openSubscription(streamToken: streamToken) { tracks, since, sendRTCP throws(MediaError) in
             onTracks(Set(tracks.map { $0.kind == .video ? MediaType.video : .audio }))
             return try await RTPReceiver.startEncoded(tracks: tracks, playoutDelay: delay, runningSince: since, onSample: onSample, sendRTCP: sendRTCP)

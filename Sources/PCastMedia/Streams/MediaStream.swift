@@ -111,34 +111,59 @@ public final class Disposable: Sendable {
 
 /// A stream's jitter-buffer latency (its playout delay) and its overrides, by the seed's rule for
 /// `overridePlayoutDelay` (the same as `limitBandwidth`'s): the most recent override is the one in
-/// effect; releasing it restores the default; releasing one that a later override superseded does
-/// nothing.
+/// effect; releasing it restores the stream's own delay; releasing one that a later override
+/// superseded does nothing. The stream's own delay is fixed, or adapts to the path
+/// (``isAdaptive``) while no override is in effect.
 public final class PlayoutDelay: Sendable {
+    /// The delay the stream started with (a fixed delay, or where the adaptive one starts).
     public let defaultDelay: Duration
+    /// Whether the stream's own delay follows the path (within ``bounds``).
+    public let isAdaptive: Bool
+    /// The bounds of an adaptive delay (nil for a fixed one).
+    public let bounds: ClosedRange<Duration>?
     private let apply: @Sendable (Duration) -> Void
-    private let overrides = Mutex(LatestOverride<Duration>())
+    private struct State {
+        var overrides = LatestOverride<Duration>()
+        /// The stream's own delay: fixed, or the adaptive one's latest.
+        var own: Duration
+    }
+    private let state: Mutex<State>
     private let nextObserver = Atomic<Int>(0)
     private let observers = Mutex<[Int: @Sendable (Duration) -> Void]>([:])
 
-    init(default delay: Duration, apply: @escaping @Sendable (Duration) -> Void) {
+    init(default delay: Duration, adaptiveBounds: ClosedRange<Duration>? = nil, apply: @escaping @Sendable (Duration) -> Void) {
         defaultDelay = delay
+        isAdaptive = adaptiveBounds != nil
+        bounds = adaptiveBounds
         self.apply = apply
+        state = Mutex(State(own: delay))
     }
 
     /// The delay in effect.
-    public var current: Duration { overrides.withLock { $0.current ?? defaultDelay } }
+    public var current: Duration { state.withLock { $0.overrides.current ?? $0.own } }
+
+    /// Whether an override is in effect (the adaptive delay then waits).
+    var isOverridden: Bool { state.withLock { $0.overrides.current != nil } }
 
     func override(_ delay: Duration) -> Disposable {
         // Applied under the lock: two overrides never reach the pipeline out of order.
-        let token = overrides.withLock { overrides in
+        let token = state.withLock { state in
             defer { changed(to: delay) }
-            return overrides.set(delay)
+            return state.overrides.set(delay)
         }
         return Disposable { [weak self] in
             guard let self else { return }
-            self.overrides.withLock { overrides in
-                if overrides.release(token) { self.changed(to: self.defaultDelay) }
+            self.state.withLock { state in
+                if state.overrides.release(token) { self.changed(to: state.own) }
             }
+        }
+    }
+
+    /// The adaptive delay's new value: in effect at once unless an override is.
+    func adapt(to delay: Duration) {
+        state.withLock { state in
+            state.own = delay
+            if state.overrides.current == nil { changed(to: delay) }
         }
     }
 

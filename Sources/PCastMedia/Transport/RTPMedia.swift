@@ -425,6 +425,8 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     private let rtcpInputs: [AppSource]
     private let hasVideo: Bool
     private let hasAudio: Bool
+    /// Whether it decodes (for renderers), rather than records.
+    private let decodes: Bool
     let playoutDelay: PlayoutDelay?
     /// The latency the pipeline's sinks are told: the playout delay in effect.
     package let sinkLatency: FixedLatency
@@ -472,12 +474,19 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         }
     }
     private let decodeProbes = Mutex<[PadProbe]>([])
+    private let recoveryProbes = Mutex<[PadProbe]>([])
     private let kinds: [UInt8: MediaType]
     private let ssrcs: [MediaType: UInt32]
     /// NACKs, PLIs and FIRs this receiver sent.
-    private let feedbackSent: RTCPFeedbackCounter
+    let feedbackSent: RTCPFeedbackCounter
+    /// NACKs for real gaps, keyframe requests and the adaptive playout delay (see
+    /// `RTPReceiver+Recovery.swift`).
+    let recovery: ReceiverRecovery
+    /// The origin of the times ``LossRecovery`` and ``AdaptivePlayoutDelay`` are given.
+    let recoveryOrigin = ContinuousClock.now
+    var isStopped: Bool { stopped.load(ordering: .relaxed) }
     /// Where this receiver's RTCP leaves (protected and sent by the flow's socket).
-    private let sendRTCP: @Sendable (Buffer) -> Void
+    let sendRTCP: @Sendable (Buffer) -> Void
 
     /// What arrived for one payload type: packets, bytes, and gaps in the sequence numbers as the
     /// packets arrived (loss before any repair; reordering would count as loss too).
@@ -535,7 +544,7 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     package static let defaultPlayoutDelay: Duration = .milliseconds(40)
 
     /// Builds and starts the receive pipeline for `tracks`; returns it with the stream renderers use.
-    package static func start(tracks: [MediaTrackDescription], playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay,
+    package static func start(tracks: [MediaTrackDescription], playoutDelay: PlayoutDelaySetting = .adaptive(),
                              impairment: NetworkImpairment? = nil, runningSince: Duration? = nil,
                              sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
         let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: impairment, runningSince: runningSince, sendRTCP: sendRTCP)
@@ -552,13 +561,13 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         }
         let stream = MediaStream(engine: receiver, tracks: streamTracks)
         receiver.ends.attach { [weak stream] reason in stream?.finish(reason) }
-        receiver.watchBus()
+        receiver.started()
         return (receiver, stream)
     }
 
     /// Builds and starts a receive pipeline that records instead of decoding: depayloaded H.264
     /// access units and Opus packets go to `recorder`. Stopping the stream finishes the recording.
-    package static func startRecording(tracks: [MediaTrackDescription], into recorder: MediaRecorder, playoutDelay: Duration = .milliseconds(200),
+    package static func startRecording(tracks: [MediaTrackDescription], into recorder: MediaRecorder, playoutDelay: PlayoutDelaySetting = .fixed(.milliseconds(200)),
                                       runningSince: Duration? = nil,
                                       sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
         let receiver = try RTPReceiver(tracks: tracks, playoutDelay: playoutDelay, impairment: nil, purpose: .record, runningSince: runningSince,
@@ -574,14 +583,14 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         receiver.onStop { await recorder.finish() }
         let stream = MediaStream(engine: receiver, tracks: [])
         receiver.ends.attach { [weak stream] reason in stream?.finish(reason) }
-        receiver.watchBus()
+        receiver.started()
         return (receiver, stream)
     }
 
     /// Builds and starts a receive pipeline that hands over the media as it came, without
     /// decoding: H.264 access units (byte-stream, SPS/PPS before keyframes; from the first
     /// keyframe) and Opus packets, each with its caps, to `onSample` on a streaming thread.
-    package static func startEncoded(tracks: [MediaTrackDescription], playoutDelay: Duration = RTPReceiver.defaultPlayoutDelay,
+    package static func startEncoded(tracks: [MediaTrackDescription], playoutDelay: PlayoutDelaySetting = .adaptive(),
                                      runningSince: Duration? = nil,
                                      onSample: @escaping @Sendable (MediaType, Sample) -> Void,
                                      sendRTCP: @escaping @Sendable (Buffer) -> Void) async throws(MediaError) -> (RTPReceiver, MediaStream) {
@@ -597,14 +606,14 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         }
         let stream = MediaStream(engine: receiver, tracks: [])
         receiver.ends.attach { [weak stream] reason in stream?.finish(reason) }
-        receiver.watchBus()
+        receiver.started()
         return (receiver, stream)
     }
 
     /// What a receive pipeline does with the media: decode it for renderers, or record it.
     enum Purpose { case play, record }
 
-    private init(tracks: [MediaTrackDescription], playoutDelay delay: Duration, impairment: NetworkImpairment?, purpose: Purpose = .play,
+    private init(tracks: [MediaTrackDescription], playoutDelay setting: PlayoutDelaySetting, impairment: NetworkImpairment?, purpose: Purpose = .play,
                  runningSince: Duration? = nil,
                  sendRTCP: @escaping @Sendable (Buffer) -> Void) throws(MediaError) {
         let video = tracks.first { $0.kind == .video }
@@ -612,6 +621,9 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         guard video != nil || audio != nil else { throw .unsupportedFormat("a stream without tracks") }
         if let video, video.codec.uppercased() != "H264" { throw .unsupportedFormat("video codec \(video.codec)") }
         if let audio, audio.codec.uppercased() != "OPUS" { throw .unsupportedFormat("audio codec \(audio.codec)") }
+        let delay = setting.initial
+        let recovery = ReceiverRecovery(tracks: [video, audio].compactMap { $0 }, playoutDelay: setting)
+        self.recovery = recovery
         let milliseconds = Int(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
         let feedbackSent = RTCPFeedbackCounter()
         self.feedbackSent = feedbackSent
@@ -667,7 +679,6 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
                 try session.set("rtcp-min-interval", UInt64(100_000_000))
                 try session.set("rtcp-fraction", 0.1)
             }
-            let jitterBuffers = self.jitterBuffers
             // Sinks present each frame one playout delay after it arrived: the time the jitter
             // buffer gives a lost packet to come again. Fixed, not queried: the query's answer
             // changes with which renderer sinks are ready when it runs (seen: 0 ms, or 180 ms with
@@ -675,17 +686,20 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
             // renderer queue dropped three frames in four).
             let latency = pipeline.fixLatency(delay)
             sinkLatency = latency
-            playoutDelay = PlayoutDelay(default: delay) { delay in
+            let origin = recoveryOrigin
+            playoutDelay = PlayoutDelay(default: delay, adaptiveBounds: setting.adaptiveBounds) { delay in
                 let ms = UInt32(clamping: delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)
                 try? rtpbin.set("latency", ms)
                 latency.set(delay)
-                for element in jitterBuffers.withLock({ $0 }) { Self.applyRetransmissionTiming(to: element, latency: delay) }
+                // Packets are asked for again for as long as they could still be played.
+                recovery.deadline(delay, now: ContinuousClock.now - origin)
             }
         } catch {
             throw .gstreamer(error)
         }
         hasVideo = video != nil
         hasAudio = audio != nil
+        decodes = purpose == .play
         if purpose == .play {
             var probes: [PadProbe] = []
             if video != nil, let pad = try? pipeline.element(named: "video-hook").staticPad("src") {
@@ -723,11 +737,22 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
             }
             decodeProbes.withLock { $0 = probes }
         }
+        if let video { recoveryProbes.withLock { $0 = watchDepayloader(payloadType: video.payloadType) } }
         // Before playing, so no jitter buffer has a packet yet. Weak: the pipeline holds the handler.
         try? pipeline.element(named: "rtpbin").onNewJitterBuffer { [weak self] element in self?.configure(jitterBuffer: element) }
     }
 
     var firstVideoDecodedAt: ContinuousClock.Instant? { decoded.firstVideo.withLock { $0 } }
+
+    /// The payload type of its `kind` of media, if it has that track.
+    func payloadType(of kind: MediaType) -> UInt8? { payloadTypes[kind] }
+
+    /// The video's frames received and decoded so far, where this receiver decodes (nil where it
+    /// records, or has no video).
+    var decodedVideoFrames: (payloadType: UInt8, received: Int, decoded: Int)? {
+        guard decodes, let payloadType = payloadTypes[.video] else { return nil }
+        return (payloadType, decoded.framesReceived.load(ordering: .relaxed), decoded.video.load(ordering: .relaxed))
+    }
 
     /// Cumulative counts for data quality: decoded video frames and audio buffers, sequence numbers
     /// expected and missing on arrival (all tracks).
@@ -751,9 +776,18 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     @discardableResult
     package func receiveRTP(_ packet: Buffer, payloadType: UInt8, arrivedAt: Duration? = nil) -> Bool {
         guard let input = inputs[payloadType] else { return false }
-        if let counter = arrivals[payloadType], let sequence = try? packet.withUnsafeBytes({ $0.count >= 4 ? UInt16($0[2]) << 8 | UInt16($0[3]) : nil }) {
-            counter.count(sequence: sequence, bytes: packet.size)
-            delayMeters[payloadType]?.arrived(sequence: sequence)
+        let header = try? packet.withUnsafeBytes { bytes -> (sequence: UInt16, timestamp: UInt32, ssrc: UInt32, keyframe: Bool)? in
+            guard bytes.count >= 12 else { return nil }
+            return (UInt16(bytes[2]) << 8 | UInt16(bytes[3]),
+                    UInt32(bytes[4]) << 24 | UInt32(bytes[5]) << 16 | UInt32(bytes[6]) << 8 | UInt32(bytes[7]),
+                    UInt32(bytes[8]) << 24 | UInt32(bytes[9]) << 16 | UInt32(bytes[10]) << 8 | UInt32(bytes[11]),
+                    kinds[payloadType] == .video && (H264Payload.packetStartsKeyframe(bytes) || H264Payload.packetStartsWithParameterSets(bytes)))
+        }
+        if let header {
+            arrivals[payloadType]?.count(sequence: header.sequence, bytes: packet.size)
+            delayMeters[payloadType]?.arrived(sequence: header.sequence)
+            recovered(payloadType: payloadType, sequence: header.sequence, timestamp: header.timestamp, ssrc: header.ssrc,
+                      keyframe: header.keyframe, late: arrivedAt != nil)
         }
         let pushed = input.pushNow(Self.arrived(packet, at: arrivedAt.flatMap { arrival in
             pipeline.baseTime.map { base in max(.zero, arrival - base) }
@@ -761,33 +795,7 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         return pushed
     }
 
-    /// When NACKs go out: as soon as a gap is seen, then every `max(5 ms, latency / 8)` for as
-    /// long as the packet could still be played (the latency), with no limit on their number. At
-    /// 10 % loss each way one NACK and its answer get through 81 % of the time; four tries would
-    /// leave 1 loss in 700 unrepaired (and the picture frozen until a keyframe), eight leave one
-    /// in half a million. (GStreamer's automatic timing waits
-    /// for an RTT it learns only from RTX-flagged answers; the relay answers with the packet
-    /// itself, so that estimate never comes.)
-    /// The first NACK goes `max(2 ms, latency / 20)` after the packet was due: GStreamer's automatic
-    /// delay is half the packet spacing, which for video is half a frame (17 ms at 30 fps), and
-    /// left a 40 ms playout delay room for only a few tries (on a loaded machine, 7 packets in
-    /// 2,700 stayed lost at 10 % loss, and 7 % of frames with them).
-    static func retransmissionTiming(latency: Duration) -> (firstDelay: Int32, retryTimeout: Int32, retryPeriod: Int32) {
-        let milliseconds = Int32(clamping: Int64(latency / .milliseconds(1)))
-        return (max(2, milliseconds / 20), max(5, milliseconds / 8), max(milliseconds, 10))
-    }
-
-    static func applyRetransmissionTiming(to element: Element, latency: Duration) {
-        let timing = retransmissionTiming(latency: latency)
-        try? element.set("rtx-delay", timing.firstDelay)
-        try? element.set("rtx-retry-timeout", timing.retryTimeout)
-        try? element.set("rtx-min-retry-timeout", timing.retryTimeout)
-        try? element.set("rtx-retry-period", timing.retryPeriod)
-        try? element.set("rtx-max-retries", Int32(-1))
-    }
-
-    /// Sets up a jitter buffer rtpbin has just made, before its first packet: retransmission
-    /// timing, requests sent at once (``sendRetransmissionRequests(from:)``), and a fast start.
+    /// Sets up a jitter buffer rtpbin has just made, before its first packet: a fast start.
     ///
     /// Fast start: the first packets go on as soon as two in a row are there, instead of after the
     /// playout delay (GStreamer waits that long in case an earlier packet is still coming). The
@@ -798,49 +806,8 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     /// (``Pipeline/fixLatency(_:)``): with a queried latency the early start raced the
     /// renderer sinks' latency query and left the picture 180 ms behind.
     private func configure(jitterBuffer element: Element) {
-        Self.applyRetransmissionTiming(to: element, latency: playoutDelay?.current ?? Self.defaultPlayoutDelay)
         try? element.set("faststart-min-packets", UInt32(2))
         jitterBuffers.withLock { $0.append(element) }
-        sendRetransmissionRequests(from: element)
-    }
-
-    /// Sends each retransmission request of a jitter buffer as a generic NACK (RFC 4585 §6.2.1,
-    /// reduced-size RTCP, RFC 5506) the moment the jitter buffer asks, instead of letting it reach
-    /// the RTP session. The session queues NACKs for AVPF early feedback, which allows one early
-    /// packet per regular interval: at 10 % loss several losses fall in each interval, the
-    /// later ones wait for the next regular report and expire on the way (GStreamer: "Removing N
-    /// expired NACKS"); on a loaded machine that left 2 % of packets unrepaired and 9 % of frames
-    /// undecodable. The jitter buffer keeps its own timing (``retransmissionTiming(latency:)``)
-    /// and statistics; the relay answers a NACK from its cache whatever its shape.
-    private func sendRetransmissionRequests(from jitterBuffer: Element) {
-        guard let pad = try? jitterBuffer.staticPad("sink") else { return }
-        // The request names the packet, not its stream (rtpssrcdemux adds the SSRC further up):
-        // the stream is the one whose caps this jitter buffer took. Weak: the pipeline holds the probe.
-        let name = jitterBuffer.name
-        let mediaSSRC = Mutex<UInt32?>(nil)
-        pad.addUpstreamEventProbe(named: "GstRTPRetransmissionRequest") { [weak self] request in
-            guard let self, case .uint(let sequence)? = request["seqnum"] else { return .pass }
-            let ssrc = mediaSSRC.withLock { known -> UInt32? in
-                if known == nil { known = self.mediaSSRC(ofJitterBuffer: name) }
-                return known
-            }
-            guard let ssrc, let bytes = try? RTCPPacket.genericNACK(RTCPGenericNACK(
-                senderSSRC: 0, mediaSSRC: ssrc, lostSequenceNumbers: [UInt16(truncatingIfNeeded: sequence)])).serialized()
-            else { return .pass }
-            let packet = Buffer(bytes: bytes)
-            feedbackSent.sent(packet)
-            sendRTCP(packet)
-            return .drop
-        }
-    }
-
-    /// The SSRC of the stream a jitter buffer holds, from the caps it took.
-    private func mediaSSRC(ofJitterBuffer name: String) -> UInt32? {
-        guard let element = jitterBuffers.withLock({ $0.first { $0.name == name } }),
-              let caps = (try? element.staticPad("sink"))?.currentCaps?.structures.first else { return nil }
-        if case .uint(let value)? = caps["ssrc"] { return UInt32(truncatingIfNeeded: value) }
-        if case .string(let media?)? = caps["media"], let kind = MediaType(rawValue: media) { return ssrcs[kind] }
-        return nil
     }
 
     /// Per received track: what arrived, what was missing on arrival, and what the jitter buffer
@@ -867,7 +834,7 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
             return ReceivedTrackStatistics(
                 kind: kind, packetsReceived: arrived.packets, bytesReceived: arrived.bytes, packetsExpected: arrived.expected,
                 packetsMissingOnArrival: arrived.missing, packetsLost: number(stats?["num-lost"]), packetsLate: number(stats?["num-late"]),
-                nacksSent: number(stats?["rtx-count"]), jitter: .nanoseconds(number(stats?["avg-jitter"])))
+                nacksSent: recovery.nacked(payloadType: payloadType), jitter: .nanoseconds(number(stats?["avg-jitter"])))
         }
     }
 
@@ -916,6 +883,12 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         copy.decodingTimestamp = runningTime
         copy.duration = nil
         return copy
+    }
+
+    /// Once the pipeline plays: its bus watched for failures, and loss recovery's timer.
+    private func started() {
+        watchBus()
+        startRecoveryTimer()
     }
 
     private func watchBus() {

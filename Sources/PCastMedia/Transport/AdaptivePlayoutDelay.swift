@@ -1,0 +1,105 @@
+/// The playout delay a receiver chooses for itself, as libwebrtc's jitter buffers do: long enough
+/// for the packets that come latest (the path's jitter, a frame's packets spread by a capped
+/// link), plus, once packets have gone missing, room for their retransmissions; no longer. A pure
+/// state machine, fed each packet's arrival and RTP timestamp and the time.
+///
+/// - **Jitter.** A packet's transit (arrival − its RTP timestamp, in seconds) less the smallest
+///   transit of its stream over ``Settings/baselineWindow`` is how late it came; the target covers
+///   the latest packet of the last ``Settings/jitterWindow``.
+/// - **Repairs.** When a packet went missing within ``Settings/lossMemory``, the target adds the
+///   time its repair takes (``target(repairRoom:now:)``: the reordering allowance and a few round
+///   trips, from ``LossRecovery``).
+/// - **Smooth changes.** The delay rises to its target at once (the picture waits once, for that
+///   long, rather than dropping late frames again) and falls by at most ``Settings/fallStep`` every
+///   ``Settings/updateInterval``: a frame shown 2 ms early is not seen, an audio skip of 2 ms barely
+///   heard.
+/// - **Bounds.** The application's, always.
+struct AdaptivePlayoutDelay: Sendable {
+    struct Settings: Sendable, Equatable {
+        var bounds: ClosedRange<Duration>
+        var initial: Duration
+        var jitterWindow: Duration = .seconds(2)
+        var baselineWindow: Duration = .seconds(10)
+        var lossMemory: Duration = .seconds(10)
+        var updateInterval: Duration = .milliseconds(250)
+        var fallStep: Duration = .milliseconds(2)
+        /// Added to the jitter: the decoder and the sinks' own scheduling.
+        var margin: Duration = .milliseconds(4)
+        /// How long after the first packet the delay first moves (see ``update(repairRoom:lastGap:now:)``).
+        var settleTime: Duration = .milliseconds(500)
+    }
+
+    /// One bucket of ``Settings/updateInterval``: the latest packet's lateness, and per stream the
+    /// smallest transit seen in it.
+    private struct Bucket {
+        var start: Duration
+        var latest: Duration = .zero
+        var smallestTransit: [UInt8: Duration] = [:]
+    }
+
+    let settings: Settings
+    private(set) var current: Duration
+    private var buckets: [Bucket] = []
+    private var lastUpdate: Duration?
+    private var firstArrival: Duration?
+    /// Per stream: the extended RTP timestamp of its latest packet (timestamps wrap at 2³²).
+    private var extended: [UInt8: (last: UInt32, cycles: Int64)] = [:]
+
+    init(settings: Settings) {
+        self.settings = settings
+        current = min(max(settings.initial, settings.bounds.lowerBound), settings.bounds.upperBound)
+    }
+
+    /// The lateness of the latest packet of the jitter window (for statistics).
+    var jitter: Duration { buckets.suffix(windowBuckets).map(\.latest).max() ?? .zero }
+
+    private var windowBuckets: Int { max(1, Int(settings.jitterWindow / settings.updateInterval)) }
+
+    /// A packet of stream `stream` (its payload type) with RTP timestamp `timestamp` arrived at `now`.
+    mutating func arrived(stream: UInt8, timestamp: UInt32, clockRate: Int, now: Duration) {
+        guard clockRate > 0 else { return }
+        if firstArrival == nil { firstArrival = now }
+        var state = extended[stream] ?? (timestamp, 0)
+        let delta = Int64(Int32(bitPattern: timestamp &- state.last))
+        if delta > 0, timestamp < state.last { state.cycles += 1 } else if delta < 0, timestamp > state.last { state.cycles -= 1 }
+        if delta > 0 { state.last = timestamp }
+        extended[stream] = state
+        // The packet's own cycle: a late one from before a wrap keeps the older cycle.
+        let cycles = delta < 0 && timestamp > state.last ? state.cycles - 1 : state.cycles
+        let ticks = cycles * (1 << 32) + Int64(timestamp)
+        let media = Duration.nanoseconds(ticks * 1_000_000_000 / Int64(clockRate))
+        let transit = now - media
+        if buckets.last.map({ now >= $0.start + settings.updateInterval }) ?? true {
+            buckets.append(Bucket(start: now))
+            let keep = max(windowBuckets, Int(settings.baselineWindow / settings.updateInterval))
+            if buckets.count > keep { buckets.removeFirst(buckets.count - keep) }
+        }
+        let last = buckets.count - 1
+        buckets[last].smallestTransit[stream] = min(buckets[last].smallestTransit[stream] ?? transit, transit)
+        let baseline = buckets.compactMap { $0.smallestTransit[stream] }.min() ?? transit
+        buckets[last].latest = max(buckets[last].latest, transit - baseline)
+    }
+
+    /// The delay the receiver would want now: the jitter, the margin, and `repairRoom` when a
+    /// packet went missing within the loss memory (`lastGap`), within the bounds.
+    func target(repairRoom: Duration, lastGap: Duration?, now: Duration) -> Duration {
+        var target = jitter + settings.margin
+        if let lastGap, now - lastGap < settings.lossMemory { target += repairRoom }
+        return min(max(target, settings.bounds.lowerBound), settings.bounds.upperBound)
+    }
+
+    /// Moves the delay towards the target every update interval; returns the new delay when it
+    /// changed (by a millisecond or more).
+    mutating func update(repairRoom: Duration, lastGap: Duration?, now: Duration) -> Duration? {
+        if let lastUpdate, now < lastUpdate + settings.updateInterval { return nil }
+        guard let first = firstArrival, now >= first + settings.settleTime else { return nil }
+        lastUpdate = now
+        let target = target(repairRoom: repairRoom, lastGap: lastGap, now: now)
+        let next = target > current ? target : max(target, current - settings.fallStep)
+        guard abs(next - current) >= .milliseconds(1) else { return nil }
+        current = next
+        return next
+    }
+}
+
+private func abs(_ duration: Duration) -> Duration { duration < .zero ? .zero - duration : duration }

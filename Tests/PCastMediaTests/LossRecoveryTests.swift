@@ -1,0 +1,219 @@
+@testable import PCastMedia
+import Testing
+
+/// SplitMix64, for loss and jitter patterns that are the same in every run.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// The receiver's NACK and keyframe-request machine, fed sequence numbers and times.
+@Suite("Loss recovery: NACKs only for real gaps, a keyframe asked for when a packet is past repair")
+struct LossRecoveryTests {
+    static func ms(_ value: Int) -> Duration { .milliseconds(value) }
+
+    /// Feeds `recovery` ticks every 5 ms from `from` to `to`, collecting what it asks for.
+    static func run(_ recovery: inout LossRecovery, from: Int, to: Int) -> [LossRecovery.Action] {
+        stride(from: from, through: to, by: 5).flatMap { recovery.handle(.tick, now: ms($0)) }
+    }
+
+    @Test("packets in order never make a NACK, however late they come (50 ms of jitter that keeps the order)")
+    func jitterInOrder() {
+        var recovery = LossRecovery(deadline: Self.ms(200))
+        var actions: [LossRecovery.Action] = []
+        var now = 0
+        for sequence in 0..<2_000 {
+            now += [1, 0, 0, 50, 3, 17, 0, 33][sequence % 8]
+            actions += recovery.handle(.packet(sequence: UInt16(truncatingIfNeeded: 65_000 + sequence), keyframe: false), now: Self.ms(now))
+            actions += recovery.handle(.tick, now: Self.ms(now))
+        }
+        #expect(actions.isEmpty)
+        #expect(recovery.nacked == 0 && recovery.missingCount == 0)
+    }
+
+    @Test("a packet overtaken by 20 ms is not asked for (the first allowance is 1.25 × 25 ms); the allowance keeps the lateness it learns, and halves on a quiet path")
+    func reorderingWithinAllowance() {
+        var recovery = LossRecovery(deadline: Self.ms(200))
+        #expect(recovery.reorderAllowance == Self.ms(31) + .microseconds(250))
+        #expect(recovery.handle(.packet(sequence: 1, keyframe: false), now: Self.ms(0)).isEmpty)
+        #expect(recovery.handle(.packet(sequence: 3, keyframe: false), now: Self.ms(1)).isEmpty)
+        #expect(Self.run(&recovery, from: 5, to: 20).isEmpty)
+        #expect(recovery.handle(.packet(sequence: 2, keyframe: false), now: Self.ms(21)).isEmpty)
+        #expect(recovery.reordered == 1 && recovery.nacked == 0)
+        // Quiet for 12 s: 25 → 12.5 → 6.25 ms learnt.
+        for (index, now) in stride(from: 22, through: 12_022, by: 10).enumerated() {
+            _ = recovery.handle(.packet(sequence: UInt16(4 + index), keyframe: false), now: Self.ms(now))
+        }
+        #expect(recovery.reorderAllowance < Self.ms(8) && recovery.nacked == 0, "\(recovery.reorderAllowance)")
+        // Overtaken by 30 ms once the allowance fell: taken for a loss and asked for once; its arrival is an answer.
+        _ = recovery.handle(.packet(sequence: 1_300, keyframe: false), now: Self.ms(12_030))
+        _ = recovery.handle(.packet(sequence: 1_302, keyframe: false), now: Self.ms(12_030))
+        #expect(Self.run(&recovery, from: 12_035, to: 12_055).count == 1, "asked for once the shorter allowance passed")
+        _ = recovery.handle(.packet(sequence: 1_301, keyframe: false), now: Self.ms(12_060))
+        #expect(recovery.reordered == 1, "an answer arriving, not an overtaking")
+    }
+
+    @Test("a lost packet is asked for once the allowance passed, again every round trip, until its deadline; a video packet given up, or the depayloader's need, asks for a keyframe at once and again until a complete one leaves the depayloader")
+    func lossThenKeyframe() {
+        var settings = LossRecovery.Settings()
+        settings.initialReorderAllowance = Self.ms(4)  // allowance 5 ms
+        settings.initialRoundTrip = Self.ms(20)        // retries every 25 ms
+        var recovery = LossRecovery(settings: settings, deadline: Self.ms(100))
+        _ = recovery.handle(.packet(sequence: 10, keyframe: true), now: Self.ms(0))
+        _ = recovery.handle(.packet(sequence: 12, keyframe: false), now: Self.ms(10))
+        #expect(recovery.handle(.tick, now: Self.ms(14)).isEmpty, "within the allowance")
+        #expect(recovery.handle(.tick, now: Self.ms(15)) == [.nack([11])])
+        #expect(recovery.handle(.tick, now: Self.ms(39)).isEmpty, "within a round trip")
+        #expect(recovery.handle(.tick, now: Self.ms(40)) == [.nack([11])])
+        #expect(Self.run(&recovery, from: 45, to: 105) == [.nack([11]), .nack([11])], "at 65 and 90 ms")
+        #expect(recovery.handle(.tick, now: Self.ms(110)) == [.requestKeyframe], "its deadline passed: the picture needs a keyframe")
+        #expect(recovery.expired == 1 && recovery.isAwaitingKeyframe)
+        #expect(recovery.keyframeRetryInterval == Self.ms(150))
+        #expect(Self.run(&recovery, from: 115, to: 255).isEmpty)
+        #expect(recovery.handle(.tick, now: Self.ms(260)) == [.requestKeyframe], "asked again: the request or its answer may be lost")
+        _ = recovery.handle(.packet(sequence: 13, keyframe: true), now: Self.ms(270))
+        #expect(recovery.isAwaitingKeyframe, "until it is complete")
+        #expect(Self.run(&recovery, from: 275, to: 415).isEmpty, "its first packet came: no request for 150 ms")
+        #expect(recovery.handle(.tick, now: Self.ms(420)) == [.requestKeyframe], "it never completed")
+        _ = recovery.handle(.packet(sequence: 14, keyframe: true), now: Self.ms(430))
+        #expect(recovery.handle(.keyframeComplete, now: Self.ms(440)).isEmpty)
+        #expect(!recovery.isAwaitingKeyframe)
+        #expect(Self.run(&recovery, from: 445, to: 800).isEmpty)
+        #expect(recovery.keyframesRequested == 3)
+        // The depayloader's own need: at once, unless a keyframe just began arriving (a receiver
+        // starting on its join keyframe), which then has 150 ms to complete.
+        #expect(recovery.handle(.keyframeNeeded, now: Self.ms(900)) == [.requestKeyframe])
+        _ = recovery.handle(.packet(sequence: 15, keyframe: true), now: Self.ms(920))
+        _ = recovery.handle(.keyframeComplete, now: Self.ms(940))
+        _ = recovery.handle(.packet(sequence: 16, keyframe: true), now: Self.ms(1_000))
+        #expect(recovery.handle(.keyframeNeeded, now: Self.ms(1_005)).isEmpty)
+        #expect(recovery.handle(.keyframeComplete, now: Self.ms(1_030)).isEmpty)
+        #expect(Self.run(&recovery, from: 1_035, to: 1_500).isEmpty && recovery.keyframesRequested == 4)
+    }
+
+    @Test("the round trip is measured from a packet asked for once to its arrival, and paces the retries")
+    func roundTripSample() {
+        var settings = LossRecovery.Settings()
+        settings.initialReorderAllowance = Self.ms(4)
+        var recovery = LossRecovery(settings: settings, deadline: Self.ms(200))
+        _ = recovery.handle(.packet(sequence: 1, keyframe: false), now: Self.ms(0))
+        _ = recovery.handle(.packet(sequence: 3, keyframe: false), now: Self.ms(0))
+        #expect(recovery.handle(.tick, now: Self.ms(5)) == [.nack([2])])
+        _ = recovery.handle(.packet(sequence: 2, keyframe: false), now: Self.ms(13))
+        #expect(recovery.roundTrip == Self.ms(8))
+        #expect(recovery.retryInterval == Self.ms(10))
+        #expect(recovery.reordered == 0, "an answer, not a reordering")
+    }
+
+    @Test("a packet lost before a keyframe that arrived asks for no keyframe; a jump of thousands of sequence numbers (a restart) asks for nothing; numbers wrap")
+    func keyframeAlreadyThereAndRestart() {
+        var settings = LossRecovery.Settings()
+        settings.initialReorderAllowance = Self.ms(4)
+        var recovery = LossRecovery(settings: settings, deadline: Self.ms(50))
+        _ = recovery.handle(.packet(sequence: 65_534, keyframe: false), now: Self.ms(0))
+        _ = recovery.handle(.packet(sequence: 0, keyframe: true), now: Self.ms(1))  // 65,535 lost, across the wrap
+        let actions = Self.run(&recovery, from: 5, to: 100)
+        #expect(actions.contains(.nack([65_535])) && !actions.contains(.requestKeyframe), "\(actions)")
+        _ = recovery.handle(.packet(sequence: 20_000, keyframe: false), now: Self.ms(101))
+        #expect(Self.run(&recovery, from: 105, to: 300).isEmpty && recovery.missingCount == 0)
+    }
+
+    @Test("uniform 5 % loss each way with the relay answering after a round trip: every lost packet repaired, NACKs ≤ 1.2 × packets lost")
+    func nacksPerLoss() {
+        var generator = SplitMix(seed: 41)
+        var settings = LossRecovery.Settings()
+        settings.requestsKeyframes = true
+        var recovery = LossRecovery(settings: settings, deadline: Self.ms(200))
+        let roundTrip = 10, count = 20_000
+        var lost = 0
+        var answers: [Int: [UInt16]] = [:]  // arrival time (ms) → sequence numbers
+        var now = 0
+        var sequence = 0
+        var keyframes = 0
+        while sequence < count || !answers.isEmpty {
+            var actions: [LossRecovery.Action] = []
+            if sequence < count {
+                if Double.random(in: 0..<1, using: &generator) < 0.05 {
+                    lost += 1
+                } else {
+                    actions += recovery.handle(.packet(sequence: UInt16(truncatingIfNeeded: sequence), keyframe: false), now: Self.ms(now))
+                }
+                sequence += 1
+            }
+            for late in answers.removeValue(forKey: now) ?? [] {
+                actions += recovery.handle(.packet(sequence: late, keyframe: false), now: Self.ms(now))
+            }
+            actions += recovery.handle(.tick, now: Self.ms(now))
+            for action in actions {
+                switch action {
+                case .nack(let sequences):
+                    // The NACK and the retransmission each cross a path losing 5 %.
+                    for asked in sequences where Double.random(in: 0..<1, using: &generator) >= 0.0975 {
+                        answers[now + roundTrip, default: []].append(asked)
+                    }
+                case .requestKeyframe:
+                    keyframes += 1
+                }
+            }
+            now += 1
+        }
+        #expect(lost > 800)
+        #expect(recovery.expired == 0 && keyframes == 0, "unrepaired: \(recovery.expired)")
+        #expect(Double(recovery.nacked) <= 1.2 * Double(lost), "\(recovery.nacked) NACKs for \(lost) lost")
+        #expect(recovery.roundTrip >= Self.ms(9) && recovery.roundTrip <= Self.ms(11))
+    }
+}
+
+/// The receiver's own playout delay, fed arrivals and times.
+@Suite("Adaptive playout delay: from the measured jitter, room for repairs once packets go missing, smooth and bounded")
+struct AdaptivePlayoutDelayTests {
+    static func ms(_ value: Int) -> Duration { .milliseconds(value) }
+
+    /// Video at 30 frames a second, 3 packets a frame, each frame's packets arriving `lateness(frame)` ms
+    /// after their capture; updates the delay each millisecond step from `from` to `to` (ms).
+    static func feed(_ delay: inout AdaptivePlayoutDelay, from: Int, to: Int, lastGap: Duration? = nil,
+                     lateness: (Int) -> Int = { _ in 0 }) -> [Duration] {
+        var changes: [Duration] = []
+        for now in from...to {
+            if now % 33 == 0 {
+                let frame = now / 33
+                for _ in 0..<3 {
+                    delay.arrived(stream: 96, timestamp: UInt32(truncatingIfNeeded: frame * 3_000), clockRate: 90_000,
+                                  now: ms(frame * 33 + lateness(frame) + 5))
+                }
+            }
+            if let change = delay.update(repairRoom: ms(30), lastGap: lastGap, now: ms(now)) { changes.append(change) }
+        }
+        return changes
+    }
+
+    @Test("on a clean path it falls from 40 ms below 25 ms within 5 s, in steps of at most 2 ms, down to the jitter and margin")
+    func fallsOnClean() {
+        var delay = AdaptivePlayoutDelay(settings: .init(bounds: Self.ms(5)...Self.ms(1_000), initial: Self.ms(40)))
+        let changes = Self.feed(&delay, from: 0, to: 5_000)
+        #expect(delay.current < Self.ms(25), "\(delay.current)")
+        #expect(zip([Self.ms(40)] + changes, changes).allSatisfy { $0 - $1 <= Self.ms(2) && $0 > $1 }, "\(changes)")
+        _ = Self.feed(&delay, from: 5_001, to: 20_000)
+        #expect(delay.current == Self.ms(5), "the jitter (none) and the 4 ms margin, at the 5 ms bound: \(delay.current)")
+    }
+
+    @Test("when 30 ms of jitter starts it rises above it within 2 s; packets gone missing add the repair room; the bounds hold")
+    func risesWithJitterAndLoss() {
+        var delay = AdaptivePlayoutDelay(settings: .init(bounds: Self.ms(10)...Self.ms(60), initial: Self.ms(40)))
+        _ = Self.feed(&delay, from: 0, to: 10_000)
+        #expect(delay.current == Self.ms(10))
+        var generator = SplitMix(seed: 7)
+        let lateness = (0..<1_000).map { _ in Int.random(in: 0...30, using: &generator) }
+        _ = Self.feed(&delay, from: 10_001, to: 12_000) { lateness[$0 % 1_000] }
+        #expect(delay.current > Self.ms(30) && delay.jitter >= Self.ms(25), "\(delay.current), jitter \(delay.jitter)")
+        _ = Self.feed(&delay, from: 12_001, to: 13_000, lastGap: Self.ms(12_500)) { lateness[$0 % 1_000] }
+        #expect(delay.current == Self.ms(60), "jitter + margin + 30 ms of repairs, at the 60 ms bound: \(delay.current)")
+    }
+}
