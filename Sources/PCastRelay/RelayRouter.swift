@@ -483,16 +483,26 @@ struct RelayRouter<Context> {
             for index in streams[stream]!.tracks.indices where streams[stream]!.tracks[index].throttle != nil {
                 // A simulcast viewer needs a keyframe of the layer it starts on only.
                 if let target, streams[stream]!.tracks[index].layer != nil, index != target { continue }
-                // Still on its way (if it was asked for: a publisher not yet heard from when the
-                // subscriber joined was not asked), unless it already went by: then another is
-                // asked for at once (within the throttle). It is not replayed from the cache: a
-                // viewer sent the cached keyframe and the frames after it decoded pictures whose
-                // stamps could not be read until the encoder's next keyframe, 2 s later, in most
-                // `pcast bench latency` joins over a 50 ms round trip, with every packet there and
-                // in order (the cause was not found; without the replay, none in nine such runs).
-                if target == nil, subscriber.keyframeAskedAtJoin, now &- subscriber.joined < Self.joinKeyframeWait,
-                   !keyframeStored(stream: stream, track: index, since: subscriber.joined) {
-                    continue
+                if target == nil {
+                    // The keyframe asked for when it was added came: from it on, what it missed,
+                    // from the cache (a publisher that cannot make a keyframe on request, an
+                    // ingest passed through, has no other way to start this viewer soon). And a
+                    // new keyframe is asked for at once (within the throttle): over a 50 ms round
+                    // trip a viewer sent the cached keyframe and the frames after it decoded
+                    // pictures whose stamps could not be read until the encoder's next keyframe,
+                    // 2 s later, in most `pcast bench latency` joins, with every packet there and
+                    // in order (the cause was not found; the new keyframe ends it sooner).
+                    let replay = cachedSinceKeyframe(stream: stream, track: index, after: subscriber.joined)
+                    if !replay.isEmpty {
+                        actions += replay.map { .retransmit(subscriber.flow.context, address, rtp: $0) }
+                        // The live packets after the replay continue what it sent.
+                        streams[stream]!.subscribers[slot].awaitingKeyframe = nil
+                        streams[stream]!.subscribers[slot].joinKeyframeSent = now
+                    } else if subscriber.keyframeAskedAtJoin && now &- subscriber.joined < Self.joinKeyframeWait {
+                        // Still on its way (if it was asked for: a publisher not yet heard from
+                        // when the subscriber joined was not asked).
+                        continue
+                    }
                 }
                 if let action = requestKeyframe(stream: stream, track: index, kind: .pli, now: now) { actions.append(action) }
             }
@@ -500,18 +510,19 @@ struct RelayRouter<Context> {
         }
     }
 
-    /// Whether an H.264 track's packet cache holds a packet with parameter sets (a keyframe's
-    /// first) that came at `since` or later. Looked for backwards from the latest, at a join only.
-    private func keyframeStored(stream: Int, track: Int, since joined: UInt64) -> Bool {
+    /// The cached packets of an H.264 track from its latest keyframe (the packet that carries its
+    /// parameter sets) to the latest packet, when all of them came at `joined` or later; empty
+    /// otherwise. Looked for backwards from the latest, at a join only: nothing per packet.
+    private func cachedSinceKeyframe(stream: Int, track: Int, after joined: UInt64) -> [[UInt8]] {
         let state = streams[stream]!.tracks[track]
-        guard state.isH264, var sequence = state.lastForwarded else { return false }
-        var looked = 0
-        while looked < state.cache.capacity, let packet = state.cache.packet(sequenceNumber: sequence, storedSince: joined) {
-            if packet.withUnsafeBytes({ H264Payload.packetStartsWithParameterSets($0) }) { return true }
-            looked += 1
+        guard state.isH264, var sequence = state.lastForwarded else { return [] }
+        var packets: [[UInt8]] = []
+        while packets.count < state.cache.capacity, let packet = state.cache.packet(sequenceNumber: sequence, storedSince: joined) {
+            packets.append(packet)
+            if packet.withUnsafeBytes({ H264Payload.packetStartsWithParameterSets($0) }) { return packets.reversed() }
             sequence &-= 1
         }
-        return false
+        return []
     }
 
     /// An authenticated plain RTP packet from a publisher: cached, counted for the upstream report

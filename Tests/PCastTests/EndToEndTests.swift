@@ -214,7 +214,7 @@ extension OneAtATime {
 extension OneAtATime {
     @Suite("End-to-end benchmark harness")
     struct EndToEndBenchmarkTests {
-        @Test("the latency and first-frame benchmark measures frames through the embedded platform, at the screen one playout delay after they arrive (not at once, not 180 ms late), at the renderer's hook before the sink's wait, with loss on the viewer's leg through the impairment proxy (NACKs sent and packets resent counted), and on a real path (20 ms of jitter) at the default delay")
+        @Test("the latency and first-frame benchmark measures frames through the embedded platform, at the screen one playout delay after they arrive (not at once, not 180 ms late), at the renderer's hook before the sink's wait, with loss on the viewer's leg through the impairment proxy (NACKs sent and packets resent counted), and on a real path (20 ms of jitter) at the default, adaptive delay, which it holds above the jitter")
         func runs() async throws {
             let platform = try await LocalPlatform.start()
             var benchmark = EndToEndBenchmark(signalingURL: platform.signalingURL, seconds: 2, playoutDelays: [40], joins: 2) { type, origin in
@@ -246,7 +246,9 @@ extension OneAtATime {
             #expect(lossy.path == "loss 5 %" && lossy.nacksSent > 0 && lossy.retransmissions > 0, "\(lossy)")
             #expect(run.path == "clean" && run.deliveredPercent >= 90, "\(run)")
             let jittery = try #require(result.latency.first { $0.path == "jitter 20 ms" })
-            #expect(jittery.playoutDelayMilliseconds == 40 && jittery.frames > 10 && jittery.lostAfterRepair >= 0, "\(jittery)")
+            // Real paths run at the SDK's default, adaptive delay: 20 ms of jitter holds it above 20 ms.
+            #expect(jittery.playoutDelayMilliseconds == EndToEndBenchmark.adaptive && jittery.playoutDelayAtEndMilliseconds > 20
+                    && jittery.frames > 10 && jittery.lostAfterRepair >= 0, "\(jittery)")
             #expect(result.firstFrame.joins == 2 && result.firstFrame.p50 < 10_000)
             #expect(result.firstFrame.screenP50 < 10_000 && result.firstFrame.screenP50 >= result.firstFrame.p50,
                     "the first frame is presented after it is decoded: \(result.firstFrame)")

@@ -29,7 +29,7 @@ struct LossRecovery: Sendable {
         /// The round trip assumed before the first sample.
         var initialRoundTrip: Duration = .milliseconds(30)
         /// The shortest time between two NACKs of one packet.
-        var minimumRetryInterval: Duration = .milliseconds(5)
+        var minimumRetryInterval: Duration = .milliseconds(10)
         /// The shortest time between two keyframe requests while one is awaited.
         var minimumKeyframeRetry: Duration = .milliseconds(150)
         /// A jump of more sequence numbers than this is a restart of the sender's numbering, not a loss.
@@ -94,6 +94,9 @@ struct LossRecovery: Sendable {
     private(set) var keyframesRequested = 0
     /// When a packet last went missing (for the playout delay's retransmission room).
     private(set) var lastGap: Duration?
+    /// Whether the latest packet was one asked for again (a retransmission: its lateness is the
+    /// repair's, not the path's jitter).
+    private(set) var latestWasRepair = false
 
     init(settings: Settings = Settings(), deadline: Duration) {
         self.settings = settings
@@ -171,6 +174,7 @@ struct LossRecovery: Sendable {
 
     /// Notes an arrival; returns its extended sequence number.
     private mutating func arrived(_ sequence: UInt16, now: Duration) -> Int {
+        latestWasRepair = false
         if let lastChange = lastReorderChange, now - lastChange >= settings.reorderMemory {
             learnedReorder = learnedReorder / 2
             lastReorderChange = now
@@ -200,9 +204,12 @@ struct LossRecovery: Sendable {
             reordered += 1
             learnedReorder = max(learnedReorder, now - entry.noticed)
             lastReorderChange = now
-        } else if entry.asks == 1, let asked = entry.lastAsked {
-            let sample = now - asked
-            smoothedRoundTrip = smoothedRoundTrip.map { $0 * 0.875 + sample * 0.125 } ?? sample
+        } else {
+            latestWasRepair = true
+            if entry.asks == 1, let asked = entry.lastAsked {
+                let sample = now - asked
+                smoothedRoundTrip = smoothedRoundTrip.map { $0 * 0.875 + sample * 0.125 } ?? sample
+            }
         }
         return extended
     }

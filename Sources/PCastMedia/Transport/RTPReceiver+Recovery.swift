@@ -67,10 +67,12 @@ final class ReceiverRecovery: Sendable {
                  now: Duration) -> [(LossRecovery.Action, UInt32)] {
         state.withLock { state in
             state.ssrcs[payloadType] = ssrc
-            if !late, let clockRate = clockRates[payloadType] {
+            let actions = state.tracks[payloadType]?.handle(.packet(sequence: sequence, keyframe: keyframe), now: now).map { ($0, ssrc) } ?? []
+            // A retransmission's lateness is its repair's, which the repair room covers already.
+            if !late, state.tracks[payloadType]?.latestWasRepair != true, let clockRate = clockRates[payloadType] {
                 state.adaptive?.arrived(stream: payloadType, timestamp: timestamp, clockRate: clockRate, now: now)
             }
-            return state.tracks[payloadType]?.handle(.packet(sequence: sequence, keyframe: keyframe), now: now).map { ($0, ssrc) } ?? []
+            return actions
         }
     }
 
