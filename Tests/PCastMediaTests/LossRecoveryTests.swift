@@ -60,6 +60,19 @@ struct LossRecoveryTests {
         #expect(recovery.reordered == 1, "an answer arriving, not an overtaking")
     }
 
+    @Test("on a jittery path the allowance adds the measured jitter: a packet overtaken by 20 ms and late by 20 ms more of jitter (40 ms) is not asked for; what it learns is the lateness beyond the jitter")
+    func reorderingOnJitteryPath() {
+        var recovery = LossRecovery(deadline: Self.ms(300))
+        _ = recovery.handle(.pathJitter(Self.ms(20)), now: Self.ms(0))
+        #expect(recovery.reorderAllowance == Self.ms(51) + .microseconds(250))
+        _ = recovery.handle(.packet(sequence: 1, keyframe: false), now: Self.ms(0))
+        _ = recovery.handle(.packet(sequence: 3, keyframe: false), now: Self.ms(1))
+        #expect(Self.run(&recovery, from: 5, to: 40).isEmpty)
+        #expect(recovery.handle(.packet(sequence: 2, keyframe: false), now: Self.ms(41)).isEmpty)
+        #expect(recovery.reordered == 1 && recovery.nacked == 0)
+        #expect(recovery.reorderAllowance == Self.ms(51) + .microseconds(250), "learnt 40 − 20 = 20 ms, under the first 25")
+    }
+
     @Test("a lost packet is asked for once the allowance passed, again every round trip, until its deadline; a video packet given up, or the depayloader's need, asks for a keyframe at once and again until a complete one leaves the depayloader")
     func lossThenKeyframe() {
         var settings = LossRecovery.Settings()

@@ -92,7 +92,7 @@ extension OneAtATime {
             session.proxy.setProfile(jitter, for: .toClient)
             let started = ContinuousClock.now
             #expect(await eventually(.seconds(2)) {
-                let measured = video.receiver.recovery.jitter ?? .zero
+                let measured = video.receiver.recovery.jitter
                 return measured >= .milliseconds(15) && delay.current > measured
             }, "after \(ContinuousClock.now - started): delay \(delay.current), jitter \(String(describing: video.receiver.recovery.jitter))")
             let pinned = renderer.overridePlayoutDelay(0.2)

@@ -7,9 +7,11 @@
 ///   reordering allowance (a packet overtaken on the path arrives without being asked for), then
 ///   again every round trip, until its deadline (the playout delay after it went missing).
 /// - **The reordering allowance learns** from packets that arrived late without being asked for:
-///   1.25 × the latest such lateness, halved after each quiet ``Settings/reorderMemory``, never under
-///   ``Settings/minimumReorderAllowance``. It starts at ``Settings/initialReorderAllowance``, so a
-///   path that reorders from its first packets is not taken for lossy.
+///   1.25 × the latest such lateness beyond the path's jitter, halved after each quiet
+///   ``Settings/reorderMemory``, never under ``Settings/minimumReorderAllowance``, plus the path's
+///   jitter (``Event/pathJitter(_:)``: a packet overtaken on a jittery path comes later by its
+///   own jitter too). It starts at ``Settings/initialReorderAllowance``, so a path that reorders
+///   from its first packets is not taken for lossy.
 /// - **The round trip** is measured from a NACK's first (only) send to the packet's arrival
 ///   (Karn's rule: a packet asked for twice gives no sample).
 /// - **No freeze waits for the natural keyframe.** A video packet still missing at its deadline
@@ -51,6 +53,8 @@ struct LossRecovery: Sendable {
         case keyframeComplete
         /// Frames so far: whose packets reached the depayloader, and that left the decoder.
         case frames(received: Int, decoded: Int)
+        /// The path's jitter as measured (the latest packet's lateness of the last seconds).
+        case pathJitter(Duration)
         /// Time passed (see ``nextWake``).
         case tick
     }
@@ -73,6 +77,7 @@ struct LossRecovery: Sendable {
     private var highest: Int?
     private var missing: [Int: Missing] = [:]
     private var learnedReorder: Duration
+    private var pathJitter: Duration = .zero
     private var lastReorderChange: Duration?
     private var smoothedRoundTrip: Duration?
     private var awaitingKeyframeSince: Duration?
@@ -105,7 +110,7 @@ struct LossRecovery: Sendable {
     }
 
     /// How long a missing packet is waited for before it is asked for.
-    var reorderAllowance: Duration { max(settings.minimumReorderAllowance, learnedReorder * 1.25) }
+    var reorderAllowance: Duration { max(settings.minimumReorderAllowance, learnedReorder * 1.25) + pathJitter }
     /// The round trip, measured (or assumed before the first sample).
     var roundTrip: Duration { smoothedRoundTrip ?? settings.initialRoundTrip }
     /// The time between two NACKs of one packet.
@@ -130,6 +135,9 @@ struct LossRecovery: Sendable {
         switch event {
         case .deadline(let value):
             deadline = value
+            return []
+        case .pathJitter(let value):
+            pathJitter = max(.zero, value)
             return []
         case .packet(let sequence, let keyframe):
             let extended = arrived(sequence, now: now)
@@ -202,7 +210,7 @@ struct LossRecovery: Sendable {
         if entry.asks == 0 {
             // Overtaken on the path, not lost: the allowance grows to cover it.
             reordered += 1
-            learnedReorder = max(learnedReorder, now - entry.noticed)
+            learnedReorder = max(learnedReorder, now - entry.noticed - pathJitter)
             lastReorderChange = now
         } else {
             latestWasRepair = true

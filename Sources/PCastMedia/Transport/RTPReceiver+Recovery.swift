@@ -41,21 +41,22 @@ final class ReceiverRecovery: Sendable {
         var tracks: [UInt8: LossRecovery] = [:]
         /// The SSRC each payload type's packets last came with (the requests name it).
         var ssrcs: [UInt8: UInt32] = [:]
-        var adaptive: AdaptivePlayoutDelay?
+        /// Measures the path's jitter always; chooses the playout delay only where it adapts.
+        var adaptive: AdaptivePlayoutDelay
+        var adapts: Bool
     }
     private let state: Mutex<State>
     private let clockRates: [UInt8: Int]
 
     init(tracks: [MediaTrackDescription], playoutDelay setting: PlayoutDelaySetting) {
-        var state = State()
+        let bounds = setting.adaptiveBounds ?? setting.initial ... setting.initial
+        var state = State(adaptive: AdaptivePlayoutDelay(settings: .init(bounds: bounds, initial: setting.initial)),
+                          adapts: setting.adaptiveBounds != nil)
         for track in tracks {
             var settings = LossRecovery.Settings()
             settings.requestsKeyframes = track.kind == .video
             state.tracks[track.payloadType] = LossRecovery(settings: settings, deadline: setting.initial)
             state.ssrcs[track.payloadType] = track.ssrc
-        }
-        if let bounds = setting.adaptiveBounds {
-            state.adaptive = AdaptivePlayoutDelay(settings: .init(bounds: bounds, initial: setting.initial))
         }
         self.state = Mutex(state)
         clockRates = Dictionary(tracks.map { ($0.payloadType, Int($0.clockRate)) }, uniquingKeysWith: { a, _ in a })
@@ -70,7 +71,7 @@ final class ReceiverRecovery: Sendable {
             let actions = state.tracks[payloadType]?.handle(.packet(sequence: sequence, keyframe: keyframe), now: now).map { ($0, ssrc) } ?? []
             // A retransmission's lateness is its repair's, which the repair room covers already.
             if !late, state.tracks[payloadType]?.latestWasRepair != true, let clockRate = clockRates[payloadType] {
-                state.adaptive?.arrived(stream: payloadType, timestamp: timestamp, clockRate: clockRate, now: now)
+                state.adaptive.arrived(stream: payloadType, timestamp: timestamp, clockRate: clockRate, now: now)
             }
             return actions
         }
@@ -92,8 +93,10 @@ final class ReceiverRecovery: Sendable {
             var actions: [(LossRecovery.Action, UInt32)] = []
             var repairRoom = Duration.zero
             var lastGap: Duration?
+            let jitter = state.adaptive.jitter
             for payloadType in state.tracks.keys.sorted() {
                 let ssrc = state.ssrcs[payloadType] ?? 0
+                _ = state.tracks[payloadType]!.handle(.pathJitter(jitter), now: now)
                 let event: LossRecovery.Event = videoFrames.flatMap { frames in
                     frames.payloadType == payloadType ? .frames(received: frames.received, decoded: frames.decoded) : nil
                 } ?? .tick
@@ -101,7 +104,8 @@ final class ReceiverRecovery: Sendable {
                 repairRoom = max(repairRoom, state.tracks[payloadType]!.repairRoom)
                 if let gap = state.tracks[payloadType]!.lastGap { lastGap = max(lastGap ?? gap, gap) }
             }
-            return (actions, state.adaptive?.update(repairRoom: repairRoom, lastGap: lastGap, now: now))
+            let delay = state.adaptive.update(repairRoom: repairRoom, lastGap: lastGap, now: now)
+            return (actions, state.adapts ? delay : nil)
         }
     }
 
@@ -118,7 +122,8 @@ final class ReceiverRecovery: Sendable {
     /// Packets of `payloadType` given up at their deadline.
     func expired(payloadType: UInt8) -> Int { state.withLock { $0.tracks[payloadType]?.expired ?? 0 } }
     func keyframesRequested() -> Int { state.withLock { $0.tracks.values.map(\.keyframesRequested).reduce(0, +) } }
-    var jitter: Duration? { state.withLock { $0.adaptive?.jitter } }
+    /// The path's jitter as measured: the latest packet's lateness over the last 2 s.
+    var jitter: Duration { state.withLock { $0.adaptive.jitter } }
 }
 
 extension RTPReceiver {
