@@ -71,6 +71,9 @@ struct LossRecoveryTests {
         #expect(recovery.handle(.packet(sequence: 2, keyframe: false), now: Self.ms(41)).isEmpty)
         #expect(recovery.reordered == 1 && recovery.nacked == 0)
         #expect(recovery.reorderAllowance == Self.ms(51) + .microseconds(250), "learnt 40 − 20 = 20 ms, under the first 25")
+        // A short playout delay bounds it: one request and its answer must fit before the deadline.
+        _ = recovery.handle(.deadline(Self.ms(40)), now: Self.ms(50))
+        #expect(recovery.reorderAllowance == Self.ms(30))
     }
 
     @Test("a lost packet is asked for once the allowance passed, again every round trip, until its deadline; a video packet given up, or the depayloader's need, asks for a keyframe at once and again until a complete one leaves the depayloader")

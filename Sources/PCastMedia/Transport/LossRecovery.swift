@@ -110,7 +110,12 @@ struct LossRecovery: Sendable {
     }
 
     /// How long a missing packet is waited for before it is asked for.
-    var reorderAllowance: Duration { max(settings.minimumReorderAllowance, learnedReorder * 1.25) + pathJitter }
+    /// At most the deadline less 10 ms, so one request and its answer still fit (a short fixed
+    /// playout delay on a loaded machine had an allowance past its deadline: nothing was asked for).
+    var reorderAllowance: Duration {
+        min(max(settings.minimumReorderAllowance, learnedReorder * 1.25) + pathJitter,
+            max(settings.minimumReorderAllowance, deadline - .milliseconds(10)))
+    }
     /// The round trip, measured (or assumed before the first sample).
     var roundTrip: Duration { smoothedRoundTrip ?? settings.initialRoundTrip }
     /// The time between two NACKs of one packet.
