@@ -119,7 +119,8 @@ struct LossRecovery: Sendable {
     /// The round trip, measured (or assumed before the first sample).
     var roundTrip: Duration { smoothedRoundTrip ?? settings.initialRoundTrip }
     /// The time between two NACKs of one packet.
-    var retryInterval: Duration { max(settings.minimumRetryInterval, roundTrip * 1.25) }
+    /// (Its floor is a quarter of a short deadline: a 20 ms playout delay gets its tries 5 ms apart.)
+    var retryInterval: Duration { max(min(settings.minimumRetryInterval, deadline / 4), roundTrip * 1.25) }
     var keyframeRetryInterval: Duration { max(settings.minimumKeyframeRetry, roundTrip * 2) }
     var isAwaitingKeyframe: Bool { awaitingKeyframeSince != nil }
     var missingCount: Int { missing.count }
