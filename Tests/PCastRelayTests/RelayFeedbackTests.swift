@@ -95,7 +95,8 @@ struct RelayFeedbackTests {
         try publisher.send(rtp: try packet(8, keyframe: false))
         #expect(try subscriber.receiveRTP(timeout: 2)?.sequenceNumber == 8, "then live")
         _ = try #require(publisher.receiveRTCP(where: isPLI), "a new keyframe asked for, once the throttle's 100 ms passed")
-        #expect(relay.statistics().keyframeRequests == 2 && relay.statistics().nacksServed == 0)
+        // Two at least: a loaded machine may let the join's 500 ms wait pass first, and ask again.
+        #expect(relay.statistics().keyframeRequests >= 2 && relay.statistics().nacksServed == 0)
     }
 
     @Test("a subscriber's FIR reaches the publisher as a FIR with a sequence number")
