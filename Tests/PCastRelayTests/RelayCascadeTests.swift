@@ -127,6 +127,9 @@ struct RelayCascadeTests {
             if (192...223).contains(datagram[1]) { continue }
             try viewer.receiver.unprotect(&datagram)
             let sequence = try RTPPacketLayout(parsing: datagram).sequenceNumber
+            // A packet from before the batch, repaired late (the edge asked its origin for a gap
+            // the move left), is not the batch's.
+            if !batch.contains(sequence) { continue }
             #expect(datagram == plain[sequence])
             received.append(sequence)
         }
