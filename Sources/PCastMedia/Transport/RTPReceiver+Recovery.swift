@@ -55,10 +55,11 @@ final class ReceiverRecovery: Sendable {
         for track in tracks {
             var settings = LossRecovery.Settings()
             settings.requestsKeyframes = track.kind == .video
-            // A fixed delay does not grow to make room for repairs: the allowance starts at a
-            // quarter of it (at 40 ms, 25 ms left one request in time, and 10 % loss showed 70 %
-            // of the frames; an adaptive delay rises above the allowance instead).
-            if setting.adaptiveBounds == nil { settings.initialReorderAllowance = min(settings.initialReorderAllowance, setting.initial / 4) }
+            // A short fixed delay does not grow to make room for repairs: the allowance starts at
+            // 40 % of it (at 40 ms, 25 ms left one request in time, and 10 % loss showed 70 % of
+            // the frames; from 62.5 ms on it is the usual 25 ms; an adaptive delay rises above the
+            // allowance instead).
+            if setting.adaptiveBounds == nil { settings.initialReorderAllowance = min(settings.initialReorderAllowance, setting.initial * 0.4) }
             state.tracks[track.payloadType] = LossRecovery(settings: settings, deadline: setting.initial)
             state.ssrcs[track.payloadType] = track.ssrc
         }
