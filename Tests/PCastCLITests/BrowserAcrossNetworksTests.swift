@@ -114,7 +114,10 @@ extension OneAtATime {
             #expect(watched.string("transport") == "udp" && published.string("transport") == "udp", "watch \(watched), publish \(published)")
             #expect(watched.string("connectionState") == "connected" && watched.string("srtpCipher") == "SRTP_AEAD_AES_128_GCM", "\(watched)")
             #expect(watched.number("width") == 640 && watched.number("height") == 480, "\(watched)")
-            #expect(published.number("framesEncoded") >= 30, "\(published)")
+            // The publish panel reports every second or so: its latest report may be older than
+            // the watch panel's 30th frame (29 encoded was seen), so wait for a later one.
+            #expect(await eventually(.seconds(10)) { (setup.collector.latest("publish")?.number("framesEncoded") ?? 0) >= 30 },
+                    "\(published); latest \(String(describing: setup.collector.latest("publish")))")
         }
 
         @Test("with UDP dropped at the router: both sessions fall back to the relay's passive TCP candidate (ICE-TCP through the NAT) and the browser decodes its own video")
