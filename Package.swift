@@ -345,7 +345,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PCastProtocolTests",
-            dependencies: ["PCastProtocol", "PCastTestSupport", "PCastFuzzing", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["PCastProtocol", "PCastTestSupport", "PCastFuzzing", "PCastImpairment", .product(name: "Crypto", package: "swift-crypto")]
         ),
         .testTarget(
             name: "PCastRecordingTests",
@@ -394,7 +394,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PCastMediaTests",
-            dependencies: ["PCastMedia", "GStreamer", "PCastProtocol", "PCastTestSupport", "PCastBenchmarks"]
+            dependencies: ["PCastMedia", "GStreamer", "PCastProtocol", "PCastTestSupport", "PCastBenchmarks", "PCastImpairment"]
         ),
     ],
     swiftLanguageModes: [.v6]

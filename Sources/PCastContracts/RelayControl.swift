@@ -282,8 +282,9 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     /// by an edge, of the publisher by an origin; and an edge's answers from the origin sent on to
     /// the subscribers waiting for them.
     public var nacksForwarded: UInt64 = 0
-    /// Sequence numbers asked upstream at once because a later one arrived first: a gap on the
-    /// publisher's leg (or an edge's leg from its origin), repaired before subscribers notice.
+    /// Sequence numbers asked upstream because a later one arrived first and the reordering
+    /// allowance passed: a gap on the publisher's leg (or an edge's leg from its origin), repaired
+    /// before subscribers notice. A number asked again (every round trip until it comes) counts again.
     public var gapRequests: UInt64 = 0
     public var upstreamRetransmissions: UInt64 = 0
     /// WebRTC peers open now (gauge), STUN checks refused (bad credentials, malformed, unknown

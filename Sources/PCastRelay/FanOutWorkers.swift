@@ -9,6 +9,8 @@ struct PendingPacket {
     let track: Int
     let video: Bool
     let packet: [UInt8]
+    /// When it arrived (ns).
+    let arrival: UInt64
 }
 
 /// What one subscriber's copy of a packet gets: another sequence number (its numbering), and for a

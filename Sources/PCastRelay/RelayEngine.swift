@@ -557,7 +557,7 @@ final class RelayEngine: @unchecked Sendable {
             perform(answers)
             return
         }
-        pending.append(PendingPacket(stream: stream, track: track, video: router.isVideo(stream: stream, track: track), packet: packet))
+        pending.append(PendingPacket(stream: stream, track: track, video: router.isVideo(stream: stream, track: track), packet: packet, arrival: now))
     }
 
     /// Re-protects the batch's publisher packets for every reachable subscriber, straight into
@@ -598,7 +598,8 @@ final class RelayEngine: @unchecked Sendable {
                 for index in first..<end {
                     var rewrite: PacketRewrite?
                     if pending[index].video {
-                        switch router.forwardVideo(stream: stream, track: pending[index].track, slot: subscriber, packet: pending[index].packet) {
+                        switch router.forwardVideo(stream: stream, track: pending[index].track, slot: subscriber, packet: pending[index].packet,
+                                                   now: pending[index].arrival) {
                         case .unchanged: break
                         case .renumbered(let sequence): rewrite = PacketRewrite(sequence: sequence, ssrc: nil)
                         case .rewritten(let ssrc, let sequence): rewrite = PacketRewrite(sequence: sequence, ssrc: ssrc)

@@ -24,6 +24,21 @@ struct RouterSettings: Sendable, Equatable {
     var publisherRetransmissionTimeout: UInt64 = 20_000_000
     /// How simulcast viewers are given a layer.
     var layerSelection = LayerSelector.Settings()
+    /// How the relay asks upstream for the packets missing from a publisher's leg (or an edge's
+    /// leg from its origin), before any subscriber notices: ``LossRecovery`` as the SDK's receiver
+    /// runs it, without keyframe requests (the subscribers make those), and with the receiver's
+    /// reordering allowance: a leg that reorders by 20 ms is asked for nothing. Its path jitter is
+    /// not added (the relay keeps no measure of the latest packets' lateness, only RFC 3550's mean);
+    /// a packet overtaken by more than the allowance is asked for once and teaches it.
+    var upstreamRecovery: LossRecovery.Settings = {
+        var settings = LossRecovery.Settings()
+        settings.requestsKeyframes = false
+        settings.largestGap = 64
+        return settings
+    }()
+    /// How long a packet missing upstream is asked for: past this, hardly a subscriber's playout
+    /// delay still waits for it (the cache keeps what comes later for a second, for those that do).
+    var upstreamRepairDeadline: UInt64 = 500_000_000
 }
 
 /// A simulcast viewer's layer: which it is sent (and how), and which it should get.
@@ -106,8 +121,9 @@ struct RouterCounters: Sendable, Equatable {
     /// (of the origin by an edge, of the publisher by an origin), and an edge's answers from the
     /// origin sent on to the subscribers waiting.
     var nacksForwarded: UInt64 = 0
-    /// Sequence numbers asked upstream at once because a later one came first (a gap on the
-    /// publisher's leg, or an edge's leg from its origin).
+    /// Sequence numbers asked upstream because a later one came first and the reordering
+    /// allowance passed (a gap on the publisher's leg, or an edge's leg from its origin); each
+    /// request counts every number it names, a number asked twice twice.
     var gapRequests: UInt64 = 0
     var upstreamRetransmissions: UInt64 = 0
     /// Simulcast viewers moved from one layer to another (at a keyframe of the new one).
@@ -147,6 +163,8 @@ struct RelayRouter<Context> {
         var estimator: ArrivalEstimator?
         /// The latest sequence number fanned out (to every subscriber forwarded as it is).
         var lastForwarded: UInt16?
+        /// What is missing of the track upstream, and when to ask for it.
+        var recovery: LossRecovery
         /// Packets asked upstream (of the origin by an edge, of the publisher by an origin), by
         /// sequence number, with who waits for them (an edge sends each its answer; an origin fans
         /// the answer out and lets the entry expire).
@@ -167,8 +185,9 @@ struct RelayRouter<Context> {
         var sendsParameterSets = false
 
         init(description: MediaTrackDescription, cache: PacketCache, reception: ReceptionStatistics,
-             throttle: KeyframeThrottle?, estimator: ArrivalEstimator?) {
+             throttle: KeyframeThrottle?, estimator: ArrivalEstimator?, recovery: LossRecovery) {
             self.description = description
+            self.recovery = recovery
             self.cache = cache
             self.reception = reception
             self.throttle = throttle
@@ -271,6 +290,8 @@ struct RelayRouter<Context> {
     /// The earliest window end of a pending keyframe request (may be early, never late), so the
     /// timer need not scan every track after each request.
     private var keyframeDeadline: UInt64?
+    /// The earliest time a track's ``Track/recovery`` has a request due (may be early, never late).
+    private var recoveryDeadline: UInt64?
 
     init(settings: RouterSettings, now: UInt64) {
         self.settings = settings
@@ -303,7 +324,8 @@ struct RelayRouter<Context> {
                     var settings = settings
                     settings.clockRate = Double(max(track.clockRate, 1))
                     return ArrivalEstimator(settings: settings)
-                } : nil)
+                } : nil,
+                recovery: LossRecovery(settings: settings.upstreamRecovery, deadline: .nanoseconds(Int64(clamping: settings.upstreamRepairDeadline))))
         }
         var stream = Stream(id: id, publisher: Flow(context: publisher, address: upstream?.address), tracks: built, upstream: upstream)
         stream.layers = tracks.indices.filter { tracks[$0].layer != nil && tracks[$0].kind == .video }
@@ -386,9 +408,6 @@ struct RelayRouter<Context> {
 
     /// How long a keyframe asked for a new subscriber is waited for before it is asked again.
     static var joinKeyframeWait: UInt64 { 500_000_000 }
-
-    /// When the latest publisher packet arrived (``publisherRTP(stream:track:packet:sequenceNumber:timestamp:now:)``).
-    private var latestPublisherPacket: UInt64 = 0
 
     /// How long after a viewer's join keyframe went out its keyframe requests are still taken for
     /// the ones a receiver makes as it starts (at its first packets: a few milliseconds and a
@@ -533,7 +552,6 @@ struct RelayRouter<Context> {
         stream: Int, track: Int, packet: [UInt8], sequenceNumber: UInt16, timestamp: UInt32, now: UInt64
     ) -> RelayAction<Context>? {
         guard streams[stream] != nil else { return nil }
-        latestPublisherPacket = now
         streams[stream]!.tracks[track].cache.store(sequenceNumber: sequenceNumber, packet: packet, now: now)
         if streams[stream]!.tracks[track].isH264 && !streams[stream]!.tracks[track].sendsParameterSets
             && packet.withUnsafeBytes({ H264Payload.packetStartsWithParameterSets($0) }) {
@@ -541,7 +559,9 @@ struct RelayRouter<Context> {
         }
         if streams[stream]!.tracks[track].layer != nil { streams[stream]!.tracks[track].meter.add(packet.count, now: now) }
         var packets: [RTCPPacket] = []
-        if let gap = gapRequest(stream: stream, track: track, sequenceNumber: sequenceNumber) { packets.append(.genericNACK(gap)) }
+        let recovered = streams[stream]!.tracks[track].recovery.handle(.packet(sequence: sequenceNumber, keyframe: false), now: Self.duration(now))
+        if let gap = gapRequest(recovered, stream: stream, track: track) { packets.append(.genericNACK(gap)) }
+        noteRecoveryWake(stream: stream, track: track)
         streams[stream]!.tracks[track].reception.update(sequenceNumber: sequenceNumber, rtpTimestamp: timestamp, arrival: now)
         let rembDue = streams[stream]!.tracks[track].estimator?.packet(timestamp: timestamp, size: packet.count, arrival: now) == true
         let estimate = rembDue ? remb(stream: stream, now: now) : []
@@ -561,20 +581,28 @@ struct RelayRouter<Context> {
         return behind > 0 && behind < cache.capacity && !cache.holds(sequenceNumber: sequenceNumber)
     }
 
-    /// Gaps larger than this are not asked for (a restarted sender, not a loss).
-    static var largestGapAsked: Int { 64 }
-
-    /// The packets between the furthest sequence number received (before `sequenceNumber` is
-    /// counted) and `sequenceNumber`, when it is further on than the next: asked upstream at once,
-    /// before any subscriber notices, so the publisher (or the origin) answers while every
-    /// subscriber can still play them. A late packet (a retransmission, or one reordered) asks nothing.
-    private func gapRequest(stream: Int, track: Int, sequenceNumber: UInt16) -> RTCPGenericNACK? {
-        guard let highest = streams[stream]!.tracks[track].reception.highestSequence else { return nil }
-        let ahead = Int(Int16(bitPattern: sequenceNumber &- highest))
-        guard ahead > 1, ahead <= Self.largestGapAsked, streams[stream]!.publisher.address != nil else { return nil }
-        let missing = (1..<ahead).map { highest &+ UInt16($0) }
-        return RTCPGenericNACK(senderSSRC: localSSRC(stream), mediaSSRC: streams[stream]!.tracks[track].wireSSRC, lostSequenceNumbers: missing)
+    /// The NACK of what the track's ``Track/recovery`` asks for, to the publisher (or the
+    /// origin): a packet missing since a later one came, once the reordering allowance passed and
+    /// again every round trip until ``RouterSettings/upstreamRepairDeadline``, asked before any
+    /// subscriber's own NACK so the answer comes while every subscriber can still play it. Nil
+    /// when nothing is due or there is nobody to ask.
+    private func gapRequest(_ actions: [LossRecovery.Action], stream: Int, track: Int) -> RTCPGenericNACK? {
+        guard streams[stream]!.publisher.address != nil else { return nil }
+        for case .nack(let missing) in actions {
+            return RTCPGenericNACK(senderSSRC: localSSRC(stream), mediaSSRC: streams[stream]!.tracks[track].wireSSRC, lostSequenceNumbers: missing)
+        }
+        return nil
     }
+
+    /// Brings ``recoveryDeadline`` forward to the track's next request.
+    private mutating func noteRecoveryWake(stream: Int, track: Int) {
+        guard let wake = streams[stream]!.tracks[track].recovery.nextWake else { return }
+        let at = UInt64(max(0, wake.components.seconds)) * 1_000_000_000 + UInt64(max(0, wake.components.attoseconds / 1_000_000_000))
+        recoveryDeadline = min(recoveryDeadline ?? at, at)
+    }
+
+    /// A time of the router's clock (nanoseconds) as the ``Duration`` ``LossRecovery`` counts in.
+    private static func duration(_ nanoseconds: UInt64) -> Duration { .nanoseconds(Int64(clamping: nanoseconds)) }
 
     /// REMB for the stream's video (one packet naming its video tracks, at the lowest estimate:
     /// they share the uplink). The estimates are the relay's own of the publisher's uplink and
@@ -651,7 +679,7 @@ struct RelayRouter<Context> {
     }
 
     /// Calls `body` for every subscriber of `stream` whose address is known, with its slot and
-    /// whether every packet goes to it unchanged (else ask ``forwardVideo(stream:slot:packet:)``).
+    /// whether every packet goes to it unchanged (else ask ``forwardVideo(stream:track:slot:packet:now:)``).
     @inline(__always)
     func forEachReachableSlot(of stream: Int, _ body: (_ slot: Int, Context, RelayAddress, _ transparent: Bool) -> Void) {
         guard let s = streams[stream] else { return }
@@ -676,7 +704,7 @@ struct RelayRouter<Context> {
     /// transparent): for a simulcast viewer, sent under its one video SSRC when it is the layer
     /// it gets (see ``LayerSwitcher``); otherwise dropped until its first keyframe, while its
     /// video is held back or a keyframe is awaited, else renumbered into its continuous sequence.
-    mutating func forwardVideo(stream: Int, track: Int, slot: Int, packet: [UInt8]) -> VideoForwarding {
+    mutating func forwardVideo(stream: Int, track: Int, slot: Int, packet: [UInt8], now: UInt64) -> VideoForwarding {
         guard streams[stream] != nil, slot < streams[stream]!.subscribers.count, packet.count >= RTPPacketLayout.fixedHeaderLength
         else { return .unchanged }
         let sequence = UInt16(packet[2]) << 8 | UInt16(packet[3])
@@ -703,8 +731,8 @@ struct RelayRouter<Context> {
                 H264Payload.packetStartsWithParameterSets($0) || retried && H264Payload.packetStartsKeyframe($0)
             }) else { return .dropped }
             streams[stream]!.subscribers[slot].awaitingKeyframe = nil
-            // Forwarded as it came, just after `publisherRTP` noted its arrival.
-            streams[stream]!.subscribers[slot].joinKeyframeSent = latestPublisherPacket
+            // Forwarded as it came (`now`: its arrival).
+            streams[stream]!.subscribers[slot].joinKeyframeSent = now
         }
         guard streams[stream]!.subscribers[slot].gate != nil else { return .unchanged }
         let outgoing = streams[stream]!.subscribers[slot].gate!.forward(sequenceNumber: sequence) {
@@ -961,12 +989,13 @@ struct RelayRouter<Context> {
 
     /// When `tick` next has something to do.
     var nextDeadline: UInt64 {
-        min(nextReport, keyframeDeadline ?? .max, joinDeadline ?? .max)
+        min(nextReport, keyframeDeadline ?? .max, joinDeadline ?? .max, recoveryDeadline ?? .max)
     }
 
     /// Asks again for the keyframe of viewers still waiting for their first one after
     /// ``joinKeyframeWait`` (the request or its answer was lost), sends coalesced keyframe requests
-    /// whose window ended and, every report interval, one receiver report per publisher.
+    /// whose window ended, the upstream NACKs that fell due (``Track/recovery``) and, every report
+    /// interval, one receiver report per publisher.
     mutating func tick(now: UInt64) -> [RelayAction<Context>] {
         var actions: [RelayAction<Context>] = []
         let handles = Array(streams.keys)
@@ -997,6 +1026,20 @@ struct RelayRouter<Context> {
                 if let action = keyframeAction(
                     stream: handle, track: index, kind: kind, to: address, context: streams[handle]!.publisher.context) {
                     actions.append(action)
+                }
+            }
+        }
+        if let due = recoveryDeadline, now >= due {
+            recoveryDeadline = nil
+            for handle in handles {
+                for index in streams[handle]!.tracks.indices {
+                    let due = streams[handle]!.tracks[index].recovery.handle(.tick, now: Self.duration(now))
+                    if let gap = gapRequest(due, stream: handle, track: index),
+                       let address = streams[handle]!.publisher.address, let bytes = feedback([.genericNACK(gap)], stream: handle) {
+                        counters.gapRequests += UInt64(gap.lostSequenceNumbers.count)
+                        actions.append(.toPublisher(streams[handle]!.publisher.context, address, rtcp: bytes))
+                    }
+                    noteRecoveryWake(stream: handle, track: index)
                 }
             }
         }

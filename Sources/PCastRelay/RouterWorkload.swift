@@ -49,7 +49,7 @@ public struct RouterWorkload {
         // Subscribers on the audio-only fallback, or renumbered since: each video packet is asked about.
         let video = router.isVideo(stream: stream, track: track)
         for slot in gated where video {
-            if router.forwardVideo(stream: stream, track: track, slot: slot, packet: packet) != .dropped { sends += 1 }
+            if router.forwardVideo(stream: stream, track: track, slot: slot, packet: packet, now: now) != .dropped { sends += 1 }
         }
         if video { router.noteForwarded(stream: stream, track: track, sequence: layout.sequenceNumber) }
         return sends

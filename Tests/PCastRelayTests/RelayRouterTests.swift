@@ -31,7 +31,7 @@ struct RelayRouterTests {
                                           .genericNACK(.init(senderSSRC: 9, mediaSSRC: video, lostSequenceNumbers: sequences))]).serialized()
     }
 
-    @Test("a gap in what a publisher sends is asked of it at once, in one NACK; a late packet, the first packet and a jump past 64 ask nothing; a subscriber's NACK of a packet that never came is asked of the publisher again once per 20 ms, one of a packet the cache let go is not")
+    @Test("a gap in what a publisher sends is asked of it once the reordering allowance (31.25 ms at first) passed, in one NACK, and again every 1.25 measured round trips until 500 ms; a packet overtaken on the way, the first packet and a jump past 64 ask nothing; a subscriber's NACK of a packet that never came is asked of the publisher again once per 20 ms, one of a packet the cache let go is not")
     func publisherGaps() throws {
         var settings = RouterSettings(relaySSRC: 9, keyframeInterval: 300 * Self.ms, packetCacheCapacity: 64, packetCacheDuration: 1_000 * Self.ms)
         settings.arrivalEstimator = nil
@@ -43,26 +43,37 @@ struct RelayRouterTests {
             router.publisherRTP(stream: stream, track: 0, packet: try rtpPacket(ssrc: Self.video, sequence: sequence), sequenceNumber: sequence,
                                 timestamp: UInt32(sequence) &* 3000, now: ms * Self.ms)
         }
+        let asked = { (sequences: [UInt16]) in [RelayAction<Int>.toPublisher(1, Self.publisherAddress, rtcp: Self.publisherNACK(sequences))] }
         #expect(try arrive(65_533, at: 1) == nil, "the first packet")
         #expect(try arrive(65_534, at: 2) == nil)
-        #expect(try arrive(1, at: 3) == .toPublisher(1, Self.publisherAddress, rtcp: Self.publisherNACK([65_535, 0])), "across the wrap")
-        #expect(try arrive(0, at: 4) == nil, "the answer: late, asks nothing")
-        #expect(try arrive(2, at: 5) == nil)
-        #expect(try arrive(100, at: 6) == nil, "a jump of 98: a restart, not a loss")
-        #expect(try arrive(103, at: 7) == .toPublisher(1, Self.publisherAddress, rtcp: Self.publisherNACK([101, 102])))
-        #expect(router.counters.gapRequests == 4)
+        #expect(try arrive(1, at: 3) == nil, "a gap across the wrap (65,535 and 0), not asked at once: they may come late")
+        #expect(try arrive(0, at: 4) == nil, "overtaken by 1 ms, not lost: never asked for")
+        #expect(router.nextDeadline <= 35 * Self.ms, "the timer wakes for the allowance's end")
+        #expect(router.tick(now: 34 * Self.ms) == [])
+        #expect(router.tick(now: 35 * Self.ms) == asked([65_535]), "the allowance passed: the one still missing")
+        #expect(try arrive(65_535, at: 45) == nil, "the answer, 10 ms later (the round trip measured)")
+        #expect(try arrive(2, at: 46) == nil)
+        #expect(try arrive(100, at: 47) == nil, "a jump of 98: a restart, not a loss")
+        #expect(try arrive(103, at: 48) == nil)
+        #expect(router.tick(now: 79 * Self.ms) == [])
+        #expect(router.tick(now: 80 * Self.ms) == asked([101, 102]))
+        #expect(router.tick(now: 92 * Self.ms) == [], "1.25 round trips not yet passed")
+        #expect(router.tick(now: 93 * Self.ms) == asked([101, 102]), "asked again")
+        #expect(router.counters.gapRequests == 5)
+        #expect(router.tick(now: 548 * Self.ms) == [], "500 ms after they went missing: given up")
+        #expect(router.nextDeadline == 1_000 * Self.ms, "nothing left to ask: the timer waits for the receiver report")
 
-        _ = router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 500, context: 100, now: 8 * Self.ms)
+        _ = router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 500, context: 100, now: 550 * Self.ms)
         let subscriber = RelayAddress(ipv4: 0x7F00_0001, port: 5000)
-        router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: subscriber, now: 8 * Self.ms)
+        router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: subscriber, now: 550 * Self.ms)
         func nack(_ sequences: [UInt16], at ms: UInt64) -> [RelayAction<Int>] {
             router.subscriberRTCP(stream: stream, rtcpSSRC: 500,
                                   packets: [.genericNACK(.init(senderSSRC: 500, mediaSSRC: Self.video, lostSequenceNumbers: sequences))], now: ms * Self.ms)
         }
-        #expect(nack([101], at: 10) == [.toPublisher(1, Self.publisherAddress, rtcp: Self.publisherNACK([101]))], "never came: the publisher may have it")
-        #expect(nack([101], at: 20) == [], "asked 10 ms ago")
-        #expect(nack([101], at: 31) == [.toPublisher(1, Self.publisherAddress, rtcp: Self.publisherNACK([101]))], "asked again after 20 ms")
-        #expect(nack([30], at: 40) == [], "further back than the cache holds: let go, not asked")
+        #expect(nack([101], at: 560) == [.toPublisher(1, Self.publisherAddress, rtcp: Self.publisherNACK([101]))], "never came: the publisher may have it")
+        #expect(nack([101], at: 570) == [], "asked 10 ms ago")
+        #expect(nack([101], at: 581) == [.toPublisher(1, Self.publisherAddress, rtcp: Self.publisherNACK([101]))], "asked again after 20 ms")
+        #expect(nack([30], at: 590) == [], "further back than the cache holds: let go, not asked")
         #expect(router.counters.nacksForwarded == 2 && router.counters.nacksMissed == 1)
     }
 
@@ -153,18 +164,19 @@ struct RelayRouterTests {
         #expect(router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: RelayAddress(ipv4: 2, port: 2), now: 1_001 * Self.ms) == [])
         #expect(Self.transparent(router, stream: stream) == [false], "each of its video packets is asked about")
         // Each packet arrives from the publisher (1,050 ms on) and is then asked about.
+        func arrival(_ sequence: UInt16) -> UInt64 { (1_046 + UInt64(sequence)) * Self.ms }
         func arrive(_ sequence: UInt16, _ payload: [UInt8]) throws -> [UInt8] {
             let packet = try Self.video(sequence, payload)
             _ = router.publisherRTP(stream: stream, track: 0, packet: packet, sequenceNumber: sequence, timestamp: 0,
-                                    now: (1_046 + UInt64(sequence)) * Self.ms)
+                                    now: arrival(sequence))
             return packet
         }
-        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try arrive(4, Self.slice)) == .dropped)
-        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try arrive(5, Self.idrStart)) == .dropped,
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try arrive(4, Self.slice), now: arrival(4)) == .dropped)
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try arrive(5, Self.idrStart), now: arrival(5)) == .dropped,
                 "an IDR slice without the parameter sets before it")
-        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try arrive(6, Self.parameterSets)) == .unchanged)
-        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try arrive(7, Self.idrStart)) == .unchanged)
-        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try arrive(8, Self.slice)) == .unchanged)
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try arrive(6, Self.parameterSets), now: arrival(6)) == .unchanged)
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try arrive(7, Self.idrStart), now: arrival(7)) == .unchanged)
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try arrive(8, Self.slice), now: arrival(8)) == .unchanged)
         #expect(Self.transparent(router, stream: stream) == [true], "then sent everything as it comes")
 
         let pli = RTCPPacket.pictureLossIndication(.init(senderSSRC: 500, mediaSSRC: Self.video))
@@ -195,8 +207,8 @@ struct RelayRouterTests {
         #expect(Self.keyframeRequests(router.tick(now: 2_499 * Self.ms)) == [])
         #expect(Self.keyframeRequests(router.tick(now: 2_500 * Self.ms)).count == 1)
         #expect(Self.transparent(router, stream: stream) == [true, false])
-        #expect(router.forwardVideo(stream: stream, track: 0, slot: 1, packet: try Self.video(2, Self.slice)) == .dropped)
-        #expect(router.forwardVideo(stream: stream, track: 0, slot: 1, packet: try Self.video(3, Self.idrStart)) == .unchanged)
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 1, packet: try Self.video(2, Self.slice), now: 2_600 * Self.ms) == .dropped)
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 1, packet: try Self.video(3, Self.idrStart), now: 2_610 * Self.ms) == .unchanged)
         #expect(Self.transparent(router, stream: stream) == [true, true])
         #expect(Self.keyframeRequests(router.tick(now: 3_100 * Self.ms)) == [], "not asked again once it has its keyframe")
     }

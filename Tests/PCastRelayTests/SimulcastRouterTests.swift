@@ -38,9 +38,9 @@ struct SimulcastRouterTests {
     static func frame(_ router: inout RelayRouter<Int>, _ stream: Int, slot: Int, frame: UInt16, keyframe: Bool = false) throws -> [VideoForwarding] {
         let timestamp = UInt32(frame) * 3000
         return [
-            router.forwardVideo(stream: stream, track: 2, slot: slot, packet: try packet(high, 1000 &+ frame, timestamp: timestamp, keyframe: keyframe)),
-            router.forwardVideo(stream: stream, track: 0, slot: slot, packet: try packet(middle, 5000 &+ frame, timestamp: timestamp, keyframe: keyframe)),
-            router.forwardVideo(stream: stream, track: 3, slot: slot, packet: try packet(low, 65_530 &+ frame, timestamp: timestamp, keyframe: keyframe)),
+            router.forwardVideo(stream: stream, track: 2, slot: slot, packet: try packet(high, 1000 &+ frame, timestamp: timestamp, keyframe: keyframe), now: UInt64(frame) * 33_000_000),
+            router.forwardVideo(stream: stream, track: 0, slot: slot, packet: try packet(middle, 5000 &+ frame, timestamp: timestamp, keyframe: keyframe), now: UInt64(frame) * 33_000_000),
+            router.forwardVideo(stream: stream, track: 3, slot: slot, packet: try packet(low, 65_530 &+ frame, timestamp: timestamp, keyframe: keyframe), now: UInt64(frame) * 33_000_000),
         ]
     }
 

@@ -168,7 +168,7 @@ struct RouterFallbackTests {
         var transparency: [Int: Bool] = [:]
         router.forEachReachableSlot(of: stream) { slot, _, _, transparent in transparency[slot] = transparent }
         #expect(transparency == [0: false, 1: true])
-        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try Self.packet(11, keyframe: true)) == .dropped)
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try Self.packet(11, keyframe: true), now: 5_400 * Self.ms) == .dropped)
         let pli = RTCPPacket.pictureLossIndication(.init(senderSSRC: 500, mediaSSRC: VideoGateTests.video))
         #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [pli], now: 5_500 * Self.ms) == [])
 
@@ -181,11 +181,11 @@ struct RouterFallbackTests {
         let probe = Self.report(&router, stream: stream, rtcpSSRC: 500, [VideoGateTests.block(VideoGateTests.audio, highest: 100, lost: 0)], at: 9 * Self.s)
         #expect(probe == [.toPublisher(1, RelayRouterTests.publisherAddress, rtcp: RelayRouterTests.pli())])
         #expect(router.counters.videoProbes == 1)
-        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try Self.packet(40, keyframe: false)) == .dropped)
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: try Self.packet(40, keyframe: false), now: 9_050 * Self.ms) == .dropped)
         let keyframe = try Self.packet(41, keyframe: true)
         router.publisherRTP(stream: stream, track: 0, packet: keyframe, sequenceNumber: 41, timestamp: 0, now: 9_100 * Self.ms)
-        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: keyframe) == .renumbered(11), "after the 10 it was sent")
-        #expect(router.forwardVideo(stream: stream, track: 0, slot: 1, packet: keyframe) == .unchanged, "the other subscriber is untouched")
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 0, packet: keyframe, now: 9_100 * Self.ms) == .renumbered(11), "after the 10 it was sent")
+        #expect(router.forwardVideo(stream: stream, track: 0, slot: 1, packet: keyframe, now: 9_100 * Self.ms) == .unchanged, "the other subscriber is untouched")
 
         // Its NACK for 11 is answered with packet 41, renumbered 11.
         let nack = RTCPPacket.genericNACK(RTCPGenericNACK(senderSSRC: 500, mediaSSRC: VideoGateTests.video, lostSequenceNumbers: [11]))
@@ -211,7 +211,7 @@ struct RouterFallbackTests {
                 _ = Self.report(&candidate, stream: stream, rtcpSSRC: 500, [VideoGateTests.block(highest: UInt32(second) * 100, lost: Int32(second) * 90)], at: second * Self.s)
             }
             #expect(candidate.takeVideoEvents() == [] && candidate.counters.videoSuspensions == 0)
-            #expect(candidate.forwardVideo(stream: stream, track: 0, slot: 0, packet: try Self.packet(1, keyframe: false)) == .unchanged)
+            #expect(candidate.forwardVideo(stream: stream, track: 0, slot: 0, packet: try Self.packet(1, keyframe: false), now: 5 * Self.s) == .unchanged)
         }
     }
 }

@@ -436,7 +436,7 @@ extension OneAtATime.NetworkQualityTests {
 }
 
 extension OneAtATime.NetworkQualityTests {
-    @Test("5 % uniform loss on the publisher's leg (both ways): the relay asks the publisher for each gap at once, the SDK publisher resends from what it sent, and a viewer on a clear leg is shown ≥ 99 % of the frames with no freeze over 300 ms")
+    @Test("5 % uniform loss on the publisher's leg (both ways): the relay asks the publisher for each gap once its reordering allowance passed, the SDK publisher resends from what it sent, and a viewer on a clear leg is shown ≥ 99 % of the frames with no freeze over 300 ms")
     func publisherLegLossIsRepaired() async throws {
         let platform = try await LocalPlatform.start()
         let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 41)

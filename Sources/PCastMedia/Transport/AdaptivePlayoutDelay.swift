@@ -6,8 +6,8 @@
 /// - **Jitter.** A packet's transit (arrival − its RTP timestamp, in seconds) less the smallest
 ///   transit of its stream over ``Settings/baselineWindow`` is how late it came; the target covers
 ///   the latest packet of the last ``Settings/jitterWindow``.
-/// - **Repairs.** When a packet went missing within ``Settings/lossMemory``, the target adds the
-///   time its repair takes (``target(repairRoom:now:)``: the reordering allowance and a few round
+/// - **Repairs.** When a packet was lost (asked for again, or given up) within ``Settings/lossMemory``, the target adds the
+///   time its repair takes (``target(repairRoom:lastLoss:now:)``: the reordering allowance and a few round
 ///   trips, from ``LossRecovery``).
 /// - **Smooth changes.** The delay rises to its target at once (the picture waits once, for that
 ///   long, rather than dropping late frames again) and falls by at most ``Settings/fallStep`` every
@@ -25,7 +25,7 @@ struct AdaptivePlayoutDelay: Sendable {
         var fallStep: Duration = .milliseconds(2)
         /// Added to the jitter: the decoder and the sinks' own scheduling.
         var margin: Duration = .milliseconds(4)
-        /// How long after the first packet the delay first moves (see ``update(repairRoom:lastGap:now:)``).
+        /// How long after the first packet the delay first moves (see ``update(repairRoom:lastLoss:now:)``).
         var settleTime: Duration = .milliseconds(500)
     }
 
@@ -40,6 +40,9 @@ struct AdaptivePlayoutDelay: Sendable {
     let settings: Settings
     private(set) var current: Duration
     private var buckets: [Bucket] = []
+    /// Per stream, the smallest transit of the buckets before the latest (recomputed when a bucket
+    /// starts, so each packet compares with two values, not with every bucket of the baseline window).
+    private var earlierSmallest: [UInt8: Duration] = [:]
     private var lastUpdate: Duration?
     private var firstArrival: Duration?
     /// Per stream: the extended RTP timestamp of its latest packet (timestamps wrap at 2³²).
@@ -73,28 +76,32 @@ struct AdaptivePlayoutDelay: Sendable {
             buckets.append(Bucket(start: now))
             let keep = max(windowBuckets, Int(settings.baselineWindow / settings.updateInterval))
             if buckets.count > keep { buckets.removeFirst(buckets.count - keep) }
+            earlierSmallest = [:]
+            for bucket in buckets.dropLast() {
+                earlierSmallest.merge(bucket.smallestTransit, uniquingKeysWith: min)
+            }
         }
         let last = buckets.count - 1
         buckets[last].smallestTransit[stream] = min(buckets[last].smallestTransit[stream] ?? transit, transit)
-        let baseline = buckets.compactMap { $0.smallestTransit[stream] }.min() ?? transit
+        let baseline = min(earlierSmallest[stream] ?? transit, buckets[last].smallestTransit[stream]!)
         buckets[last].latest = max(buckets[last].latest, transit - baseline)
     }
 
     /// The delay the receiver would want now: the jitter, the margin, and `repairRoom` when a
-    /// packet went missing within the loss memory (`lastGap`), within the bounds.
-    func target(repairRoom: Duration, lastGap: Duration?, now: Duration) -> Duration {
+    /// packet was lost within the loss memory (`lastLoss`: asked for again or given up), within the bounds.
+    func target(repairRoom: Duration, lastLoss: Duration?, now: Duration) -> Duration {
         var target = jitter + settings.margin
-        if let lastGap, now - lastGap < settings.lossMemory { target += repairRoom }
+        if let lastLoss, now - lastLoss < settings.lossMemory { target += repairRoom }
         return min(max(target, settings.bounds.lowerBound), settings.bounds.upperBound)
     }
 
     /// Moves the delay towards the target every update interval; returns the new delay when it
     /// changed (by a millisecond or more).
-    mutating func update(repairRoom: Duration, lastGap: Duration?, now: Duration) -> Duration? {
+    mutating func update(repairRoom: Duration, lastLoss: Duration?, now: Duration) -> Duration? {
         if let lastUpdate, now < lastUpdate + settings.updateInterval { return nil }
         guard let first = firstArrival, now >= first + settings.settleTime else { return nil }
         lastUpdate = now
-        let target = target(repairRoom: repairRoom, lastGap: lastGap, now: now)
+        let target = target(repairRoom: repairRoom, lastLoss: lastLoss, now: now)
         let next = target > current ? target : max(target, current - settings.fallStep)
         guard abs(next - current) >= .milliseconds(1) else { return nil }
         current = next

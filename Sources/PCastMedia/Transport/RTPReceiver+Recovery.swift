@@ -97,7 +97,7 @@ final class ReceiverRecovery: Sendable {
         state.withLock { state in
             var actions: [(LossRecovery.Action, UInt32)] = []
             var repairRoom = Duration.zero
-            var lastGap: Duration?
+            var lastLoss: Duration?
             let jitter = state.adaptive.jitter
             for payloadType in state.tracks.keys.sorted() {
                 let ssrc = state.ssrcs[payloadType] ?? 0
@@ -107,9 +107,9 @@ final class ReceiverRecovery: Sendable {
                 } ?? .tick
                 actions += state.tracks[payloadType]!.handle(event, now: now).map { ($0, ssrc) }
                 repairRoom = max(repairRoom, state.tracks[payloadType]!.repairRoom)
-                if let gap = state.tracks[payloadType]!.lastGap { lastGap = max(lastGap ?? gap, gap) }
+                if let gap = state.tracks[payloadType]!.lastLoss { lastLoss = max(lastLoss ?? gap, gap) }
             }
-            let delay = state.adaptive.update(repairRoom: repairRoom, lastGap: lastGap, now: now)
+            let delay = state.adaptive.update(repairRoom: repairRoom, lastLoss: lastLoss, now: now)
             return (actions, state.adapts ? delay : nil)
         }
     }

@@ -67,7 +67,7 @@ public final class PlatformMetrics: Sendable {
             (\.nacksMissed, "relay_nacks_missed", "NACKed packets no longer in the cache"),
             (\.keyframeRequests, "relay_keyframe_requests", "Keyframe requests (PLI/FIR) sent to publishers"),
             (\.nacksForwarded, "relay_nacks_forwarded", "NACKed packets the cache lacked, asked upstream (of the origin or the publisher)"),
-            (\.gapRequests, "relay_gap_requests", "Packets asked upstream at once because a later one arrived first (publisher-leg loss)"),
+            (\.gapRequests, "relay_gap_requests", "Packets asked upstream because a later one arrived first and the reordering allowance passed (publisher-leg loss)"),
             (\.upstreamRetransmissions, "relay_upstream_retransmissions", "Edge of a cascade: the origin's retransmissions sent on to the viewers that asked"),
             (\.stunRefusals, "relay_stun_refusals", "STUN messages refused (unknown ufrag, failed integrity, malformed)"),
             (\.dtlsFailures, "relay_dtls_failures", "WebRTC peers whose DTLS handshake failed (fingerprint, profile, malformed records)"),

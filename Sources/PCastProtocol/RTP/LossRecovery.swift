@@ -23,26 +23,28 @@
 ///   keyframe its join brought) waits that interval for it to complete. And as libwebrtc's
 ///   receive stream does, a decoder that has made no frame for ``Settings/stallTimeout`` while
 ///   frames kept arriving asks for one, whatever the cause.
-struct LossRecovery: Sendable {
-    struct Settings: Sendable, Equatable {
-        var initialReorderAllowance: Duration = .milliseconds(25)
-        var minimumReorderAllowance: Duration = .milliseconds(3)
-        var reorderMemory: Duration = .seconds(5)
+public struct LossRecovery: Sendable {
+    public struct Settings: Sendable, Equatable {
+        public var initialReorderAllowance: Duration = .milliseconds(25)
+        public var minimumReorderAllowance: Duration = .milliseconds(3)
+        public var reorderMemory: Duration = .seconds(5)
         /// The round trip assumed before the first sample.
-        var initialRoundTrip: Duration = .milliseconds(30)
+        public var initialRoundTrip: Duration = .milliseconds(30)
         /// The shortest time between two NACKs of one packet.
-        var minimumRetryInterval: Duration = .milliseconds(10)
+        public var minimumRetryInterval: Duration = .milliseconds(10)
         /// The shortest time between two keyframe requests while one is awaited.
-        var minimumKeyframeRetry: Duration = .milliseconds(150)
+        public var minimumKeyframeRetry: Duration = .milliseconds(150)
         /// A jump of more sequence numbers than this is a restart of the sender's numbering, not a loss.
-        var largestGap = 1_000
+        public var largestGap = 1_000
         /// Whether keyframes are asked for (video).
-        var requestsKeyframes = true
+        public var requestsKeyframes = true
         /// How long frames may arrive without any being decoded before a keyframe is asked for.
-        var stallTimeout: Duration = .milliseconds(200)
+        public var stallTimeout: Duration = .milliseconds(200)
+
+        public init() {}
     }
 
-    enum Event: Sendable, Equatable {
+    public enum Event: Sendable, Equatable {
         /// A packet arrived; `keyframe` when it starts a keyframe (its parameter sets or IDR slice).
         case packet(sequence: UInt16, keyframe: Bool)
         /// The deadline of missing packets (the playout delay in effect) changed.
@@ -59,7 +61,7 @@ struct LossRecovery: Sendable {
         case tick
     }
 
-    enum Action: Sendable, Equatable {
+    public enum Action: Sendable, Equatable {
         /// Ask for these packets again (one generic NACK).
         case nack([UInt16])
         /// Ask for a keyframe (a PLI).
@@ -72,7 +74,7 @@ struct LossRecovery: Sendable {
         var asks = 0
     }
 
-    let settings: Settings
+    public let settings: Settings
     private var deadline: Duration
     private var highest: Int?
     private var missing: [Int: Missing] = [:]
@@ -93,17 +95,19 @@ struct LossRecovery: Sendable {
 
     /// Sequence numbers asked for (each NACK counts every number it names), packets that arrived
     /// late without being asked for, packets given up at their deadline, keyframes asked for.
-    private(set) var nacked = 0
-    private(set) var reordered = 0
-    private(set) var expired = 0
-    private(set) var keyframesRequested = 0
-    /// When a packet last went missing (for the playout delay's retransmission room).
-    private(set) var lastGap: Duration?
+    public private(set) var nacked = 0
+    public private(set) var reordered = 0
+    public private(set) var expired = 0
+    public private(set) var keyframesRequested = 0
+    /// When a packet was last asked for or given up: a loss, not a packet overtaken within the
+    /// reordering allowance (for the playout delay's retransmission room: counting every gap
+    /// once raised a viewer's delay on a path that only reordered by 20 ms to 180 ms).
+    public private(set) var lastLoss: Duration?
     /// Whether the latest packet was one asked for again (a retransmission: its lateness is the
     /// repair's, not the path's jitter).
-    private(set) var latestWasRepair = false
+    public private(set) var latestWasRepair = false
 
-    init(settings: Settings = Settings(), deadline: Duration) {
+    public init(settings: Settings = Settings(), deadline: Duration) {
         self.settings = settings
         self.deadline = deadline
         learnedReorder = settings.initialReorderAllowance
@@ -112,21 +116,21 @@ struct LossRecovery: Sendable {
     /// How long a missing packet is waited for before it is asked for.
     /// At most the deadline less 10 ms, so one request and its answer still fit (a short fixed
     /// playout delay on a loaded machine had an allowance past its deadline: nothing was asked for).
-    var reorderAllowance: Duration {
+    public var reorderAllowance: Duration {
         min(max(settings.minimumReorderAllowance, learnedReorder * 1.25) + pathJitter,
             max(settings.minimumReorderAllowance, deadline - .milliseconds(10)))
     }
     /// The round trip, measured (or assumed before the first sample).
-    var roundTrip: Duration { smoothedRoundTrip ?? settings.initialRoundTrip }
+    public var roundTrip: Duration { smoothedRoundTrip ?? settings.initialRoundTrip }
     /// The time between two NACKs of one packet.
     /// (Its floor is a quarter of a short deadline: a 20 ms playout delay gets its tries 5 ms apart.)
-    var retryInterval: Duration { max(min(settings.minimumRetryInterval, deadline / 4), roundTrip * 1.25) }
-    var keyframeRetryInterval: Duration { max(settings.minimumKeyframeRetry, roundTrip * 2) }
-    var isAwaitingKeyframe: Bool { awaitingKeyframeSince != nil }
-    var missingCount: Int { missing.count }
+    public var retryInterval: Duration { max(min(settings.minimumRetryInterval, deadline / 4), roundTrip * 1.25) }
+    public var keyframeRetryInterval: Duration { max(settings.minimumKeyframeRetry, roundTrip * 2) }
+    public var isAwaitingKeyframe: Bool { awaitingKeyframeSince != nil }
+    public var missingCount: Int { missing.count }
 
     /// When ``handle(_:now:)`` with `.tick` next has something to do; nil when nothing is pending.
-    var nextWake: Duration? {
+    public var nextWake: Duration? {
         var wake: Duration?
         for entry in missing.values {
             let due = entry.lastAsked.map { $0 + retryInterval } ?? entry.noticed + reorderAllowance
@@ -137,7 +141,7 @@ struct LossRecovery: Sendable {
         return wake
     }
 
-    mutating func handle(_ event: Event, now: Duration) -> [Action] {
+    public mutating func handle(_ event: Event, now: Duration) -> [Action] {
         switch event {
         case .deadline(let value):
             deadline = value
@@ -207,7 +211,6 @@ struct LossRecovery: Sendable {
                 missing.removeAll()
             } else {
                 for gap in (highest + 1)..<extended { missing[gap] = Missing(noticed: now) }
-                if extended > highest + 1 { lastGap = now }
             }
             self.highest = extended
             return extended
@@ -235,6 +238,7 @@ struct LossRecovery: Sendable {
             if now >= entry.noticed + deadline {
                 missing[sequence] = nil
                 expired += 1
+                lastLoss = now
                 // One before a keyframe that has arrived costs nothing after it.
                 if latestKeyframe.map({ sequence > $0 }) ?? true { gaveUp = true }
                 continue
@@ -249,6 +253,7 @@ struct LossRecovery: Sendable {
         var actions: [Action] = []
         if !ask.isEmpty {
             nacked += ask.count
+            lastLoss = now
             actions.append(.nack(ask.sorted().map { UInt16(truncatingIfNeeded: $0) }))
         }
         guard settings.requestsKeyframes else { return actions }
@@ -269,5 +274,5 @@ extension LossRecovery {
     /// The time a lost packet's repair takes: the reordering allowance, the first request's round
     /// trip and two more tries (at 10 % loss each way one try in five fails; three leave about
     /// one packet in 150 of the lost ones unrepaired).
-    var repairRoom: Duration { reorderAllowance + roundTrip + retryInterval * 2 }
+    public var repairRoom: Duration { reorderAllowance + roundTrip + retryInterval * 2 }
 }

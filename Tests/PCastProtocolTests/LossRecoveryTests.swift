@@ -1,18 +1,6 @@
-@testable import PCastMedia
+import PCastImpairment
+import PCastProtocol
 import Testing
-
-/// SplitMix64, for loss and jitter patterns that are the same in every run.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// The receiver's NACK and keyframe-request machine, fed sequence numbers and times.
 @Suite("Loss recovery: NACKs only for real gaps, a keyframe asked for when a packet is past repair")
@@ -36,6 +24,20 @@ struct LossRecoveryTests {
         }
         #expect(actions.isEmpty)
         #expect(recovery.nacked == 0 && recovery.missingCount == 0)
+    }
+
+    @Test("only a packet asked for or given up is a loss for the playout delay's repair room: one overtaken within the allowance is not")
+    func lossesForRepairRoom() {
+        var recovery = LossRecovery(deadline: Self.ms(200))
+        _ = recovery.handle(.packet(sequence: 1, keyframe: false), now: Self.ms(0))
+        _ = recovery.handle(.packet(sequence: 3, keyframe: false), now: Self.ms(1))
+        _ = Self.run(&recovery, from: 5, to: 20)
+        _ = recovery.handle(.packet(sequence: 2, keyframe: false), now: Self.ms(21))
+        #expect(recovery.lastLoss == nil, "overtaken by 20 ms: no loss")
+        _ = recovery.handle(.packet(sequence: 5, keyframe: false), now: Self.ms(30))
+        #expect(recovery.lastLoss == nil, "missing, not yet asked for")
+        #expect(Self.run(&recovery, from: 35, to: 65).count == 1)
+        #expect(recovery.lastLoss == Self.ms(65), "asked for once the allowance passed")
     }
 
     @Test("a packet overtaken by 20 ms is not asked for (the first allowance is 1.25 × 25 ms); the allowance keeps the lateness it learns, and halves on a quiet path")
@@ -143,7 +145,7 @@ struct LossRecoveryTests {
 
     @Test("uniform 5 % loss each way with the relay answering after a round trip: every lost packet repaired, NACKs ≤ 1.2 × packets lost")
     func nacksPerLoss() {
-        var generator = SplitMix(seed: 41)
+        var generator = SeededGenerator(seed: 41)
         var settings = LossRecovery.Settings()
         settings.requestsKeyframes = true
         var recovery = LossRecovery(settings: settings, deadline: Self.ms(200))
@@ -184,52 +186,5 @@ struct LossRecoveryTests {
         #expect(recovery.expired == 0 && keyframes == 0, "unrepaired: \(recovery.expired)")
         #expect(Double(recovery.nacked) <= 1.2 * Double(lost), "\(recovery.nacked) NACKs for \(lost) lost")
         #expect(recovery.roundTrip >= Self.ms(9) && recovery.roundTrip <= Self.ms(11))
-    }
-}
-
-/// The receiver's own playout delay, fed arrivals and times.
-@Suite("Adaptive playout delay: from the measured jitter, room for repairs once packets go missing, smooth and bounded")
-struct AdaptivePlayoutDelayTests {
-    static func ms(_ value: Int) -> Duration { .milliseconds(value) }
-
-    /// Video at 30 frames a second, 3 packets a frame, each frame's packets arriving `lateness(frame)` ms
-    /// after their capture; updates the delay each millisecond step from `from` to `to` (ms).
-    static func feed(_ delay: inout AdaptivePlayoutDelay, from: Int, to: Int, lastGap: Duration? = nil,
-                     lateness: (Int) -> Int = { _ in 0 }) -> [Duration] {
-        var changes: [Duration] = []
-        for now in from...to {
-            if now % 33 == 0 {
-                let frame = now / 33
-                for _ in 0..<3 {
-                    delay.arrived(stream: 96, timestamp: UInt32(truncatingIfNeeded: frame * 3_000), clockRate: 90_000,
-                                  now: ms(frame * 33 + lateness(frame) + 5))
-                }
-            }
-            if let change = delay.update(repairRoom: ms(30), lastGap: lastGap, now: ms(now)) { changes.append(change) }
-        }
-        return changes
-    }
-
-    @Test("on a clean path it falls from 40 ms below 25 ms within 5 s, in steps of at most 2 ms, down to the jitter and margin")
-    func fallsOnClean() {
-        var delay = AdaptivePlayoutDelay(settings: .init(bounds: Self.ms(5)...Self.ms(1_000), initial: Self.ms(40)))
-        let changes = Self.feed(&delay, from: 0, to: 5_000)
-        #expect(delay.current < Self.ms(25), "\(delay.current)")
-        #expect(zip([Self.ms(40)] + changes, changes).allSatisfy { $0 - $1 <= Self.ms(2) && $0 > $1 }, "\(changes)")
-        _ = Self.feed(&delay, from: 5_001, to: 20_000)
-        #expect(delay.current == Self.ms(5), "the jitter (none) and the 4 ms margin, at the 5 ms bound: \(delay.current)")
-    }
-
-    @Test("when 30 ms of jitter starts it rises above it within 2 s; packets gone missing add the repair room; the bounds hold")
-    func risesWithJitterAndLoss() {
-        var delay = AdaptivePlayoutDelay(settings: .init(bounds: Self.ms(10)...Self.ms(60), initial: Self.ms(40)))
-        _ = Self.feed(&delay, from: 0, to: 10_000)
-        #expect(delay.current == Self.ms(10))
-        var generator = SplitMix(seed: 7)
-        let lateness = (0..<1_000).map { _ in Int.random(in: 0...30, using: &generator) }
-        _ = Self.feed(&delay, from: 10_001, to: 12_000) { lateness[$0 % 1_000] }
-        #expect(delay.current > Self.ms(30) && delay.jitter >= Self.ms(25), "\(delay.current), jitter \(delay.jitter)")
-        _ = Self.feed(&delay, from: 12_001, to: 13_000, lastGap: Self.ms(12_500)) { lateness[$0 % 1_000] }
-        #expect(delay.current == Self.ms(60), "jitter + margin + 30 ms of repairs, at the 60 ms bound: \(delay.current)")
     }
 }

@@ -1,0 +1,50 @@
+import PCastImpairment
+@testable import PCastMedia
+import Testing
+
+/// The receiver's own playout delay, fed arrivals and times.
+@Suite("Adaptive playout delay: from the measured jitter, room for repairs once packets go missing, smooth and bounded")
+struct AdaptivePlayoutDelayTests {
+    static func ms(_ value: Int) -> Duration { .milliseconds(value) }
+
+    /// Video at 30 frames a second, 3 packets a frame, each frame's packets arriving `lateness(frame)` ms
+    /// after their capture; updates the delay each millisecond step from `from` to `to` (ms).
+    static func feed(_ delay: inout AdaptivePlayoutDelay, from: Int, to: Int, lastLoss: Duration? = nil,
+                     lateness: (Int) -> Int = { _ in 0 }) -> [Duration] {
+        var changes: [Duration] = []
+        for now in from...to {
+            if now % 33 == 0 {
+                let frame = now / 33
+                for _ in 0..<3 {
+                    delay.arrived(stream: 96, timestamp: UInt32(truncatingIfNeeded: frame * 3_000), clockRate: 90_000,
+                                  now: ms(frame * 33 + lateness(frame) + 5))
+                }
+            }
+            if let change = delay.update(repairRoom: ms(30), lastLoss: lastLoss, now: ms(now)) { changes.append(change) }
+        }
+        return changes
+    }
+
+    @Test("on a clean path it falls from 40 ms below 25 ms within 5 s, in steps of at most 2 ms, down to the jitter and margin")
+    func fallsOnClean() {
+        var delay = AdaptivePlayoutDelay(settings: .init(bounds: Self.ms(5)...Self.ms(1_000), initial: Self.ms(40)))
+        let changes = Self.feed(&delay, from: 0, to: 5_000)
+        #expect(delay.current < Self.ms(25), "\(delay.current)")
+        #expect(zip([Self.ms(40)] + changes, changes).allSatisfy { $0 - $1 <= Self.ms(2) && $0 > $1 }, "\(changes)")
+        _ = Self.feed(&delay, from: 5_001, to: 20_000)
+        #expect(delay.current == Self.ms(5), "the jitter (none) and the 4 ms margin, at the 5 ms bound: \(delay.current)")
+    }
+
+    @Test("when 30 ms of jitter starts it rises above it within 2 s; packets gone missing add the repair room; the bounds hold")
+    func risesWithJitterAndLoss() {
+        var delay = AdaptivePlayoutDelay(settings: .init(bounds: Self.ms(10)...Self.ms(60), initial: Self.ms(40)))
+        _ = Self.feed(&delay, from: 0, to: 10_000)
+        #expect(delay.current == Self.ms(10))
+        var generator = SeededGenerator(seed: 7)
+        let lateness = (0..<1_000).map { _ in Int.random(in: 0...30, using: &generator) }
+        _ = Self.feed(&delay, from: 10_001, to: 12_000) { lateness[$0 % 1_000] }
+        #expect(delay.current > Self.ms(30) && delay.jitter >= Self.ms(25), "\(delay.current), jitter \(delay.jitter)")
+        _ = Self.feed(&delay, from: 12_001, to: 13_000, lastLoss: Self.ms(12_500)) { lateness[$0 % 1_000] }
+        #expect(delay.current == Self.ms(60), "jitter + margin + 30 ms of repairs, at the 60 ms bound: \(delay.current)")
+    }
+}
