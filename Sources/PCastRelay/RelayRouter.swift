@@ -831,6 +831,8 @@ struct RelayRouter<Context> {
                                                                      lostSequenceNumbers: upstream))], stream: handle) {
                     counters.nacksForwarded += UInt64(upstream.count)
                     actions.append(.toPublisher(streams[handle]!.publisher.context, publisherAddress, rtcp: bytes))
+                    // Its own requests for them wait a retry interval from now.
+                    _ = streams[handle]!.tracks[index].recovery.handle(.requested(upstream), now: Self.duration(now))
                 }
             case .receiverEstimatedMaxBitrate(let remb) where streams[handle]!.subscribers[slot].isEdge:
                 streams[handle]!.subscribers[slot].edgeEstimate = (remb.bitrate, now)

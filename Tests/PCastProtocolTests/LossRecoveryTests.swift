@@ -26,18 +26,33 @@ struct LossRecoveryTests {
         #expect(recovery.nacked == 0 && recovery.missingCount == 0)
     }
 
-    @Test("only a packet asked for or given up is a loss for the playout delay's repair room: one overtaken within the allowance is not")
+    @Test("the playout delay's repair room follows repeated losses: three packets asked for (a packet overtaken within the allowance is none, a single one taken for lost is not enough)")
     func lossesForRepairRoom() {
         var recovery = LossRecovery(deadline: Self.ms(200))
         _ = recovery.handle(.packet(sequence: 1, keyframe: false), now: Self.ms(0))
         _ = recovery.handle(.packet(sequence: 3, keyframe: false), now: Self.ms(1))
         _ = Self.run(&recovery, from: 5, to: 20)
         _ = recovery.handle(.packet(sequence: 2, keyframe: false), now: Self.ms(21))
-        #expect(recovery.lastLoss == nil, "overtaken by 20 ms: no loss")
+        #expect(recovery.repeatedLoss == nil, "overtaken by 20 ms: no loss")
         _ = recovery.handle(.packet(sequence: 5, keyframe: false), now: Self.ms(30))
-        #expect(recovery.lastLoss == nil, "missing, not yet asked for")
-        #expect(Self.run(&recovery, from: 35, to: 65).count == 1)
-        #expect(recovery.lastLoss == Self.ms(65), "asked for once the allowance passed")
+        #expect(Self.run(&recovery, from: 35, to: 65).count == 1, "4 asked for once the allowance passed")
+        _ = recovery.handle(.packet(sequence: 4, keyframe: false), now: Self.ms(70))
+        #expect(recovery.repeatedLoss == nil, "one loss")
+        _ = recovery.handle(.packet(sequence: 8, keyframe: false), now: Self.ms(100))
+        #expect(Self.run(&recovery, from: 105, to: 135).count == 1, "6 and 7 asked for")
+        #expect(recovery.repeatedLoss == Self.ms(65), "three losses: since the first of them")
+    }
+
+    @Test("a packet asked for by other means (a relay passing a subscriber's NACK on) is asked again only a retry interval later, and its arrival is an answer, not an overtaking")
+    func requestedElsewhere() {
+        var recovery = LossRecovery(deadline: Self.ms(500))
+        _ = recovery.handle(.packet(sequence: 1, keyframe: false), now: Self.ms(0))
+        _ = recovery.handle(.packet(sequence: 3, keyframe: false), now: Self.ms(1))
+        #expect(recovery.handle(.requested([2]), now: Self.ms(10)).isEmpty)
+        #expect(Self.run(&recovery, from: 15, to: 45).isEmpty, "asked at 10 ms: the next try is a retry interval (37.5 ms) later")
+        #expect(Self.run(&recovery, from: 50, to: 50) == [.nack([2])])
+        _ = recovery.handle(.packet(sequence: 2, keyframe: false), now: Self.ms(52))
+        #expect(recovery.reordered == 0 && recovery.reorderAllowance == Self.ms(31) + .microseconds(250), "the answer taught the allowance nothing")
     }
 
     @Test("a packet overtaken by 20 ms is not asked for (the first allowance is 1.25 × 25 ms); the allowance keeps the lateness it learns, and halves on a quiet path")

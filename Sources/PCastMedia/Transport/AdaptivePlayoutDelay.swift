@@ -6,9 +6,10 @@
 /// - **Jitter.** A packet's transit (arrival − its RTP timestamp, in seconds) less the smallest
 ///   transit of its stream over ``Settings/baselineWindow`` is how late it came; the target covers
 ///   the latest packet of the last ``Settings/jitterWindow``.
-/// - **Repairs.** When a packet was lost (asked for again, or given up) within ``Settings/lossMemory``, the target adds the
-///   time its repair takes (``target(repairRoom:lastLoss:now:)``: the reordering allowance and a few round
-///   trips, from ``LossRecovery``).
+/// - **Repairs.** While packets were lost repeatedly within ``Settings/lossMemory``
+///   (``LossRecovery/repeatedLoss``), the target adds the time their repair takes
+///   (``target(repairRoom:repeatedLoss:now:)``: the reordering allowance and a few round trips,
+///   from ``LossRecovery``).
 /// - **Smooth changes.** The delay rises to its target at once (the picture waits once, for that
 ///   long, rather than dropping late frames again) and falls by at most ``Settings/fallStep`` every
 ///   ``Settings/updateInterval``: a frame shown 2 ms early is not seen, an audio skip of 2 ms barely
@@ -18,15 +19,22 @@ struct AdaptivePlayoutDelay: Sendable {
     struct Settings: Sendable, Equatable {
         var bounds: ClosedRange<Duration>
         var initial: Duration
-        var jitterWindow: Duration = .seconds(2)
+        /// Long enough to hold a rare late packet (one overtaken on a path that reorders 1 % of
+        /// them) until the next: with 2 s, the delay fell between them and frames went missing.
+        var jitterWindow: Duration = .seconds(5)
         var baselineWindow: Duration = .seconds(10)
         var lossMemory: Duration = .seconds(10)
         var updateInterval: Duration = .milliseconds(250)
         var fallStep: Duration = .milliseconds(2)
         /// Added to the jitter: the decoder and the sinks' own scheduling.
         var margin: Duration = .milliseconds(4)
-        /// How long after the first packet the delay first moves (see ``update(repairRoom:lastLoss:now:)``).
-        var settleTime: Duration = .milliseconds(500)
+        /// How long after the first packet the delay first moves (see ``update(repairRoom:repeatedLoss:now:)``).
+        var settleTime: Duration = .seconds(1)
+        /// How long after the first packet lateness is not counted (the packets still set the
+        /// baseline): the receiver's own start (its decoders and sinks starting on the same two
+        /// cores) made packets of a path with 20 ms of jitter 65 to 85 ms late in its first half
+        /// second, and the delay rose to 300 ms for the rest of the session's first minute.
+        var startupGrace: Duration = .milliseconds(500)
     }
 
     /// One bucket of ``Settings/updateInterval``: the latest packet's lateness, and per stream the
@@ -53,7 +61,9 @@ struct AdaptivePlayoutDelay: Sendable {
         current = min(max(settings.initial, settings.bounds.lowerBound), settings.bounds.upperBound)
     }
 
-    /// The lateness of the latest packet of the jitter window (for statistics).
+    /// How late the latest packet of the jitter window came. (Passing over a single bucket's
+    /// spike was tried: the packets overtaken on a reordering path are such spikes, and came too
+    /// late to be played.)
     var jitter: Duration { buckets.suffix(windowBuckets).map(\.latest).max() ?? .zero }
 
     private var windowBuckets: Int { max(1, Int(settings.jitterWindow / settings.updateInterval)) }
@@ -84,24 +94,26 @@ struct AdaptivePlayoutDelay: Sendable {
         let last = buckets.count - 1
         buckets[last].smallestTransit[stream] = min(buckets[last].smallestTransit[stream] ?? transit, transit)
         let baseline = min(earlierSmallest[stream] ?? transit, buckets[last].smallestTransit[stream]!)
-        buckets[last].latest = max(buckets[last].latest, transit - baseline)
+        if let first = firstArrival, now >= first + settings.startupGrace {
+            buckets[last].latest = max(buckets[last].latest, transit - baseline)
+        }
     }
 
-    /// The delay the receiver would want now: the jitter, the margin, and `repairRoom` when a
-    /// packet was lost within the loss memory (`lastLoss`: asked for again or given up), within the bounds.
-    func target(repairRoom: Duration, lastLoss: Duration?, now: Duration) -> Duration {
+    /// The delay the receiver would want now: the jitter, the margin, and `repairRoom` when the
+    /// latest few losses began within the loss memory (`repeatedLoss`), within the bounds.
+    func target(repairRoom: Duration, repeatedLoss: Duration?, now: Duration) -> Duration {
         var target = jitter + settings.margin
-        if let lastLoss, now - lastLoss < settings.lossMemory { target += repairRoom }
+        if let repeatedLoss, now - repeatedLoss < settings.lossMemory { target += repairRoom }
         return min(max(target, settings.bounds.lowerBound), settings.bounds.upperBound)
     }
 
     /// Moves the delay towards the target every update interval; returns the new delay when it
     /// changed (by a millisecond or more).
-    mutating func update(repairRoom: Duration, lastLoss: Duration?, now: Duration) -> Duration? {
+    mutating func update(repairRoom: Duration, repeatedLoss: Duration?, now: Duration) -> Duration? {
         if let lastUpdate, now < lastUpdate + settings.updateInterval { return nil }
         guard let first = firstArrival, now >= first + settings.settleTime else { return nil }
         lastUpdate = now
-        let target = target(repairRoom: repairRoom, lastLoss: lastLoss, now: now)
+        let target = target(repairRoom: repairRoom, repeatedLoss: repeatedLoss, now: now)
         let next = target > current ? target : max(target, current - settings.fallStep)
         guard abs(next - current) >= .milliseconds(1) else { return nil }
         current = next

@@ -97,7 +97,7 @@ final class ReceiverRecovery: Sendable {
         state.withLock { state in
             var actions: [(LossRecovery.Action, UInt32)] = []
             var repairRoom = Duration.zero
-            var lastLoss: Duration?
+            var repeatedLoss: Duration?
             let jitter = state.adaptive.jitter
             for payloadType in state.tracks.keys.sorted() {
                 let ssrc = state.ssrcs[payloadType] ?? 0
@@ -106,10 +106,14 @@ final class ReceiverRecovery: Sendable {
                     frames.payloadType == payloadType ? .frames(received: frames.received, decoded: frames.decoded) : nil
                 } ?? .tick
                 actions += state.tracks[payloadType]!.handle(event, now: now).map { ($0, ssrc) }
-                repairRoom = max(repairRoom, state.tracks[payloadType]!.repairRoom)
-                if let gap = state.tracks[payloadType]!.lastLoss { lastLoss = max(lastLoss ?? gap, gap) }
+                // Room for the repairs of a track that lost packets (an audio track's untried
+                // round trip once made room for 158 ms where only the video lost any).
+                if let loss = state.tracks[payloadType]!.repeatedLoss {
+                    repeatedLoss = max(repeatedLoss ?? loss, loss)
+                    repairRoom = max(repairRoom, state.tracks[payloadType]!.repairRoom)
+                }
             }
-            let delay = state.adaptive.update(repairRoom: repairRoom, lastLoss: lastLoss, now: now)
+            let delay = state.adaptive.update(repairRoom: repairRoom, repeatedLoss: repeatedLoss, now: now)
             return (actions, state.adapts ? delay : nil)
         }
     }
@@ -127,7 +131,7 @@ final class ReceiverRecovery: Sendable {
     /// Packets of `payloadType` given up at their deadline.
     func expired(payloadType: UInt8) -> Int { state.withLock { $0.tracks[payloadType]?.expired ?? 0 } }
     func keyframesRequested() -> Int { state.withLock { $0.tracks.values.map(\.keyframesRequested).reduce(0, +) } }
-    /// The path's jitter as measured: the latest packet's lateness over the last 2 s.
+    /// The path's jitter as measured: the latest packet's lateness over the last 5 s.
     var jitter: Duration { state.withLock { $0.adaptive.jitter } }
 }
 
