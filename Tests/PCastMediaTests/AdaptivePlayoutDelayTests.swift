@@ -45,7 +45,7 @@ struct AdaptivePlayoutDelayTests {
         _ = Self.feed(&delay, from: 10_001, to: 12_000) { lateness[$0 % 1_000] }
         #expect(delay.current > delay.jitter && delay.jitter >= Self.ms(25), "\(delay.current), jitter \(delay.jitter)")
         _ = Self.feed(&delay, from: 12_001, to: 13_000, repeatedLoss: Self.ms(12_500), repairRoom: 20) { lateness[$0 % 1_000] }
-        #expect(abs((delay.current - delay.jitter - Self.ms(24)) / .microseconds(1)) < 1_000, "jitter + margin + 20 ms of repairs: \(delay.current), jitter \(delay.jitter)")
+        #expect(abs((delay.current - delay.jitter * 1.25 - Self.ms(24)) / .microseconds(1)) < 1_000, "1.25 × jitter + margin + 20 ms of repairs: \(delay.current), jitter \(delay.jitter)")
         _ = Self.feed(&delay, from: 13_001, to: 14_000, repeatedLoss: Self.ms(12_500), repairRoom: 40) { lateness[$0 % 1_000] }
         #expect(delay.current == Self.ms(60), "at the 60 ms bound: \(delay.current)")
     }
