@@ -18,7 +18,9 @@ struct LossRecoveryBenchmark {
     struct Row: Codable, Sendable {
         let name: String
         let lossPercent: Double
+        /// 0: the SDK's default, adaptive (``playoutDelayAtEndMilliseconds`` says where it ended).
         let playoutDelayMilliseconds: Int
+        let playoutDelayAtEndMilliseconds: Int
         let framesCaptured: Int
         let framesDecoded: Int
         let deliveredPercent: Double
@@ -29,9 +31,9 @@ struct LossRecoveryBenchmark {
 
     var seconds: Double = 10
 
-    /// Each row's loss, and its playout delay (nil: the default, 40 ms). Heavy loss gets rows at
-    /// longer delays too: a frame's last packet lost is only seen missing when the next frame's
-    /// first arrives (33 ms later at 30 fps), which leaves a 40 ms delay room for one or two NACKs.
+    /// Each row's loss, and its playout delay (nil: the SDK's default, adaptive). Heavy loss gets
+    /// rows at fixed delays too: a frame's last packet lost is only seen missing when the next
+    /// frame's first arrives (33 ms later at 30 fps).
     static let profiles: [(String, ImpairmentProfile.Loss, Duration?)] = [
         ("none", .none, nil),
         ("5 % uniform", .uniform(0.05), nil),
@@ -45,12 +47,12 @@ struct LossRecoveryBenchmark {
     func run() async throws -> [Row] {
         var rows: [Row] = []
         for (name, loss, delay) in Self.profiles {
-            rows.append(try await measure(name: name, loss: loss, playoutDelay: delay ?? PCastOptions.defaultPlayoutDelay))
+            rows.append(try await measure(name: name, loss: loss, playoutDelay: delay))
         }
         return rows
     }
 
-    private func measure(name: String, loss: ImpairmentProfile.Loss, playoutDelay: Duration) async throws -> Row {
+    private func measure(name: String, loss: ImpairmentProfile.Loss, playoutDelay: Duration?) async throws -> Row {
         let platform = try await LocalPlatform.start()
         let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 42)
         proxy.setProfile(.init(loss: loss))
@@ -87,7 +89,9 @@ struct LossRecoveryBenchmark {
         let gaps = zip(times, times.dropFirst()).map { $1 - $0 }.filter { $0 > .milliseconds(100) }
         let milliseconds = { (duration: Duration) in Double(duration / .microseconds(1)) / 1000 }
         let decoded = times.count - 2, sent = captured.load(ordering: .relaxed)
-        let row = Row(name: name, lossPercent: loss.rate * 100, playoutDelayMilliseconds: Int(playoutDelay / .milliseconds(1)), framesCaptured: sent, framesDecoded: decoded,
+        let atEnd = renderer.playoutDelay.map { Int($0 / .milliseconds(1)) } ?? 0
+        let row = Row(name: name, lossPercent: loss.rate * 100, playoutDelayMilliseconds: playoutDelay.map { Int($0 / .milliseconds(1)) } ?? 0,
+                      playoutDelayAtEndMilliseconds: atEnd, framesCaptured: sent, framesDecoded: decoded,
                       deliveredPercent: sent > 0 ? min(100, Double(decoded) * 100 / Double(sent)) : 0,
                       freezeMilliseconds: gaps.map(milliseconds).reduce(0, +),
                       longestFreezeMilliseconds: gaps.map(milliseconds).max() ?? 0,
@@ -111,7 +115,8 @@ struct LossRecoveryBenchmark {
             "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for row in rows {
-            lines.append(String(format: "| %@ | %d ms | %d | %d | %.1f %% | %.0f ms | %.0f ms | %llu |", row.name, row.playoutDelayMilliseconds, row.framesCaptured, row.framesDecoded,
+            let delay = row.playoutDelayMilliseconds == 0 ? "adaptive (→ \(row.playoutDelayAtEndMilliseconds) ms)" : "\(row.playoutDelayMilliseconds) ms"
+            lines.append(String(format: "| %@ | %@ | %d | %d | %.1f %% | %.0f ms | %.0f ms | %llu |", row.name, delay, row.framesCaptured, row.framesDecoded,
                                 row.deliveredPercent, row.freezeMilliseconds, row.longestFreezeMilliseconds, row.nacksServed))
         }
         return lines.joined(separator: "\n") + "\n"
