@@ -49,4 +49,30 @@ struct AdaptivePlayoutDelayTests {
         _ = Self.feed(&delay, from: 13_001, to: 14_000, repeatedLoss: Self.ms(12_500), repairRoom: 40) { lateness[$0 % 1_000] }
         #expect(delay.current == Self.ms(60), "at the 60 ms bound: \(delay.current)")
     }
+
+    @Test("timestamps that jump to another timeline (a simulcast layer with its own, a restarted sender) start a new baseline, and timestamps that wrap many times stay exact: no overflow, no false lateness")
+    func timestampJumpsAndWraps() {
+        var delay = AdaptivePlayoutDelay(settings: .init(bounds: Self.ms(10)...Self.ms(500), initial: Self.ms(40)))
+        // 90 kHz video whose timestamps start just before a wrap; every 3 s the sender jumps to a
+        // timeline 2^31 ticks away, and back; between jumps 30 frames a second arrive on time.
+        var base: UInt32 = 4_294_000_000
+        for frame in 0..<900 {
+            if frame % 90 == 0 && frame > 0 { base &+= 1 << 31 }
+            let timestamp = base &+ UInt32(frame % 90) * 3_000
+            delay.arrived(stream: 96, timestamp: timestamp, clockRate: 90_000, now: Self.ms(frame * 33 + 5))
+            _ = delay.update(repairRoom: .zero, repeatedLoss: nil, now: Self.ms(frame * 33 + 5))
+        }
+        #expect(delay.jitter < Self.ms(2), "\(delay.jitter)")
+        #expect(delay.current == Self.ms(10), "\(delay.current)")
+        // Wrapping every 13 hours at 90 kHz is rare; at 48 kHz a 2^32 wrap is 25 hours: a clock
+        // far from zero (cycles counted up) still gives exact transits.
+        var wrapping = AdaptivePlayoutDelay(settings: .init(bounds: Self.ms(10)...Self.ms(500), initial: Self.ms(40)))
+        for packet in 0..<2_000 {
+            // 100 ms apart in media and in arrival: 9,000 ticks at 90 kHz, wrapping each 477,218 packets;
+            // start 10 packets before a wrap and cross it.
+            let timestamp = UInt32(truncatingIfNeeded: Int64(4_294_877_296) + Int64(packet) * 9_000)
+            wrapping.arrived(stream: 96, timestamp: timestamp, clockRate: 90_000, now: Self.ms(packet * 100))
+        }
+        #expect(wrapping.jitter < Self.ms(1), "\(wrapping.jitter)")
+    }
 }

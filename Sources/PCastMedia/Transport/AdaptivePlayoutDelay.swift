@@ -78,13 +78,24 @@ struct AdaptivePlayoutDelay: Sendable {
         if firstArrival == nil { firstArrival = now }
         var state = extended[stream] ?? (timestamp, 0)
         let delta = Int64(Int32(bitPattern: timestamp &- state.last))
-        if delta > 0, timestamp < state.last { state.cycles += 1 } else if delta < 0, timestamp > state.last { state.cycles -= 1 }
-        if delta > 0 { state.last = timestamp }
+        if delta.magnitude > UInt64(clockRate) * UInt64(Self.largestTimestampStep) {
+            // Another timeline: a simulcast viewer switched to a layer whose timestamps start
+            // elsewhere (a browser's layers each have their own), or the sender restarted. Its
+            // transits start a new baseline. (Counted as wraps, such jumps once overflowed the
+            // media time and crashed the receiver.)
+            state = (timestamp, 0)
+            forget(stream)
+        }
+        var cycles = state.cycles
+        if delta > 0 {
+            if timestamp < state.last { state.cycles += 1 }
+            state.last = timestamp
+            cycles = state.cycles
+        } else if delta < 0, timestamp > state.last {
+            cycles = state.cycles - 1  // a late packet from before the latest wrap
+        }
         extended[stream] = state
-        // The packet's own cycle: a late one from before a wrap keeps the older cycle.
-        let cycles = delta < 0 && timestamp > state.last ? state.cycles - 1 : state.cycles
-        let ticks = cycles * (1 << 32) + Int64(timestamp)
-        let media = Duration.nanoseconds(ticks * 1_000_000_000 / Int64(clockRate))
+        let media = Duration.seconds((Double(cycles) * 4_294_967_296 + Double(timestamp)) / Double(clockRate))
         let transit = now - media
         if buckets.last.map({ now >= $0.start + settings.updateInterval }) ?? true {
             buckets.append(Bucket(start: now))
@@ -101,6 +112,15 @@ struct AdaptivePlayoutDelay: Sendable {
         if let first = firstArrival, now >= first + settings.startupGrace {
             buckets[last].latest = max(buckets[last].latest, transit - baseline)
         }
+    }
+
+    /// A step of more seconds than this between a stream's timestamps starts a new timeline.
+    static let largestTimestampStep: Int64 = 10
+
+    /// Drops what was measured of `stream`'s transits (its timeline changed).
+    private mutating func forget(_ stream: UInt8) {
+        for index in buckets.indices { buckets[index].smallestTransit[stream] = nil }
+        earlierSmallest[stream] = nil
     }
 
     /// The delay the receiver would want now: the jitter with its headroom, the margin, and `repairRoom` when the
