@@ -529,7 +529,18 @@ final class RelayEngine: @unchecked Sendable {
         do throws(SRTPError) { try crypto.inbound.unprotect(&packet) } catch {
             // A packet that authenticates but was had before is a duplicate (an origin's
             // retransmission crossing the original, a network's copy), not a forgery.
-            if error == .replayed { duplicates &+= 1 } else { srtpFailures &+= 1 }
+            guard error == .replayed else {
+                srtpFailures &+= 1
+                return
+            }
+            duplicates &+= 1
+            // Its header is in the clear: the copy of a packet asked for tells the relay's
+            // recovery that the first to come was the packet itself, overtaken on the way.
+            if packet.count >= RTPPacketLayout.fixedHeaderLength,
+               let action = router.publisherDuplicate(stream: stream, track: track, sequenceNumber: UInt16(packet[2]) << 8 | UInt16(packet[3]), now: now) {
+                perform([action])
+            }
+            nextTick = min(nextTick, router.nextDeadline)
             return
         }
         if let wireSSRC { router.bindWireSSRC(stream: stream, track: track, ssrc: wireSSRC) }
@@ -552,6 +563,9 @@ final class RelayEngine: @unchecked Sendable {
             timestamp: layout.timestamp, now: now) {
             perform([remb])
         }
+        // A gap makes a NACK due after the reordering allowance: the timer must wake for it (it
+        // waited for the next report or subscriber RTCP, up to 100 ms late).
+        nextTick = min(nextTick, router.nextDeadline)
         // On an edge, a retransmission it asked the origin for goes to those who asked only.
         if let answers = router.answerRequested(stream: stream, track: track, sequenceNumber: layout.sequenceNumber, packet: packet) {
             perform(answers)

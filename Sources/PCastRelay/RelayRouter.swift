@@ -28,11 +28,19 @@ struct RouterSettings: Sendable, Equatable {
     /// leg from its origin), before any subscriber notices: ``LossRecovery`` as the SDK's receiver
     /// runs it, without keyframe requests (the subscribers make those), and with the receiver's
     /// reordering allowance: a leg that reorders by 20 ms is asked for nothing. Its path jitter is
-    /// not added (the relay keeps no measure of the latest packets' lateness, only RFC 3550's mean);
-    /// a packet overtaken by more than the allowance is asked for once and teaches it.
+    /// not added (the relay keeps no measure of the latest packets' lateness, only RFC 3550's mean).
+    /// A packet overtaken by more than the allowance is asked for once; the publisher's answer
+    /// then comes as a copy (SRTP's replay check), which teaches it (``publisherDuplicate``; up to
+    /// 100 ms, so a forged copy costs little). What it learnt halves after each quiet second (not 5 s): a leg that stops reordering gets
+    /// its gaps asked for within a few milliseconds again soon, where each millisecond waited is
+    /// one less for every subscriber's repair (at 5 % loss on the publisher's leg a viewer at a
+    /// fixed 80 ms was shown 97.5–98.3 % of the frames in two runs of six with the allowance at
+    /// 31 ms for the first 5 s).
     var upstreamRecovery: LossRecovery.Settings = {
         var settings = LossRecovery.Settings()
         settings.requestsKeyframes = false
+        settings.reorderMemory = .seconds(1)
+        settings.maximumReorderAllowance = .milliseconds(100)
         settings.largestGap = 64
         return settings
     }()
@@ -592,6 +600,19 @@ struct RelayRouter<Context> {
             return RTCPGenericNACK(senderSSRC: localSSRC(stream), mediaSSRC: streams[stream]!.tracks[track].wireSSRC, lostSequenceNumbers: missing)
         }
         return nil
+    }
+
+    /// A copy of a publisher packet the relay already had (SRTP's replay check caught it): when
+    /// it is the answer to a request for a packet that came first anyway, the leg reorders, and
+    /// the track's ``Track/recovery`` learns by how much. Returns a NACK that fell due meanwhile.
+    mutating func publisherDuplicate(stream: Int, track: Int, sequenceNumber: UInt16, now: UInt64) -> RelayAction<Context>? {
+        guard streams[stream] != nil, track < streams[stream]!.tracks.count else { return nil }
+        let due = streams[stream]!.tracks[track].recovery.handle(.packet(sequence: sequenceNumber, keyframe: false), now: Self.duration(now))
+        noteRecoveryWake(stream: stream, track: track)
+        guard let gap = gapRequest(due, stream: stream, track: track), let address = streams[stream]!.publisher.address,
+              let bytes = feedback([.genericNACK(gap)], stream: stream) else { return nil }
+        counters.gapRequests += UInt64(gap.lostSequenceNumbers.count)
+        return .toPublisher(streams[stream]!.publisher.context, address, rtcp: bytes)
     }
 
     /// Brings ``recoveryDeadline`` forward to the track's next request.

@@ -55,6 +55,27 @@ struct LossRecoveryTests {
         #expect(recovery.reordered == 0 && recovery.reorderAllowance == Self.ms(31) + .microseconds(250), "the answer taught the allowance nothing")
     }
 
+    @Test("a packet asked for once that came, then came again (the answer to the request), was overtaken: the allowance learns from it; a copy after two requests teaches nothing")
+    func duplicateTeachesReordering() {
+        var settings = LossRecovery.Settings()
+        settings.initialReorderAllowance = .milliseconds(4)
+        var recovery = LossRecovery(settings: settings, deadline: Self.ms(500))
+        _ = recovery.handle(.packet(sequence: 1, keyframe: false), now: Self.ms(0))
+        _ = recovery.handle(.packet(sequence: 3, keyframe: false), now: Self.ms(1))
+        #expect(Self.run(&recovery, from: 5, to: 10) == [.nack([2])], "asked after the 5 ms allowance")
+        _ = recovery.handle(.packet(sequence: 2, keyframe: false), now: Self.ms(21))
+        #expect(recovery.reordered == 0, "taken for the answer")
+        _ = recovery.handle(.packet(sequence: 2, keyframe: false), now: Self.ms(22))
+        #expect(recovery.reordered == 1 && recovery.reorderAllowance == Self.ms(25), "the copy: overtaken by 20 ms, learnt (× 1.25)")
+        // A packet asked twice: copies are answers to both requests.
+        _ = recovery.handle(.packet(sequence: 5, keyframe: false), now: Self.ms(30))
+        #expect(Self.run(&recovery, from: 35, to: 55) == [.nack([4])])
+        #expect(Self.run(&recovery, from: 60, to: 75) == [.nack([4])], "again after 1.25 round trips (16 ms measured)")
+        _ = recovery.handle(.packet(sequence: 4, keyframe: false), now: Self.ms(80))
+        _ = recovery.handle(.packet(sequence: 4, keyframe: false), now: Self.ms(81))
+        #expect(recovery.reordered == 1 && recovery.reorderAllowance == Self.ms(25))
+    }
+
     @Test("a packet overtaken by 20 ms is not asked for (the first allowance is 1.25 × 25 ms); the allowance keeps the lateness it learns, and halves on a quiet path")
     func reorderingWithinAllowance() {
         var recovery = LossRecovery(deadline: Self.ms(200))

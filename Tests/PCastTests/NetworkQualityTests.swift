@@ -468,7 +468,7 @@ extension OneAtATime.NetworkQualityTests {
         let asked = publisher.rtcStatsReport().stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }?.nackCount ?? 0
         #expect(asked > 0, "the publisher heard no retransmission request")
         #expect(publisher.retransmittedPacketsSent > 0, "the publisher sent nothing again")
-        #expect(delivered >= 0.99, "\(shown.frames) of \(shown.captured) frames shown, \(lost) packets lost on the publisher's leg")
+        #expect(delivered >= 0.99, "\(shown.frames) of \(shown.captured) frames shown, \(lost) packets lost on the publisher's leg; the relay asked \(after.gapRequests - before.gapRequests), passed on \(after.nacksForwarded - before.nacksForwarded) of the viewer's; freezes \(shown.freezeMilliseconds) ms, longest \(shown.longestFreezeMilliseconds) ms, \(shown.missing) missing")
         #expect(shown.longestFreezeMilliseconds < 300, "longest freeze \(shown.longestFreezeMilliseconds) ms")
         await renderer.stop()
         await stream.stop()

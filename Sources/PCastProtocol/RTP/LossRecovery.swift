@@ -43,6 +43,9 @@ public struct LossRecovery: Sendable {
         public var stallTimeout: Duration = .milliseconds(200)
         /// How many losses make ``LossRecovery/repeatedLoss``.
         public var lossesForRepairRoom = 3
+        /// The longest reordering allowance, whatever was learnt (duplicates teach it, and a
+        /// forged one costs no more than this).
+        public var maximumReorderAllowance: Duration = .seconds(1)
 
         public init() {}
     }
@@ -86,6 +89,12 @@ public struct LossRecovery: Sendable {
     private var deadline: Duration
     private var highest: Int?
     private var missing: [Int: Missing] = [:]
+    /// Packets asked for once that came, kept for a deadline: when which went missing and when
+    /// it came. A copy of one arriving after it says the first was the packet itself, overtaken
+    /// on the path (the answer to the request is the copy): the allowance learns from it as from
+    /// a packet that came unasked. (Without it, a packet overtaken by more than the allowance was
+    /// asked for, taken for answered, and every later one was asked for too.)
+    private var answered: [Int: (noticed: Duration, arrived: Duration)] = [:]
     private var learnedReorder: Duration
     private var pathJitter: Duration = .zero
     private var lastReorderChange: Duration?
@@ -134,7 +143,7 @@ public struct LossRecovery: Sendable {
     /// playout delay on a loaded machine had an allowance past its deadline: nothing was asked for).
     public var reorderAllowance: Duration {
         min(max(settings.minimumReorderAllowance, learnedReorder * 1.25) + pathJitter,
-            max(settings.minimumReorderAllowance, deadline - .milliseconds(10)))
+            max(settings.minimumReorderAllowance, deadline - .milliseconds(10)), settings.maximumReorderAllowance)
     }
     /// The round trip, measured (or assumed before the first sample).
     public var roundTrip: Duration { smoothedRoundTrip ?? settings.initialRoundTrip }
@@ -202,6 +211,7 @@ public struct LossRecovery: Sendable {
             }
             return due(now: now)
         case .tick:
+            if !answered.isEmpty { answered = answered.filter { now - $0.value.arrived < deadline } }
             return due(now: now)
         case .requested(let sequences):
             guard let highest else { return [] }
@@ -246,7 +256,15 @@ public struct LossRecovery: Sendable {
             self.highest = extended
             return extended
         }
-        guard let entry = missing.removeValue(forKey: extended) else { return extended }  // a duplicate or too old
+        guard let entry = missing.removeValue(forKey: extended) else {
+            // A duplicate, or too old. The copy of a packet asked for once: it was overtaken.
+            if let first = answered.removeValue(forKey: extended), now - first.arrived < deadline {
+                reordered += 1
+                learnedReorder = max(learnedReorder, first.arrived - first.noticed - pathJitter)
+                lastReorderChange = now
+            }
+            return extended
+        }
         if entry.asks == 0 {
             // Overtaken on the path, not lost: the allowance grows to cover it.
             reordered += 1
@@ -254,6 +272,7 @@ public struct LossRecovery: Sendable {
             lastReorderChange = now
         } else {
             latestWasRepair = true
+            if entry.asks == 1 { answered[extended] = (entry.noticed, now) }
             if entry.asks == 1, let asked = entry.lastAsked {
                 let sample = now - asked
                 smoothedRoundTrip = smoothedRoundTrip.map { $0 * 0.875 + sample * 0.125 } ?? sample
