@@ -607,7 +607,13 @@ struct RelayRouter<Context> {
     /// the track's ``Track/recovery`` learns by how much. Returns a NACK that fell due meanwhile.
     mutating func publisherDuplicate(stream: Int, track: Int, sequenceNumber: UInt16, now: UInt64) -> RelayAction<Context>? {
         guard streams[stream] != nil, track < streams[stream]!.tracks.count else { return nil }
-        let due = streams[stream]!.tracks[track].recovery.handle(.packet(sequence: sequenceNumber, keyframe: false), now: Self.duration(now))
+        return recover(.packet(sequence: sequenceNumber, keyframe: false), stream: stream, track: track, now: now)
+    }
+
+    /// Feeds `event` to the track's ``Track/recovery``; returns the NACK to the publisher that
+    /// fell due, if any.
+    private mutating func recover(_ event: LossRecovery.Event, stream: Int, track: Int, now: UInt64) -> RelayAction<Context>? {
+        let due = streams[stream]!.tracks[track].recovery.handle(event, now: Self.duration(now))
         noteRecoveryWake(stream: stream, track: track)
         guard let gap = gapRequest(due, stream: stream, track: track), let address = streams[stream]!.publisher.address,
               let bytes = feedback([.genericNACK(gap)], stream: stream) else { return nil }
@@ -1056,13 +1062,7 @@ struct RelayRouter<Context> {
             recoveryDeadline = nil
             for handle in handles {
                 for index in streams[handle]!.tracks.indices {
-                    let due = streams[handle]!.tracks[index].recovery.handle(.tick, now: Self.duration(now))
-                    if let gap = gapRequest(due, stream: handle, track: index),
-                       let address = streams[handle]!.publisher.address, let bytes = feedback([.genericNACK(gap)], stream: handle) {
-                        counters.gapRequests += UInt64(gap.lostSequenceNumbers.count)
-                        actions.append(.toPublisher(streams[handle]!.publisher.context, address, rtcp: bytes))
-                    }
-                    noteRecoveryWake(stream: handle, track: index)
+                    if let action = recover(.tick, stream: handle, track: index, now: now) { actions.append(action) }
                 }
             }
         }

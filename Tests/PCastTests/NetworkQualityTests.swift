@@ -78,7 +78,8 @@ struct ImpairedViewing {
     }
 }
 
-/// A noise publisher (see ``publishNoise``) whose media goes through an impairment proxy.
+/// A publisher whose media goes through an impairment proxy: noise (see ``publishNoise``), or a
+/// stream of the test's.
 struct ImpairedPublishing {
     let platform: LocalPlatform
     let proxy: UDPImpairmentProxy
@@ -86,15 +87,20 @@ struct ImpairedPublishing {
     let publisher: Publisher
     let media: UserMediaStream
 
-    static func start(seed: UInt64) async throws -> ImpairedPublishing {
+    /// `media` nil: noise.
+    static func start(seed: UInt64, publishing media: UserMediaStream? = nil) async throws -> ImpairedPublishing {
         let platform = try await LocalPlatform.start()
         let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: seed)
         var options = PCastOptions(uri: platform.signalingURL)
         options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
         let sdk = PCast(options)
         try await sdk.start(authToken: try platform.token(.auth))
-        let (publisher, media) = try await publishNoise(sdk, platform)
-        return ImpairedPublishing(platform: platform, proxy: proxy, sdk: sdk, publisher: publisher, media: media)
+        if let media {
+            let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media)
+            return ImpairedPublishing(platform: platform, proxy: proxy, sdk: sdk, publisher: publisher, media: media)
+        }
+        let (publisher, noise) = try await publishNoise(sdk, platform)
+        return ImpairedPublishing(platform: platform, proxy: proxy, sdk: sdk, publisher: publisher, media: noise)
     }
 
     /// The video bitrate once it is back over 1.2 Mbit/s, or the last one measured after 45 s.
@@ -438,16 +444,11 @@ extension OneAtATime.NetworkQualityTests {
 extension OneAtATime.NetworkQualityTests {
     @Test("5 % uniform loss on the publisher's leg (both ways): the relay asks the publisher for each gap once its reordering allowance passed, the SDK publisher resends from what it sent, and a viewer on a clear leg is shown ≥ 99 % of the frames with no freeze over 300 ms")
     func publisherLegLossIsRepaired() async throws {
-        let platform = try await LocalPlatform.start()
-        let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 41)
-        var options = PCastOptions(uri: platform.signalingURL)
-        options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
-        let publisherSDK = PCast(options)
-        try await publisherSDK.start(authToken: try platform.token(.auth))
         let media = try await stampedMedia(audio: false)
         let meter = StreamMeter()
         try meter.stamp(media)
-        let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
+        let session = try await ImpairedPublishing.start(seed: 41, publishing: media)
+        let (platform, proxy, publisher) = (session.platform, session.proxy, session.publisher)
         let viewer = PCast(PCastOptions(uri: platform.signalingURL, playoutDelay: .milliseconds(80)))
         try await viewer.start(authToken: try platform.token(.auth))
         let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
@@ -473,10 +474,6 @@ extension OneAtATime.NetworkQualityTests {
         await renderer.stop()
         await stream.stop()
         await viewer.stop()
-        await publisher.stop()
-        await media.stop()
-        await publisherSDK.stop()
-        proxy.stop()
-        await platform.shutdown()
+        await session.stop()
     }
 }

@@ -141,16 +141,11 @@ extension OneAtATime {
 
         @Test("the publisher's leg with 5 ms of jitter and 2 % of packets overtaken by 20 ms: the relay asks the publisher for at most 3 packets (a packet overtaken by more than its allowance is asked for once, and the copy that answers teaches the allowance), the viewer for at most 3 (while its allowance learns the path; a loaded host delays some more), and the viewer is shown every frame in order, its adaptive delay under 120 ms (it was 180 ms: reordering counted as loss) with no freeze")
         func publisherLegReorderingIsNotLoss() async throws {
-            let platform = try await LocalPlatform.start()
-            let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: 4105)
-            var options = PCastOptions(uri: platform.signalingURL)
-            options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
-            let publisherSDK = PCast(options)
-            try await publisherSDK.start(authToken: try platform.token(.auth))
             let media = try await stampedMedia(audio: false)
             let meter = StreamMeter()
             try meter.stamp(media)
-            let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
+            let session = try await ImpairedPublishing.start(seed: 4105, publishing: media)
+            let (platform, proxy, publisher) = (session.platform, session.proxy, session.publisher)
             let viewer = PCast(PCastOptions(uri: platform.signalingURL))
             try await viewer.start(authToken: try platform.token(.auth))
             let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
@@ -182,11 +177,7 @@ extension OneAtATime {
             await renderer.stop()
             await stream.stop()
             await viewer.stop()
-            await publisher.stop()
-            await media.stop()
-            await publisherSDK.stop()
-            proxy.stop()
-            await platform.shutdown()
+            await session.stop()
         }
     }
 }
