@@ -57,6 +57,8 @@ public struct RelayFanoutBenchmark: Sendable {
         public var edges: Int = 0
         /// The relay's ``RelayConfiguration/fanOutThreads`` (its default: one per core).
         public var fanOutThreads: Int = RelayConfiguration.onlineCores
+        /// The relay's ``RelayConfiguration/segmentationOffload`` (UDP GSO; its default: on).
+        public var segmentationOffload = true
 
         public init(subscribers: Int = 100, duration: Double = 5) {
             self.subscribers = subscribers
@@ -94,6 +96,8 @@ public struct RelayFanoutBenchmark: Sendable {
         public var latencyMaximumMilliseconds: Double
         /// Datagrams the relay failed to send (our relay only).
         public var sendFailures: UInt64?
+        /// Of the datagrams the relay sent, the share that left in segmented (GSO) messages (our relay only).
+        public var segmentedShare: Double?
     }
 
     /// The relay's side of WebRTC viewers' ICE + DTLS handshakes, done one after another.
@@ -181,6 +185,7 @@ public struct RelayFanoutBenchmark: Sendable {
         // long enough a consent window that a long run of handshakes keeps the first viewers.
         relayConfiguration.webRTCConsentTimeout = .seconds(300)
         relayConfiguration.fanOutThreads = c.fanOutThreads
+        relayConfiguration.segmentationOffload = c.segmentationOffload
         do { relay = try Relay(configuration: relayConfiguration) } catch { throw .relay(error) }
         var edges: [Relay] = []
         defer {
@@ -235,7 +240,9 @@ public struct RelayFanoutBenchmark: Sendable {
                     return CPUSample(total: relay.cpuTime.nanoseconds, user: split?.user.nanoseconds ?? 0, system: split?.system.nanoseconds ?? 0)
                 }, alive: { true })
             var leg = receivers.finish(window: window, subscribers: c.subscribers)
-            leg.sendFailures = relay.statistics().sendFailures
+            let statistics = relay.statistics()
+            leg.sendFailures = statistics.sendFailures
+            leg.segmentedShare = statistics.packetsOut > 0 ? Double(statistics.segmentedDatagrams) / Double(statistics.packetsOut) : 0
             return (leg, handshakes)
         } catch let error as RelayError {
             throw .relay(error)

@@ -295,6 +295,9 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     /// Batches of a stream's packets whose fan-out was split over the relay's threads (one per
     /// core by default) rather than sent by its I/O thread alone.
     public var sharedFanOuts: UInt64 = 0
+    /// Datagrams sent as part of a segmented message (UDP GSO: a subscriber's packets of one
+    /// burst handed to the kernel at once; ``RelayConfiguration``'s `segmentationOffload`).
+    public var segmentedDatagrams: UInt64 = 0
     /// Simulcast viewers moved from one layer to another.
     public var layerSwitches: UInt64 = 0
     /// Retransmissions held back: they would have taken more than a quarter of the subscriber's

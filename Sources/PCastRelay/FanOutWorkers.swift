@@ -119,9 +119,9 @@ final class FanOutWorkers: @unchecked Sendable {
 
     /// Starts `count` worker threads (the I/O thread is one more sharer), each with a send batch of
     /// `capacity` slots of `slotSize` bytes. Fewer start if the system refuses threads.
-    init(count: Int, capacity: Int, slotSize: Int) {
+    init(count: Int, capacity: Int, slotSize: Int, segmentation: Bool) {
         for index in 0..<max(0, count) {
-            let worker = Worker(send: SendBatch(capacity: capacity, slotSize: slotSize))
+            let worker = Worker(send: SendBatch(capacity: capacity, slotSize: slotSize, segmentation: segmentation))
             var thread = pthread_t()
             let context = Unmanaged.passRetained(WorkerContext(pool: self, worker: worker, number: index + 1)).toOpaque()
             if pthread_create(&thread, nil, fanOutWorkerMain, context) == 0 {
@@ -188,6 +188,7 @@ final class FanOutWorkers: @unchecked Sendable {
             total.packets += outcome.packets
             total.bytes += outcome.bytes
             total.failures += outcome.failures
+            total.segmented += outcome.segmented
         }
         return total
     }

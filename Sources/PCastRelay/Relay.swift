@@ -404,6 +404,7 @@ public final class Relay: RelayControl {
         result.stunRefusals = c.stunRefusals.load(ordering: .relaxed)
         result.dtlsFailures = c.dtlsFailures.load(ordering: .relaxed)
         result.sharedFanOuts = c.sharedFanOuts.load(ordering: .relaxed)
+        result.segmentedDatagrams = c.segmentedDatagrams.load(ordering: .relaxed)
         result.layerSwitches = c.layerSwitches.load(ordering: .relaxed)
         result.nacksThrottled = c.nacksThrottled.load(ordering: .relaxed)
         return result

@@ -41,6 +41,10 @@ public struct RelayConfiguration: Sendable, Hashable {
     public var receiveBatchSize: Int = 32
     /// Datagrams sent per `sendmmsg`.
     public var sendBatchSize: Int = 64
+    /// UDP segmentation offload (GSO): a subscriber's consecutive packets of one batch, as a
+    /// frame's burst, leave as one message the kernel cuts into datagrams (see `SendBatch`).
+    /// Used where the kernel has it (Linux 4.18); false sends every datagram as its own message.
+    public var segmentationOffload = true
     /// Largest plain RTP/RTCP packet relayed; larger datagrams are dropped as unknown.
     public var maximumPacketSize: Int = 1500
     /// Threads that share a large fan-out (the I/O thread is one of them; see the relay's

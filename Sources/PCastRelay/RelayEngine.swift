@@ -92,6 +92,7 @@ final class SharedCounters: Sendable {
     let stunRefusals = Atomic<UInt64>(0)
     let dtlsFailures = Atomic<UInt64>(0)
     let sharedFanOuts = Atomic<UInt64>(0)
+    let segmentedDatagrams = Atomic<UInt64>(0)
 }
 
 /// The I/O side of the relay: the socket, the thread's loop, and the router it feeds.
@@ -143,6 +144,7 @@ final class RelayEngine: @unchecked Sendable {
     private var duplicates: UInt64 = 0
     private var unknownPackets: UInt64 = 0
     private var sendFailures: UInt64 = 0
+    private var segmentedDatagrams: UInt64 = 0
     private var stunRefusals: UInt64 = 0
     private let webRTCConsentTimeout: Duration
     private let webRTCConnectTimeout: Duration
@@ -185,7 +187,9 @@ final class RelayEngine: @unchecked Sendable {
         // A received datagram is a protected packet: room for the plain packet plus SRTP's overhead.
         receive = ReceiveBatch(capacity: min(max(1, configuration.receiveBatchSize), 1_024), slotSize: packetSize + SRTPSession.maximumOverhead)
         // An outgoing slot holds any received packet (plain is never longer) plus what protect adds.
-        send = SendBatch(capacity: min(max(1, configuration.sendBatchSize), 1_024), slotSize: receive.slotSize + SRTPSession.maximumOverhead)
+        let segmentation = configuration.segmentationOffload && SegmentationControl.supported(on: socket.descriptor)
+        send = SendBatch(capacity: min(max(1, configuration.sendBatchSize), 1_024), slotSize: receive.slotSize + SRTPSession.maximumOverhead,
+                         segmentation: segmentation)
         let settings = RouterSettings(
             relaySSRC: relaySSRC,
             keyframeInterval: min(configuration.keyframeRequestInterval.nanoseconds, hour),
@@ -194,7 +198,7 @@ final class RelayEngine: @unchecked Sendable {
             reportInterval: min(max(1_000_000, configuration.receiverReportInterval.nanoseconds), hour))
         router = RelayRouter(settings: settings, now: monotonicNanoseconds())
         let threads = min(max(1, configuration.fanOutThreads), 64)
-        workers = threads > 1 ? FanOutWorkers(count: threads - 1, capacity: send.capacity, slotSize: send.slotSize) : nil
+        workers = threads > 1 ? FanOutWorkers(count: threads - 1, capacity: send.capacity, slotSize: send.slotSize, segmentation: segmentation) : nil
     }
 
     deinit {
@@ -410,6 +414,7 @@ final class RelayEngine: @unchecked Sendable {
         c.stunRefusals.store(stunRefusals, ordering: .relaxed)
         c.dtlsFailures.store(dtlsFailures, ordering: .relaxed)
         c.sharedFanOuts.store(workers?.shared ?? 0, ordering: .relaxed)
+        c.segmentedDatagrams.store(segmentedDatagrams, ordering: .relaxed)
         c.layerSwitches.store(router.counters.layerSwitches, ordering: .relaxed)
         c.nacksThrottled.store(router.counters.nacksThrottled, ordering: .relaxed)
         if router.layersChanged {
@@ -435,6 +440,7 @@ final class RelayEngine: @unchecked Sendable {
         packetsOut &+= UInt64(outcome.packets)
         bytesOut &+= UInt64(outcome.bytes)
         sendFailures &+= UInt64(outcome.failures)
+        segmentedDatagrams &+= UInt64(outcome.segmented)
     }
 
     // MARK: Packets (I/O thread)

@@ -561,9 +561,13 @@ struct RelayRouter<Context> {
     ) -> RelayAction<Context>? {
         guard streams[stream] != nil else { return nil }
         streams[stream]!.tracks[track].cache.store(sequenceNumber: sequenceNumber, packet: packet, now: now)
-        if streams[stream]!.tracks[track].isH264 && !streams[stream]!.tracks[track].sendsParameterSets
-            && packet.withUnsafeBytes({ H264Payload.packetStartsWithParameterSets($0) }) {
-            streams[stream]!.tracks[track].sendsParameterSets = true
+        if streams[stream]!.tracks[track].isH264 {
+            let parameterSets = packet.withUnsafeBytes { H264Payload.packetStartsWithParameterSets($0) }
+            if parameterSets { streams[stream]!.tracks[track].sendsParameterSets = true }
+            if parameterSets || packet.withUnsafeBytes({ H264Payload.packetStartsKeyframe($0) }) {
+                // It answers the keyframe requests sent so far (see KeyframeThrottle).
+                streams[stream]!.tracks[track].throttle?.keyframeArrived(now: now)
+            }
         }
         if streams[stream]!.tracks[track].layer != nil { streams[stream]!.tracks[track].meter.add(packet.count, now: now) }
         var packets: [RTCPPacket] = []

@@ -363,28 +363,68 @@ package final class ReceiveBatch {
 }
 
 /// Preallocated outgoing datagrams, sent with as few `sendmmsg` calls as the kernel allows.
+///
+/// With segmentation offload (UDP GSO, `UDP_SEGMENT`, Linux 4.18) consecutive datagrams to one
+/// address travel as one message: its iovecs are their slots, and the kernel cuts it into the
+/// datagrams again after one pass through the socket, routing and IP layers (on the device, or
+/// in software when the device cannot). A subscriber's share of a frame's burst, usually several
+/// packets of the payloader's MTU size, then costs one message instead of one per packet. The
+/// kernel's rule decides what may join a message: every datagram but the last as long as the
+/// first (the segment size), the last no longer, at most ``maximumSegments`` and 64 KB in all.
 final class SendBatch {
     struct Outcome {
         var packets = 0
         var bytes = 0
         var failures = 0
+        /// Datagrams that left as part of a segmented (GSO) message.
+        var segmented = 0
     }
+
+    /// The kernel's `UDP_MAX_SEGMENTS`.
+    static let maximumSegments = 64
+    /// A message's payload stays under the 65,507 bytes of one IPv4 UDP datagram.
+    static let maximumMessageBytes = 65_000
 
     let capacity: Int
     let slotSize: Int
+    /// Whether consecutive datagrams to one address are joined into GSO messages.
+    let segmentation: Bool
     private let slots: DatagramSlots
     private var storage: UnsafeMutableRawBufferPointer { slots.storage }
     private var vectors: UnsafeMutablePointer<iovec> { slots.vectors }
     private var names: UnsafeMutablePointer<sockaddr_in6> { slots.names }
     private var headers: UnsafeMutablePointer<MultiMessageHeader> { slots.headers }
+    /// One `UDP_SEGMENT` control message per message, written when it gets a second datagram.
+    private let controls: UnsafeMutableRawPointer
+    /// Datagrams in each message.
+    private let segments: UnsafeMutablePointer<Int>
+    /// Slots filled (datagrams queued).
     private(set) var count = 0
+    /// Messages queued: `count` without segmentation, fewer with it.
+    private var messages = 0
+    /// The message datagrams may still join: its address, segment size, bytes, and whether a
+    /// shorter datagram (which must be its last) already ended it.
+    private var openAddress: RelayAddress?
+    private var segmentSize = 0
+    private var messageBytes = 0
+    private var closedByShortDatagram = false
     /// Totals since the last `takeOutcome()`.
     private var outcome = Outcome()
 
-    init(capacity: Int, slotSize: Int) {
+    init(capacity: Int, slotSize: Int, segmentation: Bool = false) {
         self.capacity = capacity
         self.slotSize = slotSize
+        self.segmentation = segmentation
         slots = DatagramSlots(capacity: capacity, slotSize: slotSize, vectorLength: 0)
+        controls = .allocate(byteCount: capacity * SegmentationControl.space, alignment: 8)
+        controls.initializeMemory(as: UInt8.self, repeating: 0, count: capacity * SegmentationControl.space)
+        segments = .allocate(capacity: capacity)
+        segments.initialize(repeating: 0, count: capacity)
+    }
+
+    deinit {
+        controls.deallocate()
+        segments.deallocate()
     }
 
     /// The buffer of the next datagram; fill it, then `commit`. Flushes first when the batch is full.
@@ -404,8 +444,34 @@ final class SendBatch {
             return
         }
         vectors[count].iov_len = length
-        RelaySocketFamily.write(address, into: names + count)
-        headers[count].header.msg_namelen = RelaySocketFamily.nameLength
+        if segmentation, let open = openAddress, open == address, !closedByShortDatagram, length <= segmentSize,
+           segments[messages - 1] < Self.maximumSegments, messageBytes + length <= Self.maximumMessageBytes {
+            let message = messages - 1
+            if segments[message] == 1 {
+                let control = controls + message * SegmentationControl.space
+                SegmentationControl.write(segmentSize: UInt16(segmentSize), into: control)
+                headers[message].header.msg_control = control
+                headers[message].header.msg_controllen = SegmentationControl.space
+            }
+            headers[message].header.msg_iovlen += 1
+            segments[message] += 1
+            messageBytes += length
+            closedByShortDatagram = length < segmentSize
+        } else {
+            let message = messages
+            headers[message].header.msg_iov = vectors + count
+            headers[message].header.msg_iovlen = 1
+            headers[message].header.msg_control = nil
+            headers[message].header.msg_controllen = 0
+            RelaySocketFamily.write(address, into: names + message)
+            headers[message].header.msg_namelen = RelaySocketFamily.nameLength
+            segments[message] = 1
+            messages += 1
+            openAddress = address
+            segmentSize = length
+            messageBytes = length
+            closedByShortDatagram = false
+        }
         count += 1
     }
 
@@ -417,31 +483,57 @@ final class SendBatch {
         commit(length: bytes.count, to: address)
     }
 
-    /// Sends everything queued. A datagram the kernel refuses is skipped and counted; when the
-    /// socket buffer is full (EAGAIN) the rest of the batch is dropped rather than waited for,
-    /// because the I/O thread must never block.
+    /// Sends everything queued. A message the kernel refuses is skipped and counted (a segmented
+    /// one it refuses, as a path whose MTU is smaller than its segments, is sent datagram by
+    /// datagram instead); when the socket buffer is full (EAGAIN) the rest of the batch is dropped
+    /// rather than waited for, because the I/O thread must never block.
     func flush(descriptor: Int32) {
         var index = 0
         let send = MultiMessage.functions!.send
-        while index < count {
-            let n = send(descriptor, headers + index, UInt32(count - index), Int32(MSG_DONTWAIT))
+        while index < messages {
+            let n = send(descriptor, headers + index, UInt32(messages - index), Int32(MSG_DONTWAIT))
             if n > 0 {
-                for i in index..<(index + Int(n)) { outcome.bytes += Int(headers[i].length) }
-                outcome.packets += Int(n)
+                for i in index..<(index + Int(n)) {
+                    outcome.bytes += Int(headers[i].length)
+                    outcome.packets += segments[i]
+                    if segments[i] > 1 { outcome.segmented += segments[i] }
+                }
                 index += Int(n)
                 continue
             }
             let code = errno
             if n < 0 && code == EINTR { continue }
             if n < 0 && (code == EAGAIN || code == EWOULDBLOCK) {
-                outcome.failures += count - index
+                for i in index..<messages { outcome.failures += segments[i] }
                 break
             }
-            // This datagram was refused (unreachable, bad address...): skip it, keep the rest.
-            outcome.failures += 1
+            if segments[index] > 1 {
+                sendApart(index, descriptor: descriptor)
+            } else {
+                // This datagram was refused (unreachable, bad address...): skip it, keep the rest.
+                outcome.failures += 1
+            }
             index += 1
         }
         count = 0
+        messages = 0
+        openAddress = nil
+    }
+
+    /// Sends a segmented message's datagrams one by one.
+    private func sendApart(_ message: Int, descriptor: Int32) {
+        let header = headers[message].header
+        for i in 0..<Int(header.msg_iovlen) {
+            let vector = header.msg_iov[i]
+            let sent = sendto(descriptor, vector.iov_base, vector.iov_len, Int32(MSG_DONTWAIT),
+                              header.msg_name.assumingMemoryBound(to: sockaddr.self), header.msg_namelen)
+            if sent == vector.iov_len {
+                outcome.packets += 1
+                outcome.bytes += sent
+            } else {
+                outcome.failures += 1
+            }
+        }
     }
 
     /// A datagram that could not be made (its packet could not be protected).
@@ -452,6 +544,35 @@ final class SendBatch {
     func takeOutcome() -> Outcome {
         defer { outcome = Outcome() }
         return outcome
+    }
+}
+
+/// The `UDP_SEGMENT` control message (`<linux/udp.h>`; `CMSG_*` are macros Swift cannot import,
+/// so the layout is written out): a `cmsghdr` (length, level `SOL_UDP`, type `UDP_SEGMENT`) and the
+/// segment size as a `uint16_t`, padded to the header's alignment.
+enum SegmentationControl {
+    static let level: Int32 = 17        // SOL_UDP (IPPROTO_UDP)
+    static let type: Int32 = 103        // UDP_SEGMENT
+    /// `CMSG_SPACE(sizeof(uint16_t))`.
+    static let space = MemoryLayout<cmsghdr>.stride + 8
+    /// `CMSG_LEN(sizeof(uint16_t))`.
+    static let length = MemoryLayout<cmsghdr>.stride + 2
+
+    static func write(segmentSize: UInt16, into control: UnsafeMutableRawPointer) {
+        control.initializeMemory(as: UInt8.self, repeating: 0, count: space)
+        let header = control.assumingMemoryBound(to: cmsghdr.self)
+        header.pointee.cmsg_len = length
+        header.pointee.cmsg_level = level
+        header.pointee.cmsg_type = type
+        (control + MemoryLayout<cmsghdr>.stride).storeBytes(of: segmentSize, as: UInt16.self)
+    }
+
+    /// Whether the kernel knows `UDP_SEGMENT` for `descriptor` (reading the option fails with
+    /// ENOPROTOOPT on kernels before 4.18, which would send a message whole, unsegmented).
+    static func supported(on descriptor: Int32) -> Bool {
+        var value: Int32 = 0
+        var size = socklen_t(MemoryLayout<Int32>.size)
+        return getsockopt(descriptor, level, type, &value, &size) == 0
     }
 }
 

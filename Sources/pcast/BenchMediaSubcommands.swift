@@ -269,6 +269,9 @@ extension BenchCommand {
         @Option(help: "Threads sharing the relay's fan-out (default: one per core; 1: the I/O thread alone).")
         var fanOutThreads = RelayConfiguration.onlineCores
 
+        @Flag(help: "Send every datagram as its own message (no UDP segmentation offload), to compare.")
+        var noSegmentation = false
+
         func validate() throws {
             guard subscribers.allSatisfy({ $0 > 0 }) else { throw ValidationError("--subscribers must be positive") }
             guard (1...64).contains(fanOutThreads) else { throw ValidationError("--fan-out-threads must be 1 to 64") }
@@ -344,6 +347,7 @@ extension BenchCommand {
             for count in subscribers {
                 var configuration = RelayFanoutBenchmark.Configuration(subscribers: count, duration: 5)
                 configuration.fanOutThreads = fanOutThreads
+                configuration.segmentationOffload = !noSegmentation
                 runs.append(Run(try RelayFanoutBenchmark(configuration: configuration).run()))
             }
             let report = Report(runs: runs)
@@ -355,16 +359,17 @@ extension BenchCommand {
                 "## Relay fan-out: one 2.5 Mbps stream (1200-byte packets) to N subscribers, against `gst-launch-1.0 udpsrc ! multiudpsink` (no crypto)",
                 "",
                 "Goals: 1,000 subscribers at < 0.1 % loss, ≥ 600 subscribers per core, ≤ 1.5× the reference's CPU (issue 41: 1,500 at < 0.1 % and ≥ 400,000 packets/s per core in a quiet run).",
-                "The relay's CPU is all its threads' (\(report.runs.first?.detail.configuration.fanOutThreads ?? 1) sharing the fan-out; AES-GCM sealed through OpenSSL's EVP);",
+                "The relay's CPU is all its threads' (\(report.runs.first?.detail.configuration.fanOutThreads ?? 1) sharing the fan-out; AES-GCM sealed through OpenSSL's EVP;",
+                "UDP segmentation offload \(report.runs.first?.detail.configuration.segmentationOffload == false ? "off" : "on"): the GSO column is the share of its datagrams that left in segmented messages);",
                 "the reference is one thread, so past one core of it (its CPU at 100 %) the ratio says nothing.",
                 "",
-                "| N | relay CPU % | relay loss % | subscribers/core | packets/s per core | reference CPU % | reference loss % | CPU ratio |",
-                "|---:|---:|---:|---:|---:|---:|---:|---:|",
+                "| N | relay CPU % | relay loss % | subscribers/core | packets/s per core | GSO % | reference CPU % | reference loss % | CPU ratio |",
+                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             ]
             for run in report.runs {
                 let relay = run.detail.relay, reference = run.detail.reference
-                lines.append(String(format: "| %d | %.1f | %.2f | %.0f | %.0f | %@ | %@ | %@ |", run.subscribers, relay.cpuPercent, relay.lossPercent, relay.subscribersPerCore,
-                                    run.packetsPerSecondPerCore,
+                lines.append(String(format: "| %d | %.1f | %.2f | %.0f | %.0f | %.0f | %@ | %@ | %@ |", run.subscribers, relay.cpuPercent, relay.lossPercent, relay.subscribersPerCore,
+                                    run.packetsPerSecondPerCore, (relay.segmentedShare ?? 0) * 100,
                                     reference.map { String(format: "%.1f", $0.cpuPercent) } ?? "–", reference.map { String(format: "%.2f", $0.lossPercent) } ?? "–",
                                     run.cpuRatio.map { String(format: "%.2f", $0) } ?? "–"))
             }

@@ -179,37 +179,39 @@ struct LossRecoveryTests {
         #expect(Self.run(&recovery, from: 105, to: 300).isEmpty && recovery.missingCount == 0)
     }
 
-    @Test("uniform 5 % loss each way with the relay answering after a round trip: every lost packet repaired, NACKs ≤ 1.2 × packets lost")
-    func nacksPerLoss() {
-        var generator = SeededGenerator(seed: 41)
+    /// `count` packets, one a millisecond, each lost with `loss`; every NACK and every answer
+    /// crosses a path losing `loss`, and answers come a round trip after the request.
+    static func simulate(loss: Double, roundTrip: Int, deadline: Int, count: Int, seed: UInt64,
+                         initialReorderAllowance: Duration? = nil) -> (recovery: LossRecovery, lost: Int, keyframes: Int) {
+        var generator = SeededGenerator(seed: seed)
         var settings = LossRecovery.Settings()
         settings.requestsKeyframes = true
-        var recovery = LossRecovery(settings: settings, deadline: Self.ms(200))
-        let roundTrip = 10, count = 20_000
+        if let initialReorderAllowance { settings.initialReorderAllowance = initialReorderAllowance }
+        var recovery = LossRecovery(settings: settings, deadline: ms(deadline))
         var lost = 0
         var answers: [Int: [UInt16]] = [:]  // arrival time (ms) → sequence numbers
         var now = 0
         var sequence = 0
         var keyframes = 0
+        let eachWay = 1 - (1 - loss) * (1 - loss)
         while sequence < count || !answers.isEmpty {
             var actions: [LossRecovery.Action] = []
             if sequence < count {
-                if Double.random(in: 0..<1, using: &generator) < 0.05 {
+                if Double.random(in: 0..<1, using: &generator) < loss {
                     lost += 1
                 } else {
-                    actions += recovery.handle(.packet(sequence: UInt16(truncatingIfNeeded: sequence), keyframe: false), now: Self.ms(now))
+                    actions += recovery.handle(.packet(sequence: UInt16(truncatingIfNeeded: sequence), keyframe: false), now: ms(now))
                 }
                 sequence += 1
             }
             for late in answers.removeValue(forKey: now) ?? [] {
-                actions += recovery.handle(.packet(sequence: late, keyframe: false), now: Self.ms(now))
+                actions += recovery.handle(.packet(sequence: late, keyframe: false), now: ms(now))
             }
-            actions += recovery.handle(.tick, now: Self.ms(now))
+            actions += recovery.handle(.tick, now: ms(now))
             for action in actions {
                 switch action {
                 case .nack(let sequences):
-                    // The NACK and the retransmission each cross a path losing 5 %.
-                    for asked in sequences where Double.random(in: 0..<1, using: &generator) >= 0.0975 {
+                    for asked in sequences where Double.random(in: 0..<1, using: &generator) >= eachWay {
                         answers[now + roundTrip, default: []].append(asked)
                     }
                 case .requestKeyframe:
@@ -218,9 +220,37 @@ struct LossRecoveryTests {
             }
             now += 1
         }
+        return (recovery, lost, keyframes)
+    }
+
+    @Test("uniform 5 % loss each way with the relay answering after a round trip: every lost packet repaired, NACKs ≤ 1.2 × packets lost")
+    func nacksPerLoss() {
+        let (recovery, lost, keyframes) = Self.simulate(loss: 0.05, roundTrip: 10, deadline: 200, count: 20_000, seed: 41)
         #expect(lost > 800)
         #expect(recovery.expired == 0 && keyframes == 0, "unrepaired: \(recovery.expired)")
         #expect(Double(recovery.nacked) <= 1.2 * Double(lost), "\(recovery.nacked) NACKs for \(lost) lost")
         #expect(recovery.roundTrip >= Self.ms(9) && recovery.roundTrip <= Self.ms(11))
+    }
+
+    @Test("the repair room holds as many tries as the path needs: a try fails about one time in ten at 5 % loss each way (four tries) and one in five at 10 % (six); with that room as the deadline, 10 % loss leaves nothing unrepaired")
+    func triesFollowTheLoss() {
+        let five = Self.simulate(loss: 0.05, roundTrip: 10, deadline: 200, count: 20_000, seed: 7).recovery
+        #expect(five.tryFailure > 0.05 && five.tryFailure < 0.16, "\(five.tryFailure)")
+        #expect((4...5).contains(five.triesForRepair), "\(five.triesForRepair)")
+
+        let ten = Self.simulate(loss: 0.10, roundTrip: 10, deadline: 200, count: 20_000, seed: 8).recovery
+        #expect(ten.tryFailure > 0.12 && ten.tryFailure < 0.27, "\(ten.tryFailure)")
+        #expect((5...7).contains(ten.triesForRepair), "\(ten.triesForRepair)")
+
+        // The room the 10 % path asked for, as the deadline of a fresh run on the same path (whose
+        // allowance starts where the first run's ended: the path does not reorder).
+        let room = Int(ten.repairRoom / .milliseconds(1)) + 1
+        let (repaired, lost, _) = Self.simulate(loss: 0.10, roundTrip: 10, deadline: room, count: 20_000, seed: 9,
+                                                initialReorderAllowance: ten.reorderAllowance)
+        #expect(lost > 1_800)
+        #expect(repaired.expired == 0, "\(repaired.expired) of \(lost) unrepaired within \(room) ms")
+
+        let clean = LossRecovery(deadline: Self.ms(100))
+        #expect(clean.triesForRepair == 4, "before any repair: a try in ten assumed to fail")
     }
 }

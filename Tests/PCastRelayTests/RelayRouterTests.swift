@@ -90,6 +90,25 @@ struct RelayRouterTests {
         #expect(throttle.request(.pli, now: 2_000 * Self.ms) == .pli, "idle again: no wait")
     }
 
+    @Test("keyframe throttle: the keyframe asked for answers the requests before it, and a request 100 ms after it goes at once (a viewer that lost part of it does not wait out the window); a publisher that sends none keeps the whole window")
+    func throttleAnsweredByKeyframe() {
+        var throttle = KeyframeThrottle(interval: 300 * Self.ms)
+        #expect(throttle.request(.pli, now: 1_000 * Self.ms) == .pli)
+        #expect(throttle.request(.pli, now: 1_010 * Self.ms) == nil, "asked while the keyframe is on its way")
+        throttle.keyframeArrived(now: 1_040 * Self.ms)
+        #expect(throttle.deadline == nil, "the keyframe answered the pending request")
+        throttle.keyframeArrived(now: 1_045 * Self.ms)
+        #expect(throttle.request(.pli, now: 1_100 * Self.ms) == nil, "within 100 ms of the keyframe")
+        #expect(throttle.deadline == 1_140 * Self.ms, "due 100 ms after the keyframe, not at 1,300 ms")
+        #expect(throttle.due(now: 1_140 * Self.ms) == .pli)
+        #expect(throttle.request(.pli, now: 1_200 * Self.ms) == nil)
+        #expect(throttle.deadline == 1_440 * Self.ms, "no keyframe since: the whole window")
+
+        var idle = KeyframeThrottle(interval: 300 * Self.ms)
+        idle.keyframeArrived(now: 10 * Self.ms)
+        #expect(idle.request(.pli, now: 20 * Self.ms) == .pli, "a keyframe nobody asked for changes nothing")
+    }
+
     @Test("subscribers joining together cause one PLI at once (while they set up their receivers) and one at the window's end; being first heard from asks nothing more while that keyframe is on its way")
     func subscribersJoining() throws {
         var router = Self.router()

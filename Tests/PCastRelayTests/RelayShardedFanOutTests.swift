@@ -31,10 +31,12 @@ struct RelayShardedFanOutTests {
         }
     }
 
-    @Test("200 subscribers of one stream over 4 fan-out threads each get every stamped packet, complete and in order; the workers took shares (their CPU, the shared count)")
-    func everySubscriberInOrder() throws {
+    @Test("200 subscribers of one stream over 4 fan-out threads each get every stamped packet, complete and in order; the workers took shares (their CPU, the shared count); with segmentation offload the bursts left in GSO messages, without it none did",
+          arguments: [true, false])
+    func everySubscriberInOrder(segmentation: Bool) throws {
         var configuration = RelayConfiguration()
         configuration.fanOutThreads = 4
+        configuration.segmentationOffload = segmentation
         let relay = try Relay(configuration: configuration)
         defer { relay.shutdown() }
         let publisher = try TestPublisher(relay: relay, streamId: "s", tracks: [videoTrack(ssrc: Self.video)])
@@ -70,6 +72,11 @@ struct RelayShardedFanOutTests {
         #expect(statistics.packetsOut >= UInt64(sent.count * 200))
         #expect(statistics.sharedFanOuts > 0, "the fan-outs were split over the threads")
         #expect(relay.cpuTime > relay.ioThreadCPUTime, "the workers did part of the work")
+        if segmentation {
+            #expect(statistics.segmentedDatagrams > 0, "a subscriber's packets of one burst left as one message")
+        } else {
+            #expect(statistics.segmentedDatagrams == 0)
+        }
     }
 
     @Test("a relay with one fan-out thread sends everything from its I/O thread: nothing shared, the same packets in order")

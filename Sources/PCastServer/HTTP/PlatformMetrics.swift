@@ -72,6 +72,7 @@ public final class PlatformMetrics: Sendable {
             (\.stunRefusals, "relay_stun_refusals", "STUN messages refused (unknown ufrag, failed integrity, malformed)"),
             (\.dtlsFailures, "relay_dtls_failures", "WebRTC peers whose DTLS handshake failed (fingerprint, profile, malformed records)"),
             (\.sharedFanOuts, "relay_shared_fan_outs", "Batches of a stream's packets whose fan-out was split over the relay's threads"),
+            (\.segmentedDatagrams, "relay_segmented_datagrams", "Datagrams sent in segmented (UDP GSO) messages, several to one subscriber at once"),
             (\.layerSwitches, "relay_layer_switches", "Simulcast viewers moved from one layer to another"),
             (\.nacksThrottled, "relay_nacks_throttled", "Retransmissions held back to keep within a quarter of a subscriber's estimated downlink"),
         ]
