@@ -40,20 +40,21 @@ extension Element {
                               handoffRelease, GConnectFlags(rawValue: 0))
     }
 
-    /// Calls `configure` with each jitter buffer `rtpbin` makes (its `new-jitterbuffer` signal),
-    /// before the buffer's first packet reaches it: the place for per-stream settings that must
-    /// hold from the first packet (`faststart-min-packets`, retransmission timing). `configure`
-    /// runs on a streaming thread; it must not block.
+    /// Calls `configure` with each jitter buffer `rtpbin` makes (its `new-jitterbuffer` signal)
+    /// and the number of its RTP session (`recv_rtp_sink_N`), before the buffer's first packet
+    /// reaches it: the place for per-stream settings that must hold from the first packet
+    /// (`faststart-min-packets`, retransmission timing, a latency of its own). `configure` runs on
+    /// a streaming thread; it must not block.
     ///
     /// - Throws: ``GStreamerError/unknownSignal(element:signal:)`` when the element has no such signal.
-    public func onNewJitterBuffer(_ configure: @escaping @Sendable (Element) -> Void) throws(GStreamerError) {
+    public func onNewJitterBuffer(_ configure: @escaping @Sendable (Element, _ session: UInt32) -> Void) throws(GStreamerError) {
         try requireSignal("new-jitterbuffer")
-        let box = Unmanaged.passRetained(ElementHandler(configure)).toOpaque()
+        let box = Unmanaged.passRetained(JitterBufferHandler(configure)).toOpaque()
         let callback: @convention(c) (UnsafeMutablePointer<GstElement>?, UnsafeMutablePointer<GstElement>?, guint, guint,
                                       UnsafeMutableRawPointer?) -> Void = newJitterBufferTrampoline
         // As above: g_signal_connect_data, the box released with the connection.
         g_signal_connect_data(UnsafeMutableRawPointer(pointer), "new-jitterbuffer", unsafeBitCast(callback, to: GCallback.self), box,
-                              elementHandlerRelease, GConnectFlags(rawValue: 0))
+                              jitterBufferHandlerRelease, GConnectFlags(rawValue: 0))
     }
 
     /// Throws ``GStreamerError/unknownSignal(element:signal:)`` unless the element has `signal`.
@@ -85,10 +86,22 @@ private func sourceSetupTrampoline(_ bin: UnsafeMutablePointer<GstElement>?, _ s
     Unmanaged<ElementHandler>.fromOpaque(data).takeUnretainedValue().configure(Element(retaining: source))
 }
 
+// Unchecked: its one stored property is an immutable @Sendable closure; the class exists to be boxed
+// through GLib's `gpointer`.
+private final class JitterBufferHandler: @unchecked Sendable {
+    let configure: @Sendable (Element, UInt32) -> Void
+    init(_ configure: @escaping @Sendable (Element, UInt32) -> Void) { self.configure = configure }
+}
+
 private func newJitterBufferTrampoline(_ bin: UnsafeMutablePointer<GstElement>?, _ jitterBuffer: UnsafeMutablePointer<GstElement>?,
                                        _ session: guint, _ ssrc: guint, _ data: UnsafeMutableRawPointer?) {
     guard let jitterBuffer, let data else { return }
-    Unmanaged<ElementHandler>.fromOpaque(data).takeUnretainedValue().configure(Element(retaining: jitterBuffer))
+    Unmanaged<JitterBufferHandler>.fromOpaque(data).takeUnretainedValue().configure(Element(retaining: jitterBuffer), UInt32(session))
+}
+
+private func jitterBufferHandlerRelease(_ data: UnsafeMutableRawPointer?, _ closure: UnsafeMutablePointer<GClosure>?) {
+    guard let data else { return }
+    Unmanaged<JitterBufferHandler>.fromOpaque(data).release()
 }
 
 private func elementHandlerRelease(_ data: UnsafeMutableRawPointer?, _ closure: UnsafeMutablePointer<GClosure>?) {

@@ -58,19 +58,19 @@ struct LatencyTests {
         await pipeline.stop()
     }
 
-    @Test("rtpbin hands each jitter buffer it makes to onNewJitterBuffer before its first packet passes (one per stream, settings made there hold); an element without the signal is refused")
+    @Test("rtpbin hands each jitter buffer it makes to onNewJitterBuffer, with its session number, before its first packet passes (one per stream, settings made there hold); an element without the signal is refused")
     func newJitterBuffers() async throws {
         let pipeline = try Pipeline(description: """
             rtpbin name=rtpbin
             audiotestsrc is-live=true num-buffers=40 ! audio/x-raw,rate=8000,channels=1 ! rtpL16pay ssrc=5 ! rtpbin.recv_rtp_sink_0
             audiotestsrc is-live=true num-buffers=40 ! audio/x-raw,rate=8000,channels=1 ! rtpL16pay ssrc=6 ! rtpbin.recv_rtp_sink_1
             """)
-        let made = Mutex<[(factory: String, pushedBefore: UInt64?)]>([])
-        try pipeline.element(named: "rtpbin").onNewJitterBuffer { element in
+        let made = Mutex<[(factory: String, pushedBefore: UInt64?, session: UInt32)]>([])
+        try pipeline.element(named: "rtpbin").onNewJitterBuffer { element, session in
             try? element.set("faststart-min-packets", UInt32(3))
             var pushed: UInt64?
             if case .structure(let stats)? = try? element.property("stats"), case .uint(let value)? = stats["num-pushed"] { pushed = value }
-            made.withLock { $0.append((element.factoryName ?? "", pushed)) }
+            made.withLock { $0.append((element.factoryName ?? "", pushed, session)) }
         }
         let buffers = Mutex<[Element]>([])
         // What rtpbin made, read back after the packets flowed.
@@ -82,13 +82,14 @@ struct LatencyTests {
         let seen = made.withLock { $0 }
         #expect(seen.count == 2 && seen.allSatisfy { $0.factory == "rtpjitterbuffer" }, "\(seen)")
         #expect(seen.allSatisfy { $0.pushedBefore == 0 }, "a jitter buffer had pushed packets before it was handed over: \(seen)")
+        #expect(Set(seen.map(\.session)) == [0, 1], "each with its session's number: \(seen)")
         let jitterBuffers = buffers.withLock { $0 }
         #expect(jitterBuffers.count == 2)
         for element in jitterBuffers {
             #expect(try element.property("faststart-min-packets", as: UInt32.self) == 3)
         }
         #expect(throws: GStreamerError.unknownSignal(element: "src", signal: "new-jitterbuffer")) {
-            try Pipeline(description: "videotestsrc name=src ! fakesink").element(named: "src").onNewJitterBuffer { _ in }
+            try Pipeline(description: "videotestsrc name=src ! fakesink").element(named: "src").onNewJitterBuffer { _, _ in }
         }
     }
 

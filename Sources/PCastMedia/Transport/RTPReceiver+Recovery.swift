@@ -47,6 +47,8 @@ final class ReceiverRecovery: Sendable {
     }
     private let state: Mutex<State>
     private let clockRates: [UInt8: Int]
+    /// The video's payload types: their packets are asked for until ``RTPReceiver/videoRepairDeadline(_:)``.
+    private let videoPayloadTypes: Set<UInt8>
 
     init(tracks: [MediaTrackDescription], playoutDelay setting: PlayoutDelaySetting) {
         let bounds = setting.adaptiveBounds ?? setting.initial ... setting.initial
@@ -60,11 +62,13 @@ final class ReceiverRecovery: Sendable {
             // the frames; from 62.5 ms on it is the usual 25 ms; an adaptive delay rises above the
             // allowance instead).
             if setting.adaptiveBounds == nil { settings.initialReorderAllowance = min(settings.initialReorderAllowance, setting.initial * 0.4) }
-            state.tracks[track.payloadType] = LossRecovery(settings: settings, deadline: setting.initial)
+            let deadline = track.kind == .video ? RTPReceiver.videoRepairDeadline(setting.initial) : setting.initial
+            state.tracks[track.payloadType] = LossRecovery(settings: settings, deadline: deadline)
             state.ssrcs[track.payloadType] = track.ssrc
         }
         self.state = Mutex(state)
         clockRates = Dictionary(tracks.map { ($0.payloadType, Int($0.clockRate)) }, uniquingKeysWith: { a, _ in a })
+        videoPayloadTypes = Set(tracks.filter { $0.kind == .video }.map(\.payloadType))
     }
 
     /// A packet arrived; `late` when it was handed over after it arrived (its lateness would be
@@ -118,10 +122,14 @@ final class ReceiverRecovery: Sendable {
         }
     }
 
-    /// The playout delay in effect changed: packets are asked for as long as they could be played.
+    /// The playout delay in effect changed: packets are asked for as long as they could be played
+    /// (video: late, until ``RTPReceiver/videoRepairDeadline(_:)``).
     func deadline(_ delay: Duration, now: Duration) {
         state.withLock { state in
-            for payloadType in state.tracks.keys { _ = state.tracks[payloadType]!.handle(.deadline(delay), now: now) }
+            for payloadType in state.tracks.keys {
+                let deadline = videoPayloadTypes.contains(payloadType) ? RTPReceiver.videoRepairDeadline(delay) : delay
+                _ = state.tracks[payloadType]!.handle(.deadline(deadline), now: now)
+            }
         }
     }
 
