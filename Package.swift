@@ -284,6 +284,8 @@ let package = Package(
             name: "PCastGstPlugin",
             dependencies: ["CGStreamer", "CPCastGstPlugin", "GStreamer", "PCast", "PCastMedia"]
         ),
+        // Its folder is not `Sources/pcast`: that differs from the SDK's `Sources/PCast` only by
+        // case, and the two collide on case-insensitive file systems.
         .executableTarget(
             name: "pcast",
             dependencies: [
@@ -304,7 +306,8 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
-            ]
+            ],
+            path: "Sources/PCastCLI"
         ),
         // The benchmarks `pcast bench` and `pcast soak` run (fan-out, end to end, rooms, frame hooks,
         // capture → encode, ingest, echo loop, publish cycles); not a product: product libraries

@@ -43,8 +43,11 @@ func temporaryFolder(_ name: String) throws -> URL {
 }
 
 extension OneAtATime {
-    /// Every source kind the README, the CLI and `UserMediaOptions` advertise, published through the
-    /// platform and decoded by a subscriber at the size asked for.
+    /// The source kinds the CLI's `--source` and `UserMediaOptions` take — the test pattern, the null
+    /// source, files, http and rtsp URIs, gst-launch descriptions, the X screen and a PulseAudio
+    /// microphone stand-in — published through the platform and decoded by a subscriber at the size
+    /// asked for. A capture device chosen by its id from `enumerateSourceDevices` is not among them
+    /// (the machine has no camera; `UserMediaTests` enumerates the stand-ins).
     @Suite("Every advertised source publishes through the platform", .serialized)
     struct SourcePublishTests {
         /// Publishes what `options` captures and returns the frames a subscriber decoded in `seconds`
