@@ -14,7 +14,8 @@ import Testing
         #expect(machine.state == .connecting)
         #expect(machine.handle(.authenticated(sessionId: "s-1", resumeKey: "k-1"))
                 == [.notifyOnline(sessionId: "s-1"), .notifyAuthentication(.ok, sessionId: "s-1")])
-        #expect(machine.state == .online(sessionId: "s-1"))
+        #expect(machine.state == .online(sessionId: "s-1", resume: .init(sessionId: "s-1", key: "k-1")))
+        #expect(machine.isOnline && machine.sessionId == "s-1")
         #expect(machine.resume == .init(sessionId: "s-1", key: "k-1"))
     }
 
@@ -37,7 +38,8 @@ import Testing
         // Jitter 0.5 is the middle of ±25 %: the delays are the base ones.
         #expect(machine.handle(.connectionClosed(now: t0, jitter: 0.5)) == [.notifyOffline, .scheduleRetry(after: .milliseconds(50))])
         let resume = ConnectionStateMachine.Resume(sessionId: "s-1", key: "k-1")
-        #expect(machine.state == .reconnecting(since: t0, attempt: 0, resume: resume, connecting: false))
+        #expect(machine.state == .reconnecting(.init(since: t0, attempt: 0, resume: resume, connecting: false)))
+        #expect(!machine.isOnline && machine.sessionId == nil, "not online while it reconnects")
         #expect(machine.handle(.retryDue) == [.connect(resume: resume)])
         // A second retry timer while connecting does nothing.
         #expect(machine.handle(.retryDue).isEmpty)
@@ -53,7 +55,7 @@ import Testing
         }
         // 200 ms at most while the outage is under 10 s old.
         #expect(delays == [.milliseconds(100), .milliseconds(200), .milliseconds(200), .milliseconds(200)])
-        #expect(machine.state == .reconnecting(since: t0, attempt: 4, resume: resume, connecting: true))
+        #expect(machine.state == .reconnecting(.init(since: t0, attempt: 4, resume: resume, connecting: true)))
         // Then 400 ms until a minute.
         #expect(machine.handle(.connectFailed(status: .failed, reason: "refused", now: t0 + .seconds(30), jitter: 0.5)) == [.scheduleRetry(after: .milliseconds(400))])
         _ = machine.handle(.retryDue)

@@ -29,11 +29,23 @@ struct ConnectionStateMachine: Sendable {
         case idle
         /// The first connection, from ``PCast/start(authToken:)``.
         case connecting
-        case online(sessionId: String)
-        /// The connection dropped at `since`; `attempt` retries have failed so far; `connecting`
-        /// while one is under way.
-        case reconnecting(since: ContinuousClock.Instant, attempt: Int, resume: Resume?, connecting: Bool)
+        /// Authenticated; `resume` is the session and key the next connection resumes with.
+        case online(sessionId: String, resume: Resume?)
+        case reconnecting(Outage)
         case stopped
+    }
+
+    /// A dropped connection being made again: everything the machine knows of the outage.
+    struct Outage: Sendable, Hashable {
+        /// When the connection dropped.
+        var since: ContinuousClock.Instant
+        /// Retries that have failed so far.
+        var attempt = 0
+        var resume: Resume?
+        /// A connection attempt or a token refresh is under way (no retry is scheduled).
+        var connecting = false
+        /// The auth token was refreshed once in this outage: a second refusal ends the session.
+        var refreshed = false
     }
 
     enum Event: Sendable {
@@ -82,78 +94,111 @@ struct ConnectionStateMachine: Sendable {
 
     /// The session to resume on the next connection, if any.
     var resume: Resume? {
-        if case .reconnecting(_, _, let resume, _) = state { return resume }
-        return lastResume
+        switch state {
+        case .online(_, let resume): resume
+        case .reconnecting(let outage): outage.resume
+        case .idle, .connecting, .stopped: nil
+        }
     }
-    private var lastResume: Resume?
-    /// Whether the token was refreshed during this outage: a second refusal ends the session.
-    private var refreshedThisOutage = false
-
-    var isOnline: Bool { if case .online = state { return true } else { return false } }
-    var isReconnecting: Bool { if case .reconnecting = state { return true } else { return false } }
+    /// The session's id while it is online (nil while it reconnects: it is not online then).
+    var sessionId: String? { if case .online(let sessionId, _) = state { sessionId } else { nil } }
+    var isOnline: Bool { sessionId != nil }
+    var isReconnecting: Bool { if case .reconnecting = state { true } else { false } }
     var isStopped: Bool { state == .stopped || state == .idle }
 
+    /// Every state and event is named: an event a state ignores is listed with why, so a new event
+    /// cannot fall through unnoticed.
     mutating func handle(_ event: Event) -> [Action] {
-        switch (state, event) {
-        case (.idle, .start), (.stopped, .start):
-            state = .connecting
-            lastResume = nil
-            refreshedThisOutage = false
-            return [.connect(resume: nil)]
-
-        case (.connecting, .authenticated(let sessionId, let key)), (.reconnecting, .authenticated(let sessionId, let key)):
-            lastResume = key.map { Resume(sessionId: sessionId, key: $0) } ?? resume
-            state = .online(sessionId: sessionId)
-            refreshedThisOutage = false
-            return [.notifyOnline(sessionId: sessionId), .notifyAuthentication(.ok, sessionId: sessionId)]
-
-        case (.connecting, .connectFailed(let status, _, _, _)):
-            state = .stopped
-            return [.notifyAuthentication(status, sessionId: nil)]
-
-        case (.online, .connectionClosed(let now, let jitter)):
-            guard reconnects else {
+        switch state {
+        case .idle, .stopped:
+            switch event {
+            case .start:
+                state = .connecting
+                return [.connect(resume: nil)]
+            case .stop:
                 state = .stopped
-                return [.notifyOffline, .endStreams(reason: "the connection to the platform was lost")]
+                return []
+            case .authenticated, .connectFailed, .connectionClosed, .retryDue, .tokenRefreshed, .tokenRefreshFailed:
+                // Late news of an ended session (a retry due after stop, its connection's close).
+                return []
             }
-            state = .reconnecting(since: now, attempt: 0, resume: lastResume, connecting: false)
-            return [.notifyOffline, .scheduleRetry(after: Self.retryDelay(attempt: 0, offline: .zero, jitter: jitter))]
 
-        case (.reconnecting(let since, let attempt, let resume, false), .retryDue):
-            state = .reconnecting(since: since, attempt: attempt, resume: resume, connecting: true)
-            return [.connect(resume: resume)]
+        case .connecting:
+            switch event {
+            case .authenticated(let sessionId, let key):
+                return comeOnline(sessionId: sessionId, resume: key.map { Resume(sessionId: sessionId, key: $0) })
+            case .connectFailed(let status, _, _, _):
+                state = .stopped
+                return [.notifyAuthentication(status, sessionId: nil)]
+            case .stop:
+                state = .stopped
+                return []
+            case .start, .connectionClosed, .retryDue, .tokenRefreshed, .tokenRefreshFailed:
+                // Starting already; the first connection's close comes as its failure; no retry
+                // or refresh is pending.
+                return []
+            }
 
-        case (.reconnecting(let since, let attempt, let resume, _), .connectFailed(.unauthorized, let reason, _, _)) where !refreshedThisOutage:
-            // The token expired (or was revoked) meanwhile: a new one may resume the session (its
-            // resume key is still good: a refused authentication does not spend it).
-            refreshedThisOutage = true
-            state = .reconnecting(since: since, attempt: attempt, resume: resume, connecting: true)
-            return [.refreshToken(reason: reason)]
+        case .online(_, let resume):
+            switch event {
+            case .connectionClosed(let now, let jitter):
+                guard reconnects else {
+                    state = .stopped
+                    return [.notifyOffline, .endStreams(reason: "the connection to the platform was lost")]
+                }
+                state = .reconnecting(Outage(since: now, resume: resume))
+                return [.notifyOffline, .scheduleRetry(after: Self.retryDelay(attempt: 0, offline: .zero, jitter: jitter))]
+            case .stop:
+                state = .stopped
+                return []
+            case .start, .authenticated, .connectFailed, .retryDue, .tokenRefreshed, .tokenRefreshFailed:
+                // Online already: a second start, or news of a connection that is no longer the session's.
+                return []
+            }
 
-        case (.reconnecting(let since, let attempt, let resume, true), .tokenRefreshed):
-            state = .reconnecting(since: since, attempt: attempt, resume: resume, connecting: true)
-            return [.connect(resume: resume)]
-
-        case (.reconnecting, .connectFailed(.unauthorized, let reason, _, _)), (.reconnecting, .tokenRefreshFailed(let reason)):
-            // No new token, or the new one refused too: the session is over.
-            state = .stopped
-            lastResume = nil
-            return [.endStreams(reason: "re-authentication refused: \(reason)"), .notifyAuthentication(.unauthorized, sessionId: nil)]
-
-        case (.reconnecting(let since, let attempt, let resume, _), .connectFailed(_, _, let now, let jitter)):
-            state = .reconnecting(since: since, attempt: attempt + 1, resume: resume, connecting: false)
-            return [.scheduleRetry(after: Self.retryDelay(attempt: attempt + 1, offline: now - since, jitter: jitter))]
-
-        case (_, .stop):
-            let wasReconnecting = isReconnecting
-            state = .stopped
-            lastResume = nil
-            return wasReconnecting ? [.cancelRetry] : []
-
-        default:
-            // Late or duplicate events (a retry due after stop, a close while reconnecting) change nothing.
-            return []
+        case .reconnecting(var outage):
+            switch event {
+            case .retryDue:
+                // A retry timer while an attempt or a refresh is under way changes nothing.
+                guard !outage.connecting else { return [] }
+                outage.connecting = true
+                state = .reconnecting(outage)
+                return [.connect(resume: outage.resume)]
+            case .authenticated(let sessionId, let key):
+                return comeOnline(sessionId: sessionId, resume: key.map { Resume(sessionId: sessionId, key: $0) } ?? outage.resume)
+            case .connectFailed(.unauthorized, let reason, _, _) where !outage.refreshed:
+                // The token expired (or was revoked) meanwhile: a new one may resume the session (its
+                // resume key is still good: a refused authentication does not spend it).
+                outage.refreshed = true
+                outage.connecting = true
+                state = .reconnecting(outage)
+                return [.refreshToken(reason: reason)]
+            case .connectFailed(.unauthorized, let reason, _, _), .tokenRefreshFailed(let reason):
+                // No new token, or the new one refused too: the session is over.
+                state = .stopped
+                return [.endStreams(reason: "re-authentication refused: \(reason)"), .notifyAuthentication(.unauthorized, sessionId: nil)]
+            case .connectFailed(_, _, let now, let jitter):
+                outage.attempt += 1
+                outage.connecting = false
+                state = .reconnecting(outage)
+                return [.scheduleRetry(after: Self.retryDelay(attempt: outage.attempt, offline: now - outage.since, jitter: jitter))]
+            case .tokenRefreshed:
+                // Only a refresh under way is answered (one after the session ended is late).
+                guard outage.refreshed && outage.connecting else { return [] }
+                return [.connect(resume: outage.resume)]
+            case .stop:
+                state = .stopped
+                return [.cancelRetry]
+            case .start, .connectionClosed:
+                // Reconnecting already; a close here is that of an attempt, which fails as such.
+                return []
+            }
         }
+    }
+
+    private mutating func comeOnline(sessionId: String, resume: Resume?) -> [Action] {
+        state = .online(sessionId: sessionId, resume: resume)
+        return [.notifyOnline(sessionId: sessionId), .notifyAuthentication(.ok, sessionId: sessionId)]
     }
 
     /// Delay before retry `attempt` (0-based) after `offline` of being offline: 50 ms doubling to
