@@ -209,6 +209,7 @@ let package = Package(
             dependencies: [
                 "PCast",
                 "PCastMedia",
+                "PCastRecording",
                 "PCastContracts",
                 "PCastProtocol",
                 "PCastTLS",

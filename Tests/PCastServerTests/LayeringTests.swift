@@ -20,7 +20,13 @@ import Testing
                 guard let index = words.firstIndex(of: "import"), index + 1 < words.count,
                       words[..<index].allSatisfy({ $0.hasPrefix("@") || ["public", "package", "internal", "private", "fileprivate"].contains($0) })
                 else { continue }
-                found[String(words[index + 1]), default: file.lastPathComponent] = file.lastPathComponent
+                // `import class Module.Name` (a scoped import) names its module after the kind.
+                let kinds: Set<Substring> = ["class", "struct", "enum", "protocol", "typealias", "func", "var", "let"]
+                var module = words[index + 1]
+                if kinds.contains(module), index + 2 < words.count { module = words[index + 2].split(separator: ".").first ?? module }
+                // A line of another language inside a string literal (`import sys, os`) is none.
+                guard module.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" }) else { continue }
+                found[String(module), default: file.lastPathComponent] = file.lastPathComponent
             }
         }
         #expect(!found.isEmpty, "no imports found under \(root.path)")
@@ -236,5 +242,71 @@ import Testing
         let (sites, unexplained) = try Self.unexplainedUncheckedSendability()
         #expect(sites > 20, "\(sites) sites found: the scan looks in the wrong place")
         #expect(unexplained.isEmpty, "no reason given at \(unexplained.joined(separator: ", "))")
+    }
+
+    /// Each `Sources` target of the manifest with the modules it declares it depends on (targets
+    /// by name, products by name), read from `Package.swift`'s text: `.target(` /
+    /// `.executableTarget(` blocks, their `name:`, `path:` and `dependencies:`.
+    static func declaredDependencies() throws -> [(folder: String, name: String, modules: Set<String>)] {
+        let manifest = try String(contentsOf: sources.deletingLastPathComponent().appendingPathComponent("Package.swift"), encoding: .utf8)
+        var result: [(folder: String, name: String, modules: Set<String>)] = []
+        var rest = manifest[...]
+        while let start = rest.range(of: #"\.(target|executableTarget)\("#, options: .regularExpression) {
+            // The block: up to the parenthesis that closes this call.
+            var depth = 0
+            var end = start.upperBound
+            var index = rest.index(before: start.upperBound)
+            while index < rest.endIndex {
+                if rest[index] == "(" { depth += 1 } else if rest[index] == ")" { depth -= 1; if depth == 0 { end = index; break } }
+                index = rest.index(after: index)
+            }
+            let block = String(rest[start.lowerBound..<end])
+            rest = rest[end...]
+            func strings(after label: String) -> [String] {
+                guard let range = block.range(of: label) else { return [] }
+                return block[range.upperBound...].matches(of: /"([^"]+)"/).map { String($0.1) }
+            }
+            guard let name = strings(after: "name:").first else { continue }
+            let folder = strings(after: "path:").first.map { ($0 as NSString).lastPathComponent } ?? name
+            var modules: Set<String> = [name]
+            if let deps = block.range(of: "dependencies:") {
+                let list = block[deps.upperBound...]
+                let close = list.firstIndex(of: "]") ?? list.endIndex
+                for line in list[..<close].split(separator: "\n") {
+                    let quoted = line.matches(of: /"([^"]+)"/).map { String($0.1) }
+                    // `.product(name: "X", package: "p")` is module X; a bare "X" is target X.
+                    if let first = quoted.first { modules.insert(first) }
+                    else { continue }
+                    for other in quoted.dropFirst() where !line.contains("package:") { modules.insert(other) }
+                }
+            }
+            result.append((folder, name, modules))
+        }
+        return result
+    }
+
+    /// What any target may import without declaring it: the toolchain's own modules.
+    static let toolchainModules: Set<String> = [
+        "Foundation", "FoundationEssentials", "FoundationNetworking", "Glibc", "Dispatch", "Synchronization",
+        "_Concurrency", "RegexBuilder", "Observation", "Musl", "Darwin",
+    ]
+
+    @Test("every module a target imports is declared in the manifest (a target or product it depends on, or the toolchain's): none arrives only through another dependency")
+    func importsAreDeclared() throws {
+        let targets = try Self.declaredDependencies()
+        #expect(targets.count > 20, "\(targets.count) targets read from Package.swift")
+        var checked = 0
+        for target in targets {
+            let folder = Self.sources.appendingPathComponent(target.folder)
+            guard FileManager.default.fileExists(atPath: folder.path),
+                  (try FileManager.default.subpathsOfDirectory(atPath: folder.path)).contains(where: { $0.hasSuffix(".swift") })
+            else { continue }
+            checked += 1
+            for (module, file) in try Self.imports(of: target.folder)
+            where !target.modules.contains(module) && !Self.toolchainModules.contains(module) {
+                Issue.record("\(target.name) imports \(module) (in \(file)) without declaring it in Package.swift")
+            }
+        }
+        #expect(checked > 15, "\(checked) Swift targets checked")
     }
 }

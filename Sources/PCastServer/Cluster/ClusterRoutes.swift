@@ -1,5 +1,4 @@
 import Foundation
-import HTTPTypes
 import Hummingbird
 import NIOCore
 
@@ -62,9 +61,9 @@ struct ClusterRoutes: Sendable {
         }
         let body = Data(bytes.readableBytesView)
         let verified = channel.verify(
-            method: "POST", path: path, body: body, node: request.headers[values: HTTPField.Name(ClusterChannel.nodeHeader)!].first,
-            time: request.headers[values: HTTPField.Name(ClusterChannel.timeHeader)!].first,
-            signature: request.headers[values: HTTPField.Name(ClusterChannel.signatureHeader)!].first, now: Date(), replays: replays)
+            method: "POST", path: path, body: body, node: request.headers[values: .init(ClusterChannel.nodeHeader)!].first,
+            time: request.headers[values: .init(ClusterChannel.timeHeader)!].first,
+            signature: request.headers[values: .init(ClusterChannel.signatureHeader)!].first, now: Date(), replays: replays)
         let caller: (nodeId: String, signature: Data)
         switch verified {
         case .failure(let error):
