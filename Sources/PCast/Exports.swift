@@ -1,6 +1,6 @@
 // What `import PCast` puts in an application's namespace: the declarations of the media engine and
 // of the wire formats that an SDK user types (options, streams, tracks, renderers, frames, errors,
-// the seed's enumerations). The rest of those modules (the RTP engine, the parsers, the signaling
+// the PCast iOS SDK's enumerations). The rest of those modules (the RTP engine, the parsers, the signaling
 // messages) stays out; an application that wants them imports the module itself.
 
 // Capture: user media, its options and constraints, devices.
@@ -67,7 +67,7 @@
 @_exported import enum PCastMedia.IngestSource
 @_exported import struct PCastMedia.IngestOptions
 
-// The platform's vocabulary (the seed's enumerations and models).
+// The platform's vocabulary (the PCast iOS SDK's enumerations and models).
 @_exported import enum PCastProtocol.RequestStatus
 @_exported import enum PCastProtocol.StreamEndedReason
 @_exported import enum PCastProtocol.PublishType

@@ -112,7 +112,7 @@ public struct EndToEndBenchmark: Sendable {
     /// A playout delay of 0 in the table: the SDK's default, adaptive delay.
     public static let adaptive = 0
     /// The playout delays × losses of `make bench`'s table: the adaptive default first, then fixed
-    /// delays (230 ms: the seed's default delay).
+    /// delays (230 ms: the PCast iOS SDK's default delay).
     public static let tablePlayoutDelays = [adaptive, 20, 40, 80, 150, 230], tableLossPercents: [Double] = [0, 2, 5, 10]
 
     /// `tokens(type, originStreamId)` mints tokens for the platform.

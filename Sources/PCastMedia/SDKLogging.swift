@@ -3,7 +3,7 @@ import GStreamer
 import Logging
 import Synchronization
 
-/// Where the SDK's log messages go, for the whole process (the seed's initialize options):
+/// Where the SDK's log messages go, for the whole process (the PCast iOS SDK's initialize options):
 /// - the console (standard error) only from a level the application chose, or that
 ///   `PCAST_LOG_LEVEL` names when it chose none: an application's standard error is its own, and
 ///   the SDK writes nothing there by default;

@@ -77,7 +77,7 @@ extension ManyClients {
         // MARK: Hot observables
 
         @Test func subscribeCallsAtOnceWithTheCurrentValueThenOnEachChange() {
-            let observable = Observable(1)
+            let observable = ObservableValue(1)
             let log = CallLog<Int>()
             let watching = observable.subscribe { log.record($0) }
             #expect(log.all == [1])   // before subscribe returned
@@ -90,7 +90,7 @@ extension ManyClients {
         }
 
         @Test func settingAnEqualValueNotifiesNobody() {
-            let observable = Observable("a")
+            let observable = ObservableValue("a")
             let first = CallLog<String>(), second = CallLog<String>()
             let watching = [observable.subscribe { first.record($0) }, observable.subscribe { second.record($0) }]
             observable.setValue("a")
@@ -103,7 +103,7 @@ extension ManyClients {
         }
 
         @Test func updateChangesTheValueFromTheCurrentOne() {
-            let observable = Observable<[Int]>([])
+            let observable = ObservableValue<[Int]>([])
             let log = CallLog<[Int]>()
             let watching = observable.subscribe { log.record($0) }
             observable.update { $0.append(1) }
@@ -115,7 +115,7 @@ extension ManyClients {
         }
 
         @Test func anOptionalValueStartsAtNil() {
-            let observable = Observable<Int?>(nil)
+            let observable = ObservableValue<Int?>(nil)
             let log = CallLog<Int?>()
             let watching = observable.subscribe { log.record($0) }
             observable.setValue(nil)
@@ -127,7 +127,7 @@ extension ManyClients {
         }
 
         @Test func disposingOrDroppingTheSubscriptionStopsTheCalls() {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             let disposed = CallLog<Int>(), dropped = CallLog<Int>()
             let watching = observable.subscribe { disposed.record($0) }
             _ = observable.subscribe { dropped.record($0) }   // released at once
@@ -142,7 +142,7 @@ extension ManyClients {
         }
 
         @Test func aChangeMadeByACallbackComesAfterTheCurrentRound() {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             let log = CallLog<String>()
             let first = observable.subscribe { value in
                 log.record("A\(value)")
@@ -157,7 +157,7 @@ extension ManyClients {
         }
 
         @Test func aCallbackMaySubscribeAndDisposeOthers() {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             let log = CallLog<String>()
             let second = Holder(), third = Holder()
             let first = observable.subscribe { value in
@@ -179,7 +179,7 @@ extension ManyClients {
         }
 
         @Test func aCallbackMayDisposeItsOwnSubscription() {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             let log = CallLog<Int>()
             let own = Holder()
             own.set(observable.subscribe { value in
@@ -197,7 +197,7 @@ extension ManyClients {
         }
 
         @Test func aChangeMadeDuringTheImmediateCallComesAfterIt() {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             let log = CallLog<String>()
             let first = observable.subscribe { log.record("A\($0)") }
             let second = observable.subscribe { value in
@@ -210,7 +210,7 @@ extension ManyClients {
         }
 
         @Test func aSetterReturnsWhileAnotherThreadDeliversAndThatThreadDeliversItsChange() async {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             let log = CallLog<Int>()
             let delivering = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
             let seenBySetter = Shared<[Int]>([])
@@ -236,7 +236,7 @@ extension ManyClients {
         }
 
         @Test func changesDuringAnImmediateCallWaitForItAndComeBeforeSubscribeReturns() async {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             let log = CallLog<Int>()
             let inImmediateCall = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
             let seenByWriter = Shared<[Int]>([]), seenAfterSubscribe = Shared<[Int]>([])
@@ -267,7 +267,7 @@ extension ManyClients {
         @Test func concurrentSettersDeliverEveryChangeOnceInCommitOrder() async {
             let writers = 8, changes = 1_000
             let initial = Stamp(writer: -1, seq: 0)
-            let observable = Observable(initial)
+            let observable = ObservableValue(initial)
             let logs = (0..<3).map { _ in CallLog<Stamp>() }
             let watching = logs.map { log in observable.subscribe { log.record($0) } }
             await onThreads(writers) { writer in
@@ -290,7 +290,7 @@ extension ManyClients {
         }
 
         @Test func subscribesRacingWithChangesMissNothingAndNeverGoBack() async {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             let logs = Shared<[CallLog<Int>]>([])
             let subscriptions = Shared<[Disposable]>([])
             @Sendable func addSubscriber() {
@@ -329,7 +329,7 @@ extension ManyClients {
         }
 
         @Test func noCallStartsAfterDisposeReturns() async {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             let calls = Shared(0)
             let callsAtDispose = Shared(-1)
             let watching = observable.subscribe { _ in calls.modify { $0 += 1 } }
@@ -351,7 +351,7 @@ extension ManyClients {
         // MARK: values
 
         @Test func valuesStartWithTheCurrentValueThenFollowTheChanges() async {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             observable.setValue(5)
             var values = observable.values.makeAsyncIterator()
             #expect(await values.next() == 5)
@@ -361,7 +361,7 @@ extension ManyClients {
         }
 
         @Test func valuesGiveASlowConsumerTheLatestValue() async {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             var values = observable.values.makeAsyncIterator()
             #expect(await values.next() == 0)
             for value in 1...100 { observable.setValue(value) }
@@ -371,7 +371,7 @@ extension ManyClients {
         }
 
         @Test func valuesEndWhenTheTaskIsCancelledAndUnsubscribe() async {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             let (received, receiver) = AsyncStream<Int>.makeStream()
             let consumer = Task {
                 for await value in observable.values { receiver.yield(value) }
@@ -389,7 +389,7 @@ extension ManyClients {
         }
 
         @Test func aCancelledTaskGetsNoValues() async {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             let consumer = Task {
                 withUnsafeCurrentTask { $0?.cancel() }
                 var values = observable.values.makeAsyncIterator()
@@ -400,7 +400,7 @@ extension ManyClients {
         }
 
         @Test func droppingTheIteratorUnsubscribes() async {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             do {
                 var values = observable.values.makeAsyncIterator()
                 #expect(await values.next() == 0)
@@ -410,7 +410,7 @@ extension ManyClients {
         }
 
         @Test func valuesRiseToTheLatestUnderConcurrentChanges() async {
-            let observable = Observable(0)
+            let observable = ObservableValue(0)
             var values = observable.values.makeAsyncIterator()
             async let writing: Void = onThreads(4) { _ in
                 for _ in 0..<1_000 { observable.update { $0 += 1 } }
@@ -507,13 +507,13 @@ extension ManyClients {
         // MARK: Lifetime
 
         @Test func anObservableWithSubscribersIsFreedByItsOwner() async {
-            weak var weakObservable: Observable<Int>?
+            weak var weakObservable: ObservableValue<Int>?
             weak var weakCold: ColdObservable<Int>?
             weak var weakCanary: Canary?
             var subscriptions: [Disposable] = []
             var iterator: ObservableValues<Int>.AsyncIterator?
             do {
-                let observable = Observable(0), cold = ColdObservable<Int>(), canary = Canary()
+                let observable = ObservableValue(0), cold = ColdObservable<Int>(), canary = Canary()
                 weakObservable = observable
                 weakCold = cold
                 weakCanary = canary

@@ -74,7 +74,7 @@ struct ConnectionStateMachine: Sendable {
         /// The application's online callback and authentication listeners.
         case notifyOnline(sessionId: String)
         case notifyOffline
-        /// The application's authentication callback (the seed's `authenticationCallback`).
+        /// The application's authentication callback (the PCast iOS SDK's `authenticationCallback`).
         case notifyAuthentication(RequestStatus, sessionId: String?)
         /// Every published and subscribed stream ends as `failed` with `reason`.
         case endStreams(reason: String)

@@ -3,7 +3,7 @@ import PCastMedia
 import PCastProtocol
 import Synchronization
 
-/// How a channel viewer picks the stream to view (the seed's stream selection strategies).
+/// How a channel viewer picks the stream to view (the PCast iOS SDK's stream selection strategies).
 public enum StreamSelectionStrategy: String, Sendable, Hashable, CaseIterable {
     /// View the stream that started most recently; switch whenever a newer one starts.
     case mostRecent = "most-recent"
@@ -11,7 +11,7 @@ public enum StreamSelectionStrategy: String, Sendable, Hashable, CaseIterable {
     case highAvailability = "high-availability"
 }
 
-/// Options of ``ChannelExpress/createChannel(_:)`` (the seed's `ChannelOptions`).
+/// Options of ``ChannelExpress/createChannel(_:)`` (the PCast iOS SDK's `ChannelOptions`).
 public struct ChannelOptions: Sendable, Hashable {
     public var name: String
     /// Generated when nil.
@@ -81,7 +81,7 @@ extension PublishToChannelOptions {
     }
 }
 
-/// The seed's Channel Express: one-to-many broadcast over a room of type `channel`. Presenters
+/// The PCast iOS SDK's Channel Express: one-to-many broadcast over a room of type `channel`. Presenters
 /// publish to it; viewers join as audience and view the stream the selection strategy picks,
 /// switching as streams start and fail.
 ///

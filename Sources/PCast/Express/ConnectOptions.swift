@@ -1,7 +1,7 @@
 import Foundation
 import PCastMedia
 
-/// The seed's connect options for publishing and subscribing through the Express APIs: strings
+/// The PCast iOS SDK's connect options for publishing and subscribing through the Express APIs: strings
 /// of the form `name=value`, each setting one of the typed options (a remote publish's go to the
 /// platform instead: `loop`). An option not listed here, or a value out of range, is refused as
 /// ``PCastError/invalidRequest(_:)`` before anything is published or subscribed.

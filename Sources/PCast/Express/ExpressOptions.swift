@@ -6,7 +6,7 @@ import FoundationNetworking
 #endif
 import Synchronization
 
-/// Options of ``PCastExpress`` (the seed's `PCastExpressOptionsBuilder`).
+/// Options of ``PCastExpress`` (the PCast iOS SDK's `PCastExpressOptionsBuilder`).
 public struct PCastExpressOptions: Sendable {
     /// The application backend: tokens come from its ``authenticationRoute`` and ``streamRoute``.
     public var backendURI: URL
@@ -36,7 +36,7 @@ public struct PCastExpressOptions: Sendable {
     }
 }
 
-/// An action that may or may not be possible (the seed's `PhenixOptionalAction`): a monitor's
+/// An action that may or may not be possible (the PCast iOS SDK's `PhenixOptionalAction`): a monitor's
 /// retry. ``perform()`` or ``dismiss()`` decide; releasing it undecided dismisses it.
 ///
 /// ```swift
@@ -76,7 +76,7 @@ public final class OptionalAction: Sendable {
     deinit { dismiss() }
 }
 
-/// Monitor callbacks for an Express publisher or subscriber (the seed's `withMonitor`).
+/// Monitor callbacks for an Express publisher or subscriber (the PCast iOS SDK's `withMonitor`).
 ///
 /// `setupFailed` is called when the stream cannot be set up; performing its retry tries again
 /// (the call that was setting up waits for the decision), dismissing it makes the call throw.
@@ -93,7 +93,7 @@ public struct MonitorOptions: Sendable {
     }
 }
 
-/// Options of ``PCastExpress/publish(_:)`` (the seed's `PublishOptionsBuilder`).
+/// Options of ``PCastExpress/publish(_:)`` (the PCast iOS SDK's `PublishOptionsBuilder`).
 public struct PublishOptions: Sendable {
     /// Constraints for getUserMedia (ignored when ``userMedia`` is given).
     public var mediaConstraints = UserMediaOptions()
@@ -125,7 +125,7 @@ public struct PublishOptions: Sendable {
     }
 }
 
-/// Options of ``PCastExpress/publishRemote(_:)`` (the seed's `PublishRemoteOptionsBuilder`).
+/// Options of ``PCastExpress/publishRemote(_:)`` (the PCast iOS SDK's `PublishRemoteOptionsBuilder`).
 public struct PublishRemoteOptions: Sendable, Hashable {
     public var streamURI: String
     public var capabilities: [String] = []
@@ -143,7 +143,7 @@ public struct PublishRemoteOptions: Sendable, Hashable {
     }
 }
 
-/// Options of ``PCastExpress/subscribe(_:)`` (the seed's `SubscribeOptionsBuilder`).
+/// Options of ``PCastExpress/subscribe(_:)`` (the PCast iOS SDK's `SubscribeOptionsBuilder`).
 public struct SubscribeOptions: Sendable {
     public var streamId: String
     public var capabilities: [String] = []

@@ -6,7 +6,7 @@ import FoundationNetworking
 #endif
 import Synchronization
 
-/// A publisher of the Express APIs (the seed's `PhenixExpressPublisher`): stop, enable/disable
+/// A publisher of the Express APIs (the PCast iOS SDK's `PhenixExpressPublisher`): stop, enable/disable
 /// audio and video, the stream id, the preview renderer. Releasing it stops publishing.
 public final class ExpressPublisher: Sendable {
     let express: PCastExpress

@@ -6,7 +6,7 @@ import FoundationNetworking
 #endif
 import Synchronization
 
-/// A subscriber of the Express APIs (the seed's `PhenixExpressSubscriber`): tracks, renderer,
+/// A subscriber of the Express APIs (the PCast iOS SDK's `PhenixExpressSubscriber`): tracks, renderer,
 /// stop, enable/disable. Releasing it stops the subscription.
 public final class ExpressSubscriber: Sendable {
     let express: PCastExpress
@@ -40,11 +40,11 @@ public final class ExpressSubscriber: Sendable {
     public var tracks: [MediaStreamTrack] { mediaStream?.tracks ?? [] }
     public var audioTracks: [MediaStreamTrack] { mediaStream?.audioTracks ?? [] }
     public var videoTracks: [MediaStreamTrack] { mediaStream?.videoTracks ?? [] }
-    /// The seed's spelling of ``tracks``.
+    /// The PCast iOS SDK's spelling of ``tracks``.
     public func getTracks() -> [MediaStreamTrack] { tracks }
-    /// The seed's spelling of ``audioTracks``.
+    /// The PCast iOS SDK's spelling of ``audioTracks``.
     public func getAudioTracks() -> [MediaStreamTrack] { audioTracks }
-    /// The seed's spelling of ``videoTracks``.
+    /// The PCast iOS SDK's spelling of ``videoTracks``.
     public func getVideoTracks() -> [MediaStreamTrack] { videoTracks }
 
     func connect() async throws(PCastError) {

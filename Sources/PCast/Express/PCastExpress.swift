@@ -6,7 +6,7 @@ import FoundationNetworking
 #endif
 import Synchronization
 
-/// The seed's PCast Express: one step from a backend URI to publishing and subscribing. Tokens come
+/// The PCast iOS SDK's PCast Express: one step from a backend URI to publishing and subscribing. Tokens come
 /// from the application backend (``PCastExpressOptions/backendURI``); the underlying ``PCast`` is
 /// created and started on first use and shared (``pcast()``).
 ///
@@ -30,7 +30,7 @@ public final class PCastExpress: Sendable {
         self.options = options
     }
 
-    /// The underlying PCast, started (the seed's `getPCast`).
+    /// The underlying PCast, started (the PCast iOS SDK's `getPCast`).
     ///
     /// - Throws: the backend's or platform's refusal; ``PCastError/connectionFailed(_:)`` when
     ///   either cannot be reached. Refusals also go to the unrecoverable-error callback.
@@ -170,7 +170,7 @@ public final class PCastExpress: Sendable {
 
     // MARK: Media
 
-    /// Local user media (the seed's Express getUserMedia).
+    /// Local user media (the PCast iOS SDK's Express getUserMedia).
     public func getUserMedia(_ options: UserMediaOptions = UserMediaOptions()) async throws(UserMediaError) -> UserMediaStream {
         try await UserMedia.getUserMedia(options)
     }

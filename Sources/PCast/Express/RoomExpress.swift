@@ -3,7 +3,7 @@ import PCastMedia
 import PCastProtocol
 import Synchronization
 
-/// Options of ``RoomExpress/joinRoom(_:membersChanged:)`` (the seed's `JoinRoomOptionsBuilder`).
+/// Options of ``RoomExpress/joinRoom(_:membersChanged:)`` (the PCast iOS SDK's `JoinRoomOptionsBuilder`).
 public struct JoinRoomOptions: Sendable, Hashable {
     public var roomId: String?
     public var roomAlias: String?
@@ -24,7 +24,7 @@ public struct JoinRoomOptions: Sendable, Hashable {
     }
 }
 
-/// Options of ``RoomExpress/publishToRoom(_:)`` (the seed's `PublishToRoomOptionsBuilder`).
+/// Options of ``RoomExpress/publishToRoom(_:)`` (the PCast iOS SDK's `PublishToRoomOptionsBuilder`).
 public struct PublishToRoomOptions: Sendable {
     /// The room to publish to (created when missing); or give ``roomId``.
     public var roomOptions: RoomOptions?
@@ -70,7 +70,7 @@ public struct SubscribeToMemberStreamOptions: Sendable {
     }
 }
 
-/// The seed's Room Express: join a room, publish to it, subscribe to members' streams, on top of
+/// The PCast iOS SDK's Room Express: join a room, publish to it, subscribe to members' streams, on top of
 /// ``PCastExpress`` (``pcastExpress``) and ``RoomService``. Hold the returned room service for as
 /// long as you stay in the room; releasing it leaves.
 ///

@@ -3,12 +3,12 @@ import PCastMedia
 import PCastProtocol
 import Synchronization
 
-/// Options of ``PCast/publishRemote(_:)`` (the seed's publish-remote options).
+/// Options of ``PCast/publishRemote(_:)`` (the PCast iOS SDK's publish-remote options).
 public typealias RemotePublishRequest = ClientMessage.PublishRemote
 /// How far a remote publish got (the platform's progress reports).
 public typealias IngestProgress = ServerMessage.IngestProgress
 
-/// A remote source the platform pulls and publishes (the seed's publish remote media): the
+/// A remote source the platform pulls and publishes (the PCast iOS SDK's publish remote media): the
 /// platform runs the ingest; this handle follows it. Releasing it does not stop the ingest (the
 /// platform ends it with the source, or when this session ends); ``stop()`` does.
 ///
@@ -22,7 +22,7 @@ public final class RemotePublisher: Sendable {
     /// Whether the platform passes the video through without re-encoding.
     public let passthrough: Bool
     /// Position and duration, updated about once a second (nil before the first report).
-    public let progress: Observable<IngestProgress?>
+    public let progress: ObservableValue<IngestProgress?>
     private weak let pcast: PCast?
     private let ending = Mutex<(ended: (StreamEndedReason, String?)?, waiters: [CheckedContinuation<(StreamEndedReason, String?), Never>])>((nil, []))
     private let listener = Mutex<Disposable?>(nil)
@@ -30,7 +30,7 @@ public final class RemotePublisher: Sendable {
     init(streamId: String, passthrough: Bool, pcast: PCast) {
         self.streamId = streamId
         self.passthrough = passthrough
-        self.progress = Observable(nil)
+        self.progress = ObservableValue(nil)
         self.pcast = pcast
         let listener = pcast.addEventListener { [weak self] event in
             guard let self else { return }

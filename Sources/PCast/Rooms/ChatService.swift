@@ -3,7 +3,7 @@ import PCastMedia
 import PCastProtocol
 import Synchronization
 
-/// A chat message (the seed's `PhenixChatMessage`): id, platform timestamp, sender, text. The text
+/// A chat message (the PCast iOS SDK's `PhenixChatMessage`): id, platform timestamp, sender, text. The text
 /// is data, delivered exactly as sent.
 public typealias ChatMessage = ChatMessageDescription
 
@@ -12,7 +12,7 @@ extension ChatMessageDescription {
     public var date: Date { Date(timeIntervalSince1970: Double(timestamp) / 1000) }
 }
 
-/// The seed's Chat Service for the active room of a ``RoomService``: the most recent messages as
+/// The PCast iOS SDK's Chat Service for the active room of a ``RoomService``: the most recent messages as
 /// an observable (at most `batchSize`, up to 100), sending, and history.
 ///
 /// ```swift
@@ -24,18 +24,18 @@ extension ChatMessageDescription {
 public final class ChatService: Sendable {
     public let roomService: RoomService
     public let batchSize: Int
-    /// The most recent messages of the active room, oldest first (the seed's `getObservableChatMessages`).
-    public let messages: Observable<[ChatMessage]>
-    /// While false, incoming messages are ignored and sending is refused (the seed's `getObservableChatEnabled`).
-    public let chatEnabled: Observable<Bool>
+    /// The most recent messages of the active room, oldest first (the PCast iOS SDK's `getObservableChatMessages`).
+    public let messages: ObservableValue<[ChatMessage]>
+    /// While false, incoming messages are ignored and sending is refused (the PCast iOS SDK's `getObservableChatEnabled`).
+    public let chatEnabled: ObservableValue<Bool>
     private let listeners = Mutex<[Disposable]>([])
 
     /// - Parameter batchSize: how many recent messages ``messages`` keeps, 1...100.
     public init(roomService: RoomService, batchSize: Int = RoomLimits.maximumBatchSize) {
         self.roomService = roomService
         self.batchSize = min(max(batchSize, 1), RoomLimits.maximumBatchSize)
-        messages = Observable([])
-        chatEnabled = Observable(true)
+        messages = ObservableValue([])
+        chatEnabled = ObservableValue(true)
         let events = roomService.pcast.addEventListener { [weak self] event in
             guard let self, case .chatMessage(let chat) = event else { return }
             self.receive([chat.message])

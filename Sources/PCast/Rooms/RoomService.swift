@@ -3,10 +3,10 @@ import PCastMedia
 import PCastProtocol
 import Synchronization
 
-/// The seed's room stream (`PhenixStream`): a URI shared with the room and its track states.
+/// The PCast iOS SDK's room stream (`PhenixStream`): a URI shared with the room and its track states.
 public typealias RoomStream = RoomStreamDescription
 
-/// Options of ``RoomService/createRoom(_:)`` (the seed's `RoomOptions`; channels are rooms of type `.channel`).
+/// Options of ``RoomService/createRoom(_:)`` (the PCast iOS SDK's `RoomOptions`; channels are rooms of type `.channel`).
 public struct RoomOptions: Sendable, Hashable {
     public var name: String
     public var type: RoomType
@@ -32,7 +32,7 @@ final class RoomLink: Sendable {
     }
 }
 
-/// A room member (the seed's `PhenixMember`): observables for what the platform shares about it.
+/// A room member (the PCast iOS SDK's `PhenixMember`): observables for what the platform shares about it.
 /// Change them locally, then ``commitChanges()`` sends the change (one's own member, or another's
 /// as a moderator) and ``reload()`` reverts to the platform's model.
 ///
@@ -43,23 +43,23 @@ final class RoomLink: Sendable {
 /// try await me.commitChanges()
 /// ```
 public final class Member: Sendable, Equatable, CustomStringConvertible {
-    public let role: Observable<MemberRole>
-    public let state: Observable<MemberState>
-    public let screenName: Observable<String>
-    public let streams: Observable<[RoomStream]>
+    public let role: ObservableValue<MemberRole>
+    public let state: ObservableValue<MemberState>
+    public let screenName: ObservableValue<String>
+    public let streams: ObservableValue<[RoomStream]>
     /// When the platform last changed the member.
-    public let lastUpdate: Observable<Date>
+    public let lastUpdate: ObservableValue<Date>
     private let identity: Mutex<String>
     /// The platform's model (what ``reload()`` restores) and where commits go.
     private let server: Mutex<(model: MemberDescription?, link: RoomLink?)>
 
     init(_ description: MemberDescription, link: RoomLink?) {
         identity = Mutex(description.sessionId)
-        role = Observable(description.role)
-        state = Observable(description.state)
-        screenName = Observable(description.screenName)
-        streams = Observable(description.streams)
-        lastUpdate = Observable(Date(timeIntervalSince1970: Double(description.lastUpdate) / 1000))
+        role = ObservableValue(description.role)
+        state = ObservableValue(description.state)
+        screenName = ObservableValue(description.screenName)
+        streams = ObservableValue(description.streams)
+        lastUpdate = ObservableValue(Date(timeIntervalSince1970: Double(description.lastUpdate) / 1000))
         server = Mutex((description, link))
     }
 
@@ -125,7 +125,7 @@ public final class Member: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// A room (the seed's `PhenixRoom` / `PhenixImmutableRoom`): observables for its model and its
+/// A room (the PCast iOS SDK's `PhenixRoom` / `PhenixImmutableRoom`): observables for its model and its
 /// visible members; ``estimatedSize`` is cold (periodic, audience included). A moderator changes
 /// the room with ``commitChanges()``; ``reload()`` reverts local changes.
 ///
@@ -135,14 +135,14 @@ public final class Member: Sendable, Equatable, CustomStringConvertible {
 /// ```
 public final class Room: Sendable, Equatable {
     public let roomId: String
-    public let alias: Observable<String>
-    public let name: Observable<String>
-    public let description: Observable<String>
-    public let type: Observable<RoomType>
-    public let bridgeId: Observable<String>
-    public let pin: Observable<String>
+    public let alias: ObservableValue<String>
+    public let name: ObservableValue<String>
+    public let description: ObservableValue<String>
+    public let type: ObservableValue<RoomType>
+    public let bridgeId: ObservableValue<String>
+    public let pin: ObservableValue<String>
     /// Visible members in join order (audience members are not listed).
-    public let members: Observable<[Member]>
+    public let members: ObservableValue<[Member]>
     /// All members, audience included; updated periodically (cold: no value until the first update).
     public let estimatedSize: ColdObservable<Int>
     private let server: Mutex<RoomDescription>
@@ -150,13 +150,13 @@ public final class Room: Sendable, Equatable {
 
     init(_ description: RoomDescription, link: RoomLink?) {
         roomId = description.roomId
-        alias = Observable(description.alias)
-        name = Observable(description.name)
-        self.description = Observable(description.description)
-        type = Observable(description.type)
-        bridgeId = Observable(description.bridgeId)
-        pin = Observable(description.pin)
-        members = Observable([])
+        alias = ObservableValue(description.alias)
+        name = ObservableValue(description.name)
+        self.description = ObservableValue(description.description)
+        type = ObservableValue(description.type)
+        bridgeId = ObservableValue(description.bridgeId)
+        pin = ObservableValue(description.pin)
+        members = ObservableValue([])
         estimatedSize = ColdObservable()
         server = Mutex(description)
         self.link = link
@@ -203,7 +203,7 @@ public final class Room: Sendable, Equatable {
     }
 }
 
-/// The seed's Room Service: create, look up, join, leave and destroy rooms; the self member model;
+/// The PCast iOS SDK's Room Service: create, look up, join, leave and destroy rooms; the self member model;
 /// the active room. Needs a started ``PCast``. Releasing the service leaves its active room.
 ///
 /// Events arrive in the order the platform decided them, applied on the connection's reader:
@@ -221,10 +221,10 @@ public final class Room: Sendable, Equatable {
 /// ```
 public final class RoomService: Sendable {
     public let pcast: PCast
-    /// The self member model (the seed's `getSelf`).
+    /// The self member model (the PCast iOS SDK's `getSelf`).
     public let selfMember: Member
-    /// The room this service is in, or nil (the seed's `getObservableActiveRoom`).
-    public let activeRoom: Observable<Room?>
+    /// The room this service is in, or nil (the PCast iOS SDK's `getObservableActiveRoom`).
+    public let activeRoom: ObservableValue<Room?>
 
     private struct State {
         /// Event sequence applied for the active room.
@@ -239,7 +239,7 @@ public final class RoomService: Sendable {
         self.pcast = pcast
         selfMember = Member(MemberDescription(sessionId: pcast.sessionId ?? "", screenName: Self.randomScreenName(), role: .audience),
                             link: nil)
-        activeRoom = Observable(nil)
+        activeRoom = ObservableValue(nil)
         let events = pcast.addEventListener { [weak self] event in self?.handle(event) }
         let authentications = pcast.addAuthenticationListener { [weak self] sessionId, _ in
             guard let self, let room = self.activeRoom.value else { return }
@@ -261,7 +261,7 @@ public final class RoomService: Sendable {
         state.withLock { $0.kept.append(object) }
     }
 
-    /// A stream description for the self model (the seed's `createStream`).
+    /// A stream description for the self model (the PCast iOS SDK's `createStream`).
     public func createStream(uri: String, type: RoomStreamType, audioState: RoomTrackState = .enabled, videoState: RoomTrackState = .enabled) -> RoomStream {
         RoomStream(uri: uri, type: type, audioState: audioState, videoState: videoState)
     }

@@ -1,6 +1,6 @@
 import PCastProtocol
 
-/// The seed's name for what a source device or track carries.
+/// The PCast iOS SDK's name for what a source device or track carries.
 public typealias MediaType = MediaKind
 
 /// What kind of source a device is.
@@ -49,7 +49,7 @@ public enum VideoSourceRotationMode: String, Sendable, Hashable, Codable {
     case automatic, followDeviceRotation, followUiRotation
 }
 
-/// The capabilities a constraint can be put on, as the seed names them; used to say which
+/// The capabilities a constraint can be put on, as the PCast iOS SDK names them; used to say which
 /// constraint could not be met.
 public enum DeviceCapability: String, Sendable, Hashable, Codable, CaseIterable, CustomStringConvertible {
     case width, height, frameRate, facingMode, flashMode, deviceId, location, polarPattern
@@ -57,9 +57,9 @@ public enum DeviceCapability: String, Sendable, Hashable, Codable, CaseIterable,
     public var description: String { rawValue }
 }
 
-/// A constraint on one capability with the seed's semantics: `exact`, `min` and `max` are hard
+/// A constraint on one capability with the PCast iOS SDK's semantics: `exact`, `min` and `max` are hard
 /// (a source that cannot meet them is not chosen, and if none can, the request fails naming the
-/// capability); `ideal` is soft (the nearest value wins). A literal means `ideal`, as the seed's
+/// capability); `ideal` is soft (the nearest value wins). A literal means `ideal`, as the PCast iOS SDK's
 /// default constraint type is ideal.
 ///
 /// ```swift
@@ -119,7 +119,7 @@ public enum MediaSourceOverride: Sendable, Hashable {
     case pipeline(String)
     /// Frames the application pushes (``MediaFeed/push(_:)-(VideoFrame)``), live.
     case feed(MediaFeed)
-    /// The X screen (the seed's system-output capture, a screencast), video only: `display` such
+    /// The X screen (the PCast iOS SDK's system-output capture, a screencast), video only: `display` such
     /// as `:0` or `host:1.0`; nil: the `DISPLAY` environment variable's.
     case screen(display: String?)
 }
@@ -178,7 +178,7 @@ public struct UserMediaOptions: Sendable, Hashable {
     }
 }
 
-/// Why user media could not be had: a ``code`` to compare, the seed's request ``status``, a human
+/// Why user media could not be had: a ``code`` to compare, the PCast iOS SDK's request ``status``, a human
 /// ``description``, and what it concerns (a ``capability``, a ``kind``) where that matters.
 ///
 /// A struct, not an enum, so that a new code breaks no `switch` in an application:
@@ -242,7 +242,7 @@ public struct UserMediaError: Error, Sendable, Hashable, CustomStringConvertible
     public static func sourceFailed(_ why: String) -> UserMediaError { UserMediaError(code: .sourceFailed, detail: why) }
     public static let stopped = UserMediaError(code: .stopped)
 
-    /// The seed's request status: `conflict` for a device in use, `failed` otherwise.
+    /// The PCast iOS SDK's request status: `conflict` for a device in use, `failed` otherwise.
     public var status: RequestStatus {
         switch code {
         case .deviceBusy: return .conflict

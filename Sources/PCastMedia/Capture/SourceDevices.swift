@@ -28,7 +28,7 @@ public struct VideoMode: Sendable, Hashable, Codable, CustomStringConvertible {
     }
 }
 
-/// A source of media the machine offers, with the seed's fields.
+/// A source of media the machine offers, with the PCast iOS SDK's fields.
 public struct SourceDeviceInfo: Sendable, Hashable, Identifiable, CustomStringConvertible {
     /// Stable id to pass as the `deviceId` constraint (`/dev/video0`, `pulse:…`, `synthetic-video` …).
     public var id: String

@@ -18,7 +18,7 @@ public struct AudioSelection: Sendable, Hashable {
     public var echoCancelation: Bool
 }
 
-/// Chooses sources for user media: the seed's constraint semantics, with no I/O.
+/// Chooses sources for user media: the PCast iOS SDK's constraint semantics, with no I/O.
 ///
 /// Hard constraints (`exact`, `min`, `max`) rule sources and modes out; `ideal` ranks what is
 /// left by fitness distance, `|actual - ideal| / max(|actual|, |ideal|)` summed over the

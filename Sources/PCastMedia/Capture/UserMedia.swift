@@ -4,7 +4,7 @@ import Logging
 import PCastProtocol
 import Synchronization
 
-/// Local user media: the seed's `getUserMedia` and source-device enumeration.
+/// Local user media: the PCast iOS SDK's `getUserMedia` and source-device enumeration.
 ///
 /// ```swift
 /// var options = UserMediaOptions()
@@ -40,7 +40,7 @@ public enum UserMedia {
         return try await UserMediaStream.start(engine: engine, options: options)
     }
 
-    /// The seed's callback form: `completion(status, stream)`; the stream is nil unless status is `ok`.
+    /// The PCast iOS SDK's callback form: `completion(status, stream)`; the stream is nil unless status is `ok`.
     public static func getUserMedia(_ options: UserMediaOptions, completion: @escaping @Sendable (RequestStatus, UserMediaStream?) -> Void) {
         Task {
             do throws(UserMediaError) {
@@ -140,7 +140,7 @@ struct CapturePlan: Sendable {
     }
 }
 
-/// Physical devices opened by this process: a second open is a conflict, as the seed says.
+/// Physical devices opened by this process: a second open is a conflict, as the PCast iOS SDK says.
 enum DevicesInUse {
     private static let ids = Mutex<Set<String>>([])
 

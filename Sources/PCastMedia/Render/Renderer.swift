@@ -5,7 +5,7 @@ import Synchronization
 
 /// How video fills the render surface.
 public enum AspectRatioMode: String, Sendable, Hashable, Codable {
-    /// Fill (the seed's default).
+    /// Fill (the PCast iOS SDK's default).
     case automatic
     /// Fill the whole surface; the video is cropped to the surface's shape.
     case fill
@@ -164,11 +164,11 @@ public final class Renderer: Sendable {
     /// ```
     public var dataQualityChanges: AsyncStream<DataQuality> { qualityEvents.stream() }
 
-    /// The video's dimensions whenever they change (the seed's
+    /// The video's dimensions whenever they change (the PCast iOS SDK's
     /// ``setVideoDisplayDimensionsChangedCallback(_:)``). Each sequence ends when the renderer stops.
     public var videoDisplayDimensionsChanges: AsyncStream<Dimensions> { dimensionEvents.stream() }
 
-    /// Each surface the sink gets (the seed's ``setRenderSurfaceReadyCallback(_:)``). Each sequence
+    /// Each surface the sink gets (the PCast iOS SDK's ``setRenderSurfaceReadyCallback(_:)``). Each sequence
     /// ends when the renderer stops.
     public var renderSurfaces: AsyncStream<RenderSurface> { surfaceEvents.stream() }
 
@@ -495,7 +495,7 @@ public final class Renderer: Sendable {
                           presentationTimestamp: buffer.presentationTimestamp, duration: buffer.duration)
     }
 
-    /// The seed's form: the last frame is passed to the callback set with
+    /// The PCast iOS SDK's form: the last frame is passed to the callback set with
     /// ``setLastVideoFrameRenderedReceivedCallback(_:)`` (nothing is called before a first frame).
     public func requestLastVideoFrameRendered() {
         guard let frame = try? lastVideoFrameRendered() else { return }

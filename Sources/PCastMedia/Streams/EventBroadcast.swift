@@ -1,6 +1,6 @@
 import Synchronization
 
-/// A data-quality report: the seed's `(status, reason)` pair as one value, what the
+/// A data-quality report: the PCast iOS SDK's `(status, reason)` pair as one value, what the
 /// `dataQualityChanges` sequences of ``Renderer`` and `Publisher` deliver.
 public struct DataQuality: Sendable, Hashable, CustomStringConvertible {
     public var status: DataQualityStatus

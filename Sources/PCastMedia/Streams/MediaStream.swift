@@ -92,7 +92,7 @@ extension StreamEngine {
     var firstVideoDecodedAt: ContinuousClock.Instant? { nil }
 }
 
-/// Something to release: dropping the last reference releases it too, as the seed's disposables do.
+/// Something to release: dropping the last reference releases it too, as the PCast iOS SDK's disposables do.
 public final class Disposable: Sendable {
     private let action: Mutex<(@Sendable () -> Void)?>
 
@@ -109,7 +109,7 @@ public final class Disposable: Sendable {
     deinit { dispose() }
 }
 
-/// A stream's jitter-buffer latency (its playout delay) and its overrides, by the seed's rule for
+/// A stream's jitter-buffer latency (its playout delay) and its overrides, by the PCast iOS SDK's rule for
 /// `overridePlayoutDelay` (the same as `limitBandwidth`'s): the most recent override is the one in
 /// effect; releasing it restores the stream's own delay; releasing one that a later override
 /// superseded does nothing. The stream's own delay is fixed, or adapts to the path
@@ -299,11 +299,11 @@ public final class MediaStream: Sendable, Identifiable {
     public var tracks: [MediaStreamTrack] { trackList }
     public var videoTracks: [MediaStreamTrack] { trackList.filter { $0.kind == .video } }
     public var audioTracks: [MediaStreamTrack] { trackList.filter { $0.kind == .audio } }
-    /// The seed's spelling of ``tracks``.
+    /// The PCast iOS SDK's spelling of ``tracks``.
     public func getTracks() -> [MediaStreamTrack] { tracks }
-    /// The seed's spelling of ``videoTracks``.
+    /// The PCast iOS SDK's spelling of ``videoTracks``.
     public func getVideoTracks() -> [MediaStreamTrack] { videoTracks }
-    /// The seed's spelling of ``audioTracks``.
+    /// The PCast iOS SDK's spelling of ``audioTracks``.
     public func getAudioTracks() -> [MediaStreamTrack] { audioTracks }
 
     /// Network statistics per received track; empty for a local stream.

@@ -1,6 +1,6 @@
 import Synchronization
 
-/// The seed's rule for `limitBandwidth` and `overridePlayoutDelay`, as a value: the most recent
+/// The PCast iOS SDK's rule for `limitBandwidth` and `overridePlayoutDelay`, as a value: the most recent
 /// value set is the one in effect; releasing it ends it (nil: none, the caller's default applies);
 /// releasing one that a later call superseded does nothing.
 ///
@@ -34,7 +34,7 @@ public struct LatestOverride<Value: Sendable & Hashable>: Sendable, Hashable {
     }
 }
 
-/// Bandwidth limits in bits per second, by the seed's `limitBandwidth` rule.
+/// Bandwidth limits in bits per second, by the PCast iOS SDK's `limitBandwidth` rule.
 public typealias BandwidthLimit = LatestOverride<Int>
 
 extension LatestOverride where Value == Int {

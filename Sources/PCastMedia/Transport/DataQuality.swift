@@ -1,11 +1,11 @@
-/// What reaches a viewer (the seed's data quality status).
+/// What reaches a viewer (the PCast iOS SDK's data quality status).
 public enum DataQualityStatus: String, Sendable, Hashable {
     case noData
     case audioOnly
     case all
 }
 
-/// Why quality is reduced (the seed's data quality reason).
+/// Why quality is reduced (the PCast iOS SDK's data quality reason).
 public enum DataQualityReason: String, Sendable, Hashable {
     case none
     case uploadLimited

@@ -1,4 +1,4 @@
-/// The quality capabilities a token may carry (the seeds name `hd`, `sd`, …): the largest video a
+/// The quality capabilities a token may carry (the PCast SDK documents name `hd`, `sd`, …): the largest video a
 /// publish token's stream is encoded at, or a stream token's viewer is sent of a simulcast.
 ///
 /// | capability | lines | box |

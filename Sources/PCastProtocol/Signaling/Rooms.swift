@@ -1,9 +1,9 @@
 import Foundation
 
-// Rooms, members and chat on the wire: the seed's Room Service and Chat Service models as plain
+// Rooms, members and chat on the wire: the PCast iOS SDK's Room Service and Chat Service models as plain
 // values. The platform owns the truth; clients hold observables built from these.
 
-/// The seed's room types.
+/// The PCast iOS SDK's room types.
 public enum RoomType: String, Codable, Sendable, Hashable, CaseIterable {
     /// One to one chat (at most two visible members).
     case directChat = "direct-chat"
@@ -17,7 +17,7 @@ public enum RoomType: String, Codable, Sendable, Hashable, CaseIterable {
     case channel
 }
 
-/// The seed's member roles and what each may do (see ``MemberRole/isVisible``,
+/// The PCast iOS SDK's member roles and what each may do (see ``MemberRole/isVisible``,
 /// ``MemberRole/mayPublish``, ``MemberRole/isModerator``).
 public enum MemberRole: String, Codable, Sendable, Hashable, CaseIterable {
     /// Has streams, visible to all members.
@@ -38,7 +38,7 @@ public enum MemberRole: String, Codable, Sendable, Hashable, CaseIterable {
     public var isModerator: Bool { self == .moderator }
 }
 
-/// The seed's member states.
+/// The PCast iOS SDK's member states.
 public enum MemberState: String, Codable, Sendable, Hashable, CaseIterable {
     case active
     case passive
@@ -48,7 +48,7 @@ public enum MemberState: String, Codable, Sendable, Hashable, CaseIterable {
     case offline
 }
 
-/// The seed's stream types.
+/// The PCast iOS SDK's stream types.
 public enum RoomStreamType: String, Codable, Sendable, Hashable, CaseIterable {
     /// General purpose stream.
     case user
@@ -58,7 +58,7 @@ public enum RoomStreamType: String, Codable, Sendable, Hashable, CaseIterable {
     case audio
 }
 
-/// The seed's stream track states.
+/// The PCast iOS SDK's stream track states.
 public enum RoomTrackState: String, Codable, Sendable, Hashable, CaseIterable {
     case enabled
     case disabled
@@ -194,7 +194,7 @@ public struct ChatMessageDescription: Codable, Sendable, Hashable {
 }
 
 extension ClientMessage {
-    /// Room creation options (the seed's `RoomOptions` / `ChannelOptions`).
+    /// Room creation options (the PCast iOS SDK's `RoomOptions` / `ChannelOptions`).
     public struct CreateRoom: Codable, Sendable, Hashable {
         public var name: String
         public var type: RoomType
@@ -406,7 +406,7 @@ public enum RoomLimits {
 }
 
 extension ClientMessage {
-    /// The seed's publish-remote options: the platform pulls `streamURI` and publishes it.
+    /// The PCast iOS SDK's publish-remote options: the platform pulls `streamURI` and publishes it.
     public struct PublishRemote: Codable, Sendable, Hashable {
         public var streamToken: String
         public var streamURI: String

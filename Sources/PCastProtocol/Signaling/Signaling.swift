@@ -4,7 +4,7 @@ import Foundation
 // carrying an id its reply echoes. Pure value types and a codec; the platform and the client
 // carry them over sockets.
 
-/// The outcome of a request, as the seed's `PhenixRequestStatus` names it.
+/// The outcome of a request, as the PCast iOS SDK's `PhenixRequestStatus` names it.
 public enum RequestStatus: String, Codable, Sendable, Hashable {
     case ok
     case unauthorized
@@ -18,7 +18,7 @@ public enum RequestStatus: String, Codable, Sendable, Hashable {
     case timeout
 }
 
-/// Why a stream ended, as the seed's `PhenixStreamEndedReason` names it.
+/// Why a stream ended, as the PCast iOS SDK's `PhenixStreamEndedReason` names it.
 public enum StreamEndedReason: String, Codable, Sendable, Hashable, CaseIterable {
     /// The stream ended normally.
     case ended
@@ -90,7 +90,7 @@ public struct ViewSize: Codable, Sendable, Hashable {
 /// The encodings of one picture share their RTP timestamps (one capture, one timestamp offset),
 /// so a relay can switch a viewer between them at a keyframe without rewriting timestamps.
 public struct SimulcastLayer: Codable, Sendable, Hashable {
-    /// The token capability that makes a publisher send simulcast layers (the seed's name).
+    /// The token capability that makes a publisher send simulcast layers (the PCast iOS SDK's name).
     public static let capability = "multi-bitrate"
     /// What a viewer may ask to stay on instead of a RID: whichever layer is best, or lowest.
     public static let best = "best", lowest = "lowest"

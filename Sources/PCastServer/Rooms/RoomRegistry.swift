@@ -14,7 +14,7 @@ import PCastProtocol
 ///   A direct chat takes at most two visible members (`capacity`). Joining again updates the member.
 /// - Audience members are invisible: their joins, changes and leaves are sent to nobody else, but
 ///   they count in the estimated size, which is sent to every member on ``Event/tick(now:)`` when it
-///   changed (the seed's periodic, cold room-size observable).
+///   changed (the PCast iOS SDK's periodic, cold room-size observable).
 /// - Members change themselves; moderators (of that room) change other members and the room, and
 ///   destroy it. Everyone else gets `unauthorized`. A moderator may give another member any role,
 ///   moderator included (promotion is the moderator's call, not the member's token's).

@@ -171,7 +171,7 @@ public struct StreamRegistry: Sendable {
         var subscriptions: [String: String] = [:]
     }
 
-    /// The capability that has a stream delivered as live HLS as well (the seed's `streaming`).
+    /// The capability that has a stream delivered as live HLS as well (the PCast iOS SDK's `streaming`).
     public static let streamingCapability = "streaming"
 
     private struct PendingPublish {

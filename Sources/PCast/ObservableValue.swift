@@ -2,7 +2,7 @@ import PCastMedia
 import PCastProtocol
 import Synchronization
 
-// The seed's observables: "Observe value changes. Similar to the ReactiveX Behavior Subject."
+// The PCast iOS SDK's observables: "Observe value changes. Similar to the ReactiveX Behavior Subject."
 //
 // Delivery design (shared by both kinds, in `ObservableHub`):
 // - A change is committed under one lock, which gives it a version (the commit order) and queues
@@ -36,12 +36,13 @@ public enum ObservableError: Error, Sendable, Hashable, CustomStringConvertible 
     }
 }
 
-/// A value to observe (the seed's `Observable`, a behaviour subject): there is always a current
+/// A value to observe (the PCast iOS SDK's `Observable`, a behaviour subject): there is always a current
 /// value, subscribing calls you at once with it and then with every change, and setting an equal
-/// value notifies nobody.
+/// value notifies nobody. Named apart from the SDK's `Observable` so that it does not shadow the
+/// standard library's `Observation.Observable` in an app that imports both.
 ///
 /// ```swift
-/// let volume = Observable(0.5)
+/// let volume = ObservableValue(0.5)
 /// let watching = volume.subscribe { print("volume", $0) }   // prints "volume 0.5" before returning
 /// volume.setValue(0.8)                                      // prints "volume 0.8"
 /// volume.setValue(0.8)                                      // equal: nothing
@@ -68,7 +69,7 @@ public enum ObservableError: Error, Sendable, Hashable, CustomStringConvertible 
 /// - Once `dispose()` returns (or the last reference to the ``Disposable`` is dropped), no call to
 ///   that subscriber starts; a call already running on another thread may still finish.
 /// - Subscriptions do not keep the observable alive.
-public final class Observable<Value: Sendable & Equatable>: Sendable {
+public final class ObservableValue<Value: Sendable & Equatable>: Sendable {
     private let hub: ObservableHub<Value>
 
     public init(_ initial: Value) {
@@ -79,7 +80,7 @@ public final class Observable<Value: Sendable & Equatable>: Sendable {
     /// may not have been told of it yet).
     public var value: Value { hub.current }
 
-    /// The current value (the seed's name for ``value``).
+    /// The current value (the PCast iOS SDK's name for ``value``).
     public func getValue() -> Value { hub.current }
 
     /// Makes `newValue` current and notifies the subscribers, unless it equals the current value.
@@ -132,7 +133,7 @@ public final class Observable<Value: Sendable & Equatable>: Sendable {
     package var subscriberCount: Int { hub.subscriberCount }
 }
 
-/// An observable without a current value (the seed's "cold observable", e.g. a room's estimated
+/// An observable without a current value (the PCast iOS SDK's "cold observable", e.g. a room's estimated
 /// size): subscribers are not called on subscribing, only on the values the SDK emits afterwards,
 /// and ``getValue()``/``setValue(_:)`` fail with ``ObservableError/coldObservable``.
 ///
@@ -143,7 +144,7 @@ public final class Observable<Value: Sendable & Equatable>: Sendable {
 ///
 /// A subscriber is called with the first value emitted after it subscribed, then only with values
 /// that differ from the last one it was given (the SDK may emit the same value periodically; a new
-/// subscriber still gets it). Delivery is otherwise as for ``Observable``: in emission order, one
+/// subscriber still gets it). Delivery is otherwise as for ``ObservableValue``: in emission order, one
 /// call at a time per subscriber, re-entrancy allowed, no call started after `dispose()` returned.
 public final class ColdObservable<Value: Sendable & Equatable>: Sendable {
     private let hub = ObservableHub<Value>(initial: nil)
@@ -167,7 +168,7 @@ public final class ColdObservable<Value: Sendable & Equatable>: Sendable {
     }
 
     /// The values emitted after the iteration started, as an `AsyncSequence` (see
-    /// ``Observable/values``: latest wins under a slow consumer, ends when the task is cancelled).
+    /// ``ObservableValue/values``: latest wins under a slow consumer, ends when the task is cancelled).
     public var values: ObservableValues<Value> {
         let hub = self.hub
         return ObservableValues { hub.subscribe(immediately: false, $0) }
@@ -183,7 +184,7 @@ public final class ColdObservable<Value: Sendable & Equatable>: Sendable {
     package var subscriberCount: Int { hub.subscriberCount }
 }
 
-/// An observable's values as an `AsyncSequence` (``Observable/values``,
+/// An observable's values as an `AsyncSequence` (``ObservableValue/values``,
 /// ``ColdObservable/values``): a consumer slower than the changes gets the latest one; iteration
 /// ends only when the consuming task is cancelled.
 ///
@@ -304,7 +305,7 @@ private final class LatestValueSlot<Value: Sendable>: Sendable {
     }
 }
 
-/// Subscribers, the commit order and the delivery of changes, for ``Observable`` (with a current
+/// Subscribers, the commit order and the delivery of changes, for ``ObservableValue`` (with a current
 /// value) and ``ColdObservable`` (without). See the design notes at the top of the file.
 final class ObservableHub<Value: Sendable & Equatable>: Sendable {
     private struct Change {
