@@ -93,7 +93,7 @@ public struct IngestURIPolicy: Sendable, Hashable {
     /// Checks `uri`, resolving its host once, and returns what to pull.
     ///
     /// - Throws: ``IngestURIError``.
-    public func check(_ uri: String, resolve: (String) -> [String]? = IngestURIPolicy.resolve) throws(IngestURIError) -> IngestTarget {
+    public func check(_ uri: String, resolve: (String) -> [String]?) throws(IngestURIError) -> IngestTarget {
         guard uri.utf8.count <= 8192, uri.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }),
               !uri.contains("\"") else {
             throw .malformed(uri)
@@ -204,27 +204,6 @@ public struct IngestURIPolicy: Sendable, Hashable {
         let resolved = URL(fileURLWithPath: String(path)).standardizedFileURL.resolvingSymlinksInPath().path
         guard resolved == root || resolved.hasPrefix(root.hasSuffix("/") ? root : root + "/") else { throw .pathNotAllowed(String(path)) }
         return IngestTarget(scheme: "file", host: "", port: nil, pinnedAddress: nil, uri: "file://\(resolved)", hostHeader: nil)
-    }
-
-    /// Every address `host` resolves to (IPv4 and IPv6, numeric), or nil.
-    public static func resolve(_ host: String) -> [String]? {
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        var result: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(host, nil, &hints, &result) == 0, let first = result else { return nil }
-        defer { freeaddrinfo(first) }
-        var addresses: [String] = []
-        var cursor: UnsafeMutablePointer<addrinfo>? = first
-        while let entry = cursor {
-            var buffer = [CChar](repeating: 0, count: Int(NI_MAXHOST))
-            if getnameinfo(entry.pointee.ai_addr, entry.pointee.ai_addrlen, &buffer, socklen_t(buffer.count), nil, 0, NI_NUMERICHOST) == 0 {
-                let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-                if !addresses.contains(text) { addresses.append(text) }
-            }
-            cursor = entry.pointee.ai_next
-        }
-        return addresses
     }
 
     /// Whether `text` is a numeric IPv4 or IPv6 address.

@@ -68,8 +68,8 @@ extension ManyClients {
             #expect(v6.uri == "http://[2606:4700::1111]:81/x")
             var allowing = IngestURIPolicy()
             allowing.allowedHosts = ["127.0.0.1"]
-            #expect(try allowing.check("http://127.0.0.1:9/x.mp4").uri == "http://127.0.0.1:9/x.mp4")
-            #expect(throws: IngestURIError.self) { try allowing.check("http://127.0.0.2:9/x.mp4") }
+            #expect(try allowing.check("http://127.0.0.1:9/x.mp4", resolve: Self.resolver).uri == "http://127.0.0.1:9/x.mp4")
+            #expect(throws: IngestURIError.self) { try allowing.check("http://127.0.0.2:9/x.mp4", resolve: Self.resolver) }
         }
 
         // MARK: Publish scope and recordings
