@@ -23,6 +23,10 @@ public struct EndToEndBenchmark: Sendable {
         /// In the measured window: NACKs the viewer sent (sequence numbers asked for), packets the
         /// relay sent again, and video packets still lost after repair (the jitter buffer gave up).
         public var nacksSent: Int = 0
+        /// Video packets that were missing when a later one arrived (lost on the path, or overtaken).
+        public var missingOnArrival: Int = 0
+        /// NACKs sent per video packet that went missing (nil without any).
+        public var nacksPerMissing: Double? { missingOnArrival > 0 ? Double(nacksSent) / Double(missingOnArrival) : nil }
         public var retransmissions: Int = 0
         public var lostAfterRepair: Int = 0
         public var frames: Int
@@ -167,11 +171,11 @@ public struct EndToEndBenchmark: Sendable {
                 // packet; a rise then is a one-time wait of the picture, not the path's steady state).
                 try await Task.sleep(for: .seconds(2))
                 _ = meter.take()
-                let (nacksBefore, lostBefore) = Self.videoRepair(stream)
+                let (nacksBefore, lostBefore, missingBefore) = Self.videoRepair(stream)
                 let retransmittedBefore = relayRetransmissions?() ?? 0
                 try await Task.sleep(for: .seconds(seconds))
                 let snapshot = meter.take()
-                let (nacksAfter, lostAfter) = Self.videoRepair(stream)
+                let (nacksAfter, lostAfter, missingAfter) = Self.videoRepair(stream)
                 let retransmitted = (relayRetransmissions?() ?? 0) &- retransmittedBefore
                 var result = LatencyResult(playoutDelayMilliseconds: delay, lossPercent: loss, frames: snapshot.frames, missing: snapshot.missing,
                                              deliveredPercent: snapshot.deliveredPercent,
@@ -184,6 +188,7 @@ public struct EndToEndBenchmark: Sendable {
                 result.path = run.path
                 result.playoutDelayAtEndMilliseconds = renderer.playoutDelay.map { Int($0 / .milliseconds(1)) } ?? 0
                 result.nacksSent = nacksAfter - nacksBefore
+                result.missingOnArrival = missingAfter - missingBefore
                 result.lostAfterRepair = lostAfter - lostBefore
                 result.retransmissions = Int(clamping: retransmitted)
                 latency.append(result)
@@ -239,9 +244,10 @@ public struct EndToEndBenchmark: Sendable {
 extension EndToEndBenchmark {
     /// The viewer's video so far: NACKs sent (sequence numbers asked for) and packets the jitter
     /// buffer gave up on.
-    static func videoRepair(_ stream: MediaStream) -> (nacks: Int, lost: Int) {
-        guard let video = stream.rtcStatsReport().stats.first(where: { $0.type == "inbound-rtp" && $0.kind == "video" }) else { return (0, 0) }
-        return (video.nackCount ?? 0, video.packetsLost ?? 0)
+    static func videoRepair(_ stream: MediaStream) -> (nacks: Int, lost: Int, missing: Int) {
+        let missing = stream.networkStatistics().first { $0.kind == .video }?.packetsMissingOnArrival ?? 0
+        guard let video = stream.rtcStatsReport().stats.first(where: { $0.type == "inbound-rtp" && $0.kind == "video" }) else { return (0, 0, missing) }
+        return (video.nackCount ?? 0, video.packetsLost ?? 0, missing)
     }
 }
 

@@ -233,17 +233,18 @@ extension BenchCommand {
                 "",
                 "The sinks show each frame one playout delay after it arrived. \"adaptive\" is the SDK's default: the delay follows the path's jitter, with room for retransmissions once packets go missing (→ where it ended). Beside it, capture → the renderer's frame-ready hook (after the renderer's queue: the decoded frame reaches it when the sink takes the frame before it, so at delays above a frame interval it includes that wait).",
                 "",
-                "The viewer's leg, each way, goes through the impairment proxy (before SRTP, as a network loses, delays and reorders packets): uniform loss at each playout delay, then real paths at the adaptive default. Delivered: frames shown of those captured in the window. NACKs: sequence numbers the viewer asked for; resent: packets the relay sent again; lost: video packets the viewer's jitter buffer gave up on.",
+                "The viewer's leg, each way, goes through the impairment proxy (before SRTP, as a network loses, delays and reorders packets): uniform loss at each playout delay, then real paths at the adaptive default. Delivered: frames shown of those captured in the window. Missing: video packets missing when a later one arrived (lost, or overtaken on the path); NACKs: sequence numbers the viewer asked for, and per missing packet (goal ≤ 1.2 under uniform loss); resent: packets the relay sent again; lost: video packets the viewer's jitter buffer gave up on.",
                 "",
-                "| playout delay (ms) | path | frames | delivered | freeze total (ms) | longest freeze (ms) | screen p50 (ms) | screen p90 (ms) | screen p99 (ms) | hook p50 (ms) | hook p99 (ms) | NACKs | resent | lost |",
-                "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+                "| playout delay (ms) | path | frames | delivered | freeze total (ms) | longest freeze (ms) | screen p50 (ms) | screen p90 (ms) | screen p99 (ms) | hook p50 (ms) | hook p99 (ms) | missing | NACKs | per missing | resent | lost |",
+                "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             ]
             for run in endToEnd.latency {
                 let delay = run.playoutDelayMilliseconds == EndToEndBenchmark.adaptive
                     ? "adaptive (→ \(run.playoutDelayAtEndMilliseconds))" : "\(run.playoutDelayMilliseconds)"
-                lines.append("| \(delay) | \(run.path) | " + String(format: "%d | %.1f %% | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %d | %d | %d |",
+                lines.append("| \(delay) | \(run.path) | " + String(format: "%d | %.1f %% | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %d | %d | %@ | %d | %d |",
                                     run.frames, run.deliveredPercent, run.freezeMilliseconds, run.longestFreezeMilliseconds,
-                                    run.screenP50, run.screenP90, run.screenP99, run.p50, run.p99, run.nacksSent, run.retransmissions, run.lostAfterRepair))
+                                    run.screenP50, run.screenP90, run.screenP99, run.p50, run.p99, run.missingOnArrival, run.nacksSent,
+                                    run.nacksPerMissing.map { String(format: "%.2f", $0) } ?? "–", run.retransmissions, run.lostAfterRepair))
             }
             lines.append("")
             lines.append(String(format: "Time to first frame, %d joins of a running stream at the default (adaptive) playout delay (subscribe call → first frame shown; goal p50 ≤ %.0f ms): p50 %.1f ms, p99 %.1f ms; to the first decoded frame: p50 %.1f ms, p99 %.1f ms, max %.1f ms",
