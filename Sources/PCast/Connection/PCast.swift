@@ -276,7 +276,6 @@ public final class PCast: Sendable {
         /// The connection's lifecycle (idle, connecting, online, reconnecting, stopped).
         var machine: ConnectionStateMachine
         var authToken: String?
-        var sessionId: String?
         /// Which of ``PCastOptions/uri`` and its fallbacks is in use.
         var uriIndex = 0
         var keepAlive: Task<Void, Never>?
@@ -320,11 +319,12 @@ public final class PCast: Sendable {
         if options.enableProcessTerminationSignalHandling { TerminationSignals.shared.unregister(ObjectIdentifier(self)) }
     }
 
-    /// The session id, while authenticated.
-    public var sessionId: String? { state.withLock { $0.sessionId } }
+    /// The session id, while online (nil while it reconnects).
+    public var sessionId: String? { state.withLock { $0.machine.sessionId } }
 
-    /// Whether the signaling connection is up and authenticated.
-    public var isOnline: Bool { state.withLock { $0.sessionId != nil && !($0.signaling?.isClosed ?? true) } }
+    /// Whether the session is online: authenticated on a connection that has not closed (the
+    /// connection state machine's word, the one source of it).
+    public var isOnline: Bool { state.withLock { $0.machine.isOnline } }
 
     /// The SDK's recent log messages, oldest first.
     public func collectLogMessages() -> [String] { logs.messages }
@@ -338,7 +338,7 @@ public final class PCast: Sendable {
     public func start(authToken: String) async throws(PCastError) -> String {
         let (actions, sessionId) = state.withLock { state in
             state.authToken = authToken
-            return (state.machine.handle(.start), state.sessionId)
+            return (state.machine.handle(.start), state.machine.sessionId)
         }
         guard actions == [.connect(resume: nil)] else {
             if let sessionId { return sessionId }
@@ -451,7 +451,6 @@ public final class PCast: Sendable {
             // Stopped meanwhile: this connection is not the session's.
             guard !state.machine.isStopped else { return nil }
             state.signaling = client
-            state.sessionId = authenticated.sessionId
             state.keepAlive?.cancel()
             state.keepAlive = keepAlive
             // A new session (the old one could not be resumed) no longer has the old streams; a
@@ -495,7 +494,6 @@ public final class PCast: Sendable {
             state.keepAlive?.cancel()
             state.keepAlive = nil
             state.signaling = nil
-            state.sessionId = nil
             // Reconnecting resumes the session with its streams; otherwise they end.
             return state.machine.handle(.connectionClosed(now: .now, jitter: Double.random(in: 0...1)))
         }
@@ -604,7 +602,7 @@ public final class PCast: Sendable {
         let (actions, client, publishers, subscriptions) = state.withLock { state in
             state.afterResume = []
             state.keepAlive?.cancel()
-            defer { state.publishers = [:]; state.subscriptions = [:]; state.signaling = nil; state.sessionId = nil }
+            defer { state.publishers = [:]; state.subscriptions = [:]; state.signaling = nil }
             return (state.machine.handle(.stop), state.signaling, Array(state.publishers.values), Array(state.subscriptions.values))
         }
         perform(actions)
