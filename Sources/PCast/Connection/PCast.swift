@@ -5,7 +5,7 @@ public import PCastMedia
 public import PCastProtocol
 import Synchronization
 
-/// Why a PCast operation failed: a ``code`` to compare, a human ``description``, the seed's
+/// Why a PCast operation failed: a ``code`` to compare, a human ``description``, the PCast iOS SDK's
 /// request ``status``, and the error underneath, kept as a value.
 ///
 /// A struct, not an enum, so that a new code breaks no `switch` in an application:
@@ -60,7 +60,7 @@ public struct PCastError: Error, Sendable, Hashable, CustomStringConvertible {
     public let code: Code
     /// The specifics: the URI, the platform's message, the reason.
     public let detail: String
-    /// The seed's request status for this failure.
+    /// The PCast iOS SDK's request status for this failure.
     public let status: RequestStatus
     /// The error underneath, kept as a value (a `MediaError` for ``Code/media``).
     public let underlying: (any Error & Sendable)?
@@ -176,21 +176,21 @@ public struct PCastOptions: Sendable, Hashable {
     /// each is subscribed again there and its stream goes on playing, unless it lived on the lost
     /// node (it then ends as `failed`, as do the session's publishers; their ended reason says why).
     public var fallbackURIs: [String] = []
-    /// The seed's process termination signal handling: on SIGTERM or SIGINT the SDK ends this
+    /// The PCast iOS SDK's process termination signal handling: on SIGTERM or SIGINT the SDK ends this
     /// instance's streams (their viewers are told `ended`, the signal named in the description)
     /// and closes its session, then the signal ends the process as it would have. Only a signal
     /// the application neither catches nor ignores is handled. False: the application's business.
     public var enableProcessTerminationSignalHandling = true
-    /// Whether the SDK logs at all (the seed's `configureLogging`); ``PCast/collectLogMessages()``
+    /// Whether the SDK logs at all (the PCast iOS SDK's `configureLogging`); ``PCast/collectLogMessages()``
     /// keeps the session's recent messages either way.
     public var configureLogging = true
     /// From which level the SDK writes to standard error. Nil (the default): the level the
     /// `PCAST_LOG_LEVEL` environment variable names (`trace`, `debug`, `info`, `notice`,
-    /// `warning`, `error`, `critical`), and nothing when it is unset, as the seed's console
+    /// `warning`, `error`, `critical`), and nothing when it is unset, as the PCast iOS SDK's console
     /// logging is off unless its environment variable asks. Process-wide: the latest instance's
     /// options hold.
     public var consoleLogLevel: Logger.Level?
-    /// The seed's `streamingSourceMapping`: where this client's player fetches streams delivered
+    /// The PCast iOS SDK's `streamingSourceMapping`: where this client's player fetches streams delivered
     /// as HLS (a stream token with the `streaming` capability), e.g. an operator's CDN in front of
     /// the platform. Nil: from the platform itself.
     public var streamingSourceMapping: StreamingSourceMapping?
@@ -221,7 +221,7 @@ public enum StreamingPlayback: String, Sendable, Hashable, CaseIterable {
     case segments
 }
 
-/// Rewrites the URL of a stream delivered as HLS before the player fetches it (the seed's
+/// Rewrites the URL of a stream delivered as HLS before the player fetches it (the PCast iOS SDK's
 /// `PhenixStreamingSourceMapping`): the first match of ``patternToReplace`` (a regular
 /// expression) in the playlist's URL is replaced by ``replacement`` (`$1`… name its groups). The
 /// playlist's own URIs are relative, so parts and segments come from the same place.
@@ -299,7 +299,7 @@ public final class PCast: Sendable {
     }
     let state: Mutex<State>
 
-    /// The seed's initialize. `logHandler` makes a swift-log handler for each of the SDK's logger
+    /// The PCast iOS SDK's initialize. `logHandler` makes a swift-log handler for each of the SDK's logger
     /// labels (`pcast.sdk`, `pcast.capture`, `pcast.renderer`, `gstreamer`, …): the application's
     /// own destination for the SDK's messages, besides the console (see
     /// ``PCastOptions/consoleLogLevel``).
@@ -359,7 +359,7 @@ public final class PCast: Sendable {
         return .connectFailed(status: error.status, reason: reason, now: .now, jitter: Double.random(in: 0...1))
     }
 
-    /// The seed's callback form. `authenticationCallback(status, sessionId)` is called after each
+    /// The PCast iOS SDK's callback form. `authenticationCallback(status, sessionId)` is called after each
     /// (re)authentication; `online` and `offline` follow the connection.
     public func start(authToken: String,
                       authenticationCallback: @escaping @Sendable (RequestStatus, String?) -> Void,
@@ -624,7 +624,7 @@ public final class PCast: Sendable {
         }
     }
 
-    /// Stops and releases everything (the seed's shutdown, when the app exits).
+    /// Stops and releases everything (the PCast iOS SDK's shutdown, when the app exits).
     public func shutdown() async {
         await stop()
     }

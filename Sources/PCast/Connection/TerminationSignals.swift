@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 
-/// The seed's process termination signal handling: on SIGTERM or SIGINT, each ``PCast`` that
+/// The PCast iOS SDK's process termination signal handling: on SIGTERM or SIGINT, each ``PCast`` that
 /// asked for it (``PCastOptions/enableProcessTerminationSignalHandling``) ends its streams, their
 /// viewers told `ended` with the signal named, and closes its session; then the signal takes its
 /// default course, and the process ends as it would have without the SDK.

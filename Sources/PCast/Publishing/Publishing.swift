@@ -5,7 +5,7 @@ import PCastMedia
 import PCastProtocol
 import Synchronization
 
-/// A published stream (the seed's Publisher).
+/// A published stream (the PCast iOS SDK's Publisher).
 ///
 /// ```swift
 /// let publisher = try await pcast.publish(streamToken: token, mediaStream: media, tags: ["room:lobby"])
@@ -112,7 +112,7 @@ public final class Publisher: Sendable {
     /// appears once the relay sees a queue build on the way in, and caps the video while it holds.
     public var remoteEstimate: Int? { (rtp as? RTPPublisher)?.remoteEstimate }
 
-    /// Whether that estimate holds the video below its configured bitrate: the seed's
+    /// Whether that estimate holds the video below its configured bitrate: the PCast iOS SDK's
     /// `uploadLimited` for a publisher.
     public var isUploadLimited: Bool { (rtp as? RTPPublisher)?.isUploadLimited ?? false }
 
@@ -346,7 +346,7 @@ extension PCast {
                           publishType: publishType, streamName: streamName)
     }
 
-    /// Publishes a stream this SDK subscribed to (the seed's re-publish): its decoded media is
+    /// Publishes a stream this SDK subscribed to (the PCast iOS SDK's re-publish): its decoded media is
     /// encoded again (with `settings`) and published as a stream of its own, e.g. to carry a
     /// stream into another platform or room. When the subscribed stream ends, so does this one,
     /// with the same reason.

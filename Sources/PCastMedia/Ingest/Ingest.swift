@@ -18,7 +18,7 @@ public enum IngestSource: Sendable, Hashable {
     public var isPushed: Bool { self == .pushedFLV || self == .pushedMatroska }
 }
 
-/// How an ingest runs (the seed's publish-remote options, plus the platform's limits).
+/// How an ingest runs (the PCast iOS SDK's publish-remote options, plus the platform's limits).
 public struct IngestOptions: Sendable, Hashable {
     /// Re-encode video to at most this rate (passthrough when nil and ``exactFrameRate`` is nil).
     public var maximumFrameRate: Double?
