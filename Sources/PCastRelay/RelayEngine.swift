@@ -5,49 +5,6 @@ import PCastProtocol
 import SRTP
 import Synchronization
 
-/// The two SRTP sessions of one flow: `inbound` unprotects what the client sends (its clientKey),
-/// `outbound` protects what the relay sends it (its serverKey).
-///
-/// A WebRTC flow starts with random keys (nothing it sends authenticates, and it has no address to
-/// be sent anything) and is keyed again by the I/O thread when its DTLS handshake ends; the
-/// sessions are only touched by the I/O thread once the flow is handed over, hence
-/// `@unchecked Sendable`.
-final class FlowCrypto: @unchecked Sendable {
-    private(set) var inbound: SRTPSession
-    private(set) var outbound: SRTPSession
-    /// Monotonic nanoseconds of the flow's latest authenticated packet (a publisher's RTP, a
-    /// subscriber's RTCP; its creation until one arrives); written by the I/O thread, read by
-    /// control calls.
-    let lastHeard: Atomic<UInt64>
-    /// A WebRTC viewer's payload types, indexed by the stream's (nil: sent as they are).
-    let payloadTypes: [UInt8]?
-    /// A WebRTC publisher's packets lose their header extension on arrival (see `RTPRewrite`).
-    let stripsHeaderExtensions: Bool
-
-    init(inbound: SRTPSession, outbound: SRTPSession, payloadTypes: [UInt8]? = nil, stripsHeaderExtensions: Bool = false) {
-        self.inbound = inbound
-        self.outbound = outbound
-        self.payloadTypes = payloadTypes
-        self.stripsHeaderExtensions = stripsHeaderExtensions
-        lastHeard = Atomic(monotonicNanoseconds())
-    }
-
-    /// The keys a DTLS handshake produced (I/O thread).
-    func rekey(_ keys: DTLSSRTPKeys) throws(SRTPError) {
-        let inbound = try SRTPSession(key: keys.client, direction: .inbound)
-        let outbound = try SRTPSession(key: keys.server, direction: .outbound)
-        self.inbound = inbound
-        self.outbound = outbound
-    }
-
-    /// Rewrites the payload type of a plain RTP packet in a send slot for this flow.
-    @inline(__always)
-    func mapPayloadType(_ slot: UnsafeMutableRawBufferPointer) {
-        guard let payloadTypes else { return }
-        slot[1] = (slot[1] & 0x80) | payloadTypes[Int(slot[1] & 0x7F)]
-    }
-}
-
 /// A control request, carried from the calling thread to the I/O thread.
 enum RelayCommand: Sendable {
     case addStream(id: String, tracks: [MediaTrackDescription], crypto: FlowCrypto, upstream: UpstreamLeg?)
@@ -100,6 +57,9 @@ final class SharedCounters: Sendable {
 /// Everything below "I/O thread only" is touched by the relay thread alone, from `run()`'s start
 /// to its return; other threads talk to it through `enqueue` (a locked queue and a wake-up pipe)
 /// and read `counters`. That is why the class may be `@unchecked Sendable`.
+///
+/// The WebRTC peers' handling is in `RelayEngine+WebRTC.swift`; the state it shares with the
+/// packet path here is internal rather than private for that.
 final class RelayEngine: @unchecked Sendable {
     let socket: UDPSocket
     /// ICE over TCP (``RelayConfiguration/iceTCP``); nil when off or its port could not be bound.
@@ -126,12 +86,12 @@ final class RelayEngine: @unchecked Sendable {
     /// The DTLS identity WebRTC peers are answered with; nil: no WebRTC.
     let dtlsContext: DTLSContext?
     /// WebRTC peers' connections and ends, moved here by the I/O thread as they happen.
-    private let webRTCEvents = Mutex<[WebRTCPeerEvent]>([])
+    let webRTCEvents = Mutex<[WebRTCPeerEvent]>([])
 
     // I/O thread only.
-    private var router: RelayRouter<FlowCrypto>
+    var router: RelayRouter<FlowCrypto>
     private let receive: ReceiveBatch
-    private let send: SendBatch
+    let send: SendBatch
     private var nextTick: UInt64 = 0
     /// Whether the last poll found a TCP descriptor ready, and when TCP is served at the latest.
     private var tcpReady = true
@@ -142,16 +102,16 @@ final class RelayEngine: @unchecked Sendable {
     private var bytesOut: UInt64 = 0
     private var srtpFailures: UInt64 = 0
     private var duplicates: UInt64 = 0
-    private var unknownPackets: UInt64 = 0
+    var unknownPackets: UInt64 = 0
     private var sendFailures: UInt64 = 0
     private var segmentedDatagrams: UInt64 = 0
-    private var stunRefusals: UInt64 = 0
-    private let webRTCConsentTimeout: Duration
-    private let webRTCConnectTimeout: Duration
-    private var dtlsFailures: UInt64 = 0
+    var stunRefusals: UInt64 = 0
+    let webRTCConsentTimeout: Duration
+    let webRTCConnectTimeout: Duration
+    var dtlsFailures: UInt64 = 0
     /// WebRTC peers (ICE-lite + DTLS-SRTP), and when their timers were last looked at.
-    private var webrtc = WebRTCPeerTable()
-    private var nextWebRTCService: UInt64 = 0
+    var webrtc = WebRTCPeerTable()
+    var nextWebRTCService: UInt64 = 0
     /// Authenticated plain publisher packets of the current receive batch, fanned out together
     /// once the batch is read (see `fanOutPending`).
     private var pending: [PendingPacket] = []
@@ -689,7 +649,7 @@ final class RelayEngine: @unchecked Sendable {
         nextTick = min(nextTick, router.nextDeadline)
     }
 
-    private func perform(_ actions: [RelayAction<FlowCrypto>]) {
+    func perform(_ actions: [RelayAction<FlowCrypto>]) {
         let fd = socket.descriptor
         for action in actions {
             switch action {
@@ -704,160 +664,6 @@ final class RelayEngine: @unchecked Sendable {
             case .retransmit(let crypto, let address, let rtp):
                 send.protectAndQueue(rtp, rewrite: nil, crypto: crypto, to: address, descriptor: fd)
             }
-        }
-    }
-
-    // MARK: WebRTC peers (I/O thread)
-
-    private func openWebRTC(_ setup: WebRTCSetup) {
-        guard let dtlsContext else {
-            ended(setup.streamId, setup.subscriberId, "this relay has no DTLS")
-            return
-        }
-        do {
-            webrtc.insert(try WebRTCPeer(setup: setup, context: dtlsContext, now: .now,
-                                         consentTimeout: webRTCConsentTimeout, connectTimeout: webRTCConnectTimeout))
-            nextWebRTCService = 0
-        } catch {
-            dtlsFailures &+= 1
-            ended(setup.streamId, setup.subscriberId, "\(error)")
-        }
-    }
-
-    /// A connectivity check (or other STUN) to one of the peers' ufrags.
-    private func handleSTUN(_ data: UnsafeRawBufferPointer, from source: RelayAddress, now: UInt64) {
-        let bytes = [UInt8](data)
-        guard let ufrag = ICELiteAgent.localUfrag(of: bytes), let peer = webrtc.peer(ufrag: ufrag) else {
-            // A Binding request with no credentials at all is a reachability probe (an SDK
-            // checking that UDP gets through before it picks TCP): answered as a STUN server
-            // answers (RFC 8489 §6.3.1), with the address it came from; never larger than the
-            // request, so a forged source gains nothing by it.
-            if let probe = try? STUNMessage(decoding: bytes), probe.kind == .request, probe.method == .binding,
-               probe.attribute(STUNAttribute.username) == nil, !TCPMediaFlows.isTCP(source) {
-                var answer = STUNMessage(kind: .successResponse, method: .binding, transactionID: probe.transactionID)
-                answer.xorMappedAddress = STUNAddress(source)
-                let encoded = answer.encoded(fingerprint: false)
-                if encoded.count <= bytes.count {
-                    // Not media: sent on its own, so packetsOut counts only what is relayed.
-                    socket.send(encoded, to: source)
-                    return
-                }
-            }
-            stunRefusals &+= 1
-            return
-        }
-        let consentBefore = peer.agent.lastConsent
-        let actions = peer.agent.handle(.request(bytes, from: STUNAddress(source), at: .now))
-        if peer.agent.lastConsent != consentBefore { webrtc.bind(peer, to: source) }
-        for action in actions {
-            switch action {
-            case .send(let reply, let destination):
-                if let address = RelayAddress(destination) { send.append(reply, to: address, descriptor: socket.descriptor) }
-            case .selected(let nominated):
-                guard let address = RelayAddress(nominated) else { continue }
-                peer.address = address
-                // Media follows a nomination (a network change moves it); before DTLS ends there is none.
-                if peer.connected { perform(authenticate(peer, at: address, now: now)) }
-            case .refused:
-                stunRefusals &+= 1
-            case .expired:
-                end(peer, "ICE consent expired")
-            }
-        }
-    }
-
-    /// DTLS from an address a check passed at; anything else is dropped.
-    private func handleDTLS(_ data: UnsafeRawBufferPointer, from source: RelayAddress, now: UInt64) {
-        guard let peer = webrtc.peer(at: source) else {
-            unknownPackets &+= 1
-            return
-        }
-        if peer.address == nil { peer.address = source }
-        handle(peer.dtls.receive([UInt8](data)), of: peer, replyingTo: source, now: now)
-    }
-
-    private func handle(_ events: [DTLSEndpoint.Event], of peer: WebRTCPeer, replyingTo address: RelayAddress?, now: UInt64) {
-        for event in events {
-            switch event {
-            case .send(let bytes):
-                if let address = address ?? peer.address { send.append(bytes, to: address, descriptor: socket.descriptor) }
-            case .connected(let keys):
-                do {
-                    try peer.setup.crypto.rekey(keys)
-                } catch {
-                    dtlsFailures &+= 1
-                    end(peer, "SRTP could not start: \(error)")
-                    return
-                }
-                peer.connected = true
-                guard let target = peer.address ?? address else { continue }
-                perform(authenticate(peer, at: target, now: now))
-                webRTCEvents.withLock { queue in
-                    queue.append(WebRTCPeerEvent(streamId: peer.setup.streamId, subscriberId: peer.setup.subscriberId,
-                                                 change: .connected(srtpProfile: keys.profile.rawValue)))
-                    if queue.count > 4_096 { queue.removeFirst(queue.count - 4_096) }
-                }
-            case .closed:
-                end(peer, "the peer closed its DTLS association")
-            case .failed(let error):
-                dtlsFailures &+= 1
-                end(peer, "\(error)")
-            }
-        }
-    }
-
-    /// The peer's flow can be sent to at `address` from now on (a viewer's first such moment asks
-    /// the publisher for a keyframe).
-    private func authenticate(_ peer: WebRTCPeer, at address: RelayAddress, now: UInt64) -> [RelayAction<FlowCrypto>] {
-        guard let stream = router.handle(streamId: peer.setup.streamId) else { return [] }
-        if let rtcpSSRC = peer.setup.rtcpSSRC {
-            return router.authenticated(.subscriber(stream: stream, rtcpSSRC: rtcpSSRC), from: address, now: now)
-        }
-        return router.authenticated(.track(stream: stream, track: 0), from: address, now: now)
-    }
-
-    /// Consent freshness and DTLS retransmissions.
-    private func serviceWebRTC(now: UInt64) {
-        var next = now &+ 1_000_000_000
-        let instant = ContinuousClock.now
-        for peer in webrtc.all {
-            for action in peer.agent.handle(.tick(instant)) where action == .expired {
-                end(peer, peer.agent.lastConsent == nil ? "ICE did not connect in time" : "ICE consent expired (no check for \(peer.agent.consentTimeout))")
-            }
-            guard webrtc.peer(peer.key) === peer, let milliseconds = peer.dtls.timeoutMilliseconds else { continue }
-            if milliseconds == 0 {
-                handle(peer.dtls.handleTimeout(), of: peer, replyingTo: nil, now: now)
-                if let again = peer.dtls.timeoutMilliseconds { next = min(next, now &+ UInt64(max(again, 1)) * 1_000_000) }
-            } else {
-                next = min(next, now &+ UInt64(milliseconds) * 1_000_000)
-            }
-        }
-        nextWebRTCService = next
-    }
-
-    /// The relay closes a peer (its stream or subscription was removed): close_notify, forgotten.
-    private func close(_ peer: WebRTCPeer) {
-        guard webrtc.remove(peer) else { return }
-        handle(peer.dtls.close(), of: peer, replyingTo: nil, now: 0)
-    }
-
-    /// A peer's transport ended on its own: its flow closes here at once, and the platform is told.
-    private func end(_ peer: WebRTCPeer, _ reason: String) {
-        guard webrtc.remove(peer) else { return }
-        _ = peer.dtls.close()
-        if let subscriberId = peer.setup.subscriberId {
-            router.removeSubscriber(streamId: peer.setup.streamId, subscriberId: subscriberId)
-        } else {
-            router.removeStream(id: peer.setup.streamId)
-            for viewer in webrtc.peers(ofStream: peer.setup.streamId) { close(viewer) }
-        }
-        ended(peer.setup.streamId, peer.setup.subscriberId, reason)
-    }
-
-    private func ended(_ streamId: String, _ subscriberId: String?, _ reason: String) {
-        webRTCEvents.withLock { queue in
-            queue.append(WebRTCPeerEvent(streamId: streamId, subscriberId: subscriberId, change: .ended(reason)))
-            if queue.count > 4_096 { queue.removeFirst(queue.count - 4_096) }
         }
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-package import GStreamer
+import GStreamer
 import Logging
 import PCastMedia
 import PCastProtocol
