@@ -34,6 +34,7 @@ public enum DTLSError: Error, Sendable, Hashable, CustomStringConvertible {
 /// let certificate = try DTLSCertificate()
 /// certificate.fingerprint   // "3A:9F:…" (32 bytes), for a=fingerprint:sha-256
 /// ```
+/// Unchecked: key and certificate are immutable after `init` and only read by OpenSSL, which takes its own references.
 public final class DTLSCertificate: @unchecked Sendable {
     // Immutable after init and only read by OpenSSL (which takes its own references): Sendable.
     let key: OpaquePointer
@@ -109,6 +110,7 @@ public enum DTLSFingerprint {
 /// inside the handshake, and again once it ends). One context serves every peer of that role: the
 /// relay is a server to every WebRTC peer; the client role serves load generators and relays
 /// that dial another.
+/// Unchecked: the SSL_CTX is configured in `init` and never changed; OpenSSL lets configured contexts be shared between threads.
 public final class DTLSContext: @unchecked Sendable {
     public enum Role: Sendable, Hashable { case server, client }
 

@@ -43,6 +43,7 @@ public enum SampleDropPolicy: Sendable {
 /// try await pipeline.play()
 /// for await sample in samples { print(sample.buffer.presentationTimestamp!) }
 /// ```
+/// Unchecked: as ``Element``; its context keeps its state in `Mutex`es and atomics, the router is immutable.
 public final class AppSink: Element, @unchecked Sendable {
     private let context = AppSinkContext()
     private let router: BusRouter
@@ -91,6 +92,7 @@ public final class AppSink: Element, @unchecked Sendable {
     }
 }
 
+// Unchecked: its consumer and end-of-stream handler are in `Mutex`es, its counters atomic.
 final class AppSinkContext: @unchecked Sendable {
     enum Consumer {
         case none

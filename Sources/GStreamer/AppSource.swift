@@ -15,6 +15,7 @@ import Synchronization
 /// try await source.push(frame)
 /// try source.endOfStream()
 /// ```
+/// Unchecked: as ``Element``; its context keeps its state in a `Mutex`, the router and observer are immutable.
 public final class AppSource: Element, @unchecked Sendable {
     private let context = AppSourceContext()
     private let router: BusRouter
@@ -88,6 +89,7 @@ public final class AppSource: Element, @unchecked Sendable {
     }
 }
 
+// Unchecked: all of its state is in the `Mutex` `state`.
 final class AppSourceContext: @unchecked Sendable {
     private struct State {
         var full = false

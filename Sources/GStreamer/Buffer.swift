@@ -32,8 +32,10 @@ public struct BufferFlags: OptionSet, Sendable, Hashable {
 /// try buffer.withUnsafeMutableBytes { $0[0] = 9 }
 /// let sum = try buffer.withUnsafeBytes { $0.reduce(0, { $0 + Int($1) }) }
 /// ```
+/// Unchecked: the GstBuffer pointer lives in the `Mutex` `handle`; writes make a private copy first.
 public final class Buffer: @unchecked Sendable {
     /// The buffer pointer; replaced when a write has to make a private copy.
+    /// Unchecked: a GstBuffer pointer, reached only inside the buffer's `Mutex`.
     private struct Handle: @unchecked Sendable {
         var pointer: UnsafeMutablePointer<GstBuffer>
     }

@@ -105,6 +105,7 @@ public struct Bus: AsyncSequence, Sendable {
 }
 
 /// Receives every bus message on the posting thread (sync handler) and fans it out in order.
+/// Unchecked: all of its state is in `Mutex`es.
 final class BusRouter: @unchecked Sendable {
     private struct State {
         var subscribers: [Int: AsyncStream<BusMessage>.Continuation] = [:]

@@ -8,6 +8,7 @@ import CGStreamer
 /// ```
 ///
 /// Immutable once made, so it is safe to share between threads.
+/// Unchecked: immutable once made: the GstCaps are never changed after creation.
 public final class Caps: @unchecked Sendable, CustomStringConvertible, Hashable {
     package let pointer: UnsafeMutablePointer<GstCaps>
 

@@ -2,6 +2,7 @@ import CGStreamer
 import Dispatch
 
 /// A capture device GStreamer's device monitor found (camera, microphone, monitor of an output).
+/// Unchecked: immutable: the GstDevice pointer and what was read from it at creation.
 public final class Device: @unchecked Sendable, CustomStringConvertible {
     /// What kind of source it is.
     public enum Kind: String, Sendable, Hashable {

@@ -280,6 +280,7 @@ extension Pipeline {
 }
 
 /// The latency a pipeline's sinks are told (``Pipeline/fixLatency(_:)``).
+/// Unchecked: the latency is in a `Mutex`; the pipeline is a weak reference read-only after `init`.
 public final class FixedLatency: @unchecked Sendable {
     private let value: Mutex<Duration>
     /// Weak: the pipeline holds this through its signal connection.

@@ -11,6 +11,7 @@ import CGStreamerShim
 /// ```
 ///
 /// Owns one reference to the element; thread-safe as GStreamer's objects are.
+/// Unchecked: the GstElement pointer never changes, and GStreamer's objects are thread-safe (they lock themselves).
 public class Element: @unchecked Sendable, CustomStringConvertible {
     let pointer: UnsafeMutablePointer<GstElement>
 

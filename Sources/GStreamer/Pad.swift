@@ -22,6 +22,7 @@ public enum PadProbeAction: Sendable {
 /// }
 /// probe.remove()
 /// ```
+/// Unchecked: the GstPad pointer never changes, and GStreamer's objects are thread-safe (they lock themselves).
 public final class Pad: @unchecked Sendable, CustomStringConvertible {
     let pointer: UnsafeMutablePointer<GstPad>
 
@@ -129,6 +130,7 @@ public final class Pad: @unchecked Sendable, CustomStringConvertible {
 /// A probe installed on a pad. It stays until ``remove()`` is called or the pad goes away.
 ///
 /// Holds the pad weakly, so a probe handle never keeps a pipeline alive.
+/// Unchecked: a GLib weak reference (thread-safe) and an id, immutable; `removed` is atomic.
 public final class PadProbe: @unchecked Sendable {
     private let weakPad: UnsafeMutablePointer<GWeakRef>
     private let id: UInt
@@ -159,6 +161,7 @@ public final class PadProbe: @unchecked Sendable {
 }
 
 /// Counts buffers passing a pad; read from any thread.
+/// Unchecked: the count is atomic; `probe` is set once, when the counter is made.
 public final class BufferCounter: @unchecked Sendable {
     private let count = Atomic<Int>(0)
     fileprivate var probe: PadProbe?
@@ -202,6 +205,7 @@ private let releaseRetainedContext: GDestroyNotify = { context in
     Unmanaged<AnyObject>.fromOpaque(context).release()
 }
 
+// Unchecked: an immutable `@Sendable` handler and an atomic flag.
 private final class EndOfStreamWatcher: @unchecked Sendable {
     let handler: @Sendable () -> Void
     let fired = Atomic<Bool>(false)

@@ -15,6 +15,7 @@ import Synchronization
 /// try await pipeline.waitUntilEnd(timeout: .seconds(10))   // EOS, or throws the first error
 /// await pipeline.stop()
 /// ```
+/// Unchecked: as ``Element``; the queue, the bus router and the bus pointer are immutable.
 public final class Pipeline: Element, @unchecked Sendable {
     let queue: DispatchQueue
     let router: BusRouter
@@ -83,7 +84,7 @@ public final class Pipeline: Element, @unchecked Sendable {
         let bus = UnsafeMutableRawPointer(busPointer)
         let router = self.router
         gst_object_ref(pointer)
-        nonisolated(unsafe) let handles = (pointer, bus)
+        nonisolated(unsafe) let handles = (pointer, bus)   // Unchecked: a reference of our own, used by the queue alone once deinit returns.
         queue.async {
             let (pointer, bus) = handles
             gst_element_set_state(pointer.assumingMemoryBound(to: GstElement.self), GST_STATE_NULL)

@@ -75,6 +75,7 @@ extension Element {
     }
 }
 
+// Unchecked: its one stored property is an immutable `@Sendable` closure.
 private final class ElementHandler: @unchecked Sendable {
     let configure: @Sendable (Element) -> Void
     init(_ configure: @escaping @Sendable (Element) -> Void) { self.configure = configure }
@@ -109,6 +110,7 @@ private func elementHandlerRelease(_ data: UnsafeMutableRawPointer?, _ closure: 
     Unmanaged<ElementHandler>.fromOpaque(data).release()
 }
 
+// Unchecked: its one stored property is an immutable `@Sendable` closure.
 private final class HandoffHandler: @unchecked Sendable {
     let presented: @Sendable (Buffer) -> Void
     init(_ presented: @escaping @Sendable (Buffer) -> Void) { self.presented = presented }

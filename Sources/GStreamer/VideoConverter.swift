@@ -22,6 +22,7 @@ import Synchronization
 /// matrix, range and chroma resampling). Other formats, sizes and colorimetries use GStreamer's.
 ///
 /// Conversions on one converter run one at a time; different converters run in parallel.
+/// Unchecked: lets of immutable caps and infos; the GStreamer converter is in the `Mutex` `state` (one conversion at a time).
 public final class VideoConverter: @unchecked Sendable {
     /// How the conversion runs.
     ///
@@ -46,6 +47,7 @@ public final class VideoConverter: @unchecked Sendable {
     public let input: VideoInfo
     public let output: VideoInfo
 
+    // Unchecked: a GstVideoConverter pointer and infos, reached only inside the converter's `Mutex`.
     private struct State: @unchecked Sendable {
         var converter: OpaquePointer
         var inputInfo: GstVideoInfo

@@ -40,6 +40,7 @@ struct ConsentRefresh {
 /// connection's buffered bytes and its last consent check) belongs to exactly one receiver thread;
 /// the publisher reads the tallies only after `stop()` has joined those threads. What other
 /// threads share is atomic.
+/// Unchecked: each endpoint's tally belongs to one receiver thread; they are read after `stop()` joins them; shared counters are atomic.
 final class FanoutReceivers: @unchecked Sendable {
     struct Tally {
         var received = 0

@@ -37,6 +37,7 @@ enum TLSBenchClientError: Error, CustomStringConvertible {
 ///
 /// @unchecked Sendable: an SSL_CTX may be used by many threads at once to make SSL objects
 /// (OpenSSL locks its reference count and session cache); nothing changes it after `init`.
+/// Unchecked: the SSL_CTX is configured in `init` and only read after (OpenSSL shares a configured context between threads).
 final class TLSBenchClientContext: @unchecked Sendable {
     let context: OpaquePointer
     let verifies: Bool

@@ -156,6 +156,7 @@ final class StatusPrinter: Sendable {
 /// Turns a Unix signal into something a task can await.
 final class SignalWatcher: Sendable {
     private let stream: AsyncStream<Void>
+    // Unchecked: a dispatch source is thread-safe, only not marked Sendable; set in `init`, never reassigned.
     private nonisolated(unsafe) let source: DispatchSourceSignal
 
     init(signal number: Int32) {

@@ -84,6 +84,7 @@ private func source(_ context: UnsafeMutableRawPointer) -> SourceElement {
 
 /// A strong reference to an element for work in flight (a task that outlives a state change
 /// must not touch a freed element).
+/// Unchecked: one strong reference to a GstElement, immutable; GStreamer's objects are thread-safe.
 final class ElementReference: @unchecked Sendable {
     let element: UnsafeMutablePointer<GstElement>
 

@@ -13,6 +13,7 @@ import Synchronization
 /// The session starts at once; the stream is published when every requested pad has negotiated
 /// caps (the publisher takes the first caps' size and rate). Frames before that are dropped: a
 /// live publisher does not hold the pipeline back.
+/// Unchecked: the element pointer is immutable (GStreamer objects are thread-safe); the run's state is in the `Mutex` `run`.
 final class SinkElement: @unchecked Sendable {
     struct Settings: Sendable {
         var server: String?

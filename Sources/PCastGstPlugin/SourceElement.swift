@@ -9,6 +9,7 @@ import Synchronization
 /// pcastsrc's behaviour: a platform session, a subscription, and a renderer without devices whose
 /// frame-ready hooks hand each decoded frame to the element's pads. Started at READY → PAUSED;
 /// the stream's end becomes a `pcast-stream-ended` message and EOS.
+/// Unchecked: the element pointer is immutable (GStreamer objects are thread-safe); the run's state is in the `Mutex` `run`.
 final class SourceElement: @unchecked Sendable {
     struct Settings: Sendable {
         var server: String?

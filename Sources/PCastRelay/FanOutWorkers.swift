@@ -83,11 +83,13 @@ extension SendBatch {
 ///
 /// Shares smaller than ``minimumShare`` datagrams are not worth a wake-up (a futex wake and the
 /// worker's cache misses cost about as much as 30 protects): a small fan-out stays on the I/O thread.
+/// Unchecked: the job is written by the I/O thread before the workers are woken and read by them until the join (semaphores order it).
 final class FanOutWorkers: @unchecked Sendable {
     /// The least number of datagrams (subscribers × packets) a share must have.
     static let minimumShare = 32
 
     /// One worker thread and what it owns.
+    /// Unchecked: `share` is written by the I/O thread before `go` is signalled and read by the worker after; the rest are lets and atomics.
     fileprivate final class Worker: @unchecked Sendable {
         let send: SendBatch
         let go = DispatchSemaphore(value: 0)

@@ -60,6 +60,7 @@ final class SharedCounters: Sendable {
 ///
 /// The WebRTC peers' handling is in `RelayEngine+WebRTC.swift`; the state it shares with the
 /// packet path here is internal rather than private for that.
+/// Unchecked: its mutable state is the I/O thread's alone; other threads use the locked command queue and the atomic counters.
 final class RelayEngine: @unchecked Sendable {
     let socket: UDPSocket
     /// ICE over TCP (``RelayConfiguration/iceTCP``); nil when off or its port could not be bound.

@@ -53,6 +53,7 @@ enum TCPMediaFlows {
 
 /// One accepted TCP connection: its descriptor, the bytes read that do not make a whole frame
 /// yet, and the bytes waiting to be written.
+/// Unchecked: input and timing belong to the I/O thread; `output` and the descriptor's writes are guarded by `outputLock`.
 final class TCPMediaConnection: @unchecked Sendable {
     // @unchecked: `input`, `lastRead` and `remote` belong to the I/O thread; `output` (and the
     // descriptor's writes) are guarded by `outputLock`, taken by any thread that sends.

@@ -173,6 +173,7 @@ enum MultiMessage {
     typealias Receive = @convention(c) (Int32, UnsafeMutableRawPointer?, UInt32, Int32, UnsafeMutableRawPointer?) -> Int32
     typealias Send = @convention(c) (Int32, UnsafeMutableRawPointer?, UInt32, Int32) -> Int32
 
+    // Unchecked: C function pointers into the C library, immutable once looked up.
     struct Functions: @unchecked Sendable {
         let receive: Receive
         let send: Send
@@ -196,6 +197,7 @@ enum ThreadIdentity {
     private typealias GetThreadID = @convention(c) () -> Int32
     private typealias SetName = @convention(c) (pthread_t, UnsafePointer<CChar>) -> Int32
 
+    // Unchecked: C function pointers into the C library, immutable once looked up.
     private struct Functions: @unchecked Sendable {
         let threadID: GetThreadID?
         let setName: SetName?

@@ -13,6 +13,7 @@ import Foundation
 /// router's mappings (conntrack), so the client's next packets leave from new ports: a NAT
 /// rebinding. ``outsidePorts()`` says which ports the router uses now.
 /// ``remove()`` (or release) deletes the namespaces and with them every link and rule.
+/// Unchecked: the names are immutable after creation; `removed` is guarded by `lock`.
 public final class NATTopology: @unchecked Sendable {
     // @unchecked: the names are immutable after creation; `removed` is guarded by `lock`.
     public let router: String

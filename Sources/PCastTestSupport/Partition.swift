@@ -10,6 +10,7 @@ import Foundation
 /// // … the two nodes cannot reach each other …
 /// try cut.heal()
 /// ```
+/// Unchecked: `a`, `b` and `table` are immutable; `healed` is guarded by `lock`.
 public final class NetworkPartition: @unchecked Sendable {
     public let a: String
     public let b: String
@@ -84,6 +85,7 @@ func runTool(_ tool: String, _ arguments: [String], needs: String) throws {
 /// host-side address (``databaseAddresses``). ``remove()`` (or release) deletes both namespaces,
 /// and with them every link. One set at a time per machine: namespaces a crashed run left are
 /// deleted first.
+/// Unchecked: the names and addresses are immutable; `removed` is guarded by `lock`.
 public final class NetworkNamespaces: @unchecked Sendable {
     public let names: [String]
     /// A's and B's addresses on the link between them.
@@ -174,6 +176,7 @@ public final class NetworkNamespaces: @unchecked Sendable {
 
 /// A table of this machine's nftables (IPv4 and IPv6) with rules in one output chain, deleted by
 /// ``remove()`` or on release: what ``UDPFirewall`` and ``PathLoss`` are made of.
+/// Unchecked: `table` is immutable; `removed` is guarded by `lock`.
 public class OutputRules: @unchecked Sendable {
     // @unchecked: `table` is immutable; `removed` is guarded by `lock`.
     private let table: String
@@ -208,6 +211,7 @@ public class OutputRules: @unchecked Sendable {
 /// A firewall that drops UDP: every UDP packet to or from `port` on this machine is dropped
 /// (nftables, a table of its own, IPv4 and IPv6), as on a network that lets only TCP through.
 /// ``remove()`` (or release) deletes the table.
+/// Unchecked: nothing of its own beyond ``OutputRules``.
 public final class UDPFirewall: OutputRules, @unchecked Sendable {
     // @unchecked: nothing of its own beyond ``OutputRules``.
     public static func dropping(port: UInt16) throws -> UDPFirewall {
@@ -219,6 +223,7 @@ public final class UDPFirewall: OutputRules, @unchecked Sendable {
 /// machine is dropped with probability `percent` / 100 (nftables `numgen random`), both ways.
 /// There is no netem in this kernel, and unlike the impairment proxy (UDP only) this loses TCP
 /// segments too, so what TCP's own retransmission costs can be measured against UDP with NACKs.
+/// Unchecked: nothing of its own beyond ``OutputRules``.
 public final class PathLoss: OutputRules, @unchecked Sendable {
     // @unchecked: nothing of its own beyond ``OutputRules``.
     public static func losing(_ percent: Int, of transport: String, port: UInt16) throws -> PathLoss {

@@ -99,6 +99,7 @@ public struct ChildProcess: Sendable {
     }
 }
 
+// Unchecked: written once, under `sharedServer`'s lock, before the exit handler that reads it is registered.
 nonisolated(unsafe) private var sharedProcessID: pid_t = 0
 private let sharedServer = Mutex<PulseAudioServer?>(nil)
 

@@ -98,6 +98,7 @@ public struct SRTPKey: Sendable, Hashable {
 /// ```
 ///
 /// Calls are serialised by a lock: a session can be shared, but one flow's packets are sequential anyway.
+/// Unchecked: its libsrtp context lives in the `Mutex` `context`; every protect and unprotect runs under it.
 public final class SRTPSession: @unchecked Sendable {
     public enum Direction: Sendable { case outbound, inbound }
 
@@ -107,6 +108,7 @@ public final class SRTPSession: @unchecked Sendable {
     /// Packets remembered for replay protection; large enough for NACK-driven retransmissions.
     public static let replayWindow = 1024
 
+    // Unchecked: holds libsrtp's `srtp_t` and the sealer, reached only inside the session's `Mutex`.
     private struct Context: @unchecked Sendable {
         let session: srtp_t
         /// Outbound AES-GCM RTP is sealed here rather than by libsrtp (see ``GCMSealer``).

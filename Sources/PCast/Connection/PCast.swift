@@ -591,6 +591,7 @@ final class LogRing: Sendable {
 
 /// Which client a close callback belongs to: set right after the client exists (its callbacks are
 /// given before), read when it closes.
+/// Unchecked: `stored` is read and written under `lock` only.
 private final class ClosingConnection: @unchecked Sendable {
     private let lock = NSLock()
     private weak var stored: SignalingClient?

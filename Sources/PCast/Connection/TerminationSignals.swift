@@ -21,10 +21,12 @@ final class TerminationSignals: Sendable {
     static let grace: Duration = .seconds(3)
     static let handled: [Int32] = [SIGTERM, SIGINT]
 
+    // Unchecked: its weak reference is read and written only inside `state`'s `Mutex`.
     private final class Weak: @unchecked Sendable {
         weak var pcast: PCast?
         init(_ pcast: PCast) { self.pcast = pcast }
     }
+    // Unchecked: holds the `Weak` boxes, reached only inside the `Mutex` `state`.
     private struct State: @unchecked Sendable {
         var instances: [ObjectIdentifier: Weak] = [:]
         var installed: [Int32] = []
@@ -123,6 +125,7 @@ final class TerminationSignals: Sendable {
 }
 
 /// Written once, before the first handler is installed; read by the handler and the reader.
+/// Unchecked: written once before the first handler is installed; read-only after, by the handler and the reader.
 nonisolated(unsafe) private var signalPipe: (read: Int32, write: Int32) = (-1, -1)
 
 /// The signal handler: async-signal-safe, it only writes the signal's number to the pipe.

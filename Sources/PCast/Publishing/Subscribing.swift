@@ -400,6 +400,7 @@ final class PacketInbox: Sendable {
         case rtp(Buffer, UInt8, arrived: Duration)
         case rtcp(Buffer)
     }
+    // Unchecked: holds GStreamer buffers waiting for the engine, reached only inside the inbox's `Mutex`.
     private struct State: @unchecked Sendable {
         var destination: Destination?
         var waiting: [Waiting] = []

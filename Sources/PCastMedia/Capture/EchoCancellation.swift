@@ -18,6 +18,7 @@ import Synchronization
 private let logger = SDKLog.logger("pcast.media.echo")
 
 /// The far-end reference of one capture with echo cancellation: `appsrc ! … ! webrtcechoprobe`.
+/// Unchecked: the pipeline and source are GStreamer objects (thread-safe); mutable state is in the `Mutex` `state`.
 final class EchoReference: @unchecked Sendable {
     /// The probe's element name: what the capture's `webrtcdsp probe=` names.
     let probeName: String

@@ -162,6 +162,7 @@ public final class FrameHook: Sendable {
 // MARK: - Stream formats
 
 /// Raw video as the hook's pad carries it.
+/// Unchecked: immutable caps (GstCaps are not changed once shared) and a copied `VideoInfo`.
 struct VideoStream: @unchecked Sendable {
     let caps: Caps
     let info: VideoInfo
@@ -190,11 +191,13 @@ struct VideoStream: @unchecked Sendable {
 }
 
 /// S16 interleaved audio as the hook's pad carries it.
+/// Unchecked: immutable caps (GstCaps are not changed once shared) and a copied `AudioInfo`.
 struct AudioStream: @unchecked Sendable {
     let caps: Caps
     let info: AudioInfo
 }
 
+// Unchecked: its payloads are ``VideoStream`` and ``AudioStream`` (immutable) or a string.
 enum StreamFormat: @unchecked Sendable {
     case video(VideoStream)
     case audio(AudioStream)
@@ -245,6 +248,7 @@ enum StreamFormat: @unchecked Sendable {
 
 private let logger = SDKLog.logger("pcast.media.frame-hook")
 
+// Unchecked: the pad is a GStreamer object (thread-safe); the callback and counters are in `Mutex`es and atomics.
 final class FrameHookCore: @unchecked Sendable {
     let pad: Pad
     let options: FrameHook.Options

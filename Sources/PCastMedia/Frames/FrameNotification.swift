@@ -15,6 +15,7 @@ import Synchronization
 ///     try? notification.write(frame)   // converted back to the stream's format by default
 /// }
 /// ```
+/// Unchecked: the buffer and the outcome live in the `Mutex` `state`; the rest are lets.
 public final class FrameNotification: @unchecked Sendable {
     /// What the stream carries, or `nil` for media that is not raw audio or video (encoded media).
     public let kind: MediaKind?

@@ -96,6 +96,7 @@ public enum IngestEnd: Sendable, Hashable, CustomStringConvertible {
 /// ingest.tracks                       // announce them in the publish request
 /// let why = await ingest.ended()      // .endOfStream at the end of the file
 /// ```
+/// Unchecked: lets of GStreamer objects (thread-safe as GStreamer's are), mutable state in `Mutex`es and atomics.
 package final class IngestPublisher: RTPSource, @unchecked Sendable {
     package let tracks: [MediaTrackDescription]
     package let options: IngestOptions

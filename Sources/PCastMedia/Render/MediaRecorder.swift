@@ -62,6 +62,7 @@ package protocol FragmentConsumer: AnyObject, Sendable {
 /// …
 /// let summary = await recorder.finish()
 /// ```
+/// Unchecked: its mutable state is touched on `queue` only; the rest are lets.
 public final class MediaRecorder: @unchecked Sendable {
     public let path: String
     public let mode: RecordingMode
