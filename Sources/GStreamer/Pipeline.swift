@@ -84,7 +84,7 @@ public final class Pipeline: Element, @unchecked Sendable {
         let bus = UnsafeMutableRawPointer(busPointer)
         let router = self.router
         gst_object_ref(pointer)
-        nonisolated(unsafe) let handles = (pointer, bus)   // Unchecked: a reference of our own, used by the queue alone once deinit returns.
+        nonisolated(unsafe) let handles = (pointer, bus)   // Unchecked: references of our own (pipeline, bus), used by the queue alone once deinit returns.
         queue.async {
             let (pointer, bus) = handles
             gst_element_set_state(pointer.assumingMemoryBound(to: GstElement.self), GST_STATE_NULL)

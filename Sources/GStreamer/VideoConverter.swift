@@ -47,7 +47,7 @@ public final class VideoConverter: @unchecked Sendable {
     public let input: VideoInfo
     public let output: VideoInfo
 
-    // Unchecked: a GstVideoConverter pointer and infos, reached only inside the converter's `Mutex`.
+    // Unchecked: the GstVideoConverter, its infos and buffer pool, reached only inside the converter's `Mutex`.
     private struct State: @unchecked Sendable {
         var converter: OpaquePointer
         var inputInfo: GstVideoInfo

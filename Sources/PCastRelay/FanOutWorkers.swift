@@ -89,7 +89,7 @@ final class FanOutWorkers: @unchecked Sendable {
     static let minimumShare = 32
 
     /// One worker thread and what it owns.
-    /// Unchecked: `share` is written by the I/O thread before `go` is signalled and read by the worker after; the rest are lets and atomics.
+    /// Unchecked: `share` is set by the I/O thread before `go` is signalled; `thread` in the pool's init; the rest are lets and atomics.
     fileprivate final class Worker: @unchecked Sendable {
         let send: SendBatch
         let go = DispatchSemaphore(value: 0)

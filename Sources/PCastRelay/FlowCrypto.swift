@@ -9,7 +9,7 @@ import Synchronization
 /// be sent anything) and is keyed again by the I/O thread when its DTLS handshake ends; the
 /// sessions are only touched by the I/O thread once the flow is handed over, hence
 /// `@unchecked Sendable`.
-/// Unchecked: the sessions are replaced and used by the I/O thread only once the flow is handed over; `lastHeard` is atomic.
+/// Unchecked: the sessions are replaced by the I/O thread only (fan-out workers read them inside its fork–join); `lastHeard` is atomic.
 final class FlowCrypto: @unchecked Sendable {
     private(set) var inbound: SRTPSession
     private(set) var outbound: SRTPSession

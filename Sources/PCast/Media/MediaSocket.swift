@@ -13,7 +13,7 @@ import Glibc
 /// One flow's media path to the relay: a UDP socket (sending and receiving on the same port, so
 /// the relay learns the address from our packets), SRTP with the flow's keys, RTP and RTCP
 /// multiplexed (RFC 5761). Received packets are handed on from a thread of its own.
-/// Unchecked: the relay's address and the thread are set before the receive thread starts; sends take `sendLock`; the estimator is the receive thread's.
+/// Unchecked: `relay` and `thread` are set in `init` only; sends take `sendLock`; the estimator is the receive thread's.
 final class MediaSocket: @unchecked Sendable {
     private let fd: Int32
     /// The relay's address, IPv4 (`sockaddr_in`) or IPv6 (`sockaddr_in6`), and its length.

@@ -118,7 +118,7 @@ final class AsyncSerial: Sendable {
 }
 
 /// The capture pipeline: source bins in front of the stock user-media chains.
-/// Unchecked: GStreamer objects and `Mutex`/atomic state; `endProbes` and `busTask` are set while starting, before it is shared.
+/// Unchecked: GStreamer objects and `Mutex`/atomic state; `endProbes` and `busTask` are set in `start()`, before `stop()` can run.
 final class CaptureEngine: StreamEngine, @unchecked Sendable {
     let pipeline: Pipeline
     let plan: Mutex<CapturePlan>

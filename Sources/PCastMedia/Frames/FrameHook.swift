@@ -248,7 +248,7 @@ enum StreamFormat: @unchecked Sendable {
 
 private let logger = SDKLog.logger("pcast.media.frame-hook")
 
-// Unchecked: the pad is a GStreamer object (thread-safe); the callback and counters are in `Mutex`es and atomics.
+// Unchecked: the pad is a GStreamer object (thread-safe); callback, format state and counters are in `Mutex`es and atomics.
 final class FrameHookCore: @unchecked Sendable {
     let pad: Pad
     let options: FrameHook.Options

@@ -23,7 +23,7 @@ import Synchronization
 /// demuxer starts (the playlist's hold-back behind the live edge). The playlist's end (`EXT-X-ENDLIST`, played out)
 /// ends the stream as the remote's `ended`; an HTTP or decoding error as `failed`, with
 /// GStreamer's message.
-/// Unchecked: GStreamer objects and `Mutex`/atomic state; `follower` and `busTask` are set while starting, before it is shared.
+/// Unchecked: GStreamer objects and `Mutex`/atomic state; `follower` and `busTask` are set in `start`, before it is returned.
 package final class HLSReceiver: StreamEngine, @unchecked Sendable {
     /// How the playlist is played.
     package enum Delivery: Sendable, Hashable {

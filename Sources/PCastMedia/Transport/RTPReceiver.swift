@@ -6,7 +6,7 @@ import Synchronization
 
 /// Receives a remote stream: RTP in, jitter buffer (the playout delay), decode, and raw media on
 /// tees that renderers attach to. RTCP feedback (receiver reports, NACK, PLI) goes to `sendRTCP`.
-/// Unchecked: GStreamer objects and `Mutex`/atomic state; its few vars (the bus task) are set while starting, before it is shared.
+/// Unchecked: GStreamer objects and `Mutex`/atomic state; its one var, `busTask`, is set in `start…` before it is returned.
 package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     let pipeline: Pipeline
     private let inputs: [UInt8: AppSource]
