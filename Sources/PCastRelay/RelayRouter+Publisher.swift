@@ -16,9 +16,14 @@ extension RelayRouter {
         guard streams[stream] != nil else { return nil }
         streams[stream]!.tracks[track].cache.store(sequenceNumber: sequenceNumber, packet: packet, now: now)
         if streams[stream]!.tracks[track].isH264 {
-            let parameterSets = packet.withUnsafeBytes { H264Payload.packetStartsWithParameterSets($0) }
+            // One parse of the header for both questions (every publisher packet passes here).
+            let (parameterSets, keyframe) = packet.withUnsafeBytes { bytes -> (Bool, Bool) in
+                guard let layout = try? RTPPacketLayout(parsing: bytes) else { return (false, false) }
+                let payload = UnsafeRawBufferPointer(rebasing: bytes[layout.payloadRange])
+                return (H264Payload.startsWithParameterSets(payload), H264Payload.startsKeyframe(payload))
+            }
             if parameterSets { streams[stream]!.tracks[track].sendsParameterSets = true }
-            if parameterSets || packet.withUnsafeBytes({ H264Payload.packetStartsKeyframe($0) }) {
+            if parameterSets || keyframe {
                 // It answers the keyframe requests sent so far (see KeyframeThrottle).
                 streams[stream]!.tracks[track].throttle?.keyframeArrived(now: now)
             }
