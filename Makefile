@@ -94,10 +94,11 @@ install-plugin: plugin
 
 bench: setup
 	$(SWIFT) build -c release --product pcast
+	$(SWIFT) build -c release --product pcast-bench
 	$(SWIFT) build -c release --product gstpcast
-	# Every `pcast bench` subcommand in turn, each writing <name>.json and <name>.md; `all` runs
+	# Every `pcast-bench` subcommand in turn, each writing <name>.json and <name>.md; `all` runs
 	# cycles in a child process with MALLOC_ARENA_MAX=2 (so RSS shows what is kept).
-	.build/release/pcast bench all --output $(BENCH_DIR)
+	.build/release/pcast-bench all --output $(BENCH_DIR)
 	# Micro-benchmarks of the hot paths (Benchmarks/, ordo-one's package-benchmark): the run is kept
 	# as the baseline `latest`, written as markdown, and compared with the committed `reference`.
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark baseline update latest --no-progress
@@ -115,9 +116,9 @@ fuzz: setup
 
 # 30 minutes of publish/subscribe with churn; fails if memory, threads or descriptors grow (not part of test).
 soak: setup
-	$(SWIFT) build -c release --product pcast
+	$(SWIFT) build -c release --product pcast-bench
 	$(SWIFT) build -c release --product gstpcast
-	MALLOC_ARENA_MAX=2 .build/release/pcast soak --minutes $(SOAK_MINUTES) --output $(BENCH_DIR)
+	MALLOC_ARENA_MAX=2 .build/release/pcast-bench soak --minutes $(SOAK_MINUTES) --output $(BENCH_DIR)
 # The DocC catalogs of the product libraries (Sources/<target>/<target>.docc), built into .build/docs.
 docs: setup
 	$(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation --output-path .build/docs \

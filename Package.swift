@@ -11,7 +11,8 @@ import PackageDescription
 //   PCastContracts: what the control plane asks of the relay and the media services (RelayControl,
 //       IngestControl, RecordingControl, MediaServices), → PCastProtocol only
 //   PCast (client SDK) → PCastMedia (media engine) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer
-//   PCastBenchmarks (not a product: what `pcast bench` runs) → PCast, PCastNode, PCastServer, PCastRelay, PCastMedia, PCastTestSupport
+//   pcast-bench (not a product: the benchmarks' command line) → PCastBenchmarks
+//   PCastBenchmarks (not a product: what `pcast-bench` runs) → PCast, PCastNode, PCastServer, PCastRelay, PCastMedia, PCastTestSupport
 //   PCastTLS (the listeners' reloadable certificate store) → PCastContracts, NIOSSL
 //   PCastHTTPClient (one HTTP/1.1 request over NIO, TLS handler of the caller's) → NIO, NIOSSL only;
 //       used by PCast and PCastServer where a private CA must be trusted
@@ -301,16 +302,34 @@ let package = Package(
                 "PCastMedia",
                 "SRTP",
                 "CSRTP",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/PCastCLI"
+        ),
+        // `pcast-bench`: the benchmarks' command line (argument parsing, JSON and markdown out),
+        // what `make bench` and `make soak` run. Not a product: the measuring code is in
+        // PCastBenchmarks, which links the test stand-ins; the shipped `pcast` links neither.
+        .executableTarget(
+            name: "pcast-bench",
+            dependencies: [
                 "PCastBenchmarks",
-                // The benchmarks make their clip as the tests do (TestMedia).
+                "PCast",
+                "PCastMedia",
+                "PCastNode",
+                "PCastServer",
+                "PCastRelay",
+                "PCastProtocol",
+                "PCastImpairment",
+                "GStreamer",
                 "PCastTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
-            path: "Sources/PCastCLI"
+            path: "Sources/PCastBenchCLI"
         ),
-        // The benchmarks `pcast bench` and `pcast soak` run (fan-out, end to end, rooms, frame hooks,
+        // The benchmarks `pcast-bench` and `pcast-bench soak` run (fan-out, end to end, rooms, frame hooks,
         // capture → encode, ingest, echo loop, publish cycles); not a product: product libraries
         // hold product code only. Reaches engine internals through `package` access.
         .target(
@@ -329,9 +348,11 @@ let package = Package(
                 // The TLS listener benchmark's client: the system's OpenSSL 3, as the DTLS layer reaches it.
                 "CDTLSShim",
                 "GStreamer",
+                "CSRTP",
                 "PCastTestSupport",
                 "PCastImpairment",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // Fuzz harnesses for every parser that takes bytes from the network or a torn file, and the

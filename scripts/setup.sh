@@ -58,7 +58,7 @@ packages=(
   coturn
   # conntrack: the NAT tests forget a router's mappings mid-stream (a NAT rebinding).
   conntrack
-  # wrk: `pcast bench hls` loads the HLS parts and playlist with a thousand connections.
+  # wrk: `pcast-bench hls` loads the HLS parts and playlist with a thousand connections.
   wrk
 )
 

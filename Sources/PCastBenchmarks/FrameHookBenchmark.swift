@@ -3,7 +3,7 @@ import PCastMedia
 import Synchronization
 
 /// Measures what the frame-ready API costs per frame on 720p I420 video (by default), for
-/// `pcast bench`.
+/// `pcast-bench`.
 ///
 /// Each variant runs its own pipeline (`videotestsrc ! I420 ! identity ! fakesink sync=false`) with a
 /// ``FrameHook`` whose callback does the variant's work; the time is taken around the work inside

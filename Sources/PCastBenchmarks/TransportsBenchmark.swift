@@ -7,7 +7,7 @@ import PCastRelay
 import PCastServer
 import PCastTestSupport
 
-/// What the ways through a firewall cost (`pcast bench transports`):
+/// What the ways through a firewall cost (`pcast-bench transports`):
 /// - **first frame in Chromium by WHEP over HTTPS**, from a client host behind NAT (``NATTopology``:
 ///   Chromium in the client namespace, the platform in this one on 198.18.40.1 over TLS with a
 ///   certificate of a throwaway CA the browser trusts): over UDP; over ICE-TCP with UDP dropped at
@@ -208,7 +208,7 @@ public struct TransportsBenchmark: Sendable {
 }
 
 extension TransportsBenchmark {
-    /// The markdown section `pcast bench transports` writes.
+    /// The markdown section `pcast-bench transports` writes.
     public static func markdown(_ result: Result, date: Date = Date(), machine: String) -> String {
         func ms(_ value: Double) -> String { value.isNaN ? "–" : String(format: "%.0f", value) }
         var text = """

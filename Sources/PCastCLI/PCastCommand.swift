@@ -8,7 +8,7 @@ struct PCastCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pcast",
         abstract: "PCastKit: real-time streaming on GStreamer.",
-        subcommands: [DemoCommand.self, ServeCommand.self, PublishCommand.self, SubscribeCommand.self, RoomCommand.self, ChatCommand.self, ChannelCommand.self, IngestCommand.self, NetTestCommand.self, DevicesCommand.self, PreviewCommand.self, PipelineCommand.self, InspectCommand.self, TokenCommand.self, BenchCommand.self, SoakCommand.self]
+        subcommands: [DemoCommand.self, ServeCommand.self, PublishCommand.self, SubscribeCommand.self, RoomCommand.self, ChatCommand.self, ChannelCommand.self, IngestCommand.self, NetTestCommand.self, DevicesCommand.self, PreviewCommand.self, PipelineCommand.self, InspectCommand.self, TokenCommand.self]
     )
 
     static func bootstrapLogging() {

@@ -524,7 +524,7 @@ struct RelayRouter<Context> {
                     // new keyframe is asked for at once (within the throttle): over a 50 ms round
                     // trip a viewer sent the cached keyframe and the frames after it decoded
                     // pictures whose stamps could not be read until the encoder's next keyframe,
-                    // 2 s later, in most `pcast bench latency` joins, with every packet there and
+                    // 2 s later, in most `pcast-bench latency` joins, with every packet there and
                     // in order (the cause was not found; the new keyframe ends it sooner).
                     let replay = cachedSinceKeyframe(stream: stream, track: index, after: subscriber.joined)
                     if !replay.isEmpty {

@@ -101,6 +101,39 @@ import Testing
         #expect(!manifest.contains("unsafeFlags"), "Package.swift uses unsafe flags, which no versioned dependency accepts")
     }
 
+    @Test("no product links the benchmarks or the test stand-ins: every product's targets, and all they depend on, are free of PCastBenchmarks and PCastTestSupport; the pcast executable holds no measuring code")
+    func productsLinkNoBenchmarks() throws {
+        let targets = try Self.declaredDependencies()
+        let byName = Dictionary(targets.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        let manifest = try String(contentsOf: Self.sources.deletingLastPathComponent().appendingPathComponent("Package.swift"), encoding: .utf8)
+        // `.library(name: "X", targets: [...])` and `.executable(name: "pcast", targets: [...])`.
+        let products = manifest.matches(of: /\.(?:library|executable)\(name: "([^"]+)"[^\]]*targets: \[([^\]]*)\]/).map {
+            (name: String($0.1), targets: String($0.2).matches(of: /"([^"]+)"/).map { String($0.1) })
+        }
+        #expect(products.contains { $0.name == "pcast" }, "the pcast executable is a product")
+        #expect(products.count >= 8, "\(products.count) products read from Package.swift")
+        for product in products {
+            var seen: Set<String> = [], stack = product.targets
+            while let name = stack.popLast() {
+                guard seen.insert(name).inserted, let target = byName[name] else { continue }
+                stack.append(contentsOf: target.modules.subtracting([name]))
+            }
+            for forbidden in ["PCastBenchmarks", "PCastTestSupport", "pcast-bench"] where seen.contains(forbidden) {
+                Issue.record("the product \(product.name) links \(forbidden)")
+            }
+        }
+        guard let cli = byName["pcast"] else { Issue.record("no pcast target"); return }
+        let folder = Self.sources.appendingPathComponent(cli.folder)
+        let files = try FileManager.default.subpathsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".swift") }
+        #expect(files.count > 5, "\(files.count) files in \(cli.folder)")
+        for file in files {
+            let text = try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)
+            if file.contains("Benchmark") || file.contains("Bench") || text.contains("BenchmarkCommand") || text.contains("Histogram") {
+                Issue.record("the pcast executable holds measuring code: \(file)")
+            }
+        }
+    }
+
     /// Engine plumbing that `import PCast` (which re-exports `PCastMedia`) must not put in a user's
     /// namespace: `package` access, reachable by the platform's own targets only.
     static let enginePlumbing = ["RTPReceiver", "RTPPublisher", "IngestPublisher", "RTPSource", "OutgoingPacket", "BitrateController"]

@@ -148,7 +148,7 @@ extension OneAtATime {
                 let share = Double(expected.intersection(received).count) / Double(max(expected.count, 1))
                 print("10 % loss: \(expected.intersection(received).count) of \(expected.count) frames decoded (\(String(format: "%.1f", share * 100)) %); "
                       + "relay \(platform.relay.statistics()); to the viewer \(proxy.counters(for: .toClient)), from it \(proxy.counters(for: .toServer))")
-                // The 98 % goal is a figure of `pcast bench latency`'s delay × loss table (measured
+                // The 98 % goal is a figure of `pcast-bench latency`'s delay × loss table (measured
                 // alone). Here, on a machine busy with other suites, 4 packets in 2,700 came too late
                 // once (95.0 %); without repair 10 % loss of ~3 packets a frame loses over a
                 // quarter of the frames.

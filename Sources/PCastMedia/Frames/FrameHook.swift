@@ -256,7 +256,7 @@ final class FrameHookCore: @unchecked Sendable {
     /// generic container's value is converted in and out of its generic representation on every
     /// `withLock` (an inout access), each time wrapped in one more reabstraction thunk. Read once a
     /// frame, that nested two thunks a frame: calls went through all of them, memory grew, and
-    /// releasing the chain after a long run overflowed the stack (`pcast soak` crashed at exit).
+    /// releasing the chain after a long run overflowed the stack (`pcast-bench soak` crashed at exit).
     let callback = Mutex(CallbackSlot())
     struct CallbackSlot: Sendable { var callback: FrameReadyCallback? }
 

@@ -5,21 +5,21 @@ import SRTP
 /// (AES-GCM through OpenSSL's EVP, as the relay seals; through libsrtp2 as Debian builds it, the
 /// reference), with one session, and round-robin over 1,000 sessions as a relay's fan-out uses
 /// them (each session's state out of cache).
-struct SRTPBenchmark {
-    let packets: Int
+public struct SRTPBenchmark {
+    public let packets: Int
     /// Sessions the round-robin rows cycle through.
-    var manySessions = 1_000
+    public var manySessions = 1_000
 
-    struct ProfileResult: Codable {
-        let profile: String
+    public struct ProfileResult: Codable {
+        public let profile: String
         /// "OpenSSL EVP" or "libsrtp2".
-        let sealer: String
-        let sessions: Int
-        let packetsPerSecond: Double
-        let microsecondsPerPacket: Double
+        public let sealer: String
+        public let sessions: Int
+        public let packetsPerSecond: Double
+        public let microsecondsPerPacket: Double
     }
 
-    func run() throws -> [ProfileResult] {
+    public func run() throws -> [ProfileResult] {
         let variants: [(SRTPProfile, Bool)] = [(.aeadAES128GCM, true), (.aeadAES128GCM, false), (.aes128CMHMACSHA1_80, false)]
         var results: [ProfileResult] = []
         for (profile, openSSL) in variants {
@@ -62,5 +62,9 @@ struct SRTPBenchmark {
             if round > 0 { best = min(best, elapsed / Double(count)) }
         }
         return best
+    }
+
+    public init(packets: Int) {
+        self.packets = packets
     }
 }

@@ -10,19 +10,19 @@ import Synchronization
 /// subscribes as soon as the stream id comes back; the time runs from the `publishRemote` call to
 /// the viewer's first decoded frame. The file is read through `file://` (allowed for its folder
 /// only), so the figure is the platform's, not an HTTP server's.
-struct IngestStartBenchmark {
-    struct Result: Codable, Sendable {
-        let runs: Int
-        let milliseconds: [Double]
-        let p50: Double
-        let maximum: Double
-        static let goalMilliseconds = 1000.0
+public struct IngestStartBenchmark {
+    public struct Result: Codable, Sendable {
+        public let runs: Int
+        public let milliseconds: [Double]
+        public let p50: Double
+        public let maximum: Double
+        public static let goalMilliseconds = 1000.0
     }
 
-    var file: String
-    var runs = 5
+    public var file: String
+    public var runs = 5
 
-    func run() async throws -> Result {
+    public func run() async throws -> Result {
         let path = URL(fileURLWithPath: file).standardizedFileURL.path
         guard FileManager.default.fileExists(atPath: path) else { throw BenchFailure("no file at \(path)") }
         var policy = IngestURIPolicy()
@@ -63,9 +63,13 @@ struct IngestStartBenchmark {
         let sorted = samples.sorted()
         return Result(runs: runs, milliseconds: samples, p50: sorted[sorted.count / 2], maximum: sorted.last ?? 0)
     }
+
+    public init(file: String) {
+        self.file = file
+    }
 }
 
-struct BenchFailure: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+public struct BenchFailure: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }

@@ -8,7 +8,7 @@ import PCastServer
 import PCastTestSupport
 import Synchronization
 
-/// `pcast soak`: a long run of the SDK and the embedded platform with churn, watching memory,
+/// `pcast-bench soak`: a long run of the SDK and the embedded platform with churn, watching memory,
 /// threads and descriptors. One stream flows the whole time to one viewer; every couple of seconds
 /// a second stream is published and unpublished and a second viewer subscribes and unsubscribes.
 /// After a warm-up (the first third of the run), nothing may grow: RSS (read after trimming the
@@ -51,7 +51,7 @@ struct SoakCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        PCastCommand.bootstrapLogging()
+        BenchCommand.bootstrapLogging()
         let platform = try await LocalPlatform.start()
         let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
         try await publisherSDK.start(authToken: try platform.token(.auth))

@@ -3,7 +3,7 @@ import Foundation
 import PCastBenchmarks
 
 extension BenchCommand {
-    /// `pcast bench transports`: first frame in Chromium over UDP, ICE-TCP and TURN/TLS from behind
+    /// `pcast-bench transports`: first frame in Chromium over UDP, ICE-TCP and TURN/TLS from behind
     /// NAT; glass to glass SDK → SDK over UDP and TCP with loss (``TransportsBenchmark``).
     struct Transports: BenchmarkCommand {
         static let configuration = CommandConfiguration(

@@ -11,7 +11,7 @@ import PCastTestSupport
 import GStreamer
 import Synchronization
 
-/// The HLS figures (`pcast bench hls`), through an embedded platform:
+/// The HLS figures (`pcast-bench hls`), through an embedded platform:
 /// - **capture → frame playable with low-latency HLS**: the publisher paints a frame counter into
 ///   each captured frame (``StreamMeter``); a low-latency client of the benchmark's own asks for
 ///   each next part with a blocking playlist reload (`_HLS_msn` / `_HLS_part`), fetches it as
@@ -25,64 +25,64 @@ import Synchronization
 ///   reference), each for ``throughputSeconds``; requests per second and the server's CPU in the
 ///   same window (this process's CPU minus its rate while only publishing and packaging), so
 ///   requests per second per core.
-struct HLSBenchmark {
-    struct Latency: Codable, Sendable {
+public struct HLSBenchmark: Sendable {
+    public struct Latency: Codable, Sendable {
         /// The low-latency client: frames decoded, capture → decoded p50 / p99 (ms), parts fetched.
-        var partFrames: Int
-        var partDecodedP50: Double
-        var partDecodedP99: Double
-        var parts: Int
+        public var partFrames: Int
+        public var partDecodedP50: Double
+        public var partDecodedP99: Double
+        public var parts: Int
         /// The SDK's HLS viewer (low-latency playback: it follows the parts).
-        var frames: Int
-        var missing: Int
+        public var frames: Int
+        public var missing: Int
         /// Capture → decoded at the HLS viewer, milliseconds.
-        var decodedP50: Double
-        var decodedP99: Double
+        public var decodedP50: Double
+        public var decodedP99: Double
         /// Capture → presented by the HLS viewer's sink.
-        var screenP50: Double
-        var screenP99: Double
+        public var screenP50: Double
+        public var screenP99: Double
         /// The real-time viewer of the same stream (default playout delay), capture → presented.
-        var realTimeScreenP50: Double
+        public var realTimeScreenP50: Double
         /// subscribe → first frame decoded at the HLS viewer, seconds.
-        var firstFrameSeconds: Double
+        public var firstFrameSeconds: Double
         /// The SDK's HLS viewer with `streamingPlayback = .segments` (GStreamer's hlsdemux2).
-        var segmentFrames: Int
-        var segmentScreenP50: Double
-        var segmentScreenP99: Double
-        var segmentFirstFrameSeconds: Double
-        static let goalP50 = 2000.0
+        public var segmentFrames: Int
+        public var segmentScreenP50: Double
+        public var segmentScreenP99: Double
+        public var segmentFirstFrameSeconds: Double
+        public static let goalP50 = 2000.0
     }
 
-    struct Throughput: Codable, Sendable {
-        var target: String
-        var connections: Int
-        var seconds: Double
-        var requestsPerSecond: Double
-        var bytesPerSecond: Double
+    public struct Throughput: Codable, Sendable {
+        public var target: String
+        public var connections: Int
+        public var seconds: Double
+        public var requestsPerSecond: Double
+        public var bytesPerSecond: Double
         /// Cores of this process busy serving (its CPU over the window minus the idle rate).
-        var serverCores: Double
-        var requestsPerSecondPerCore: Double
-        var latencyP50Milliseconds: Double?
-        var latencyP99Milliseconds: Double?
+        public var serverCores: Double
+        public var requestsPerSecondPerCore: Double
+        public var latencyP50Milliseconds: Double?
+        public var latencyP99Milliseconds: Double?
         /// Answers other than 2xx/3xx, and socket errors (connect, read, write, timeout).
-        var failedResponses: Int
-        var socketErrors: Int
+        public var failedResponses: Int
+        public var socketErrors: Int
     }
 
-    struct Result: Codable, Sendable {
-        var latency: Latency
-        var throughput: [Throughput]
+    public struct Result: Codable, Sendable {
+        public var latency: Latency
+        public var throughput: [Throughput]
     }
 
-    struct Failure: Error, CustomStringConvertible {
-        let description: String
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
     }
 
-    var seconds: Double = 15
-    var throughputSeconds: Double = 10
-    var connections = 1000
+    public var seconds: Double = 15
+    public var throughputSeconds: Double = 10
+    public var connections = 1000
 
-    func run() async throws -> Result {
+    public func run() async throws -> Result {
         let platform = try await LocalPlatform.start { configuration in
             // wrk's thousand connections all come from 127.0.0.1, as a CDN's do from its address.
             configuration.connectionLimits.perAddress = connections + 200
@@ -197,7 +197,7 @@ struct HLSBenchmark {
         return ((latencies.withLock { $0 } ?? []).sorted(), parts)
     }
 
-    static func percentile(_ p: Double, _ sorted: [Double]) -> Double {
+    public static func percentile(_ p: Double, _ sorted: [Double]) -> Double {
         guard !sorted.isEmpty else { return .nan }
         return sorted[min(sorted.count - 1, Int((p / 100 * Double(sorted.count)).rounded(.down)))]
     }
@@ -239,34 +239,34 @@ struct HLSBenchmark {
         return (processCPUSeconds() - before) / Self.seconds(ContinuousClock.now - started)
     }
 
-    static func seconds(_ duration: Duration) -> Double {
+    public static func seconds(_ duration: Duration) -> Double {
         let (seconds, attoseconds) = duration.components
         return Double(seconds) + Double(attoseconds) / 1e18
     }
 
     // MARK: wrk's report
 
-    static func number(after label: String, in output: String) -> Double? {
+    public static func number(after label: String, in output: String) -> Double? {
         guard let line = output.split(separator: "\n").first(where: { $0.trimmingCharacters(in: .whitespaces).hasPrefix(label) }) else { return nil }
         return Double(line.trimmingCharacters(in: .whitespaces).dropFirst(label.count).trimmingCharacters(in: .whitespaces))
     }
 
     /// `Transfer/sec: 1.23GB` in bytes.
-    static func bytes(after label: String, in output: String) -> Double? {
+    public static func bytes(after label: String, in output: String) -> Double? {
         guard let line = output.split(separator: "\n").first(where: { $0.trimmingCharacters(in: .whitespaces).hasPrefix(label) }) else { return nil }
         return quantity(String(line.trimmingCharacters(in: .whitespaces).dropFirst(label.count).trimmingCharacters(in: .whitespaces)),
                         units: ["B": 1, "KB": 1024, "MB": 1024 * 1024, "GB": 1024 * 1024 * 1024])
     }
 
     /// A latency percentile line (`     50%    1.23ms`) in milliseconds.
-    static func milliseconds(percentile: String, in output: String) -> Double? {
+    public static func milliseconds(percentile: String, in output: String) -> Double? {
         guard let line = output.split(separator: "\n").first(where: { $0.trimmingCharacters(in: .whitespaces).hasPrefix(percentile + " ") }),
               let value = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first else { return nil }
         return quantity(String(value), units: ["us": 0.001, "ms": 1, "s": 1000, "m": 60_000])
     }
 
     /// A number with one of `units` as its suffix (the longest suffix that matches).
-    static func quantity(_ text: String, units: [String: Double]) -> Double? {
+    public static func quantity(_ text: String, units: [String: Double]) -> Double? {
         for (unit, scale) in units.sorted(by: { $0.key.count > $1.key.count }) where text.hasSuffix(unit) {
             guard let value = Double(text.dropLast(unit.count)) else { continue }
             return value * scale
@@ -275,12 +275,12 @@ struct HLSBenchmark {
     }
 
     /// `Socket errors: connect 0, read 0, write 0, timeout 0`, summed.
-    static func socketErrors(in output: String) -> Int {
+    public static func socketErrors(in output: String) -> Int {
         guard let line = output.split(separator: "\n").first(where: { $0.contains("Socket errors:") }) else { return 0 }
         return line.split(whereSeparator: { $0 == " " || $0 == "," }).compactMap { Int($0) }.reduce(0, +)
     }
 
-    static func markdown(_ result: Result) -> String {
+    public static func markdown(_ result: Result) -> String {
         let latency = result.latency
         var lines = [
             "## HLS: capture → frame playable (720p30, 2 s segments, 0.5 s parts)",
@@ -311,5 +311,11 @@ struct HLSBenchmark {
         }
         lines.append("")
         return lines.joined(separator: "\n")
+    }
+
+    public init(seconds: Double = 15, throughputSeconds: Double = 10, connections: Int = 1000) {
+        self.connections = connections
+        self.seconds = seconds
+        self.throughputSeconds = throughputSeconds
     }
 }

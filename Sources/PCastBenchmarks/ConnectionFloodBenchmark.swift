@@ -1,43 +1,43 @@
 import Foundation
 import Histogram
 
-/// `pcast bench connections`: a `pcast serve` child (default connection limits) flooded by
+/// `pcast-bench connections`: a `pcast serve` child (default connection limits) flooded by
 /// one address with idle connections (nothing sent), while another address asks `/healthz`. It
 /// reports the other client's latency before and during the flood, and the server's descriptors,
 /// threads and RSS before, during and after (read from `/proc/<pid>`).
-struct ConnectionFloodBenchmark {
-    var flood = 5_000
-    var requests = 300
+public struct ConnectionFloodBenchmark {
+    public var flood = 5_000
+    public var requests = 300
 
-    struct Footprint: Codable, Sendable {
-        var descriptors: Int
-        var threads: Int
-        var rssKiB: Int
+    public struct Footprint: Codable, Sendable {
+        public var descriptors: Int
+        public var threads: Int
+        public var rssKiB: Int
     }
 
-    struct Latency: Codable, Sendable {
-        var p50Milliseconds: Double
-        var p99Milliseconds: Double
-        var failures: Int
+    public struct Latency: Codable, Sendable {
+        public var p50Milliseconds: Double
+        public var p99Milliseconds: Double
+        public var failures: Int
     }
 
-    struct Result: Codable, Sendable {
-        var floodConnections: Int
-        var refused: Int
-        var before: Footprint
-        var during: Footprint
-        var after: Footprint
-        var healthBefore: Latency
-        var healthDuring: Latency
-        static let goalP99Milliseconds = 100.0
-        static let goalRSSGrowthKiB = 10 * 1024
+    public struct Result: Codable, Sendable {
+        public var floodConnections: Int
+        public var refused: Int
+        public var before: Footprint
+        public var during: Footprint
+        public var after: Footprint
+        public var healthBefore: Latency
+        public var healthDuring: Latency
+        public static let goalP99Milliseconds = 100.0
+        public static let goalRSSGrowthKiB = 10 * 1024
     }
 
-    struct Failure: Error, CustomStringConvertible {
-        let description: String
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
     }
 
-    func run() async throws -> Result {
+    public func run() async throws -> Result {
         raiseDescriptorLimit()
         let port = try Self.freePort()
         let data = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-flood-\(UUID().uuidString)")
@@ -103,7 +103,7 @@ struct ConnectionFloodBenchmark {
     }
 
     /// One `GET /healthz` from `source`; seconds until the status line, or nil on failure.
-    static func health(port: Int, from source: String) -> Double? {
+    public static func health(port: Int, from source: String) -> Double? {
         let begun = DispatchTime.now().uptimeNanoseconds
         guard let fd = connect(port: port, from: source) else { return nil }
         defer { close(fd) }
@@ -117,7 +117,7 @@ struct ConnectionFloodBenchmark {
         return Double(DispatchTime.now().uptimeNanoseconds - begun) / 1e9
     }
 
-    static func connect(port: Int, from source: String) -> Int32? {
+    public static func connect(port: Int, from source: String) -> Int32? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return nil }
         var local = sockaddr_in()
@@ -136,7 +136,7 @@ struct ConnectionFloodBenchmark {
         return fd
     }
 
-    static func freePort() throws -> Int {
+    public static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()
@@ -150,7 +150,7 @@ struct ConnectionFloodBenchmark {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
-    static func footprint(_ pid: Int32) throws -> Footprint {
+    public static func footprint(_ pid: Int32) throws -> Footprint {
         let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
         func field(_ name: String) -> Int {
             status.split(separator: "\n").first { $0.hasPrefix(name + ":") }
@@ -160,7 +160,7 @@ struct ConnectionFloodBenchmark {
         return Footprint(descriptors: descriptors, threads: field("Threads"), rssKiB: field("VmRSS"))
     }
 
-    static func markdown(_ result: Result) -> String {
+    public static func markdown(_ result: Result) -> String {
         func row(_ name: String, _ footprint: Footprint) -> String {
             "| \(name) | \(footprint.descriptors) | \(footprint.threads) | \(String(format: "%.1f", Double(footprint.rssKiB) / 1024)) |"
         }
@@ -182,5 +182,9 @@ struct ConnectionFloodBenchmark {
             String(format: "RSS after − before: %.1f MB (goal ≤ 10 MB).", Double(result.after.rssKiB - result.before.rssKiB) / 1024),
             "",
         ].joined(separator: "\n")
+    }
+
+    public init() {
+
     }
 }

@@ -1,13 +1,12 @@
 import Foundation
 import Glibc
 import PCast
-import PCastBenchmarks
 import PCastMedia
 import PCastNode
 import PCastTestSupport
 import Synchronization
 
-/// `pcast bench plugin`: our GStreamer elements against the SDK they wrap, on one embedded
+/// `pcast-bench plugin`: our GStreamer elements against the SDK they wrap, on one embedded
 /// platform in this process.
 ///
 /// - CPU: `gst-launch-1.0 videotestsrc ! … ! pcastsink` against `pcast publish` of the same source
@@ -17,45 +16,50 @@ import Synchronization
 ///   720p frames into `pcastsink` and reads them back from `pcastsrc` in one process; the SDK's own
 ///   figure (stamp before its encoder → after its decoder, ``EndToEndBenchmark``) runs in the same
 ///   invocation as the reference, at the same playout delay.
-struct PluginBenchmark {
-    struct CPU: Codable, Sendable {
+public struct PluginBenchmark {
+    public struct CPU: Codable, Sendable {
         /// CPU seconds per window, each run.
-        var pluginSeconds: [Double]
-        var sdkSeconds: [Double]
-        var windowSeconds: Double
+        public var pluginSeconds: [Double]
+        public var sdkSeconds: [Double]
+        public var windowSeconds: Double
         /// Median plugin / median SDK.
-        var ratio: Double
-        var goal = 1.05
+        public var ratio: Double
+        public var goal = 1.05
     }
-    struct Latency: Codable, Sendable {
-        var frames: Int
-        var read: Int
-        var missing: Int
+    public struct Latency: Codable, Sendable {
+        public var frames: Int
+        public var read: Int
+        public var missing: Int
         /// To the frame as it is handed on (an unsynchronised sink, or the renderer's hook), ms.
-        var p50: Double
-        var p90: Double
-        var p99: Double
+        public var p50: Double
+        public var p90: Double
+        public var p99: Double
         /// To the frame shown by a synchronised sink (after its clock wait: at the screen), ms.
-        var screenRead: Int?
-        var screenP50: Double?
-        var screenP90: Double?
-        var screenP99: Double?
+        public var screenRead: Int?
+        public var screenP50: Double?
+        public var screenP90: Double?
+        public var screenP99: Double?
     }
-    struct Result: Codable, Sendable {
-        var cpu: CPU
+    public struct Result: Codable, Sendable {
+        public var cpu: CPU
         /// Stamped frames pushed by a GStreamer application into pcastsink, read from pcastsrc.
-        var plugin: Latency
+        public var plugin: Latency
         /// The same frames pushed into the SDK's MediaFeed, read at an SDK viewer's renderer hook.
-        var sdk: Latency
+        public var sdk: Latency
         /// The SDK's published figure: stamp at the pre-encoder hook, read at the post-decoder hook.
-        var sdkHookToHook: EndToEndBenchmark.LatencyResult
-        var playoutDelayMilliseconds: Int
+        public var sdkHookToHook: EndToEndBenchmark.LatencyResult
+        public var playoutDelayMilliseconds: Int
     }
 
-    var seconds = 10.0
-    var runs = 3
+    public var seconds = 10.0
+    public var runs = 3
 
-    func run() async throws -> Result {
+    public init(seconds: Double = 10.0, runs: Int = 3) {
+        self.seconds = seconds
+        self.runs = runs
+    }
+
+    public func run() async throws -> Result {
         let executable = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
         let directory = executable.deletingLastPathComponent()
         guard FileManager.default.fileExists(atPath: directory.appendingPathComponent("libgstpcast.so").path) else {
@@ -117,7 +121,7 @@ struct PluginBenchmark {
     /// The same measurement through the Swift API: the same stamped 720p I420 frames pushed into a
     /// ``MediaFeed`` at 30 fps, published, subscribed by a second session whose renderer (not
     /// synchronised, as pcastsrc's) reads each stamp as it is decoded.
-    static func sdkLatency(platform: LocalPlatform, auth: String, publish: String, seconds: Double) async throws -> Latency {
+    public static func sdkLatency(platform: LocalPlatform, auth: String, publish: String, seconds: Double) async throws -> Latency {
         let alias = "sdk-g2g"
         let feed = MediaFeed()
         var options = UserMediaOptions()
@@ -193,7 +197,7 @@ struct PluginBenchmark {
     }
 
     /// CPU seconds (user + system, all threads) the process spends in `window`, after 3 s of warm-up.
-    static func cpuSeconds(of process: ChildProcess, window: Double) async throws -> Double {
+    public static func cpuSeconds(of process: ChildProcess, window: Double) async throws -> Double {
         try await Task.sleep(for: .seconds(3))
         guard process.isRunning else { throw BenchFailure("process \(process.pid) ended during the warm-up") }
         let before = try cpuTicks(process.pid)
@@ -203,7 +207,7 @@ struct PluginBenchmark {
     }
 
     /// utime + stime of a process, in clock ticks (`/proc/<pid>/stat` fields 14 and 15).
-    static func cpuTicks(_ pid: pid_t) throws -> Int {
+    public static func cpuTicks(_ pid: pid_t) throws -> Int {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
               let close = stat.lastIndex(of: ")") else { throw BenchFailure("no /proc/\(pid)/stat") }
         let fields = stat[stat.index(after: close)...].split(separator: " ")
@@ -213,7 +217,7 @@ struct PluginBenchmark {
     }
 
     /// A repository script, looked for from the working directory and above the executable.
-    static func script(_ path: String, from executable: URL) throws -> URL {
+    public static func script(_ path: String, from executable: URL) throws -> URL {
         var candidates = [URL(fileURLWithPath: FileManager.default.currentDirectoryPath)]
         var directory = executable.deletingLastPathComponent()
         for _ in 0..<5 {
@@ -226,7 +230,7 @@ struct PluginBenchmark {
         return found
     }
 
-    static func markdown(_ result: Result) -> String {
+    public static func markdown(_ result: Result) -> String {
         func figures(_ values: [Double]) -> String { values.map { String(format: "%.2f", $0) }.joined(separator: ", ") }
         func screenRow(_ latency: Latency) -> String {
             guard let read = latency.screenRead, let p50 = latency.screenP50, let p90 = latency.screenP90, let p99 = latency.screenP99 else {

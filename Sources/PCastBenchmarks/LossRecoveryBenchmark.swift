@@ -1,6 +1,5 @@
 import Foundation
 import PCast
-import PCastBenchmarks
 import PCastImpairment
 import PCastMedia
 import PCastNode
@@ -14,27 +13,27 @@ import Synchronization
 /// Delivered: frames decoded at the subscriber over frames captured at the publisher, in the same
 /// window. Freeze: the time between consecutive decoded frames beyond 100 ms (three frame
 /// intervals), summed.
-struct LossRecoveryBenchmark {
-    struct Row: Codable, Sendable {
-        let name: String
-        let lossPercent: Double
+public struct LossRecoveryBenchmark {
+    public struct Row: Codable, Sendable {
+        public let name: String
+        public let lossPercent: Double
         /// 0: the SDK's default, adaptive (``playoutDelayAtEndMilliseconds`` says where it ended).
-        let playoutDelayMilliseconds: Int
-        let playoutDelayAtEndMilliseconds: Int
-        let framesCaptured: Int
-        let framesDecoded: Int
-        let deliveredPercent: Double
-        let freezeMilliseconds: Double
-        let longestFreezeMilliseconds: Double
-        let nacksServed: UInt64
+        public let playoutDelayMilliseconds: Int
+        public let playoutDelayAtEndMilliseconds: Int
+        public let framesCaptured: Int
+        public let framesDecoded: Int
+        public let deliveredPercent: Double
+        public let freezeMilliseconds: Double
+        public let longestFreezeMilliseconds: Double
+        public let nacksServed: UInt64
     }
 
-    var seconds: Double = 10
+    public var seconds: Double = 10
 
     /// Each row's loss, and its playout delay (nil: the SDK's default, adaptive). Heavy loss gets
     /// rows at fixed delays too: a frame's last packet lost is only seen missing when the next
     /// frame's first arrives (33 ms later at 30 fps).
-    static let profiles: [(String, ImpairmentProfile.Loss, Duration?)] = [
+    public static let profiles: [(String, ImpairmentProfile.Loss, Duration?)] = [
         ("none", .none, nil),
         ("5 % uniform", .uniform(0.05), nil),
         ("10 % uniform", .uniform(0.10), nil),
@@ -44,7 +43,7 @@ struct LossRecoveryBenchmark {
         ("5 % bursty (mean burst 4)", .bursty(loss: 0.05, meanBurst: 4), nil),
     ]
 
-    func run() async throws -> [Row] {
+    public func run() async throws -> [Row] {
         var rows: [Row] = []
         for (name, loss, delay) in Self.profiles {
             rows.append(try await measure(name: name, loss: loss, playoutDelay: delay))
@@ -107,7 +106,7 @@ struct LossRecoveryBenchmark {
         return row
     }
 
-    static func markdown(_ rows: [Row], seconds: Double) -> String {
+    public static func markdown(_ rows: [Row], seconds: Double) -> String {
         var lines = [
             "## Loss on the subscriber's leg (both ways, impairment proxy): 640×360 30 fps, \(Int(seconds)) s per row after 2 s of settling",
             "",
@@ -120,5 +119,9 @@ struct LossRecoveryBenchmark {
                                 row.deliveredPercent, row.freezeMilliseconds, row.longestFreezeMilliseconds, row.nacksServed))
         }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    public init(seconds: Double = 10) {
+        self.seconds = seconds
     }
 }

@@ -4,29 +4,29 @@ import Histogram
 import Synchronization
 
 /// Cost of a Swift pad probe on 720p I420 frames: none, read-only, read + write, same run.
-struct ProbeBenchmark {
-    let frames: Int
-    let runs: Int
+public struct ProbeBenchmark {
+    public let frames: Int
+    public let runs: Int
 
-    enum Variant: String, CaseIterable, Codable {
+    public enum Variant: String, CaseIterable, Codable {
         case none = "no probe"
         case read = "read (sum every byte)"
         case readWrite = "read + write (sum, then invert luma)"
     }
 
-    struct VariantResult: Codable {
-        let name: String
-        let cpuMillisecondsPerFrame: Double
-        let overheadMilliseconds: Double?
-        let probeP50Milliseconds: Double?
-        let probeP99Milliseconds: Double?
+    public struct VariantResult: Codable {
+        public let name: String
+        public let cpuMillisecondsPerFrame: Double
+        public let overheadMilliseconds: Double?
+        public let probeP50Milliseconds: Double?
+        public let probeP99Milliseconds: Double?
     }
 
-    struct Result: Codable {
-        let frames: Int
-        let runs: Int
-        let goalMilliseconds: Double
-        let variants: [VariantResult]
+    public struct Result: Codable {
+        public let frames: Int
+        public let runs: Int
+        public let goalMilliseconds: Double
+        public let variants: [VariantResult]
     }
 
     private struct Sample {
@@ -34,7 +34,7 @@ struct ProbeBenchmark {
         let probeNanoseconds: [UInt64]
     }
 
-    func run() async throws -> Result {
+    public func run() async throws -> Result {
         var samples: [Variant: [Sample]] = [:]
         // Interleave the variants so drift on a shared machine hits them alike.
         for _ in 0..<runs {
@@ -96,16 +96,21 @@ struct ProbeBenchmark {
         await pipeline.stop()
         return Sample(cpuPerFrame: (after - before) / Double(frames), probeNanoseconds: timings.withLock { $0 })
     }
+
+    public init(frames: Int, runs: Int) {
+        self.frames = frames
+        self.runs = runs
+    }
 }
 
-func processCPUSeconds() -> Double {
+public func processCPUSeconds() -> Double {
     var usage = rusage()
     getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
     return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
         + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
 }
 
-func median(_ values: [Double]) -> Double {
+public func median(_ values: [Double]) -> Double {
     let sorted = values.sorted()
     guard !sorted.isEmpty else { return 0 }
     return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2

@@ -5,11 +5,11 @@ import PCastBenchmarks
 import PCastNode
 import PCastTestSupport
 
-// The platform benchmarks of `pcast bench`: rooms, loss recovery, reconnection, ingest, cycles,
+// The platform benchmarks of `pcast-bench`: rooms, loss recovery, reconnection, ingest, cycles,
 // connection flood, standard WebRTC, the GStreamer elements, the cluster.
 
 extension BenchCommand {
-    /// `pcast bench rooms`: chat latency, history pages and member-change fan-out in one room.
+    /// `pcast-bench rooms`: chat latency, history pages and member-change fan-out in one room.
     struct Rooms: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "rooms",
@@ -56,7 +56,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench loss`: frames delivered and freezes with loss on the subscriber's leg.
+    /// `pcast-bench loss`: frames delivered and freezes with loss on the subscriber's leg.
     struct Loss: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "loss",
@@ -72,7 +72,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench simulcast`: what three layers cost the publisher, and how fast a viewer changes layer.
+    /// `pcast-bench simulcast`: what three layers cost the publisher, and how fast a viewer changes layer.
     struct Simulcast: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "simulcast",
@@ -92,7 +92,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench reconnect`: how long publisher and viewer take to come back after a signaling outage.
+    /// `pcast-bench reconnect`: how long publisher and viewer take to come back after a signaling outage.
     struct Reconnect: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "reconnect",
@@ -107,7 +107,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench ingest`: the CPU of ingesting an mp4, and ingest start → first frame.
+    /// `pcast-bench ingest`: the CPU of ingesting an mp4, and ingest start → first frame.
     struct Ingest: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "ingest",
@@ -148,12 +148,12 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench cycles`: what publish / unpublish and subscribe / unsubscribe cycles leave behind.
+    /// `pcast-bench cycles`: what publish / unpublish and subscribe / unsubscribe cycles leave behind.
     struct Cycles: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "cycles",
             abstract: "Measure publish / unpublish and subscribe / unsubscribe cycles: time per cycle, RSS, threads and descriptors kept.",
-            discussion: "Run it with MALLOC_ARENA_MAX=2 (pcast bench all and make bench do) so that RSS shows what is kept."
+            discussion: "Run it with MALLOC_ARENA_MAX=2 (pcast-bench all and make bench do) so that RSS shows what is kept."
         )
 
         static var environment: [String: String] { ["MALLOC_ARENA_MAX": "2"] }
@@ -226,7 +226,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench connections`: a flood of idle connections from one address against `pcast serve`.
+    /// `pcast-bench connections`: a flood of idle connections from one address against `pcast serve`.
     struct Connections: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "connections",
@@ -241,7 +241,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench webrtc`: standard WebRTC viewers (headless Chromium) of an SDK publisher.
+    /// `pcast-bench webrtc`: standard WebRTC viewers (headless Chromium) of an SDK publisher.
     struct WebRTC: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "webrtc",
@@ -262,7 +262,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench hls`: live HLS latency at an HLS viewer, and segment serving under load.
+    /// `pcast-bench hls`: live HLS latency at an HLS viewer, and segment serving under load.
     struct HLS: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "hls",
@@ -287,7 +287,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench plugin`: the GStreamer elements (pcastsink, pcastsrc) against the SDK.
+    /// `pcast-bench plugin`: the GStreamer elements (pcastsink, pcastsrc) against the SDK.
     struct Plugin: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "plugin",
@@ -306,7 +306,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench cluster`: two nodes on one PostgreSQL.
+    /// `pcast-bench cluster`: two nodes on one PostgreSQL.
     struct Cluster: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "cluster",

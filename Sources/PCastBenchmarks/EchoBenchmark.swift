@@ -1,13 +1,12 @@
 import Foundation
-import PCastBenchmarks
 import PCastMedia
 
-/// Echo cancellation for `pcast bench`: a private PulseAudio server with a null sink stands in for
+/// Echo cancellation for `pcast-bench`: a private PulseAudio server with a null sink stands in for
 /// speaker and microphone (its monitor hears what the sink plays), and ``EchoLoopMeasurement``
 /// captures it with echo cancellation off and on. Writes `echo.json` and `echo.md` next to the
 /// other results.
-enum EchoBenchmark {
-    static func run(output directory: URL) async throws {
+public enum EchoBenchmark {
+    public static func run(output directory: URL) async throws {
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-bench-pulse-\(getpid())")
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: scratch) }

@@ -1,6 +1,5 @@
 import Foundation
 import PCast
-import PCastBenchmarks
 import PCastImpairment
 import PCastMedia
 import PCastNode
@@ -12,37 +11,37 @@ import Synchronization
 /// refuses new ones for the outage; the figure is the time from the network's return to each SDK's
 /// online callback, with the frames the viewer decoded while offline and whether the stream
 /// survived.
-struct ReconnectBenchmark {
-    struct Run: Codable, Sendable {
-        let outageSeconds: Double
+public struct ReconnectBenchmark {
+    public struct Run: Codable, Sendable {
+        public let outageSeconds: Double
         /// Network back → online callback.
-        let publisherReconnectMilliseconds: Double
-        let viewerReconnectMilliseconds: Double
+        public let publisherReconnectMilliseconds: Double
+        public let viewerReconnectMilliseconds: Double
         /// Frames decoded at the viewer while both SDKs were offline, and the frames expected then.
-        let framesDecodedOffline: Int
-        let framesExpectedOffline: Int
-        let sessionsResumed: Bool
-        let streamSurvived: Bool
+        public let framesDecodedOffline: Int
+        public let framesExpectedOffline: Int
+        public let sessionsResumed: Bool
+        public let streamSurvived: Bool
     }
 
-    struct Result: Codable, Sendable {
-        let runs: [Run]
+    public struct Result: Codable, Sendable {
+        public let runs: [Run]
         /// Every run's worst, at most.
-        static let goalMilliseconds = 1000.0
+        public static let goalMilliseconds = 1000.0
         /// The median over the 5 s outages' publisher and viewer figures, at most.
-        static let shortOutageGoalP50Milliseconds = 250.0
+        public static let shortOutageGoalP50Milliseconds = 250.0
 
         /// The median of the publisher's and the viewer's times back over the outages of 10 s or less.
-        var shortOutageP50Milliseconds: Double? {
+        public var shortOutageP50Milliseconds: Double? {
             let times = runs.filter { $0.outageSeconds <= 10 }.flatMap { [$0.publisherReconnectMilliseconds, $0.viewerReconnectMilliseconds] }.sorted()
             guard !times.isEmpty else { return nil }
             return times.count % 2 == 1 ? times[times.count / 2] : (times[times.count / 2 - 1] + times[times.count / 2]) / 2
         }
     }
 
-    var outages: [Double] = [5, 5, 5, 30]
+    public var outages: [Double] = [5, 5, 5, 30]
 
-    func run() async throws -> Result {
+    public func run() async throws -> Result {
         let platform = try await LocalPlatform.start()
         let proxy = try TCPOutageProxy(server: "127.0.0.1", serverPort: platform.server.httpPort)
         let uri = "ws://127.0.0.1:\(proxy.port)/ws"
@@ -103,10 +102,10 @@ struct ReconnectBenchmark {
     }
 
     /// When the SDK last came online.
-    final class OnlineTimes: Sendable {
+    public final class OnlineTimes: Sendable {
         private let value = Mutex<ContinuousClock.Instant?>(nil)
-        var last: ContinuousClock.Instant? { value.withLock { $0 } }
-        func record() { value.withLock { $0 = .now } }
+        public var last: ContinuousClock.Instant? { value.withLock { $0 } }
+        public func record() { value.withLock { $0 = .now } }
     }
 
     private static func start(_ sdk: PCast, token: String) async throws -> OnlineTimes {
@@ -129,7 +128,7 @@ struct ReconnectBenchmark {
         return condition()
     }
 
-    static func markdown(_ result: Result) -> String {
+    public static func markdown(_ result: Result) -> String {
         var lines = [
             "## Reconnection after a signaling outage (TCP reset and refused for the outage; media untouched): network back → online",
             "",
@@ -147,5 +146,9 @@ struct ReconnectBenchmark {
                                  p50, Result.shortOutageGoalP50Milliseconds)]
         }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    public init(outages: [Double] = [5, 5, 5, 30]) {
+        self.outages = outages
     }
 }

@@ -1,21 +1,26 @@
 import ArgumentParser
 import Foundation
+import PCastBenchmarks
+import Logging
+import PCastMedia
 
-/// `pcast bench`: the performance figures, one subcommand per benchmark. Each writes `<name>.json`
-/// and `<name>.md` (the markdown section it also prints) in the output directory; `pcast bench all`
-/// runs every one of them in turn (what `make bench` runs).
-struct BenchCommand: ParsableCommand {
+/// `pcast-bench`: the performance figures, one subcommand per benchmark. Each writes `<name>.json`
+/// and `<name>.md` (the markdown section it also prints) in the output directory; `pcast-bench all`
+/// runs every one of them in turn (what `make bench` runs), `pcast-bench soak` the long soak.
+/// The measuring code is in `PCastBenchmarks`; this executable parses arguments and writes results.
+@main
+struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bench",
-        abstract: "Run a benchmark; each subcommand writes <name>.json and <name>.md.",
+        commandName: "pcast-bench",
+        abstract: "Run a PCastKit benchmark; each subcommand writes <name>.json and <name>.md.",
         discussion: """
-        `pcast bench` alone prints this help; `pcast bench all` runs every benchmark in turn with its \
-        default options (make bench runs it).
+        `pcast-bench` alone prints this help; `pcast-bench all` runs every benchmark in turn with its \
+        default options (make bench runs it); `pcast-bench soak` is make soak's.
         """,
         subcommands: [
             Probe.self, SRTPProtect.self, Hooks.self, CaptureEncode.self, Latency.self, Fanout.self,
             Rooms.self, Loss.self, Reconnect.self, Ingest.self, Cycles.self, Connections.self,
-            WebRTC.self, Plugin.self, Cluster.self, Echo.self, Simulcast.self, HLS.self, Transports.self, IceTCP.self, TLS.self, All.self,
+            WebRTC.self, Plugin.self, Cluster.self, Echo.self, Simulcast.self, HLS.self, Transports.self, IceTCP.self, TLS.self, All.self, SoakCommand.self,
         ]
     )
 
@@ -27,7 +32,7 @@ struct BenchCommand: ParsableCommand {
     ]
 }
 
-/// The options every `pcast bench` subcommand shares.
+/// The options every `pcast-bench` subcommand shares.
 struct BenchOptions: ParsableArguments {
     @Option(help: "Directory for <name>.json and <name>.md.")
     var output = "bench-results"
@@ -48,7 +53,7 @@ struct BenchOptions: ParsableArguments {
     }
 }
 
-/// One `pcast bench` subcommand: a benchmark that writes `<name>.json` and `<name>.md`, `name`
+/// One `pcast-bench` subcommand: a benchmark that writes `<name>.json` and `<name>.md`, `name`
 /// being its command name.
 protocol BenchmarkCommand: AsyncParsableCommand {
     var common: BenchOptions { get }
@@ -64,14 +69,14 @@ extension BenchmarkCommand {
     static var name: String { configuration.commandName ?? "\(Self.self)" }
 
     func run() async throws {
-        PCastCommand.bootstrapLogging()
+        BenchCommand.bootstrapLogging()
         try await measure()
     }
 }
 
 extension BenchCommand {
-    /// `pcast bench all`: every benchmark in turn, in this process except those that need another
-    /// environment (cycles: MALLOC_ARENA_MAX=2), which run as `pcast bench <name>` in a child.
+    /// `pcast-bench all`: every benchmark in turn, in this process except those that need another
+    /// environment (cycles: MALLOC_ARENA_MAX=2), which run as `pcast-bench <name>` in a child.
     struct All: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "all",
@@ -82,11 +87,11 @@ extension BenchCommand {
         @OptionGroup var common: BenchOptions
 
         func run() async throws {
-            PCastCommand.bootstrapLogging()
+            BenchCommand.bootstrapLogging()
             var failed: [String] = []
             for benchmark in BenchCommand.benchmarks {
                 let name = benchmark.name
-                FileHandle.standardError.write(Data("pcast bench \(name)\n".utf8))
+                FileHandle.standardError.write(Data("pcast-bench \(name)\n".utf8))
                 do {
                     let current = ProcessInfo.processInfo.environment
                     if benchmark.environment.allSatisfy({ current[$0.key] == $0.value }) {
@@ -96,7 +101,7 @@ extension BenchCommand {
                     }
                 } catch {
                     failed.append(name)
-                    FileHandle.standardError.write(Data("pcast bench \(name) failed: \(error)\n".utf8))
+                    FileHandle.standardError.write(Data("pcast-bench \(name) failed: \(error)\n".utf8))
                 }
             }
             if !failed.isEmpty {
@@ -105,11 +110,11 @@ extension BenchCommand {
             }
         }
 
-        /// Runs `pcast bench <name> --output <output>` with `environment` added to this process's.
+        /// Runs `pcast-bench <name> --output <output>` with `environment` added to this process's.
         static func runInChild(_ name: String, environment: [String: String], output: String) async throws {
             let child = Process()
             child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-            child.arguments = ["bench", name, "--output", output]
+            child.arguments = [name, "--output", output]
             child.environment = ProcessInfo.processInfo.environment.merging(environment) { _, added in added }
             let status = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int32, any Error>) in
                 child.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
@@ -118,7 +123,7 @@ extension BenchCommand {
                     continuation.resume(throwing: error)
                 }
             }
-            guard status == 0 else { throw BenchFailure("pcast bench \(name) exited with status \(status)") }
+            guard status == 0 else { throw BenchFailure("pcast-bench \(name) exited with status \(status)") }
         }
     }
 }
@@ -133,5 +138,18 @@ struct BenchMachine: Codable {
         let model = cpuinfo.split(separator: "\n").first { $0.hasPrefix("model name") }
             .map { String($0.split(separator: ":", maxSplits: 1).last ?? "").trimmingCharacters(in: .whitespaces) } ?? "unknown"
         return BenchMachine(cores: ProcessInfo.processInfo.activeProcessorCount, cpu: model)
+    }
+}
+
+extension BenchCommand {
+    /// Logging to standard error at `PCAST_LOG_LEVEL` (info by default), the SDK's messages with it.
+    static func bootstrapLogging() {
+        let level = ProcessInfo.processInfo.environment["PCAST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        SDKLog.useLoggingSystem()
     }
 }

@@ -1,6 +1,5 @@
 import Foundation
 import PCast
-import PCastBenchmarks
 import PCastMedia
 import PCastNode
 import PCastProtocol
@@ -13,50 +12,50 @@ import Synchronization
 ///   watched on node 1 (direct) and on node 2 (pulled from node 1), in interleaved runs of the same
 ///   publisher, so both see the same machine load;
 /// - cross-node chat: send on node 1 → delivered to a member on node 2.
-struct ClusterBenchmark {
-    struct Latency: Codable {
-        var path: String
-        var runs: Int
-        var frames: Int
-        var missing: Int
+public struct ClusterBenchmark {
+    public struct Latency: Codable {
+        public var path: String
+        public var runs: Int
+        public var frames: Int
+        public var missing: Int
         /// Medians over the runs of each run's percentile, milliseconds.
-        var p50: Double
-        var p99: Double
+        public var p50: Double
+        public var p99: Double
     }
 
-    struct Result: Codable {
-        var playoutDelayMilliseconds: Int
-        var direct: Latency
-        var cascaded: Latency
+    public struct Result: Codable {
+        public var playoutDelayMilliseconds: Int
+        public var direct: Latency
+        public var cascaded: Latency
         /// cascaded.p50 − direct.p50.
-        var addedByHopP50: Double
-        var chatMessages: Int
-        var chatP50: Double
-        var chatP99: Double
+        public var addedByHopP50: Double
+        public var chatMessages: Int
+        public var chatP50: Double
+        public var chatP99: Double
         /// The origin relay's I/O thread serving viewers itself, and through edge relays.
-        var fanout: [FanoutFigures]
-        static let goalHopP50 = 2.0, goalChatP50 = 15.0
+        public var fanout: [FanoutFigures]
+        public static let goalHopP50 = 2.0, goalChatP50 = 15.0
     }
 
-    struct FanoutFigures: Codable {
-        var viewers: Int
+    public struct FanoutFigures: Codable {
+        public var viewers: Int
         /// 0: the origin serves every viewer itself.
-        var edges: Int
+        public var edges: Int
         /// % of one core.
-        var originCPUPercent: Double
+        public var originCPUPercent: Double
         /// Packets the viewers did not receive, %.
-        var viewerLossPercent: Double
+        public var viewerLossPercent: Double
     }
 
-    var seconds: Double = 5
-    var runs = 3
-    var playoutDelay = 40
-    var chatMessages = 300
+    public var seconds: Double = 5
+    public var runs = 3
+    public var playoutDelay = 40
+    public var chatMessages = 300
     /// Viewers of the origin-CPU comparison, each served by the origin alone and behind `edges` edges.
-    var viewerCounts = [300, 900]
-    var edges = 3
+    public var viewerCounts = [300, 900]
+    public var edges = 3
 
-    func run() async throws -> Result {
+    public func run() async throws -> Result {
         let postgres = try TestPostgres.server()
         let url = try PostgresURL(parsing: try postgres.newDatabase())
         let secret = SRTPFreeRandom.secret()
@@ -207,7 +206,7 @@ struct ClusterBenchmark {
         return sorted[min(sorted.count - 1, max(0, Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1))]
     }
 
-    static func markdown(_ result: Result) -> String {
+    public static func markdown(_ result: Result) -> String {
         func ms(_ value: Double) -> String { String(format: "%.1f", value) }
         var lines = [
             "## Cluster: two nodes on PostgreSQL",
@@ -239,5 +238,9 @@ struct ClusterBenchmark {
         }
         lines.append("")
         return lines.joined(separator: "\n")
+    }
+
+    public init(seconds: Double = 5) {
+        self.seconds = seconds
     }
 }

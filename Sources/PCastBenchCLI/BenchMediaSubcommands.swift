@@ -7,11 +7,11 @@ import PCastNode
 import PCastRelay
 import PCastTestSupport
 
-// The media-path benchmarks of `pcast bench`: probes, SRTP, frame hooks, capture → encode,
+// The media-path benchmarks of `pcast-bench`: probes, SRTP, frame hooks, capture → encode,
 // glass-to-glass latency, relay fan-out, echo cancellation.
 
 extension BenchCommand {
-    /// `pcast bench probe`: the cost of a Swift pad probe on 720p I420 frames.
+    /// `pcast-bench probe`: the cost of a Swift pad probe on 720p I420 frames.
     struct Probe: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "probe",
@@ -61,7 +61,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench srtp`: SRTP protect throughput per profile.
+    /// `pcast-bench srtp`: SRTP protect throughput per profile.
     struct SRTPProtect: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "srtp",
@@ -92,7 +92,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench hooks`: the time spent inside the frame-ready hook.
+    /// `pcast-bench hooks`: the time spent inside the frame-ready hook.
     struct Hooks: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "hooks",
@@ -123,7 +123,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench capture-encode`: capture → frame hook → x264 through the SDK against gst-launch-1.0.
+    /// `pcast-bench capture-encode`: capture → frame hook → x264 through the SDK against gst-launch-1.0.
     struct CaptureEncode: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "capture-encode",
@@ -148,7 +148,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench latency`: glass-to-glass latency through the relay (the playout delay × loss
+    /// `pcast-bench latency`: glass-to-glass latency through the relay (the playout delay × loss
     /// table) and the time to first frame.
     struct Latency: BenchmarkCommand {
         static let configuration = CommandConfiguration(
@@ -254,7 +254,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench fanout`: the relay forwarding one stream to N subscribers, against
+    /// `pcast-bench fanout`: the relay forwarding one stream to N subscribers, against
     /// `gst-launch-1.0 udpsrc ! multiudpsink`.
     struct Fanout: BenchmarkCommand {
         static let configuration = CommandConfiguration(
@@ -378,7 +378,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench echo`: echo cancellation through a PulseAudio null-sink loop.
+    /// `pcast-bench echo`: echo cancellation through a PulseAudio null-sink loop.
     struct Echo: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "echo",

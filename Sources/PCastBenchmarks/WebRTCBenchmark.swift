@@ -1,13 +1,12 @@
 import Foundation
 import Glibc
 import PCast
-import PCastBenchmarks
 import PCastMedia
 import PCastNode
 import PCastTestSupport
 import Synchronization
 
-/// The standard-WebRTC figures (`pcast bench webrtc`), through an embedded platform with
+/// The standard-WebRTC figures (`pcast-bench webrtc`), through an embedded platform with
 /// headless Chromium as the viewer:
 /// - **WHEP → first frame**: the platform's own page opened with `?watch=`, from its WHEP request
 ///   (offer, POST, ICE, DTLS, the keyframe the relay asks for) to the first frame the browser
@@ -20,23 +19,23 @@ import Synchronization
 ///   post-decoder hook (not at a screen: before its sink's playout delay), as a reference;
 /// - **per-viewer relay cost**: ``RelayFanoutBenchmark`` with SDK subscribers and with WebRTC
 ///   viewers (ICE + DTLS handshakes measured, then the same fan-out), in the same run.
-struct WebRTCBenchmark {
-    struct FirstFrame: Codable, Sendable {
-        var runs: [Double]
-        var p50: Double
-        var maximum: Double
+public struct WebRTCBenchmark {
+    public struct FirstFrame: Codable, Sendable {
+        public var runs: [Double]
+        public var p50: Double
+        public var maximum: Double
         /// The steps on the way, p50 of each, milliseconds after the request started: the offer
         /// made (fresh browsers: not reported), the answer received, ICE connected, DTLS
         /// connected (connectionState), the video track.
-        var offerP50: Double?
-        var answerP50: Double?
-        var iceConnectedP50: Double?
-        var connectedP50: Double?
-        var trackP50: Double?
-        static let goalP50 = 300.0
+        public var offerP50: Double?
+        public var answerP50: Double?
+        public var iceConnectedP50: Double?
+        public var connectedP50: Double?
+        public var trackP50: Double?
+        public static let goalP50 = 300.0
 
         /// From the pages' reports, one per run (`firstFrameMs`, `offerMs`, `answerMs`, …).
-        init(reports: [[String: any Sendable]]) {
+        public init(reports: [[String: any Sendable]]) {
             func median(_ key: String) -> Double? {
                 let values = reports.filter { $0[key] != nil }.map { $0.number(key) }.sorted()
                 return values.isEmpty ? nil : values[values.count / 2]
@@ -52,48 +51,48 @@ struct WebRTCBenchmark {
         }
     }
 
-    struct GlassToGlass: Codable, Sendable {
-        var width: Int
-        var height: Int
+    public struct GlassToGlass: Codable, Sendable {
+        public var width: Int
+        public var height: Int
         /// Frames whose counter the browser read back in the measured window.
-        var frames: Int
+        public var frames: Int
         /// Stamp → expected display time in Chromium, milliseconds.
-        var p50: Double
-        var p90: Double
-        var p99: Double
+        public var p50: Double
+        public var p90: Double
+        public var p99: Double
         /// Stamp → the frame handed to the compositor (`presentationTime`), p50.
-        var presentedP50: Double
+        public var presentedP50: Double
         /// Chromium's own figures over the window: jitter buffer and decode per frame.
-        var jitterBufferMilliseconds: Double
-        var decodeMilliseconds: Double
+        public var jitterBufferMilliseconds: Double
+        public var decodeMilliseconds: Double
         /// The reference: an SDK subscriber's post-decoder hook, p50 and p99 (default playout delay).
-        var sdkHookP50: Double
-        var sdkHookP99: Double
-        static let goalP50 = 60.0
+        public var sdkHookP50: Double
+        public var sdkHookP99: Double
+        public static let goalP50 = 60.0
     }
 
-    struct Result: Codable, Sendable {
+    public struct Result: Codable, Sendable {
         /// Sessions one after another in one browser (its WebRTC stack warm).
-        var firstFrame: FirstFrame
+        public var firstFrame: FirstFrame
         /// The platform's page in a fresh browser each run (the browser's own start included).
-        var firstFrameFreshBrowser: FirstFrame
-        var glassToGlass: GlassToGlass
+        public var firstFrameFreshBrowser: FirstFrame
+        public var glassToGlass: GlassToGlass
         /// SDK subscribers and WebRTC viewers at each count, in that order.
-        var fanout: [RelayFanoutBenchmark.Result]
+        public var fanout: [RelayFanoutBenchmark.Result]
     }
 
-    enum Failure: Error, CustomStringConvertible {
+    public enum Failure: Error, CustomStringConvertible {
         case browser(String)
-        var description: String {
+        public var description: String {
             switch self { case .browser(let why): "Chromium: \(why)" }
         }
     }
 
-    var firstFrameRuns = 10
-    var seconds: Double = 10
-    var fanoutCounts: [Int] = [100, 500, 1000]
+    public var firstFrameRuns = 10
+    public var seconds: Double = 10
+    public var fanoutCounts: [Int] = [100, 500, 1000]
 
-    func run() async throws -> Result {
+    public func run() async throws -> Result {
         let platform = try await LocalPlatform.start()
         let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
         try await publisherSDK.start(authToken: try platform.token(.auth))
@@ -242,14 +241,14 @@ struct WebRTCBenchmark {
     }
 
     /// "offer 12, answer 20, …, first frame 150 (runs: …)".
-    static func steps(_ f: FirstFrame) -> String {
+    public static func steps(_ f: FirstFrame) -> String {
         let named: [(String, Double?)] = [("offer", f.offerP50), ("answer", f.answerP50), ("track", f.trackP50),
                                           ("ICE connected", f.iceConnectedP50), ("DTLS connected", f.connectedP50), ("first frame", f.p50)]
         return named.compactMap { name, value in value.map { String(format: "%@ %.0f", name, $0) } }.joined(separator: ", ")
             + " (runs: " + f.runs.map { String(format: "%.0f", $0) }.joined(separator: ", ") + ")"
     }
 
-    static func markdown(_ result: Result) -> String {
+    public static func markdown(_ result: Result) -> String {
         let f = result.firstFrame, fresh = result.firstFrameFreshBrowser, g = result.glassToGlass
         var lines = [
             "## Standard WebRTC: headless Chromium viewing an SDK publisher's 720p30 H.264 through the embedded platform",
@@ -290,7 +289,7 @@ struct WebRTCBenchmark {
 
     /// The glass-to-glass page: WHEP (H.264 42e01f preferred), then, for each frame the browser
     /// presents, the stamp read back from the top-left 128 × 64 pixels drawn on a canvas.
-    static let page = #"""
+    public static let page = #"""
     <!DOCTYPE html>
     <html><head><meta charset="utf-8"><title>PCastKit glass-to-glass</title></head>
     <body style="margin:0;background:#000">
@@ -386,21 +385,26 @@ struct WebRTCBenchmark {
     </script>
     </body></html>
     """#
+
+    public init(seconds: Double = 10, fanoutCounts: [Int] = [100, 500, 1000]) {
+        self.seconds = seconds
+        self.fanoutCounts = fanoutCounts
+    }
 }
 
 /// Frame counters and the wall-clock time each was painted (milliseconds since 1970, as the
 /// browser's `performance.timeOrigin + …` counts them).
-final class StampClock: Sendable {
+public final class StampClock: Sendable {
     private let state = Mutex<(next: UInt32, times: [UInt32: Double])>((1, [:]))
 
-    static func nowMilliseconds() -> Double {
+    public static func nowMilliseconds() -> Double {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         return Double(now.tv_sec) * 1_000 + Double(now.tv_nsec) / 1e6
     }
 
     /// The next counter, its time noted (the last 10 minutes' worth are kept).
-    func next() -> UInt32 {
+    public func next() -> UInt32 {
         let now = Self.nowMilliseconds()
         return state.withLock { state in
             let value = state.next
@@ -411,5 +415,5 @@ final class StampClock: Sendable {
         }
     }
 
-    func time(of value: UInt32) -> Double? { state.withLock { $0.times[value] } }
+    public func time(of value: UInt32) -> Double? { state.withLock { $0.times[value] } }
 }

@@ -1,6 +1,5 @@
 import Foundation
 import PCast
-import PCastBenchmarks
 import PCastImpairment
 import PCastMedia
 import PCastNode
@@ -15,31 +14,31 @@ import Synchronization
 ///   640×360) and when the cap is lifted (back to 1280×720), measured at the renderer: from the
 ///   moment the proxy changes to the first frame of the new size presented; and what share of the
 ///   captured frames the capped viewer and a viewer on a clear leg were shown meanwhile.
-struct SimulcastBenchmark {
-    struct Result: Codable, Sendable {
-        let seconds: Double
-        let oneLayerCPU: Double
-        let threeLayerCPU: Double
-        let cpuRatio: Double
+public struct SimulcastBenchmark {
+    public struct Result: Codable, Sendable {
+        public let seconds: Double
+        public let oneLayerCPU: Double
+        public let threeLayerCPU: Double
+        public let cpuRatio: Double
         /// Three layers announced, nobody watching: the platform rested all but the middle one.
-        let restedCPU: Double
-        let switches: Int
-        let downMilliseconds: [Double]
-        let upMilliseconds: [Double]
-        let downP50Milliseconds: Double
-        let upP50Milliseconds: Double
-        let cappedDeliveredPercent: Double
-        let clearDeliveredPercent: Double
-        let playoutDelayMilliseconds: Int
+        public let restedCPU: Double
+        public let switches: Int
+        public let downMilliseconds: [Double]
+        public let upMilliseconds: [Double]
+        public let downP50Milliseconds: Double
+        public let upP50Milliseconds: Double
+        public let cappedDeliveredPercent: Double
+        public let clearDeliveredPercent: Double
+        public let playoutDelayMilliseconds: Int
     }
 
-    var seconds: Double = 8
-    var switches = 3
+    public var seconds: Double = 8
+    public var switches = 3
     /// The capped viewer's playout delay: a leg that just carries its layer queues each keyframe
     /// for up to the layer's 200 ms VBV window.
-    var playoutDelay: Duration = .milliseconds(200)
+    public var playoutDelay: Duration = .milliseconds(200)
 
-    func run() async throws -> Result {
+    public func run() async throws -> Result {
         let one = try await publisherCPU(simulcast: false, rest: nil)
         let three = try await publisherCPU(simulcast: true, rest: nil)
         let rested = try await publisherCPU(simulcast: true, rest: 1)
@@ -73,15 +72,15 @@ struct SimulcastBenchmark {
     }
 
     /// Frame widths presented by a renderer, with when, and frames counted while measuring.
-    final class Presented: Sendable {
-        let widths = Mutex<[(Int, ContinuousClock.Instant)]>([])
-        let frames = Atomic<Int>(0)
-        let counting = Atomic<Bool>(false)
+    public final class Presented: Sendable {
+        public let widths = Mutex<[(Int, ContinuousClock.Instant)]>([])
+        public let frames = Atomic<Int>(0)
+        public let counting = Atomic<Bool>(false)
 
-        var latestWidth: Int? { widths.withLock { $0.last?.0 } }
+        public var latestWidth: Int? { widths.withLock { $0.last?.0 } }
 
         /// When the first frame of `width` was presented after `instant`.
-        func first(_ width: Int, after instant: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        public func first(_ width: Int, after instant: ContinuousClock.Instant) -> ContinuousClock.Instant? {
             widths.withLock { $0.first { $0.0 == width && $0.1 >= instant }?.1 }
         }
     }
@@ -157,7 +156,7 @@ struct SimulcastBenchmark {
         return (down, up, cappedShare, clearShare)
     }
 
-    static func markdown(_ result: Result) -> String {
+    public static func markdown(_ result: Result) -> String {
         let list = { (values: [Double]) in values.map { String(format: "%.0f", $0) }.joined(separator: ", ") }
         return [
             "## Simulcast (multi-bitrate): 1280×720 30 fps test pattern, layers 1280×720 2.5 Mbit/s, 640×360 300 kbit/s, 320×180 150 kbit/s",
@@ -172,5 +171,10 @@ struct SimulcastBenchmark {
             String(format: "| frames presented over %d caps and lifts of %.0f s: capped viewer (%d ms playout delay) / clear viewer | %.1f %% / %.1f %% |",
                    result.switches, result.seconds, result.playoutDelayMilliseconds, result.cappedDeliveredPercent, result.clearDeliveredPercent),
         ].joined(separator: "\n") + "\n"
+    }
+
+    public init(seconds: Double = 8, playoutDelay: Duration = .milliseconds(200)) {
+        self.seconds = seconds
+        self.playoutDelay = playoutDelay
     }
 }

@@ -2,17 +2,17 @@ import ArgumentParser
 import Foundation
 import PCastBenchmarks
 
-// The field benchmarks of `pcast bench` (issue 40, "Into the field"): what viewers on networks
+// The field benchmarks of `pcast-bench` (issue 40, "Into the field"): what viewers on networks
 // that drop UDP cost the relay (ICE over TCP against UDP), and the HTTP listener over TLS
 // (handshakes per core, memory of idle WSS connections).
 
 extension BenchCommand {
-    /// `pcast bench ice-tcp`: relay CPU per WebRTC viewer over ICE-TCP against over UDP.
+    /// `pcast-bench ice-tcp`: relay CPU per WebRTC viewer over ICE-TCP against over UDP.
     struct IceTCP: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "ice-tcp",
             abstract: "Measure the relay's CPU per WebRTC viewer over ICE-TCP (RFC 4571 frames on its TCP port) against over UDP, at 1, 100 and 500 viewers.",
-            discussion: "Each viewer passes a STUN check and a DTLS client handshake over its transport, then receives the 2.5 Mbps stream as SRTP; loss, latency and a sample of SRTP authentications are checked as in `pcast bench fanout`."
+            discussion: "Each viewer passes a STUN check and a DTLS client handshake over its transport, then receives the 2.5 Mbps stream as SRTP; loss, latency and a sample of SRTP authentications are checked as in `pcast-bench fanout`."
         )
 
         @OptionGroup var common: BenchOptions
@@ -102,7 +102,7 @@ extension BenchCommand {
         }
     }
 
-    /// `pcast bench tls`: the HTTP listener over TLS: handshakes per core, memory of idle WSS connections.
+    /// `pcast-bench tls`: the HTTP listener over TLS: handshakes per core, memory of idle WSS connections.
     struct TLS: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "tls",
