@@ -3,6 +3,11 @@ SWIFT ?= swift
 # Seconds the demo runs; 0 runs until Ctrl-C.
 DEMO_SECONDS ?= 15
 BENCH_DIR ?= bench-results
+# Runs of each benchmark in `make bench` (the article shows each figure's spread over them), and
+# which benchmarks (empty: all of them; else `pcast-bench` names, e.g. BENCHMARKS="srtp fanout").
+BENCH_RUNS ?= 3
+BENCHMARKS ?=
+BENCH_ARTICLE = Sources/PCastNode/PCastNode.docc/BenchmarkFigures.md
 SOAK_MINUTES ?= 30
 # The product libraries, each with a DocC catalog (`make docs`).
 DOC_TARGETS = GStreamer PCastProtocol SRTP PCastMedia PCast PCastRelay PCastContracts PCastServer PCastMediaServices PCastNode
@@ -71,9 +76,9 @@ test: setup
 	# each, so RSS jumps by megabytes whenever a streaming thread lands in a fresh arena; two
 	# arenas make the figure show what is kept rather than where threads landed.
 	MALLOC_ARENA_MAX=2 $(SWIFT) test --skip-build --no-parallel $(foreach p,$(call in_groups,Leaks),--filter $(p))
-	# Another package depends on PCastKit through a tagged git URL, builds, and publishes a test
-	# pattern through this build's `pcast serve`.
-	bash scripts/example.sh
+	# The examples (Examples/*, scripts/examples.sh): the Swift ones build as another package that
+	# depends on PCastKit through a tagged git URL; each runs against this build's `pcast serve`.
+	bash scripts/examples.sh
 
 # A Debian 12 package (scripts/make-deb.sh): release pcast and the GStreamer plugin, the Swift
 # runtime bundled in /usr/lib/pcast, the systemd unit (deploy/systemd), /etc/pcast/pcast.json.
@@ -96,9 +101,19 @@ bench: setup
 	$(SWIFT) build -c release --product pcast
 	$(SWIFT) build -c release --product pcast-bench
 	$(SWIFT) build -c release --product gstpcast
-	# Every `pcast-bench` subcommand in turn, each writing <name>.json and <name>.md; `all` runs
-	# cycles in a child process with MALLOC_ARENA_MAX=2 (so RSS shows what is kept).
-	.build/release/pcast-bench all --output $(BENCH_DIR)
+	# BENCH_RUNS runs of every `pcast-bench` subcommand (or of BENCHMARKS, names separated by
+	# spaces), run N in $(BENCH_DIR)/run-N, each benchmark writing <name>.json and <name>.md; `all`
+	# runs cycles in a child process with MALLOC_ARENA_MAX=2 (so RSS shows what is kept). Then
+	# scripts/bench-article.py writes the figures article from the runs' markdown, each figure with
+	# its spread over the runs: the documentation's figures are what this wrote, never copied.
+	@failed=0; runs=; \
+	for run in $$(seq 1 $(BENCH_RUNS)); do \
+	  dir=$(BENCH_DIR)/run-$$run; rm -rf $$dir; mkdir -p $$dir; runs="$$runs $$dir"; \
+	  date -u +%Y-%m-%dT%H:%M:%SZ > $$dir/started; \
+	  .build/release/pcast-bench all --output $$dir $(foreach b,$(BENCHMARKS),--only $(b)) || failed=1; \
+	done; \
+	python3 scripts/bench-article.py $$runs > $(BENCH_ARTICLE) && echo "wrote $(BENCH_ARTICLE)"; \
+	exit $$failed
 	# Micro-benchmarks of the hot paths (Benchmarks/, ordo-one's package-benchmark): the run is kept
 	# as the baseline `latest`, written as markdown, and compared with the committed `reference`.
 	cd Benchmarks && $(SWIFT) package --allow-writing-to-package-directory benchmark baseline update latest --no-progress

@@ -86,10 +86,20 @@ extension BenchCommand {
 
         @OptionGroup var common: BenchOptions
 
+        @Option(help: "Run only this benchmark (repeat for several); all of them without it.")
+        var only: [String] = []
+
+        func validate() throws {
+            let names = Set(BenchCommand.benchmarks.map { $0.name })
+            for name in only where !names.contains(name) {
+                throw ValidationError("no benchmark \(name); there are \(names.sorted().joined(separator: ", "))")
+            }
+        }
+
         func run() async throws {
             BenchCommand.bootstrapLogging()
             var failed: [String] = []
-            for benchmark in BenchCommand.benchmarks {
+            for benchmark in BenchCommand.benchmarks where only.isEmpty || only.contains(benchmark.name) {
                 let name = benchmark.name
                 FileHandle.standardError.write(Data("pcast-bench \(name)\n".utf8))
                 do {

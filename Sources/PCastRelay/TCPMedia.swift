@@ -55,8 +55,6 @@ enum TCPMediaFlows {
 /// yet, and the bytes waiting to be written.
 /// Unchecked: input and timing belong to the I/O thread; `output` and the descriptor's writes are guarded by `outputLock`.
 final class TCPMediaConnection: @unchecked Sendable {
-    // @unchecked: `input`, `lastRead` and `remote` belong to the I/O thread; `output` (and the
-    // descriptor's writes) are guarded by `outputLock`, taken by any thread that sends.
     let id: UInt64
     let descriptor: Int32
     let remote: String

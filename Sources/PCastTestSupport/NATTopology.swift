@@ -15,7 +15,6 @@ import Foundation
 /// ``remove()`` (or release) deletes the namespaces and with them every link and rule.
 /// Unchecked: the names are immutable after creation; `removed` is guarded by `lock`.
 public final class NATTopology: @unchecked Sendable {
-    // @unchecked: the names are immutable after creation; `removed` is guarded by `lock`.
     public let router: String
     public let client: String
     public let v6only: String

@@ -178,7 +178,6 @@ public final class NetworkNamespaces: @unchecked Sendable {
 /// ``remove()`` or on release: what ``UDPFirewall`` and ``PathLoss`` are made of.
 /// Unchecked: `table` is immutable; `removed` is guarded by `lock`.
 public class OutputRules: @unchecked Sendable {
-    // @unchecked: `table` is immutable; `removed` is guarded by `lock`.
     private let table: String
     private let lock = NSLock()
     private var removed = false
@@ -213,7 +212,6 @@ public class OutputRules: @unchecked Sendable {
 /// ``remove()`` (or release) deletes the table.
 /// Unchecked: nothing of its own beyond ``OutputRules``.
 public final class UDPFirewall: OutputRules, @unchecked Sendable {
-    // @unchecked: nothing of its own beyond ``OutputRules``.
     public static func dropping(port: UInt16) throws -> UDPFirewall {
         try UDPFirewall(prefix: "pcast_udpdrop", rules: [["udp", "dport", "\(port)", "drop"], ["udp", "sport", "\(port)", "drop"]])
     }
@@ -225,7 +223,6 @@ public final class UDPFirewall: OutputRules, @unchecked Sendable {
 /// segments too, so what TCP's own retransmission costs can be measured against UDP with NACKs.
 /// Unchecked: nothing of its own beyond ``OutputRules``.
 public final class PathLoss: OutputRules, @unchecked Sendable {
-    // @unchecked: nothing of its own beyond ``OutputRules``.
     public static func losing(_ percent: Int, of transport: String, port: UInt16) throws -> PathLoss {
         guard transport == "udp" || transport == "tcp", (1...100).contains(percent) else {
             throw StandInFailure(description: "PathLoss takes udp or tcp and 1–100 %")

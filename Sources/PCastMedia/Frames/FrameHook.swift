@@ -162,8 +162,7 @@ public final class FrameHook: Sendable {
 // MARK: - Stream formats
 
 /// Raw video as the hook's pad carries it.
-/// Unchecked: immutable caps (GstCaps are not changed once shared) and a copied `VideoInfo`.
-struct VideoStream: @unchecked Sendable {
+struct VideoStream: Sendable {
     let caps: Caps
     let info: VideoInfo
     var format: PixelFormat { info.format }
@@ -191,14 +190,12 @@ struct VideoStream: @unchecked Sendable {
 }
 
 /// S16 interleaved audio as the hook's pad carries it.
-/// Unchecked: immutable caps (GstCaps are not changed once shared) and a copied `AudioInfo`.
-struct AudioStream: @unchecked Sendable {
+struct AudioStream: Sendable {
     let caps: Caps
     let info: AudioInfo
 }
 
-// Unchecked: its payloads are ``VideoStream`` and ``AudioStream`` (immutable) or a string.
-enum StreamFormat: @unchecked Sendable {
+enum StreamFormat: Sendable {
     case video(VideoStream)
     case audio(AudioStream)
     /// Frames the hook cannot read or write; `kind` when the media is raw audio or video all the same.

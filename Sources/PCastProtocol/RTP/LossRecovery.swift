@@ -286,13 +286,14 @@ public struct LossRecovery: Sendable {
             lastReorderChange = now
         } else {
             latestWasRepair = true
+            // Answered after one request: a try that worked, and a round trip to learn from.
             if entry.asks == 1 {
                 answered[extended] = (entry.noticed, now)
                 noteTry(failed: false)
-            }
-            if entry.asks == 1, let asked = entry.lastAsked {
-                let sample = now - asked
-                smoothedRoundTrip = smoothedRoundTrip.map { $0 * 0.875 + sample * 0.125 } ?? sample
+                if let asked = entry.lastAsked {
+                    let sample = now - asked
+                    smoothedRoundTrip = smoothedRoundTrip.map { $0 * 0.875 + sample * 0.125 } ?? sample
+                }
             }
         }
         return extended
