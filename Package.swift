@@ -2,14 +2,15 @@
 import PackageDescription
 
 // Layering (arrows point down only):
-//   pcast (CLI) → PCastNode, PCast, …
+//   pcast (the shipped CLI, Sources/PCastCLI) → PCastNode, PCast, …; no benchmark, no test stand-in
 //   PCastNode (composition: LocalPlatform, PlatformNode) → PCastServer, PCastRelay, PCastMediaServices
 //   PCastServer (control plane: signaling, tokens, sessions, streams, rooms, chat, HTTP, store)
 //       → PCastContracts, PCastProtocol only: no media engine, no concrete relay
 //   PCastMediaServices (ingest, RTMP push, recording) → PCast (the SDK), PCastContracts
 //   PCastRelay (SFU) → PCastContracts, PCastProtocol, SRTP, DTLS
 //   PCastContracts: what the control plane asks of the relay and the media services (RelayControl,
-//       IngestControl, RecordingControl, MediaServices), → PCastProtocol only
+//       IngestControl, RecordingControl, MediaServices, IngestURIPolicy), → PCastProtocol only; no I/O
+//       (the policy is handed name resolution and file paths by PCastMediaServices)
 //   PCast (client SDK) → PCastMedia (media engine) → GStreamer (safe Swift layer) → CGStreamerShim → CGStreamer
 //   pcast-bench (not a product: the benchmarks' command line) → PCastBenchmarks
 //   PCastBenchmarks (not a product: what `pcast-bench` runs) → PCast, PCastNode, PCastServer, PCastRelay, PCastMedia, PCastTestSupport

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the benchmark figures article from several runs of `pcast-bench all` (make bench).
 
-Each run is a folder of `<name>.md` sections, as `pcast-bench` writes them, and a `started` file
-(the run's UTC start). For every benchmark, the runs' sections are laid side by side: where a line
+Each run is a folder of `<name>.md` sections, as `pcast-bench` writes them (the file's time says
+when that run of the benchmark ended). For every benchmark, the runs' sections are laid side by side: where a line
 reads the same in every run but for its numbers, each number that differs becomes the lowest–highest
 of the runs (`12.1–14.3`); an equal number stays as it is. A line whose words differ between runs
 (a different verdict, a missing figure) is shown once per run. So every figure in the article is
@@ -10,6 +10,7 @@ what a fresh run wrote, with its spread, and none is copied by hand.
 
     bench-article.py RUN_DIR [RUN_DIR ...] > Benchmarks-figures.md
 """
+import datetime
 import os
 import re
 import sys
@@ -104,33 +105,56 @@ def merge_section(sections):
     return "\n".join(out)
 
 
+def machine():
+    """This machine, as the figures need it said: cores and CPU model."""
+    model = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {model}"
+
+
 def main(folders):
     if not folders:
         sys.exit("usage: bench-article.py RUN_DIR [RUN_DIR ...]")
     names = sorted({f[:-3] for folder in folders for f in os.listdir(folder)
                     if f.endswith(".md") and not f.startswith("micro-benchmarks")})
-    starts = []
-    for folder in folders:
-        path = os.path.join(folder, "started")
-        starts.append(open(path).read().strip() if os.path.exists(path) else "unknown")
+    stamps = [os.path.getmtime(os.path.join(folder, f)) for folder in folders
+              for f in os.listdir(folder) if f.endswith(".md")]
+    if not stamps:
+        sys.exit("no <name>.md in " + ", ".join(folders))
+
+    def utc(stamp):
+        return datetime.datetime.fromtimestamp(stamp, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     print("# Benchmark figures\n")
     print("What `make bench` measured, written by `scripts/bench-article.py` from the runs' own "
           "output; do not edit it by hand. A figure that differed between runs is shown as the "
           "lowest–highest of them; a line that differed in its words is shown once per run "
           "(\"(run 2)\"). How each benchmark measures, and its goals, are in <doc:Benchmarks>.\n")
-    print(f"{len(folders)} runs of `pcast-bench all`, started {', '.join(starts)}.\n")
+    print(f"{len(folders)} runs (`bench-results/run-N`) written between {utc(min(stamps))} and "
+          f"{utc(max(stamps))} UTC, on {machine()}.\n")
     for name in names:
         sections = []
         missing = []
+        written = []
         for index, folder in enumerate(folders, 1):
             path = os.path.join(folder, name + ".md")
             if os.path.exists(path):
                 sections.append(open(path).read())
+                stamp = datetime.datetime.fromtimestamp(os.path.getmtime(path), datetime.timezone.utc)
+                written.append(stamp.strftime("%Y-%m-%d %H:%M"))
             else:
                 missing.append(index)
         section = merge_section(sections)
         if not section.lstrip().startswith("## "):
             section = f"## {name}\n\n" + section
+        # When each run of it ended (its file's time), under its heading.
+        heading, _, body = section.partition("\n")
+        section = f"{heading}\n\n`pcast-bench {name}`, runs ended {', '.join(written)} UTC.\n{body}"
         if missing:
             section += f"\n\n`pcast-bench {name}` wrote nothing in run {', '.join(map(str, missing))} (it failed there)."
         if len(sections) < 3:

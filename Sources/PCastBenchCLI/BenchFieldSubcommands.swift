@@ -146,7 +146,7 @@ extension BenchCommand {
         }
 
         func measure() async throws {
-            var configuration = TLSListenerBenchmark.Configuration(executable: URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path)
+            var configuration = TLSListenerBenchmark.Configuration(executable: try PCastExecutable.beside().path)
             configuration.handshakeSeconds = handshakeSeconds
             configuration.handshakeThreads = handshakeThreads
             configuration.idleConnections = connections

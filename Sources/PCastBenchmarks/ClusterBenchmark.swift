@@ -211,7 +211,7 @@ public struct ClusterBenchmark {
         var lines = [
             "## Cluster: two nodes on PostgreSQL",
             "",
-            "Glass-to-glass, 720p30, playout delay \(result.playoutDelayMilliseconds) ms, interleaved runs of one publisher (medians of \(result.direct.runs) runs):",
+            "Capture → the viewer's frame-ready hook (decoded, before its \(result.playoutDelayMilliseconds) ms playout delay: what a hop adds, not the screen), 720p30, interleaved runs of one publisher (medians of \(result.direct.runs) runs):",
             "",
             "| path | frames | missing | p50 ms | p99 ms |",
             "|---|---:|---:|---:|---:|",

@@ -43,7 +43,7 @@ public struct ConnectionFloodBenchmark {
         let data = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-flood-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: data) }
         let server = Process()
-        server.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        server.executableURL = try PCastExecutable.beside()
         server.arguments = ["serve", "--secret", "bench", "--http-port", String(port), "--media-port", "0", "--no-rtmp", "--data-dir", data.path]
         server.standardOutput = FileHandle.nullDevice
         server.standardError = FileHandle.nullDevice

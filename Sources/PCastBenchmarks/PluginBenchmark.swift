@@ -60,7 +60,7 @@ public struct PluginBenchmark {
     }
 
     public func run() async throws -> Result {
-        let executable = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        let executable = try PCastExecutable.beside()
         let directory = executable.deletingLastPathComponent()
         guard FileManager.default.fileExists(atPath: directory.appendingPathComponent("libgstpcast.so").path) else {
             throw BenchFailure("libgstpcast.so is not beside \(executable.path): build it with swift build -c release --product gstpcast (make bench does)")

@@ -45,12 +45,13 @@ public struct TransportsBenchmark: Sendable {
         /// Gaps between presented frames beyond 100 ms: their total and the longest, ms.
         public var freezeMilliseconds: Double
         public var longestFreezeMilliseconds: Double
+        /// Where the viewer's adaptive playout delay (the SDK's default) ended, ms.
+        public var playoutDelayMilliseconds: Double
     }
 
     public struct Result: Sendable, Hashable, Codable {
         public var firstFrame: [FirstFrame]
         public var glassToGlass: [GlassToGlass]
-        public var playoutDelayMilliseconds: Int
     }
 
     public var firstFrameRuns: Int
@@ -69,9 +70,7 @@ public struct TransportsBenchmark: Sendable {
         for transport in ["udp", "tcp"] {
             for loss in [0, lossPercent] { glass.append(try await measureGlassToGlass(transport: transport, loss: loss)) }
         }
-        let delay = PCastOptions.defaultPlayoutDelay.components
-        return Result(firstFrame: firstFrame, glassToGlass: glass,
-                      playoutDelayMilliseconds: Int(delay.seconds * 1000 + delay.attoseconds / 1_000_000_000_000_000))
+        return Result(firstFrame: firstFrame, glassToGlass: glass)
     }
 
     // MARK: First frame in Chromium
@@ -181,6 +180,7 @@ public struct TransportsBenchmark: Sendable {
             _ = meter.take()
             try await Task.sleep(for: .seconds(seconds))
             let snapshot = meter.take()
+            let delay = renderer.playoutDelay.map { Double($0.components.seconds) * 1000 + Double($0.components.attoseconds) / 1e15 } ?? .nan
             lossRules?.remove()
             let paths = [publisher.mediaPath?.transport ?? "none", viewer.mediaPath(of: stream)?.transport ?? "none"]
             await renderer.stop()
@@ -197,7 +197,7 @@ public struct TransportsBenchmark: Sendable {
                                 deliveredPercent: snapshot.deliveredPercent,
                                 screenP50: snapshot.screenPercentile(50) ?? .nan, screenP90: snapshot.screenPercentile(90) ?? .nan,
                                 screenP99: snapshot.screenPercentile(99) ?? .nan, freezeMilliseconds: snapshot.freezeMilliseconds,
-                                longestFreezeMilliseconds: snapshot.longestFreezeMilliseconds)
+                                longestFreezeMilliseconds: snapshot.longestFreezeMilliseconds, playoutDelayMilliseconds: delay)
         } catch {
             await viewer.stop()
             await publisherSDK.stop()
@@ -229,16 +229,17 @@ extension TransportsBenchmark {
         text += """
 
             Glass to glass, SDK publisher → relay → SDK viewer (720p30 H.264), capture to the viewer's sink \
-            presenting the frame (playout delay \(result.playoutDelayMilliseconds) ms), random loss each way on the path \
-            (nftables on loopback; TCP loses segments and retransmits them itself):
+            presenting the frame at the SDK's default, adaptive playout delay (where it ended: "delay"), random \
+            loss each way on the path, the publisher's leg and the viewer's (nftables on loopback; TCP loses segments \
+            and retransmits them itself):
 
-            | transport | loss % | frames | delivered % | p50 ms | p90 ms | p99 ms | freezes ms | longest freeze ms |
-            |---|---|---|---|---|---|---|---|---|
+            | transport | loss % | frames | delivered % | p50 ms | p90 ms | p99 ms | freezes ms | longest freeze ms | delay ms |
+            |---|---|---|---|---|---|---|---|---|---|
 
             """
         for row in result.glassToGlass {
             text += "| \(row.transport) | \(row.lossPercent) | \(row.frames) | \(String(format: "%.1f", row.deliveredPercent)) | \(ms(row.screenP50)) | "
-                + "\(ms(row.screenP90)) | \(ms(row.screenP99)) | \(ms(row.freezeMilliseconds)) | \(ms(row.longestFreezeMilliseconds)) |\n"
+                + "\(ms(row.screenP90)) | \(ms(row.screenP99)) | \(ms(row.freezeMilliseconds)) | \(ms(row.longestFreezeMilliseconds)) | \(ms(row.playoutDelayMilliseconds)) |\n"
         }
         return text
     }

@@ -92,8 +92,14 @@ public struct IngestURIPolicy: Sendable, Hashable {
 
     /// Checks `uri`, resolving its host once, and returns what to pull.
     ///
+    /// The policy does no I/O: `resolve` says what a host resolves to (every address), and
+    /// `realPath` where a `file://` path leads once its symbolic links are followed (nil when it
+    /// cannot be followed, a path that does not exist). A link under ``fileDirectory`` that leads
+    /// out of it is refused.
+    ///
     /// - Throws: ``IngestURIError``.
-    public func check(_ uri: String, resolve: (String) -> [String]?) throws(IngestURIError) -> IngestTarget {
+    public func check(_ uri: String, resolve: (String) -> [String]?,
+                      realPath: (String) -> String?) throws(IngestURIError) -> IngestTarget {
         guard uri.utf8.count <= 8192, uri.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }),
               !uri.contains("\"") else {
             throw .malformed(uri)
@@ -107,7 +113,7 @@ public struct IngestURIPolicy: Sendable, Hashable {
         let afterScheme = uri[schemeEnd.upperBound...]
         guard afterScheme.hasPrefix("//") else { throw .malformed(uri) }
         let rest = afterScheme.dropFirst(2)
-        if scheme == "file" { return try checkFile(rest) }
+        if scheme == "file" { return try checkFile(rest, realPath: realPath) }
         guard schemes.contains(scheme) else { throw .schemeNotAllowed(scheme) }
 
         let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
@@ -192,7 +198,7 @@ public struct IngestURIPolicy: Sendable, Hashable {
         return (host, port)
     }
 
-    private func checkFile(_ rest: Substring) throws(IngestURIError) -> IngestTarget {
+    private func checkFile(_ rest: Substring, realPath: (String) -> String?) throws(IngestURIError) -> IngestTarget {
         guard let directory = fileDirectory else { throw .schemeNotAllowed("file") }
         // `file:///path` or `file://localhost/path`; nothing escaped, no query.
         var path = rest

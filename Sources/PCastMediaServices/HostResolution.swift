@@ -1,8 +1,17 @@
 import Glibc
 
-/// The system resolver, for ``IngestURIPolicy/check(_:resolve:)``: the policy (in the contracts,
-/// which do no I/O) is handed what a host resolves to, and checks every address.
+/// The system's answers for ``IngestURIPolicy/check(_:resolve:realPath:)``: the policy (in the
+/// contracts, which do no I/O) is handed what a host resolves to and where a file path leads, and
+/// checks them.
 enum HostResolution {
+    /// Where `path` leads with every symbolic link followed (`realpath(3)`), or nil when it cannot
+    /// be followed (no such file).
+    static func realPath(of path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
     /// Every address `host` resolves to (IPv4 and IPv6, numeric), or nil.
     static func addresses(of host: String) -> [String]? {
         var hints = addrinfo()

@@ -45,11 +45,21 @@ import Testing
         #expect(imports["PCastContracts"] != nil)
     }
 
-    @Test("the contracts depend on the wire formats only")
+    @Test("the contracts depend on the wire formats only, and do no I/O: no files, sockets, name resolution or processes")
     func contracts() throws {
         for (module, file) in try Self.imports(of: "PCastContracts") where !["Foundation", "PCastProtocol", "Synchronization"].contains(module) {
             Issue.record("PCastContracts imports \(module) (in \(file))")
         }
+        let root = Self.sources.appendingPathComponent("PCastContracts")
+        let io = ["FileManager", "resolvingSymlinksInPath", "realpath(", "getaddrinfo", "gethostbyname", "URLSession",
+                  "contentsOf:", "fopen(", "Process(", "posix_spawn", "Data(contentsOf", "socket(AF", "connect("]
+        var scanned = 0
+        for file in try FileManager.default.subpathsOfDirectory(atPath: root.path) where file.hasSuffix(".swift") {
+            scanned += 1
+            let text = try String(contentsOf: root.appendingPathComponent(file), encoding: .utf8)
+            for call in io where text.contains(call) { Issue.record("PCastContracts/\(file) does I/O: \(call)") }
+        }
+        #expect(scanned >= 4, "\(scanned) files scanned")
     }
 
     @Test("the one-shot HTTP client depends on NIO and NIOSSL only, so both the SDK and the control plane can use it")

@@ -23,6 +23,34 @@ extension ManyClients {
             }
         }
 
+        /// A file system without symbolic links, for URIs that are not `file://`.
+        static func noLinks(_ path: String) -> String? { path }
+
+        @Test("a file:// path is allowed only inside the ingest directory, both as written and where its symbolic links lead: a link under it to /etc is refused")
+        func ingestFilesStayInTheirDirectory() throws {
+            var policy = IngestURIPolicy()
+            #expect(throws: IngestURIError.schemeNotAllowed("file")) { try policy.check("file:///media/clip.mp4", resolve: Self.resolver, realPath: Self.noLinks) }
+            policy.fileDirectory = "/media"
+            // /media/evil → /etc/passwd, /media/moved → /media/archive/clip.mp4, /media/gone: no such file.
+            let links: (String) -> String? = { path in
+                switch path {
+                case "/media/evil": return "/etc/passwd"
+                case "/media/moved": return "/media/archive/clip.mp4"
+                case "/media/gone": return nil
+                default: return path
+                }
+            }
+            #expect(try policy.check("file:///media/clip.mp4", resolve: Self.resolver, realPath: links).uri == "file:///media/clip.mp4")
+            #expect(try policy.check("file://localhost/media/moved", resolve: Self.resolver, realPath: links).uri == "file:///media/archive/clip.mp4")
+            #expect(try policy.check("file:///media/gone", resolve: Self.resolver, realPath: links).uri == "file:///media/gone")
+            for uri in ["file:///media/evil", "file:///etc/passwd", "file:///media/../etc/passwd", "file:///mediaX/clip.mp4", "file:///media/a%2e%2e/x"] {
+                #expect(throws: IngestURIError.self, "\(uri) was accepted") { try policy.check(uri, resolve: Self.resolver, realPath: links) }
+            }
+            // The directory itself behind a link: paths as written under it, leading under where it leads.
+            let movedRoot: (String) -> String? = { $0.hasPrefix("/media") ? "/mnt/disk" + $0.dropFirst("/media".count) : $0 }
+            #expect(try policy.check("file:///media/clip.mp4", resolve: Self.resolver, realPath: movedRoot).uri == "file:///mnt/disk/clip.mp4")
+        }
+
         @Test("URIs that parsers read differently, credentials, fragments, odd numeric hosts and every special-purpose range are refused")
         func ingestURIsThatMisleadParsers() {
             let policy = IngestURIPolicy()
@@ -41,7 +69,7 @@ extension ManyClients {
                 "http://media.example/x y", "http://media.example/\"x", "gopher://media.example/", "file:///etc/passwd",
             ]
             for uri in refused {
-                #expect(throws: IngestURIError.self, "\(uri) was accepted") { try policy.check(uri, resolve: Self.resolver) }
+                #expect(throws: IngestURIError.self, "\(uri) was accepted") { try policy.check(uri, resolve: Self.resolver, realPath: Self.noLinks) }
             }
         }
 
@@ -53,23 +81,23 @@ extension ManyClients {
                 resolutions.increment()
                 return Self.resolver(host)
             }
-            let http = try policy.check("http://media.example:8000/clip.mp4?a=b&c=%20", resolve: counting)
+            let http = try policy.check("http://media.example:8000/clip.mp4?a=b&c=%20", resolve: counting, realPath: Self.noLinks)
             #expect(http.uri == "http://93.184.216.34:8000/clip.mp4?a=b&c=%20")
             #expect(http.hostHeader == "media.example:8000")
             #expect(http.pinnedAddress == "93.184.216.34")
             #expect(resolutions.value == 1, "resolved once")
-            let rtsp = try policy.check("RTSP://Media.Example/live", resolve: Self.resolver)
+            let rtsp = try policy.check("RTSP://Media.Example/live", resolve: Self.resolver, realPath: Self.noLinks)
             #expect(rtsp.uri == "rtsp://93.184.216.34/live")
             #expect(rtsp.hostHeader == nil)
-            let tls = try policy.check("https://media.example/clip.mp4", resolve: Self.resolver)
+            let tls = try policy.check("https://media.example/clip.mp4", resolve: Self.resolver, realPath: Self.noLinks)
             #expect(tls.uri == "https://media.example/clip.mp4")
             #expect(tls.pinnedAddress == nil)
-            let v6 = try policy.check("http://[2606:4700::1111]:81/x", resolve: Self.resolver)
+            let v6 = try policy.check("http://[2606:4700::1111]:81/x", resolve: Self.resolver, realPath: Self.noLinks)
             #expect(v6.uri == "http://[2606:4700::1111]:81/x")
             var allowing = IngestURIPolicy()
             allowing.allowedHosts = ["127.0.0.1"]
-            #expect(try allowing.check("http://127.0.0.1:9/x.mp4", resolve: Self.resolver).uri == "http://127.0.0.1:9/x.mp4")
-            #expect(throws: IngestURIError.self) { try allowing.check("http://127.0.0.2:9/x.mp4", resolve: Self.resolver) }
+            #expect(try allowing.check("http://127.0.0.1:9/x.mp4", resolve: Self.resolver, realPath: Self.noLinks).uri == "http://127.0.0.1:9/x.mp4")
+            #expect(throws: IngestURIError.self) { try allowing.check("http://127.0.0.2:9/x.mp4", resolve: Self.resolver, realPath: Self.noLinks) }
         }
 
         // MARK: Publish scope and recordings
