@@ -149,8 +149,10 @@ def main(folders):
                 written.append(stamp.strftime("%Y-%m-%d %H:%M"))
             else:
                 missing.append(index)
-        section = merge_section(sections)
-        if not section.lstrip().startswith("## "):
+        # The article's only top heading is its title: a section's own "# " becomes "## ".
+        section = "\n".join("#" + line if line.startswith("# ") else line
+                             for line in merge_section(sections).split("\n")).lstrip("\n")
+        if not section.startswith("## "):
             section = f"## {name}\n\n" + section
         # When each run of it ended (its file's time), under its heading.
         heading, _, body = section.partition("\n")

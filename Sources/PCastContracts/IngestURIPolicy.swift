@@ -207,8 +207,15 @@ public struct IngestURIPolicy: Sendable, Hashable {
             throw .pathNotAllowed(String(path))
         }
         let root = URL(fileURLWithPath: directory).standardizedFileURL.path
-        let resolved = URL(fileURLWithPath: String(path)).standardizedFileURL.resolvingSymlinksInPath().path
-        guard resolved == root || resolved.hasPrefix(root.hasSuffix("/") ? root : root + "/") else { throw .pathNotAllowed(String(path)) }
+        let written = URL(fileURLWithPath: String(path)).standardizedFileURL.path
+        // Both the path as written and where its links lead must be inside: a link under the
+        // directory to /etc is refused, and so is a path outside it whatever it leads to.
+        func inside(_ candidate: String, _ folder: String) -> Bool {
+            candidate == folder || candidate.hasPrefix(folder.hasSuffix("/") ? folder : folder + "/")
+        }
+        let resolved = realPath(written) ?? written
+        let resolvedRoot = realPath(root) ?? root
+        guard inside(written, root), inside(resolved, root) || inside(resolved, resolvedRoot) else { throw .pathNotAllowed(String(path)) }
         return IngestTarget(scheme: "file", host: "", port: nil, pinnedAddress: nil, uri: "file://\(resolved)", hostHeader: nil)
     }
 
