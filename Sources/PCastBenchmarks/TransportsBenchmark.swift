@@ -180,7 +180,7 @@ public struct TransportsBenchmark: Sendable {
             _ = meter.take()
             try await Task.sleep(for: .seconds(seconds))
             let snapshot = meter.take()
-            let delay = renderer.playoutDelay.map { Double($0.components.seconds) * 1000 + Double($0.components.attoseconds) / 1e15 } ?? .nan
+            let delay = renderer.playoutDelay.map { $0.seconds * 1000 } ?? .nan
             lossRules?.remove()
             let paths = [publisher.mediaPath?.transport ?? "none", viewer.mediaPath(of: stream)?.transport ?? "none"]
             await renderer.stop()
