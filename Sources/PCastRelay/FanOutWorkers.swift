@@ -3,16 +3,6 @@ import Glibc
 import SRTP
 import Synchronization
 
-/// An authenticated plain publisher packet of the current receive batch, waiting to be fanned out.
-struct PendingPacket {
-    let stream: Int
-    let track: Int
-    let video: Bool
-    let packet: [UInt8]
-    /// When it arrived (ns).
-    let arrival: UInt64
-}
-
 /// What one subscriber's copy of a packet gets: another sequence number (its numbering), and for a
 /// simulcast layer the SSRC the viewer knows the video by.
 struct PacketRewrite {

@@ -101,8 +101,6 @@ final class RelayEngine: @unchecked Sendable {
     private var bytesIn: UInt64 = 0
     private var packetsOut: UInt64 = 0
     private var bytesOut: UInt64 = 0
-    private var srtpFailures: UInt64 = 0
-    private var duplicates: UInt64 = 0
     var unknownPackets: UInt64 = 0
     private var sendFailures: UInt64 = 0
     private var segmentedDatagrams: UInt64 = 0
@@ -357,27 +355,29 @@ final class RelayEngine: @unchecked Sendable {
         c.bytesIn.store(bytesIn, ordering: .relaxed)
         c.packetsOut.store(packetsOut, ordering: .relaxed)
         c.bytesOut.store(bytesOut, ordering: .relaxed)
-        c.srtpFailures.store(srtpFailures, ordering: .relaxed)
-        c.duplicates.store(duplicates, ordering: .relaxed)
-        c.unknownPackets.store(unknownPackets, ordering: .relaxed)
+        let routed = router.counters
+        c.srtpFailures.store(routed.srtpFailures, ordering: .relaxed)
+        c.duplicates.store(routed.duplicates, ordering: .relaxed)
+        // The engine's own (datagrams it could not read, DTLS from nobody) and the router's.
+        c.unknownPackets.store(unknownPackets &+ routed.unknownPackets, ordering: .relaxed)
         c.sendFailures.store(sendFailures, ordering: .relaxed)
-        c.nacksServed.store(router.counters.nacksServed, ordering: .relaxed)
-        c.nacksMissed.store(router.counters.nacksMissed, ordering: .relaxed)
-        c.keyframeRequests.store(router.counters.keyframeRequests, ordering: .relaxed)
-        c.videoSuspensions.store(router.counters.videoSuspensions, ordering: .relaxed)
-        c.videoProbes.store(router.counters.videoProbes, ordering: .relaxed)
-        c.videoResumptions.store(router.counters.videoResumptions, ordering: .relaxed)
-        c.rembsSent.store(router.counters.rembsSent, ordering: .relaxed)
-        c.nacksForwarded.store(router.counters.nacksForwarded, ordering: .relaxed)
-        c.gapRequests.store(router.counters.gapRequests, ordering: .relaxed)
-        c.upstreamRetransmissions.store(router.counters.upstreamRetransmissions, ordering: .relaxed)
+        c.nacksServed.store(routed.nacksServed, ordering: .relaxed)
+        c.nacksMissed.store(routed.nacksMissed, ordering: .relaxed)
+        c.keyframeRequests.store(routed.keyframeRequests, ordering: .relaxed)
+        c.videoSuspensions.store(routed.videoSuspensions, ordering: .relaxed)
+        c.videoProbes.store(routed.videoProbes, ordering: .relaxed)
+        c.videoResumptions.store(routed.videoResumptions, ordering: .relaxed)
+        c.rembsSent.store(routed.rembsSent, ordering: .relaxed)
+        c.nacksForwarded.store(routed.nacksForwarded, ordering: .relaxed)
+        c.gapRequests.store(routed.gapRequests, ordering: .relaxed)
+        c.upstreamRetransmissions.store(routed.upstreamRetransmissions, ordering: .relaxed)
         c.webRTCPeers.store(webrtc.count, ordering: .relaxed)
         c.stunRefusals.store(stunRefusals, ordering: .relaxed)
         c.dtlsFailures.store(dtlsFailures, ordering: .relaxed)
         c.sharedFanOuts.store(workers?.shared ?? 0, ordering: .relaxed)
         c.segmentedDatagrams.store(segmentedDatagrams, ordering: .relaxed)
-        c.layerSwitches.store(router.counters.layerSwitches, ordering: .relaxed)
-        c.nacksThrottled.store(router.counters.nacksThrottled, ordering: .relaxed)
+        c.layerSwitches.store(routed.layerSwitches, ordering: .relaxed)
+        c.nacksThrottled.store(routed.nacksThrottled, ordering: .relaxed)
         if router.layersChanged {
             let taken = router.takeLayers()
             layers.withLock { $0 = taken.viewers }
@@ -406,11 +406,6 @@ final class RelayEngine: @unchecked Sendable {
 
     // MARK: Packets (I/O thread)
 
-    @inline(__always)
-    private func bigEndian32(_ data: UnsafeRawBufferPointer, _ offset: Int) -> UInt32 {
-        UInt32(data[offset]) << 24 | UInt32(data[offset + 1]) << 16 | UInt32(data[offset + 2]) << 8 | UInt32(data[offset + 3])
-    }
-
     private func handleDatagram(_ index: Int, now: UInt64) {
         packetsIn &+= 1
         bytesIn &+= UInt64(receive.length(index))
@@ -422,7 +417,8 @@ final class RelayEngine: @unchecked Sendable {
     }
 
     /// One packet from `source`: a datagram, or a frame of a TCP connection (its address from
-    /// ``TCPMediaFlows``); handled alike.
+    /// ``TCPMediaFlows``); handled alike. STUN and DTLS go to the WebRTC peers, RTP and RTCP to
+    /// the router, whose answer is carried out: a publisher packet waits for the batch's fan-out.
     private func handleDatagram(_ data: UnsafeRawBufferPointer, from source: RelayAddress, now: UInt64) {
         guard !data.isEmpty else {
             unknownPackets &+= 1
@@ -432,113 +428,14 @@ final class RelayEngine: @unchecked Sendable {
         switch data[0] {
         case 0...3:
             handleSTUN(data, from: source, now: now)
-            return
         case 20...63:
             handleDTLS(data, from: source, now: now)
-            return
         default:
-            break
-        }
-        guard data.count >= 8, data[0] & 0xC0 == 0x80 else {
-            unknownPackets &+= 1
-            return
-        }
-        // RFC 5761 §4: payload types 192–223 in the second byte are RTCP.
-        let payloadType = data[1]
-        if payloadType >= 192 && payloadType <= 223 {
-            // A WebRTC viewer's RTCP carries its own SSRCs: it is known by its address.
-            if let peer = webrtc.peer(at: source), peer.connected, peer.setup.subscriberId != nil,
-               let rtcpSSRC = peer.setup.rtcpSSRC, let stream = router.handle(streamId: peer.setup.streamId) {
-                subscriberRTCP(data, route: .subscriber(stream: stream, rtcpSSRC: rtcpSSRC), stream: stream, rtcpSSRC: rtcpSSRC, from: source, now: now)
-                return
-            }
-            guard let route = router.route(ssrc: bigEndian32(data, 4)) else {
-                unknownPackets &+= 1
-                return
-            }
-            switch route {
-            case .track(let stream, _): publisherRTCP(data, route: route, stream: stream, from: source, now: now)
-            case .subscriber(let stream, let rtcpSSRC): subscriberRTCP(data, route: route, stream: stream, rtcpSSRC: rtcpSSRC, from: source, now: now)
-            }
-        } else {
-            guard data.count >= RTPPacketLayout.fixedHeaderLength else {
-                unknownPackets &+= 1
-                return
-            }
-            let ssrc = bigEndian32(data, 8)
-            if case .track(let stream, let track)? = router.route(ssrc: ssrc) {
-                publisherRTP(data, route: .track(stream: stream, track: track), from: source, now: now)
-            } else if let (stream, track) = simulcastLayer(of: data, from: source) {
-                publisherRTP(data, route: .track(stream: stream, track: track), from: source, now: now, binding: ssrc)
-            } else {
-                unknownPackets &+= 1
-            }
-        }
-    }
-
-    /// The simulcast layer a WebRTC publisher's packet from an SSRC not yet known belongs to, by
-    /// the RID in its header extension (read before SRTP: headers are authenticated, not
-    /// encrypted; the binding waits for the packet to authenticate).
-    private func simulcastLayer(of data: UnsafeRawBufferPointer, from source: RelayAddress) -> (stream: Int, track: Int)? {
-        guard let peer = webrtc.peer(at: source), peer.connected, peer.setup.subscriberId == nil,
-              let id = peer.setup.parameters.rtpStreamIDExtension,
-              let layout = try? RTPPacketLayout(parsing: data), let rid = layout.extensionElement(id, in: data),
-              let stream = router.handle(streamId: peer.setup.streamId),
-              let track = router.layerTrack(stream: stream, rid: String(decoding: data[rid], as: UTF8.self))
-        else { return nil }
-        return (stream, track)
-    }
-
-    private func publisherRTP(_ data: UnsafeRawBufferPointer, route: RelayRoute, from source: RelayAddress, now: UInt64,
-                              binding wireSSRC: UInt32? = nil) {
-        guard case .track(let stream, let track) = route, let crypto = router.publisherContext(stream: stream) else { return }
-        var packet = [UInt8](data)
-        do throws(SRTPError) { try crypto.inbound.unprotect(&packet) } catch {
-            // A packet that authenticates but was had before is a duplicate (an origin's
-            // retransmission crossing the original, a network's copy), not a forgery.
-            guard error == .replayed else {
-                srtpFailures &+= 1
-                return
-            }
-            duplicates &+= 1
-            // Its header is in the clear: the copy of a packet asked for tells the relay's
-            // recovery that the first to come was the packet itself, overtaken on the way.
-            if packet.count >= RTPPacketLayout.fixedHeaderLength,
-               let action = router.publisherDuplicate(stream: stream, track: track, sequenceNumber: UInt16(packet[2]) << 8 | UInt16(packet[3]), now: now) {
-                perform([action])
-            }
+            perform(router.receive(datagram: data, from: source, now: now, peer: webrtc.peer(at: source)?.source))
+            // A gap makes a NACK due after the reordering allowance: the timer must wake for it (it
+            // waited for the next report or subscriber RTCP, up to 100 ms late).
             nextTick = min(nextTick, router.nextDeadline)
-            return
         }
-        if let wireSSRC { router.bindWireSSRC(stream: stream, track: track, ssrc: wireSSRC) }
-        router.authenticated(route, from: source)
-        crypto.lastHeard.store(now, ordering: .relaxed)
-        if crypto.stripsHeaderExtensions {
-            RTPRewrite.stripHeaderExtension(&packet)
-            // A WebRTC simulcast layer goes on under the SSRC it was declared with.
-            if let declared = router.declaredSSRC(stream: stream, track: track) {
-                packet.withUnsafeMutableBytes { $0.storeBytes(of: declared.bigEndian, toByteOffset: 8, as: UInt32.self) }
-            }
-        }
-        let layout: RTPPacketLayout
-        do { layout = try RTPPacketLayout(parsing: packet) } catch {
-            unknownPackets &+= 1
-            return
-        }
-        if let remb = router.publisherRTP(
-            stream: stream, track: track, packet: packet, sequenceNumber: layout.sequenceNumber,
-            timestamp: layout.timestamp, now: now) {
-            perform([remb])
-        }
-        // A gap makes a NACK due after the reordering allowance: the timer must wake for it (it
-        // waited for the next report or subscriber RTCP, up to 100 ms late).
-        nextTick = min(nextTick, router.nextDeadline)
-        // On an edge, a retransmission it asked the origin for goes to those who asked only.
-        if let answers = router.answerRequested(stream: stream, track: track, sequenceNumber: layout.sequenceNumber, packet: packet) {
-            perform(answers)
-            return
-        }
-        pending.append(PendingPacket(stream: stream, track: track, video: router.isVideo(stream: stream, track: track), packet: packet, arrival: now))
     }
 
     /// Re-protects the batch's publisher packets for every reachable subscriber, straight into
@@ -596,65 +493,11 @@ final class RelayEngine: @unchecked Sendable {
         pending.removeAll(keepingCapacity: true)
     }
 
-    private func publisherRTCP(_ data: UnsafeRawBufferPointer, route: RelayRoute, stream: Int, from source: RelayAddress, now: UInt64) {
-        guard let crypto = router.publisherContext(stream: stream) else { return }
-        var packet = [UInt8](data)
-        do { try crypto.inbound.unprotectRTCP(&packet) } catch {
-            srtpFailures &+= 1
-            return
-        }
-        router.authenticated(route, from: source)
-        // A WebRTC simulcast layer's reports go on under the SSRC it was declared with.
-        for (wire, declared) in router.wireSSRCs(stream: stream) { RTPRewrite.replaceSenderSSRC(&packet, wire, with: declared) }
-        let compound: RTCPCompoundPacket
-        do { compound = try RTCPCompoundPacket(parsing: packet) } catch {
-            unknownPackets &+= 1
-            return
-        }
-        guard router.publisherRTCP(stream: stream, packets: compound.packets, now: now) else { return }
-        let fd = socket.descriptor
-        let sender = UInt32(packet[4]) << 24 | UInt32(packet[5]) << 16 | UInt32(packet[6]) << 8 | UInt32(packet[7])
-        router.forEachReachableSlot(of: stream) { slot, crypto, address, _ in
-            var copy = packet
-            switch router.rtcpForwarding(stream: stream, slot: slot, senderSSRC: sender) {
-            case .unchanged: break
-            case .rewritten(let ssrc): RTPRewrite.replaceSenderSSRC(&copy, sender, with: ssrc)
-            case .dropped: return
-            }
-            do {
-                try crypto.outbound.protectRTCP(&copy)
-                send.append(copy, to: address, descriptor: fd)
-            } catch {
-                sendFailures &+= 1
-            }
-        }
-    }
-
-    private func subscriberRTCP(
-        _ data: UnsafeRawBufferPointer, route: RelayRoute, stream: Int, rtcpSSRC: UInt32, from source: RelayAddress, now: UInt64
-    ) {
-        guard let crypto = router.subscriberContext(stream: stream, rtcpSSRC: rtcpSSRC) else { return }
-        var packet = [UInt8](data)
-        do { try crypto.inbound.unprotectRTCP(&packet) } catch {
-            srtpFailures &+= 1
-            return
-        }
-        crypto.lastHeard.store(now, ordering: .relaxed)
-        perform(router.authenticated(route, from: source, now: now))
-        let compound: RTCPCompoundPacket
-        do { compound = try RTCPCompoundPacket(parsing: packet) } catch {
-            unknownPackets &+= 1
-            return
-        }
-        perform(router.subscriberRTCP(stream: stream, rtcpSSRC: rtcpSSRC, packets: compound.packets, now: now))
-        nextTick = min(nextTick, router.nextDeadline)
-    }
-
     func perform(_ actions: [RelayAction<FlowCrypto>]) {
         let fd = socket.descriptor
         for action in actions {
             switch action {
-            case .toPublisher(let crypto, let address, let rtcp):
+            case .toPublisher(let crypto, let address, let rtcp), .toSubscriber(let crypto, let address, let rtcp):
                 var packet = rtcp
                 do {
                     try crypto.outbound.protectRTCP(&packet)
@@ -664,6 +507,8 @@ final class RelayEngine: @unchecked Sendable {
                 }
             case .retransmit(let crypto, let address, let rtp):
                 send.protectAndQueue(rtp, rewrite: nil, crypto: crypto, to: address, descriptor: fd)
+            case .forward(let packet):
+                pending.append(packet)
             }
         }
     }

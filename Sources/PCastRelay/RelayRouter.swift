@@ -71,12 +71,29 @@ struct UpstreamLeg: Sendable, Equatable {
     var ssrc: UInt32
 }
 
+/// A stream in the router: given when it is added, and worth nothing once it is removed (every
+/// lookup by it then finds nothing). Integers, so the per-packet path hashes no strings.
+struct StreamHandle: Hashable, Sendable, CustomStringConvertible {
+    let value: Int
+    var description: String { "stream #\(value)" }
+}
+
 /// How the relay finds a flow from the SSRC in a packet's clear header.
 enum RelayRoute: Sendable, Equatable {
     /// A publisher's media SSRC (its RTP, and its RTCP whose sender SSRC is that SSRC).
-    case track(stream: Int, track: Int)
+    case track(stream: StreamHandle, track: Int)
     /// A subscriber's relay-assigned RTCP sender SSRC.
-    case subscriber(stream: Int, rtcpSSRC: UInt32)
+    case subscriber(stream: StreamHandle, rtcpSSRC: UInt32)
+}
+
+/// An authenticated plain publisher packet, to be sent to the stream's subscribers.
+struct PendingPacket: Equatable {
+    let stream: StreamHandle
+    let track: Int
+    let video: Bool
+    let packet: [UInt8]
+    /// When it arrived (ns).
+    let arrival: UInt64
 }
 
 /// Something the I/O side must send. Contexts are the flows' SRTP sessions in the real relay and
@@ -86,7 +103,15 @@ enum RelayAction<Context> {
     case toPublisher(Context, RelayAddress, rtcp: [UInt8])
     /// A cached RTP packet re-sent to the one subscriber that NACKed it.
     case retransmit(Context, RelayAddress, rtp: [UInt8])
+    /// A publisher's RTCP (its sender reports) on its way to one subscriber.
+    case toSubscriber(Context, RelayAddress, rtcp: [UInt8])
+    /// A publisher's RTP packet to send to the stream's subscribers; the I/O side gathers a
+    /// batch's worth and fans them out together, asking the router about each subscriber whose
+    /// copy is not the packet as it is (see ``RelayRouter/forwardVideo(stream:track:slot:packet:now:)``).
+    case forward(PendingPacket)
 }
+
+extension RelayAction: Equatable where Context: Equatable {}
 
 /// What happens to a publisher's RTCP compound on its way to one subscriber.
 enum RTCPForwarding: Equatable {
@@ -109,7 +134,6 @@ enum VideoForwarding: Equatable {
     case dropped
 }
 
-extension RelayAction: Equatable where Context: Equatable {}
 
 /// Counters the router keeps; the I/O side publishes them.
 struct RouterCounters: Sendable, Equatable {
@@ -139,19 +163,30 @@ struct RouterCounters: Sendable, Equatable {
     /// Retransmissions not sent because they would have taken more than a subscriber's share of
     /// its estimated downlink (a congested leg whose NACKs would feed its congestion).
     var nacksThrottled: UInt64 = 0
+    /// Packets ``RelayRouter/receive(datagram:from:now:peer:)`` took for no flow: not RTP or RTCP,
+    /// an SSRC it does not route, a header it cannot parse.
+    var unknownPackets: UInt64 = 0
+    /// Packets of a known flow that did not authenticate (forged, corrupted, another key).
+    var srtpFailures: UInt64 = 0
+    /// Publisher packets that authenticated but had come before (SRTP's replay check).
+    var duplicates: UInt64 = 0
 }
 
 /// The relay's routing, caching, keyframe throttling and report aggregation, without sockets or
 /// crypto: one thread owns it, feeds it events and carries out what it returns.
 ///
-/// Streams are addressed by an integer handle so the per-packet path hashes integers, not strings.
+/// Every packet comes in by one call, ``receive(datagram:from:now:peer:)`` (in
+/// `RelayRouter+Receive.swift`), which routes it by its SSRC, authenticates it with its flow's
+/// keys and returns what to send; the control calls add and remove flows; ``tick(now:)`` runs the
+/// timers. Streams are held by a ``StreamHandle``; each call looks its stream up once and hands
+/// the work to the stream (``Stream``), whose methods see only their own stream and the
+/// ``RouterState`` every stream shares (settings, counters, events, deadlines).
 ///
-/// One concern a file: flows and packet routing here; the publisher's side (its packets, gaps on
-/// its leg, the uplink estimate) in `RelayRouter+Publisher.swift`; RTCP from publishers and
-/// subscribers in `RelayRouter+Feedback.swift`; keyframe requests and timers in
-/// `RelayRouter+Timers.swift`; simulcast layers in `RelayRouter+Simulcast.swift`. Its state is
-/// internal rather than private so those extensions can use it; nothing outside the router
-/// writes it (`RelayEngine` reads `streams` and `counters`).
+/// One concern a file: flows and the calls into a stream here; the stream's own state and its
+/// forwarding in `RelayStream.swift`; its publisher's side (its packets, gaps on its leg, the
+/// uplink estimate) in `RelayStream+Publisher.swift`; RTCP from publishers and subscribers in
+/// `RelayStream+Feedback.swift`; keyframe requests and reports in `RelayStream+Keyframes.swift`;
+/// simulcast layers in `RelayStream+Simulcast.swift`; the timers in `RelayRouter+Timers.swift`.
 ///
 /// ```swift
 /// var router = RelayRouter<Int>(settings: RouterSettings(relaySSRC: 9), now: 0)
@@ -159,163 +194,44 @@ struct RouterCounters: Sendable, Equatable {
 /// let actions = router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 77, context: 2, now: 0)
 /// ```
 struct RelayRouter<Context> {
-    struct Flow {
-        var context: Context
-        /// Learned from the flow's first authenticated packet; nil until then.
-        var address: RelayAddress?
-    }
-
-    struct Track {
-        let description: MediaTrackDescription
-        let cache: PacketCache
-        var reception: ReceptionStatistics
-        /// Video tracks only.
-        var throttle: KeyframeThrottle?
-        var firSequence: UInt8 = 0
-        /// What the relay itself lost of this track over its latest report interval (0...1).
-        var publisherLegLoss: Double = 0
-        /// Video tracks only: the uplink estimate told to the publisher in REMB.
-        var estimator: ArrivalEstimator?
-        /// The latest sequence number fanned out (to every subscriber forwarded as it is).
-        var lastForwarded: UInt16?
-        /// What is missing of the track upstream, and when to ask for it.
-        var recovery: LossRecovery
-        /// Packets asked upstream (of the origin by an edge, of the publisher by an origin), by
-        /// sequence number, with who waits for them (an edge sends each its answer; an origin fans
-        /// the answer out and lets the entry expire).
-        var requested: [UInt16: Requested] = [:]
-        /// A simulcast encoding: its index among the stream's layers (0 is the best).
-        var layer: Int?
-        /// The SSRC the publisher actually sends the track with: its declared one, except for a
-        /// WebRTC simulcast layer, declared by the platform and bound to the browser's own SSRC
-        /// when its RID first arrives (``RelayRouter/bindWireSSRC(stream:track:ssrc:)``). Feedback
-        /// to the publisher names this one; everything downstream sees the declared one.
-        var wireSSRC: UInt32
-        /// A simulcast layer's measured rate.
-        var meter = RateMeter()
-        /// H.264 video: a joining subscriber's keyframe is looked for in its cache.
-        let isH264: Bool
-        /// H.264 whose keyframes have come with their parameter sets: a joining viewer's video
-        /// starts at them (see ``Subscriber/awaitingKeyframe``).
-        var sendsParameterSets = false
-
-        init(description: MediaTrackDescription, cache: PacketCache, reception: ReceptionStatistics,
-             throttle: KeyframeThrottle?, estimator: ArrivalEstimator?, recovery: LossRecovery) {
-            self.description = description
-            self.recovery = recovery
-            self.cache = cache
-            self.reception = reception
-            self.throttle = throttle
-            self.estimator = estimator
-            wireSSRC = description.ssrc
-            isH264 = description.kind == .video && description.codec.uppercased() == "H264"
-        }
-    }
-
-    /// A retransmission asked upstream (see ``Track/requested``).
-    struct Requested {
-        var until: UInt64
-        /// Each waiting subscriber's RTCP SSRC and the sequence number it NACKed (its numbering),
-        /// and for a simulcast viewer the SSRC it knows the video by.
-        var waiters: [(rtcpSSRC: UInt32, sequence: UInt16, ssrc: UInt32?)]
-    }
-
-    struct SubscriberReport: Equatable {
-        var block: RTCPReportBlock
-        var arrival: UInt64
-    }
-
-    struct Subscriber {
-        let id: String
-        let rtcpSSRC: UInt32
-        var flow: Flow
-        /// When it was added: a keyframe that came after was asked for it (see `addSubscriber`).
-        var joined: UInt64 = 0
-        /// Whether the publisher's address was known when it joined, so its join keyframe was
-        /// asked for then; if not, it is asked when the subscriber is first heard from.
-        var keyframeAskedAtJoin = false
-        /// A viewer of H.264 video that has not yet been sent a keyframe, and when one was last
-        /// asked for it: its video starts at the parameter sets sent with one. What comes before
-        /// cannot be decoded, and a receiver that gets it (or a keyframe without its parameter
-        /// sets) asks for another keyframe at once.
-        var awaitingKeyframe: UInt64?
-        /// Whether its video was held for a keyframe when it joined (see ``awaitingKeyframe``):
-        /// then its keyframe requests in its first ``RelayRouter/joinKeyframeWait`` are the ones a
-        /// receiver makes as it starts, and the keyframe asked for its join answers them.
-        var heldAtJoin = false
-        /// When its join keyframe was sent (see ``RelayRouter/joinRequestGrace``).
-        var joinKeyframeSent: UInt64?
-        /// Latest report block per publisher SSRC.
-        var reports: [UInt32: SubscriberReport] = [:]
-        /// Its audio-only fallback, on streams with audio and video (never on an edge: its viewers
-        /// have their own at the edge).
-        var gate: VideoGate?
-        /// An edge relay pulling the stream (a cascade), not a viewer.
-        var isEdge = false
-        /// An edge's latest REMB (bits per second) and when it came: its estimate of the leg.
-        var edgeEstimate: (bitrate: UInt64, arrival: UInt64)?
-        /// Its layer of a simulcast video (viewers of a stream with layers; never an edge, which
-        /// takes every layer and chooses for its own viewers).
-        var simulcast: SimulcastViewer?
-        /// What its retransmissions may still use of its downlink (see ``RetransmissionBudget``).
-        var resends = RetransmissionBudget()
-
-        /// Whether its report on `track` counts towards what the publisher is told: not for video
-        /// it is not being sent (held back or probed), nor a loss at which it falls back to audio
-        /// only (that viewer's leg is the problem, not the encoding).
-        func counts(_ report: SubscriberReport, on track: Track) -> Bool {
-            // A simulcast viewer's losses choose its layer; the encodings stay as they are.
-            guard track.layer == nil || isEdge else { return false }
-            guard track.throttle != nil, let gate else { return true }
-            return gate.isForwarding && Double(report.block.fractionLost) / 256 < gate.settings.suspendLoss
-        }
-    }
-
-    struct Stream {
-        let id: String
-        var publisher: Flow
-        var tracks: [Track]
-        /// Set when the stream is pulled from an origin relay: its "publisher" is that relay.
-        var upstream: UpstreamLeg?
-        /// Dense, for the fan-out loop; `subscriberSlots` indexes it by RTCP SSRC.
-        var subscribers: [Subscriber] = []
-        var subscriberSlots: [UInt32: Int] = [:]
-        var subscriberIDs: [String: UInt32] = [:]
-        /// The track indices of a simulcast video's layers, best first (empty without simulcast),
-        /// and the SSRC its viewers know it by (the best layer's).
-        var layers: [Int] = []
-        var layerSSRC: UInt32 = 0
-
-        func trackIndex(ssrc: UInt32) -> Int? {
-            tracks.firstIndex { $0.description.ssrc == ssrc }
-        }
-    }
-
-    let settings: RouterSettings
-    var streams: [Int: Stream] = [:]
-    var handles: [String: Int] = [:]
-    var nextHandle = 0
-    var routes: [UInt32: RelayRoute] = [:]
-    var counters = RouterCounters()
-    /// Video suspended or resumed for subscribers, oldest first, until taken.
-    var videoEvents: [SubscriberVideoEvent] = []
-    /// Whether a simulcast viewer's layer changed since ``takeLayers()``.
-    var layersChanged = false
+    private(set) var streams: [StreamHandle: Stream] = [:]
+    private var handles: [String: StreamHandle] = [:]
+    private var nextHandle = 0
+    private(set) var routes: [UInt32: RelayRoute] = [:]
+    /// What every stream's work shares (see ``RouterState``).
+    var state: RouterState
     var nextReport: UInt64
-    /// The earliest window end of a pending keyframe request (may be early, never late), so the
-    /// timer need not scan every track after each request.
-    var keyframeDeadline: UInt64?
-    /// The earliest time a track's ``Track/recovery`` has a request due (may be early, never late).
-    var recoveryDeadline: UInt64?
 
     init(settings: RouterSettings, now: UInt64) {
-        self.settings = settings
+        state = RouterState(settings: settings)
         nextReport = now &+ settings.reportInterval
     }
 
+    var settings: RouterSettings { state.settings }
+    var counters: RouterCounters { state.counters }
+    /// Whether a simulcast viewer's layer changed since ``takeLayers()``.
+    var layersChanged: Bool { state.layersChanged }
+    /// Video suspended or resumed for subscribers, oldest first, until taken.
+    var videoEvents: [SubscriberVideoEvent] { state.videoEvents }
     var streamCount: Int { streams.count }
 
-    func handle(streamId: String) -> Int? { handles[streamId] }
+    func handle(streamId: String) -> StreamHandle? { handles[streamId] }
+
+    /// Runs `body` on the stream `handle` names, in place; nil (and nothing run) when it names
+    /// none. The one way into a stream: the stream is looked up once per call, and a handle kept
+    /// past its stream's removal finds nothing rather than trapping.
+    @inline(__always)
+    mutating func withStream<Result>(_ handle: StreamHandle, _ body: (inout Stream, inout RouterState) -> Result) -> Result? {
+        guard let index = streams.index(forKey: handle) else { return nil }
+        return body(&streams.values[index], &state)
+    }
+
+    /// The same for a stream by its id.
+    @inline(__always)
+    mutating func withStream<Result>(id: String, _ body: (inout Stream, inout RouterState) -> Result) -> Result? {
+        guard let handle = handles[id] else { return nil }
+        return withStream(handle, body)
+    }
 
     // MARK: Flows
 
@@ -327,27 +243,10 @@ struct RelayRouter<Context> {
               Set(tracks.map(\.ssrc)).count == tracks.count,
               tracks.allSatisfy({ routes[$0.ssrc] == nil })
         else { return false }
-        let handle = nextHandle
+        let handle = StreamHandle(value: nextHandle)
         nextHandle += 1
-        let built = tracks.map { track in
-            Track(
-                description: track,
-                cache: PacketCache(capacity: settings.packetCacheCapacity, maximumAge: settings.packetCacheDuration),
-                reception: ReceptionStatistics(clockRate: track.clockRate),
-                throttle: track.kind == .video ? KeyframeThrottle(interval: settings.keyframeInterval) : nil,
-                estimator: track.kind == .video ? settings.arrivalEstimator.map { settings in
-                    var settings = settings
-                    settings.clockRate = Double(max(track.clockRate, 1))
-                    return ArrivalEstimator(settings: settings)
-                } : nil,
-                recovery: LossRecovery(settings: settings.upstreamRecovery, deadline: .nanoseconds(Int64(clamping: settings.upstreamRepairDeadline))))
-        }
-        var stream = Stream(id: id, publisher: Flow(context: publisher, address: upstream?.address), tracks: built, upstream: upstream)
-        stream.layers = tracks.indices.filter { tracks[$0].layer != nil && tracks[$0].kind == .video }
-            .sorted { tracks[$0].layer!.bitrate > tracks[$1].layer!.bitrate }
-        for (rank, index) in stream.layers.enumerated() { stream.tracks[index].layer = rank }
-        stream.layerSSRC = stream.layers.first.map { tracks[$0].ssrc } ?? 0
-        if !stream.layers.isEmpty { layersChanged = true }
+        let stream = Stream(id: id, tracks: tracks, publisher: publisher, upstream: upstream, settings: settings)
+        if !stream.layers.isEmpty { state.layersChanged = true }
         streams[handle] = stream
         handles[id] = handle
         for (index, track) in tracks.enumerated() { routes[track.ssrc] = .track(stream: handle, track: index) }
@@ -358,16 +257,18 @@ struct RelayRouter<Context> {
     /// the new flow); its tracks, caches and subscribers stay. False for a stream that is not pulled.
     @discardableResult
     mutating func replaceUpstream(id: String, publisher: Context, upstream: UpstreamLeg) -> Bool {
-        guard let handle = handles[id], streams[handle]?.upstream != nil else { return false }
-        streams[handle]!.publisher = Flow(context: publisher, address: upstream.address)
-        streams[handle]!.upstream = upstream
-        return true
+        withStream(id: id) { stream, _ in
+            guard stream.upstream != nil else { return false }
+            stream.publisher = Flow(context: publisher, address: upstream.address)
+            stream.upstream = upstream
+            return true
+        } ?? false
     }
 
     /// Removes a stream with its publisher and every subscriber; unknown ids are ignored.
     mutating func removeStream(id: String) {
         guard let handle = handles.removeValue(forKey: id), let stream = streams.removeValue(forKey: handle) else { return }
-        if !stream.layers.isEmpty { layersChanged = true }
+        if !stream.layers.isEmpty { state.layersChanged = true }
         for track in stream.tracks {
             routes[track.description.ssrc] = nil
             if track.wireSSRC != track.description.ssrc { routes[track.wireSSRC] = nil }
@@ -388,79 +289,31 @@ struct RelayRouter<Context> {
         removeSubscriber(streamId: streamId, subscriberId: subscriberId)
         guard routes[rtcpSSRC] == nil else { return nil }
         routes[rtcpSSRC] = .subscriber(stream: handle, rtcpSSRC: rtcpSSRC)
-        streams[handle]!.subscriberSlots[rtcpSSRC] = streams[handle]!.subscribers.count
-        let kinds = Set(streams[handle]!.tracks.map(\.description.kind))
-        let layers = streams[handle]!.layers
-        // A simulcast viewer's poor leg is served a smaller layer rather than audio alone.
-        let gate = isEdge || !layers.isEmpty ? nil : settings.videoGate.flatMap { kinds == [.audio, .video] ? VideoGate(settings: $0) : nil }
-        var subscriber = Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: Flow(context: context), gate: gate, isEdge: isEdge)
-        subscriber.joined = now
-        subscriber.keyframeAskedAtJoin = streams[handle]!.publisher.address != nil
-        // An edge takes the stream as it comes (its own viewers wait at the edge); a simulcast
-        // viewer's layer switcher starts it at a keyframe already. Held only where the publisher
-        // has been seen to send parameter sets (one that never does is forwarded as it comes).
-        if !isEdge && layers.isEmpty && streams[handle]!.tracks.contains(where: { $0.isH264 && $0.sendsParameterSets }) {
-            subscriber.awaitingKeyframe = now
-            subscriber.heldAtJoin = true
-            joinDeadline = min(joinDeadline ?? .max, now &+ Self.joinKeyframeWait)
-        }
-        if !isEdge && !layers.isEmpty {
-            let bitrates = layers.map { streams[handle]!.tracks[$0].description.layer!.bitrate }
-            subscriber.simulcast = SimulcastViewer(selector: LayerSelector(bitrates: bitrates, settings: settings.layerSelection,
-                                                                           probesUp: receiveBoundEstimate))
-        }
-        streams[handle]!.subscribers.append(subscriber)
-        if subscriber.simulcast != nil { layersChanged = true }
-        streams[handle]!.subscriberIDs[subscriberId] = rtcpSSRC
-        // Its keyframe is asked for now, while it sets up its receiver: by the time it is first
-        // heard from the keyframe is often here, and is sent from the cache at once (see
-        // `authenticated`). A simulcast viewer's keyframe is its layer's, asked for then.
-        guard subscriber.simulcast == nil else { return [] }
-        return streams[handle]!.tracks.indices.compactMap { index in
-            streams[handle]!.tracks[index].throttle == nil ? nil : requestKeyframe(stream: handle, track: index, kind: .pli, now: now)
+        return withStream(handle) { stream, state in
+            stream.addSubscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, context: context, now: now, isEdge: isEdge,
+                                 receiveBoundEstimate: receiveBoundEstimate, &state)
         }
     }
-
-    /// How long a keyframe asked for a new subscriber is waited for before it is asked again.
-    static var joinKeyframeWait: UInt64 { 500_000_000 }
-
-    /// How long after a viewer's join keyframe went out its keyframe requests are still taken for
-    /// the ones a receiver makes as it starts (at its first packets: a few milliseconds and a
-    /// round trip later).
-    static var joinRequestGrace: UInt64 { 100_000_000 }
-
-    /// When the earliest viewer waiting for its first keyframe has waited ``joinKeyframeWait``
-    /// (may be early, never late).
-    var joinDeadline: UInt64?
 
     /// Removes a subscriber flow; unknown ids are ignored.
     mutating func removeSubscriber(streamId: String, subscriberId: String) {
-        guard let handle = handles[streamId],
-              let rtcpSSRC = streams[handle]!.subscriberIDs.removeValue(forKey: subscriberId),
-              let slot = streams[handle]!.subscriberSlots.removeValue(forKey: rtcpSSRC)
+        guard let rtcpSSRC = withStream(id: streamId, { stream, state in stream.removeSubscriber(id: subscriberId, &state) }) ?? nil
         else { return }
         routes[rtcpSSRC] = nil
-        if streams[handle]!.subscribers[slot].simulcast != nil { layersChanged = true }
-        let last = streams[handle]!.subscribers.count - 1
-        if slot != last {
-            streams[handle]!.subscribers.swapAt(slot, last)
-            streams[handle]!.subscriberSlots[streams[handle]!.subscribers[slot].rtcpSSRC] = slot
-        }
-        streams[handle]!.subscribers.removeLast()
     }
 
-    // MARK: Packets
+    // MARK: Routes
 
     @inline(__always)
     func route(ssrc: UInt32) -> RelayRoute? { routes[ssrc] }
 
     /// The track of a stream's simulcast layer `rid` (a WebRTC publisher's packet names it).
-    func layerTrack(stream: Int, rid: String) -> Int? {
-        streams[stream]?.layers.first { streams[stream]!.tracks[$0].description.layer?.rid == rid }
+    func layerTrack(stream: StreamHandle, rid: String) -> Int? {
+        streams[stream]?.layerTrack(rid: rid)
     }
 
     /// The SSRC a track is declared with (what the relay forwards it under).
-    func declaredSSRC(stream: Int, track: Int) -> UInt32? {
+    func declaredSSRC(stream: StreamHandle, track: Int) -> UInt32? {
         streams[stream].flatMap { track < $0.tracks.count ? $0.tracks[track].description.ssrc : nil }
     }
 
@@ -469,26 +322,25 @@ struct RelayRouter<Context> {
     /// publisher names `ssrc`. A later binding replaces an earlier one (a new encoder's SSRC).
     /// False when `ssrc` routes elsewhere already.
     @discardableResult
-    mutating func bindWireSSRC(stream: Int, track: Int, ssrc: UInt32) -> Bool {
-        guard let current = streams[stream], track < current.tracks.count else { return false }
+    mutating func bindWireSSRC(stream handle: StreamHandle, track: Int, ssrc: UInt32) -> Bool {
+        guard let current = streams[handle], track < current.tracks.count else { return false }
         let old = current.tracks[track].wireSSRC
         if old == ssrc { return true }
         guard routes[ssrc] == nil else { return false }
         if old != current.tracks[track].description.ssrc { routes[old] = nil }
-        routes[ssrc] = .track(stream: stream, track: track)
-        streams[stream]!.tracks[track].wireSSRC = ssrc
+        routes[ssrc] = .track(stream: handle, track: track)
+        withStream(handle) { stream, _ in stream.tracks[track].wireSSRC = ssrc }
         return true
     }
 
     /// Pairs (wire, declared) of a stream's tracks the publisher sends under SSRCs of its own.
-    func wireSSRCs(stream: Int) -> [(wire: UInt32, declared: UInt32)] {
-        guard let current = streams[stream] else { return [] }
-        return current.tracks.compactMap { $0.wireSSRC == $0.description.ssrc ? nil : ($0.wireSSRC, $0.description.ssrc) }
+    func wireSSRCs(stream: StreamHandle) -> [(wire: UInt32, declared: UInt32)] {
+        streams[stream]?.wireSSRCs ?? []
     }
 
-    func publisherContext(stream: Int) -> Context? { streams[stream]?.publisher.context }
+    func publisherContext(stream: StreamHandle) -> Context? { streams[stream]?.publisher.context }
 
-    func subscriberContext(stream: Int, rtcpSSRC: UInt32) -> Context? {
+    func subscriberContext(stream: StreamHandle, rtcpSSRC: UInt32) -> Context? {
         guard let s = streams[stream], let slot = s.subscriberSlots[rtcpSSRC] else { return nil }
         return s.subscribers[slot].flow.context
     }
@@ -501,67 +353,19 @@ struct RelayRouter<Context> {
     @discardableResult
     mutating func authenticated(_ route: RelayRoute, from address: RelayAddress, now: UInt64 = 0) -> [RelayAction<Context>] {
         switch route {
-        case .track(let stream, _):
-            if streams[stream]?.publisher.address != address { streams[stream]?.publisher.address = address }
+        case .track(let handle, _):
+            withStream(handle) { stream, _ in stream.publisherHeard(at: address) }
             return []
-        case .subscriber(let stream, let rtcpSSRC):
-            guard let slot = streams[stream]?.subscriberSlots[rtcpSSRC],
-                  streams[stream]!.subscribers[slot].flow.address != address
-            else { return [] }
-            let first = streams[stream]!.subscribers[slot].flow.address == nil
-            streams[stream]!.subscribers[slot].flow.address = address
-            guard first else { return [] }
-            var actions: [RelayAction<Context>] = []
-            let subscriber = streams[stream]!.subscribers[slot]
-            let target = subscriber.simulcast.map { streams[stream]!.layers[$0.switcher.target] }
-            for index in streams[stream]!.tracks.indices where streams[stream]!.tracks[index].throttle != nil {
-                // A simulcast viewer needs a keyframe of the layer it starts on only.
-                if let target, streams[stream]!.tracks[index].layer != nil, index != target { continue }
-                if target == nil {
-                    // The keyframe asked for when it was added came: from it on, what it missed,
-                    // from the cache (a publisher that cannot make a keyframe on request, an
-                    // ingest passed through, has no other way to start this viewer soon). And a
-                    // new keyframe is asked for at once (within the throttle): over a 50 ms round
-                    // trip a viewer sent the cached keyframe and the frames after it decoded
-                    // pictures whose stamps could not be read until the encoder's next keyframe,
-                    // 2 s later, in most `pcast-bench latency` joins, with every packet there and
-                    // in order (the cause was not found; the new keyframe ends it sooner).
-                    let replay = cachedSinceKeyframe(stream: stream, track: index, after: subscriber.joined)
-                    if !replay.isEmpty {
-                        actions += replay.map { .retransmit(subscriber.flow.context, address, rtp: $0) }
-                        // The live packets after the replay continue what it sent.
-                        streams[stream]!.subscribers[slot].awaitingKeyframe = nil
-                        streams[stream]!.subscribers[slot].joinKeyframeSent = now
-                    } else if subscriber.keyframeAskedAtJoin && now &- subscriber.joined < Self.joinKeyframeWait {
-                        // Still on its way (if it was asked for: a publisher not yet heard from
-                        // when the subscriber joined was not asked).
-                        continue
-                    }
-                }
-                if let action = requestKeyframe(stream: stream, track: index, kind: .pli, now: now) { actions.append(action) }
-            }
-            return actions
+        case .subscriber(let handle, let rtcpSSRC):
+            return withStream(handle) { stream, state in stream.subscriberHeard(rtcpSSRC: rtcpSSRC, at: address, now: now, &state) } ?? []
         }
     }
 
-    /// The cached packets of an H.264 track from its latest keyframe (the packet that carries its
-    /// parameter sets) to the latest packet, when all of them came at `joined` or later; empty
-    /// otherwise. Looked for backwards from the latest, at a join only: nothing per packet.
-    func cachedSinceKeyframe(stream: Int, track: Int, after joined: UInt64) -> [[UInt8]] {
-        let state = streams[stream]!.tracks[track]
-        guard state.isH264, var sequence = state.lastForwarded else { return [] }
-        var packets: [[UInt8]] = []
-        while packets.count < state.cache.capacity, let packet = state.cache.packet(sequenceNumber: sequence, storedSince: joined) {
-            packets.append(packet)
-            if packet.withUnsafeBytes({ H264Payload.packetStartsWithParameterSets($0) }) { return packets.reversed() }
-            sequence &-= 1
-        }
-        return []
-    }
+    // MARK: Fan-out
 
     /// Calls `body` for every subscriber of `stream` whose address is known.
     @inline(__always)
-    func forEachReachableSubscriber(of stream: Int, _ body: (Context, RelayAddress) -> Void) {
+    func forEachReachableSubscriber(of stream: StreamHandle, _ body: (Context, RelayAddress) -> Void) {
         guard let s = streams[stream] else { return }
         for subscriber in s.subscribers {
             if let address = subscriber.flow.address { body(subscriber.flow.context, address) }
@@ -571,76 +375,139 @@ struct RelayRouter<Context> {
     /// Calls `body` for every subscriber of `stream` whose address is known, with its slot and
     /// whether every packet goes to it unchanged (else ask ``forwardVideo(stream:track:slot:packet:now:)``).
     @inline(__always)
-    func forEachReachableSlot(of stream: Int, _ body: (_ slot: Int, Context, RelayAddress, _ transparent: Bool) -> Void) {
-        guard let s = streams[stream] else { return }
-        for (slot, subscriber) in s.subscribers.enumerated() {
-            if let address = subscriber.flow.address {
-                body(slot, subscriber.flow.context, address,
-                     subscriber.simulcast == nil && subscriber.awaitingKeyframe == nil && subscriber.gate?.isTransparent ?? true)
-            }
-        }
+    func forEachReachableSlot(of stream: StreamHandle, _ body: (_ slot: Int, Context, RelayAddress, _ transparent: Bool) -> Void) {
+        streams[stream]?.forEachReachableSlot(body)
     }
 
     /// The context and address of the subscriber in `slot`, if it is reachable.
-    func reachableSubscriber(stream: Int, slot: Int) -> (Context, RelayAddress)? {
+    func reachableSubscriber(stream: StreamHandle, slot: Int) -> (Context, RelayAddress)? {
         guard let s = streams[stream], slot < s.subscribers.count, let address = s.subscribers[slot].flow.address else { return nil }
         return (s.subscribers[slot].flow.context, address)
     }
 
     /// Whether a track carries video (its packets may be held back from a subscriber).
-    func isVideo(stream: Int, track: Int) -> Bool { streams[stream]?.tracks[track].throttle != nil }
+    func isVideo(stream: StreamHandle, track: Int) -> Bool { streams[stream]?.tracks[track].throttle != nil }
 
-    /// The fate of a plain video packet of `track` towards the subscriber in `slot` (which is not
-    /// transparent): for a simulcast viewer, sent under its one video SSRC when it is the layer
-    /// it gets (see ``LayerSwitcher``); otherwise dropped until its first keyframe, while its
-    /// video is held back or a keyframe is awaited, else renumbered into its continuous sequence.
-    mutating func forwardVideo(stream: Int, track: Int, slot: Int, packet: [UInt8], now: UInt64) -> VideoForwarding {
-        guard streams[stream] != nil, slot < streams[stream]!.subscribers.count, packet.count >= RTPPacketLayout.fixedHeaderLength
-        else { return .unchanged }
-        let sequence = UInt16(packet[2]) << 8 | UInt16(packet[3])
-        if streams[stream]!.subscribers[slot].simulcast != nil {
-            guard let layer = streams[stream]!.tracks[track].layer else { return .unchanged }
-            let before = streams[stream]!.subscribers[slot].simulcast!.switcher.current
-            let outgoing = streams[stream]!.subscribers[slot].simulcast!.switcher.forward(
-                layer: layer, sequence: sequence, marker: packet[1] & 0x80 != 0
-            ) { packet.withUnsafeBytes { H264Payload.packetStartsWithParameterSets($0) } }
-            guard let outgoing else { return .dropped }
-            if before != layer {
-                if before != nil { counters.layerSwitches += 1 }
-                layersChanged = true
-            }
-            return .rewritten(ssrc: streams[stream]!.layerSSRC, sequence: outgoing)
-        }
-        if let asked = streams[stream]!.subscribers[slot].awaitingKeyframe {
-            // At the parameter sets sent with a keyframe (x264 sends them in a STAP-A after an
-            // access unit delimiter): the IDR slice alone leaves the receiver without them, and
-            // its depayloader asks for another keyframe. After one wait without any (an encoder
-            // that sends them only once), at an IDR slice.
-            let retried = asked != streams[stream]!.subscribers[slot].joined
-            guard streams[stream]!.tracks[track].isH264, packet.withUnsafeBytes({
-                H264Payload.packetStartsWithParameterSets($0) || retried && H264Payload.packetStartsKeyframe($0)
-            }) else { return .dropped }
-            streams[stream]!.subscribers[slot].awaitingKeyframe = nil
-            // Forwarded as it came (`now`: its arrival).
-            streams[stream]!.subscribers[slot].joinKeyframeSent = now
-        }
-        guard streams[stream]!.subscribers[slot].gate != nil else { return .unchanged }
-        let outgoing = streams[stream]!.subscribers[slot].gate!.forward(sequenceNumber: sequence) {
-            packet.withUnsafeBytes { H264Payload.packetStartsKeyframe($0) }
-        }
-        guard let outgoing else { return .dropped }
-        return outgoing == sequence ? .unchanged : .renumbered(outgoing)
+    /// The fate of a plain video packet of `track` towards the subscriber in `slot` (see
+    /// ``Stream/forwardVideo(track:slot:packet:now:_:)``).
+    mutating func forwardVideo(stream: StreamHandle, track: Int, slot: Int, packet: [UInt8], now: UInt64) -> VideoForwarding {
+        withStream(stream) { stream, state in stream.forwardVideo(track: track, slot: slot, packet: packet, now: now, &state) } ?? .unchanged
     }
 
     /// The fan-out sent the stream's packets up to `sequence` of `track` (once per batch).
-    mutating func noteForwarded(stream: Int, track: Int, sequence: UInt16) {
-        guard streams[stream] != nil, track < streams[stream]!.tracks.count else { return }
-        streams[stream]!.tracks[track].lastForwarded = sequence
+    mutating func noteForwarded(stream: StreamHandle, track: Int, sequence: UInt16) {
+        withStream(stream) { stream, _ in
+            guard track < stream.tracks.count else { return }
+            stream.tracks[track].lastForwarded = sequence
+        }
     }
 
     /// Takes the pending video events.
     mutating func takeVideoEvents() -> [SubscriberVideoEvent] {
-        defer { videoEvents.removeAll() }
-        return videoEvents
+        defer { state.videoEvents.removeAll() }
+        return state.videoEvents
+    }
+
+    // MARK: The publisher's side
+
+    /// An authenticated plain RTP packet from a publisher (see ``Stream/publisherRTP(track:packet:sequenceNumber:timestamp:now:_:)``).
+    @discardableResult
+    mutating func publisherRTP(
+        stream: StreamHandle, track: Int, packet: [UInt8], sequenceNumber: UInt16, timestamp: UInt32, now: UInt64
+    ) -> RelayAction<Context>? {
+        withStream(stream) { stream, state in
+            stream.publisherRTP(track: track, packet: packet, sequenceNumber: sequenceNumber, timestamp: timestamp, now: now, &state)
+        } ?? nil
+    }
+
+    /// A copy of a publisher packet the relay already had (see ``Stream/publisherDuplicate(track:sequenceNumber:now:_:)``).
+    mutating func publisherDuplicate(stream: StreamHandle, track: Int, sequenceNumber: UInt16, now: UInt64) -> RelayAction<Context>? {
+        withStream(stream) { stream, state in stream.publisherDuplicate(track: track, sequenceNumber: sequenceNumber, now: now, &state) } ?? nil
+    }
+
+    /// On an edge: a packet from the origin that it asked for, sent to the subscribers that
+    /// NACKed it only; nil when nobody asked for it (see ``Stream/answerRequested(track:sequenceNumber:packet:_:)``).
+    mutating func answerRequested(stream: StreamHandle, track: Int, sequenceNumber: UInt16, packet: [UInt8]) -> [RelayAction<Context>]? {
+        withStream(stream) { stream, state in stream.answerRequested(track: track, sequenceNumber: sequenceNumber, packet: packet, &state) } ?? nil
+    }
+
+    /// Whether the stream is pulled from an origin relay.
+    func isUpstream(stream: StreamHandle) -> Bool { streams[stream]?.upstream != nil }
+
+    /// The uplink estimate of a stream's video (bits per second), once there is one.
+    func uplinkEstimate(streamId: String) -> Int? {
+        guard let handle = handles[streamId] else { return nil }
+        return streams[handle]?.tracks.compactMap { $0.estimator?.estimate }.min()
+    }
+
+    // MARK: Feedback
+
+    /// Authenticated RTCP from a publisher (see ``Stream/publisherRTCP(packets:now:)``).
+    mutating func publisherRTCP(stream: StreamHandle, packets: [RTCPPacket], now: UInt64) -> Bool {
+        withStream(stream) { stream, _ in stream.publisherRTCP(packets: packets, now: now) } ?? false
+    }
+
+    /// Authenticated RTCP from a subscriber (see ``Stream/subscriberRTCP(rtcpSSRC:packets:now:_:)``).
+    mutating func subscriberRTCP(stream: StreamHandle, rtcpSSRC: UInt32, packets: [RTCPPacket], now: UInt64) -> [RelayAction<Context>] {
+        withStream(stream) { stream, state in stream.subscriberRTCP(rtcpSSRC: rtcpSSRC, packets: packets, now: now, &state) } ?? []
+    }
+
+    /// What a publisher's RTCP compound sent from `senderSSRC` becomes for the subscriber in
+    /// `slot` (see ``Stream/rtcpForwarding(slot:senderSSRC:)``).
+    func rtcpForwarding(stream: StreamHandle, slot: Int, senderSSRC: UInt32) -> RTCPForwarding {
+        streams[stream]?.rtcpForwarding(slot: slot, senderSSRC: senderSSRC) ?? .unchanged
+    }
+
+    /// The relay's receiver report to a publisher (see ``Stream/receiverReport(now:_:)``).
+    mutating func receiverReport(stream: StreamHandle, now: UInt64) -> RelayAction<Context>? {
+        withStream(stream) { stream, state in stream.receiverReport(now: now, &state) } ?? nil
+    }
+
+    // MARK: Simulcast
+
+    /// Sets a simulcast viewer's own bandwidth limit (bits per second; nil lifts it): its layer
+    /// follows at once. Returns the keyframe request a move needs; nil for unknown or
+    /// non-simulcast subscribers.
+    mutating func setSubscriberLimit(streamId: String, subscriberId: String, bitsPerSecond: Int?, now: UInt64) -> RelayAction<Context>? {
+        withStream(id: streamId) { stream, state in
+            stream.setSubscriberLimit(subscriberId: subscriberId, bitsPerSecond: bitsPerSecond, now: now, &state)
+        } ?? nil
+    }
+
+    /// Sets the size a simulcast viewer shows the video at (see ``Stream/setSubscriberViewSize(subscriberId:_:now:_:)``).
+    mutating func setSubscriberViewSize(streamId: String, subscriberId: String, _ size: ViewSize?, now: UInt64) -> RelayAction<Context>? {
+        withStream(id: streamId) { stream, state in stream.setSubscriberViewSize(subscriberId: subscriberId, size, now: now, &state) } ?? nil
+    }
+
+    /// Keeps a simulcast viewer on one layer (see ``Stream/pinSubscriberLayer(subscriberId:layer:now:_:)``).
+    mutating func pinSubscriberLayer(streamId: String, subscriberId: String, layer: String?, now: UInt64) -> RelayAction<Context>? {
+        withStream(id: streamId) { stream, state in stream.pinSubscriberLayer(subscriberId: subscriberId, layer: layer, now: now, &state) } ?? nil
+    }
+
+    /// Every simulcast viewer's layers, by stream id and subscriber id, and each simulcast
+    /// stream's watched layers (``watchedLayers(streamId:)``); clears ``layersChanged``.
+    mutating func takeLayers() -> (viewers: [String: [String: SubscriberLayer]], watched: [String: Set<String>]) {
+        state.layersChanged = false
+        var all: [String: [String: SubscriberLayer]] = [:]
+        var watched: [String: Set<String>] = [:]
+        for stream in streams.values where !stream.layers.isEmpty {
+            watched[stream.id] = stream.watchedLayers
+            for subscriber in stream.subscribers where subscriber.simulcast != nil {
+                all[stream.id, default: [:]][subscriber.id] = stream.subscriberLayer(subscriberId: subscriber.id)
+            }
+        }
+        return (all, watched)
+    }
+
+    /// The layers a simulcast viewer is sent and is moving to (RIDs); nil for others.
+    func subscriberLayer(streamId: String, subscriberId: String) -> SubscriberLayer? {
+        handles[streamId].flatMap { streams[$0]?.subscriberLayer(subscriberId: subscriberId) }
+    }
+
+    /// The layers some viewer is sent or awaits (RIDs), for a simulcast stream: the encodings
+    /// nobody watches could rest. Nil for other streams.
+    func watchedLayers(streamId: String) -> Set<String>? {
+        guard let handle = handles[streamId], let stream = streams[handle], !stream.layers.isEmpty else { return nil }
+        return stream.watchedLayers
     }
 }

@@ -118,7 +118,7 @@ final class TCPMediaConnection: @unchecked Sendable {
     func close() {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
         TCPMediaFlows.unregister(id)
-        outputLock.withLock { _ in Glibc.close(descriptor) }
+        outputLock.withLock { _ in _ = Glibc.close(descriptor) }
     }
 }
 

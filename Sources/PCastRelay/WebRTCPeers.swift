@@ -37,6 +37,17 @@ final class WebRTCPeer {
         dtls = try DTLSEndpoint(context: context, peerFingerprint: setup.parameters.remoteFingerprint)
     }
 
+    /// What the router is told of packets from the peer's address once its DTLS ended (see
+    /// ``RelayRouter/receive(datagram:from:now:peer:)``); nil before, and for a publisher without
+    /// simulcast RIDs.
+    var source: WebRTCSource? {
+        guard connected else { return nil }
+        if setup.subscriberId != nil {
+            return setup.rtcpSSRC.map { .viewer(streamId: setup.streamId, rtcpSSRC: $0) }
+        }
+        return setup.parameters.rtpStreamIDExtension.map { .publisher(streamId: setup.streamId, ridExtension: $0) }
+    }
+
     /// The key the engine files it under: one publisher per stream, one viewer per subscriber id.
     var key: WebRTCPeerKey { WebRTCPeerKey(streamId: setup.streamId, subscriberId: setup.subscriberId) }
 }

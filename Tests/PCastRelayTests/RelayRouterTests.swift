@@ -163,7 +163,7 @@ struct RelayRouterTests {
         actions.filter { $0 == .toPublisher(1, publisherAddress, rtcp: pli()) }
     }
 
-    static func transparent(_ router: RelayRouter<Int>, stream: Int) -> [Bool] {
+    static func transparent(_ router: RelayRouter<Int>, stream: StreamHandle) -> [Bool] {
         var flags: [Bool] = []
         router.forEachReachableSlot(of: stream) { _, _, _, flag in flags.append(flag) }
         return flags

@@ -22,7 +22,7 @@ struct SimulcastRouterTests {
         return try RTPPacket(marker: marker, payloadType: 96, sequenceNumber: sequence, timestamp: timestamp, ssrc: ssrc, payload: payload[...]).serialized()
     }
 
-    static func router() throws -> (RelayRouter<Int>, Int) {
+    static func router() throws -> (RelayRouter<Int>, StreamHandle) {
         var router = RelayRouter<Int>(settings: RouterSettings(relaySSRC: 9), now: 0)
         // Listed out of order: the router ranks layers by bitrate.
         let added = router.addStream(id: "s", tracks: [layered(middle, "m", 640, 400_000), audioTrack(ssrc: audio),
@@ -35,7 +35,7 @@ struct SimulcastRouterTests {
 
     /// Sends one frame (one packet) on every layer at `timestamp` to the subscriber in `slot`, with
     /// each layer's own sequence number `base + frame`; returns what the subscriber was sent.
-    static func frame(_ router: inout RelayRouter<Int>, _ stream: Int, slot: Int, frame: UInt16, keyframe: Bool = false) throws -> [VideoForwarding] {
+    static func frame(_ router: inout RelayRouter<Int>, _ stream: StreamHandle, slot: Int, frame: UInt16, keyframe: Bool = false) throws -> [VideoForwarding] {
         let timestamp = UInt32(frame) * 3000
         return [
             router.forwardVideo(stream: stream, track: 2, slot: slot, packet: try packet(high, 1000 &+ frame, timestamp: timestamp, keyframe: keyframe), now: UInt64(frame) * 33_000_000),

@@ -137,7 +137,7 @@ struct RouterFallbackTests {
                              payload: payload[...]).serialized()
     }
 
-    static func report(_ router: inout RelayRouter<Int>, stream: Int, rtcpSSRC: UInt32, _ blocks: [RTCPReportBlock], at now: UInt64) -> [RelayAction<Int>] {
+    static func report(_ router: inout RelayRouter<Int>, stream: StreamHandle, rtcpSSRC: UInt32, _ blocks: [RTCPReportBlock], at now: UInt64) -> [RelayAction<Int>] {
         router.subscriberRTCP(stream: stream, rtcpSSRC: rtcpSSRC, packets: [.receiverReport(.init(ssrc: rtcpSSRC, reportBlocks: blocks))], now: now)
     }
 

@@ -352,4 +352,27 @@ import Testing
         }
         #expect(checked > 15, "\(checked) Swift targets checked")
     }
+
+    @Test("the relay's I/O hands every RTP and RTCP packet to the router's one receive call, and the router's core holds no force unwrap of a stream lookup")
+    func relayCoreHasOneEntry() throws {
+        let relay = Self.sources.appendingPathComponent("PCastRelay")
+        let engine = try String(contentsOf: relay.appendingPathComponent("RelayEngine.swift"), encoding: .utf8)
+        #expect(engine.contains("router.receive(datagram:"), "the engine's packet path calls receive")
+        // The per-packet steps receive takes in turn: the I/O side calls none of them itself.
+        for step in ["publisherRTP(", "publisherRTCP(", "subscriberRTCP(", "publisherDuplicate(", "answerRequested(", "bindWireSSRC("] {
+            for file in ["RelayEngine.swift", "RelayEngine+WebRTC.swift", "FanOutWorkers.swift", "TCPMedia.swift"] {
+                let text = try String(contentsOf: relay.appendingPathComponent(file), encoding: .utf8)
+                #expect(!text.contains("router." + step), "\(file) calls router.\(step) (the packet path is receive's)")
+            }
+        }
+        var core = 0
+        for file in try FileManager.default.contentsOfDirectory(atPath: relay.path)
+        where file.hasPrefix("RelayRouter") || file.hasPrefix("RelayStream") {
+            core += 1
+            let text = try String(contentsOf: relay.appendingPathComponent(file), encoding: .utf8)
+            let unwraps = text.ranges(of: #/streams\[[^\]]*\]!/#).count
+            #expect(unwraps == 0, "\(file): \(unwraps) force-unwrapped stream lookups")
+        }
+        #expect(core >= 6, "\(core) router files found")
+    }
 }
