@@ -41,9 +41,30 @@ struct RelayShardedFanOutTests {
         defer { relay.shutdown() }
         let publisher = try TestPublisher(relay: relay, streamId: "s", tracks: [videoTrack(ssrc: Self.video)])
         let tallies = try (0..<200).map { Tally(try TestSubscriber(relay: relay, streamId: "s", subscriberId: "v\($0)")) }
-        for tally in tallies { try tally.subscriber.sendReceiverReport() }
-        // Every subscriber is reachable once the relay has read its report.
-        #expect(waitUntil { relay.statistics().packetsIn >= 200 })
+        // Every subscriber is reachable once the relay has read its report. A warm-up packet after
+        // the reports shows which were read (the relay reads its one socket in order); a receiver
+        // that got none sends its report again, as a receiver's RTCP is periodic. (In 2 of 3 full
+        // runs of a loaded machine one report of 200 was read seconds late or never; the cause was
+        // not found, and the stamped packets below are what this test is about.)
+        var unreached = tallies
+        var warmUp: UInt16 = 59_000
+        for round in 0..<5 where !unreached.isEmpty {
+            for tally in unreached { try tally.subscriber.sendReceiverReport() }
+            try publisher.send(rtp: try rtpPacket(ssrc: Self.video, sequence: warmUp, size: 300))
+            warmUp += 1
+            _ = waitUntil(timeout: 2) {
+                for tally in unreached { tally.drain() }
+                return unreached.allSatisfy { !$0.packets.isEmpty }
+            }
+            unreached = unreached.filter { $0.packets.isEmpty }
+            if !unreached.isEmpty { print("RelayShardedFanOutTests: \(unreached.count) of 200 reports not read after round \(round + 1)") }
+        }
+        #expect(unreached.isEmpty, "\(unreached.count) subscribers never reachable")
+        for tally in tallies {
+            tally.drain()
+            tally.packets.removeAll()
+        }
+        let warmUps = relay.statistics().packetsOut
 
         // Bursts of 10 (a frame's packets, as a publisher sends them), each packet stamped with
         // its place in the stream (sequence number and a payload derived from it); the subscribers
@@ -69,7 +90,7 @@ struct RelayShardedFanOutTests {
         }
         let statistics = relay.statistics()
         #expect(statistics.sendFailures == 0 && statistics.srtpFailures == 0)
-        #expect(statistics.packetsOut >= UInt64(sent.count * 200))
+        #expect(statistics.packetsOut - warmUps >= UInt64(sent.count * 200))
         #expect(statistics.sharedFanOuts > 0, "the fan-outs were split over the threads")
         #expect(relay.cpuTime > relay.ioThreadCPUTime, "the workers did part of the work")
         if segmentation {
