@@ -1,7 +1,6 @@
 import ArgumentParser
 import Foundation
 import PCastBenchmarks
-import Logging
 import PCastMedia
 
 /// `pcast-bench`: the performance figures, one subcommand per benchmark. Each writes `<name>.json`
@@ -17,11 +16,7 @@ struct BenchCommand: AsyncParsableCommand {
         `pcast-bench` alone prints this help; `pcast-bench all` runs every benchmark in turn with its \
         default options (make bench runs it); `pcast-bench soak` is make soak's.
         """,
-        subcommands: [
-            Probe.self, SRTPProtect.self, Hooks.self, CaptureEncode.self, Latency.self, Fanout.self,
-            Rooms.self, Loss.self, Reconnect.self, Ingest.self, Cycles.self, Connections.self,
-            WebRTC.self, Plugin.self, Cluster.self, Echo.self, Simulcast.self, HLS.self, Transports.self, IceTCP.self, TLS.self, All.self, SoakCommand.self,
-        ]
+        subcommands: benchmarks.map { $0 as any ParsableCommand.Type } + [All.self, SoakCommand.self]
     )
 
     /// What `all` runs, in this order.
@@ -69,7 +64,7 @@ extension BenchmarkCommand {
     static var name: String { configuration.commandName ?? "\(Self.self)" }
 
     func run() async throws {
-        BenchCommand.bootstrapLogging()
+        SDKLog.bootstrapCommandLine()
         try await measure()
     }
 }
@@ -97,7 +92,7 @@ extension BenchCommand {
         }
 
         func run() async throws {
-            BenchCommand.bootstrapLogging()
+            SDKLog.bootstrapCommandLine()
             var failed: [String] = []
             for benchmark in BenchCommand.benchmarks where only.isEmpty || only.contains(benchmark.name) {
                 let name = benchmark.name
@@ -148,18 +143,5 @@ struct BenchMachine: Codable {
         let model = cpuinfo.split(separator: "\n").first { $0.hasPrefix("model name") }
             .map { String($0.split(separator: ":", maxSplits: 1).last ?? "").trimmingCharacters(in: .whitespaces) } ?? "unknown"
         return BenchMachine(cores: ProcessInfo.processInfo.activeProcessorCount, cpu: model)
-    }
-}
-
-extension BenchCommand {
-    /// Logging to standard error at `PCAST_LOG_LEVEL` (info by default), the SDK's messages with it.
-    static func bootstrapLogging() {
-        let level = ProcessInfo.processInfo.environment["PCAST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
-        SDKLog.useLoggingSystem()
     }
 }

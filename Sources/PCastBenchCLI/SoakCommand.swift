@@ -51,7 +51,7 @@ struct SoakCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        BenchCommand.bootstrapLogging()
+        SDKLog.bootstrapCommandLine()
         let platform = try await LocalPlatform.start()
         let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
         try await publisherSDK.start(authToken: try platform.token(.auth))

@@ -25,7 +25,7 @@ struct DemoCommand: AsyncParsableCommand {
     @Flag(help: "No status line, only the summary.") var quiet = false
 
     func run() async throws {
-        PCastCommand.bootstrapLogging()
+        SDKLog.bootstrapCommandLine()
         let platform: LocalPlatform
         do {
             platform = try await LocalPlatform.start()

@@ -13,7 +13,7 @@ struct DevicesCommand: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        PCastCommand.bootstrapLogging()
+        SDKLog.bootstrapCommandLine()
         let video = await UserMedia.enumerateSourceDevices(.video)
         let audio = await UserMedia.enumerateSourceDevices(.audio)
         if json {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import PCast
+import PCastMedia
 
 /// `pcast nettest`: the pre-publish network test (``PCast/startNetworkTest(streamToken:options:progress:)``).
 struct NetTestCommand: AsyncParsableCommand {
@@ -23,7 +24,7 @@ struct NetTestCommand: AsyncParsableCommand {
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() async throws {
-        PCastCommand.bootstrapLogging()
+        SDKLog.bootstrapCommandLine()
         var quality: NetworkTestTarget
         switch target {
         case "720p": quality = .hd720

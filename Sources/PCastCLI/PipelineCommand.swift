@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import GStreamer
+import PCastMedia
 
 /// `pcast pipeline`: runs a gst-launch-style description or a template until EOS, error, Ctrl-C or a time limit.
 struct PipelineCommand: AsyncParsableCommand {
@@ -40,7 +41,7 @@ struct PipelineCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        PCastCommand.bootstrapLogging()
+        SDKLog.bootstrapCommandLine()
         let description: String
         do {
             description = try resolveDescription()

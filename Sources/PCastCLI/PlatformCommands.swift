@@ -7,6 +7,7 @@ import PCastNode
 import PCastRelay
 import PCastServer
 import Synchronization
+import PCastMedia
 
 /// `pcast serve`: the platform (signaling, tokens, relay) as a server.
 struct ServeCommand: AsyncParsableCommand {
@@ -83,7 +84,7 @@ struct ServeCommand: AsyncParsableCommand {
     var rtmpsPort: Int?
 
     func run() async throws {
-        PCastCommand.bootstrapLogging()
+        SDKLog.bootstrapCommandLine()
         let environment = ProcessInfo.processInfo.environment
         var iceServers: [ICEServer] = []
         let iceServerTexts = Self.listSetting(iceServer, environment["PCAST_ICE_SERVERS"], separator: ";")
@@ -283,7 +284,7 @@ struct PublishCommand: AsyncParsableCommand {
     @Flag(help: "Print an RTC stats report (outbound-rtp, remote-inbound-rtp with round-trip time) as a JSON line every second.") var stats = false
 
     func run() async throws {
-        PCastCommand.bootstrapLogging()
+        SDKLog.bootstrapCommandLine()
         guard let type = PublishType(rawValue: publishType) else { throw fail("--publish-type must be live, record or append", code: 2) }
         if type != .live {
             guard let streamName else { throw fail("--publish-type \(publishType) needs --stream-name", code: 2) }
@@ -390,7 +391,7 @@ struct SubscribeCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        PCastCommand.bootstrapLogging()
+        SDKLog.bootstrapCommandLine()
         let pcast = try await session.start()
         let stream: MediaStream
         do {

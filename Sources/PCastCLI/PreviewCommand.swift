@@ -34,7 +34,7 @@ struct PreviewCommand: AsyncParsableCommand {
     var screenshot: String?
 
     func run() async throws {
-        PCastCommand.bootstrapLogging()
+        SDKLog.bootstrapCommandLine()
         var options = UserMediaOptions()
         options.video.deviceId = nil
         switch Self.parse(source, kind: .video) {

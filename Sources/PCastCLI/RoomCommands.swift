@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import PCast
+import PCastMedia
 
 /// Which room a command is about: `--room-id` or `--alias`.
 struct RoomSelection: ParsableArguments {
@@ -42,7 +43,7 @@ struct RoomCommand: AsyncParsableCommand {
         @Option(help: "Description.") var description: String?
 
         func run() async throws {
-            PCastCommand.bootstrapLogging()
+            SDKLog.bootstrapCommandLine()
             guard let roomType = RoomType(rawValue: type) else { throw fail("no room type '\(type)'", code: 2) }
             let pcast = try await session.start()
             defer { Task { await pcast.stop() } }
@@ -69,7 +70,7 @@ struct RoomCommand: AsyncParsableCommand {
         @Option(help: "Seconds to stay (0: until Ctrl-C).") var seconds: Double = 0
 
         func run() async throws {
-            PCastCommand.bootstrapLogging()
+            SDKLog.bootstrapCommandLine()
             guard let memberRole = MemberRole(rawValue: role) else { throw fail("no role '\(role)'", code: 2) }
             guard let memberState = MemberState(rawValue: state) else { throw fail("no state '\(state)'", code: 2) }
             let pcast = try await session.start()
@@ -117,7 +118,7 @@ struct RoomCommand: AsyncParsableCommand {
         @OptionGroup var room: RoomSelection
 
         func run() async throws {
-            PCastCommand.bootstrapLogging()
+            SDKLog.bootstrapCommandLine()
             let pcast = try await session.start()
             do throws(PCastError) {
                 let reply = try await pcast.request(.getRoomInfo(.init(roomId: room.roomId, alias: room.alias)))
@@ -150,7 +151,7 @@ struct ChatCommand: AsyncParsableCommand {
         @Option(help: "Screen name.") var screenName: String?
 
         func run() async throws {
-            PCastCommand.bootstrapLogging()
+            SDKLog.bootstrapCommandLine()
             let pcast = try await session.start()
             let rooms = RoomService(pcast: pcast)
             if let screenName { rooms.selfMember.screenName.setValue(screenName) }
@@ -177,7 +178,7 @@ struct ChatCommand: AsyncParsableCommand {
         @Option(help: "Only messages before this id.") var before: String?
 
         func run() async throws {
-            PCastCommand.bootstrapLogging()
+            SDKLog.bootstrapCommandLine()
             let pcast = try await session.start()
             let rooms = RoomService(pcast: pcast)
             do {
@@ -236,7 +237,7 @@ struct ChannelCommand: AsyncParsableCommand {
         @Option(help: "Seconds to publish (0: until Ctrl-C).") var seconds: Double = 0
 
         func run() async throws {
-            PCastCommand.bootstrapLogging()
+            SDKLog.bootstrapCommandLine()
             var media = UserMediaOptions()
             switch PreviewCommand.parse(source, kind: .video) {
             case .id(let id): media.video.deviceId = .exact(id)
@@ -277,7 +278,7 @@ struct ChannelCommand: AsyncParsableCommand {
         @Option(help: "Seconds to view (0: until Ctrl-C).") var seconds: Double = 0
 
         func run() async throws {
-            PCastCommand.bootstrapLogging()
+            SDKLog.bootstrapCommandLine()
             guard let selection = StreamSelectionStrategy(rawValue: strategy) else { throw fail("no strategy '\(strategy)'", code: 2) }
             let headless = ProcessInfo.processInfo.environment["DISPLAY"].map(\.isEmpty) ?? true
             let useNull = sink == "null" || headless
@@ -326,7 +327,7 @@ struct IngestCommand: AsyncParsableCommand {
     @Option(help: "Tag to put on the stream (repeatable).") var tag: [String] = []
 
     func run() async throws {
-        PCastCommand.bootstrapLogging()
+        SDKLog.bootstrapCommandLine()
         let pcast = try await session.start()
         let remote: RemotePublisher
         do {

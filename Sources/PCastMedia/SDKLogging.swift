@@ -31,6 +31,19 @@ package enum SDKLog {
         level(named: ProcessInfo.processInfo.environment["PCAST_LOG_LEVEL"])
     }
 
+    /// A command-line tool's logging (`pcast`, `pcast-bench`): swift-log to standard error at
+    /// `PCAST_LOG_LEVEL` (info when unset), with the SDK's messages among the tool's own. An
+    /// application bootstraps its own logging instead.
+    package static func bootstrapCommandLine() {
+        let level = environmentLevel ?? .info
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        useLoggingSystem()
+    }
+
     package static func level(named name: String?) -> Logger.Level? {
         guard let name = name?.lowercased() else { return nil }
         return name == "warn" ? .warning : Logger.Level(rawValue: name)

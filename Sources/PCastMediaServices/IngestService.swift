@@ -53,7 +53,7 @@ actor IngestService: IngestControl {
         }
         let target: IngestTarget
         do throws(IngestURIError) {
-            target = try policy.check(request.streamURI, resolve: HostResolution.addresses(of:), realPath: HostResolution.realPath(of:))
+            target = try policy.check(request.streamURI, resolve: IngestLookups.addresses(of:), realPath: IngestLookups.realPath(of:))
         } catch {
             logger.notice("ingest refused", metadata: ["pcast.session": .string(owner), "pcast.reason": .string(error.description)])
             return .failure(.init(status: .unauthorized, message: error.description))

@@ -3,7 +3,7 @@ import Glibc
 /// The system's answers for ``IngestURIPolicy/check(_:resolve:realPath:)``: the policy (in the
 /// contracts, which do no I/O) is handed what a host resolves to and where a file path leads, and
 /// checks them.
-enum HostResolution {
+enum IngestLookups {
     /// Where `path` leads with every symbolic link followed (`realpath(3)`), or nil when it cannot
     /// be followed (no such file).
     static func realPath(of path: String) -> String? {
