@@ -98,7 +98,7 @@ struct CertificateReloadService: Service {
 
     func run() async throws {
         let hangUps = await UnixSignalsSequence(trapping: .sighup)
-        try? await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             for await _ in hangUps {
                 do throws(TLSSetupError) {
                     try reloader.reload()
