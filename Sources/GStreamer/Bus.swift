@@ -102,6 +102,11 @@ public struct Bus: AsyncSequence, Sendable {
 
     /// Messages dropped from the backlog because nobody was iterating.
     public var droppedBacklog: Int { router.droppedBacklog }
+
+    /// The first error posted since the pipeline last started, nil when none was. Recorded on the
+    /// posting thread, before any subscriber sees the message: a streaming thread that runs after
+    /// an element failed (the end-of-stream a failed source pushes after its error) can tell.
+    public var firstError: StreamError? { router.firstError }
 }
 
 /// Receives every bus message on the posting thread (sync handler) and fans it out in order.
@@ -130,6 +135,7 @@ final class BusRouter: @unchecked Sendable {
     private let delivery = Mutex(())
 
     var droppedBacklog: Int { state.withLock { $0.droppedBacklog } }
+    var firstError: StreamError? { state.withLock { $0.error } }
     /// How many errors have been posted so far.
     var errorCount: Int { state.withLock { $0.errorCount } }
 

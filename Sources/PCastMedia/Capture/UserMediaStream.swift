@@ -420,7 +420,16 @@ final class CaptureEngine: StreamEngine, @unchecked Sendable {
                     value += 1
                     return value == count
                 }
-                if all { self?.firstData.resolve(.ended); self?.end(.endOfStream) }
+                guard all, let self else { return }
+                // A source that failed posts its error, then pushes the end-of-stream that
+                // reaches here before the bus's reader has seen the error: it failed, not ended.
+                if let error = self.pipeline.bus.firstError {
+                    self.firstData.resolve(.failed(error))
+                    self.end(.failed(error.description))
+                } else {
+                    self.firstData.resolve(.ended)
+                    self.end(.endOfStream)
+                }
             })
         }
     }
