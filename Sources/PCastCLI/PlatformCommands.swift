@@ -276,6 +276,7 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "Height (exact).") var height = 720
     @Option(help: "Frame rate (exact).") var fps: Double = 30
     @Option(help: "Video bitrate, kbit/s.") var bitrate = 2500
+    @Option(help: "Video codec: h264, vp8 or vp9.") var codec: VideoCodec = .h264
     @Option(help: "Tag to put on the stream (repeatable).") var tag: [String] = []
     @Option(help: "Seconds to publish (0: until Ctrl-C).") var seconds: Double = 0
     @Option(help: "Publish type: live (no recording), record (a new recording named --stream-name, replacing one), append (continue that recording).")
@@ -319,7 +320,7 @@ struct PublishCommand: AsyncParsableCommand {
         let publisher: Publisher
         do {
             publisher = try await pcast.publish(streamToken: token, mediaStream: media, tags: tag,
-                                                settings: EncodingSettings(videoBitrate: bitrate, keyframeInterval: Int(fps * 2)),
+                                                settings: EncodingSettings(videoBitrate: bitrate, keyframeInterval: Int(fps * 2), videoCodec: codec),
                                                 publishType: type, streamName: streamName)
         } catch {
             await media.stop()
@@ -479,3 +480,8 @@ func firstRenderedFrame(_ renderer: Renderer, within deadline: Duration) async t
 }
 
 extension MediaTransportPolicy: ExpressibleByArgument {}
+
+extension VideoCodec: ExpressibleByArgument {
+    public init?(argument: String) { self.init(encodingName: argument) }
+    public static var allValueStrings: [String] { allCases.map { $0.encodingName.lowercased() } }
+}

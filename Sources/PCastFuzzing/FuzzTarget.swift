@@ -33,7 +33,9 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     /// The fragmented-MP4 recovery scanner: the safe end it reports lies within the file, and the
     /// file cut there scans clean with the same fragments.
     case fmp4
-    /// H.264 payload inspection (keyframe detection on RTP payloads, Annex-B NAL splitting).
+    /// Video payload inspection: H.264 (keyframe detection on RTP payloads, Annex-B NAL
+    /// splitting), and the VP8 and VP9 payload descriptors (a descriptor's length never runs past
+    /// the payload).
     case h264
     /// STUN connectivity checks, the ICE-lite agent answering them, and the first-byte
     /// demultiplexer: decode → encode →
@@ -60,7 +62,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .signaling: try Self.signaling(bytes)
         case .token: try Self.token(bytes)
         case .fmp4: try Self.fmp4(bytes)
-        case .h264: Self.h264(bytes)
+        case .h264: try Self.h264(bytes)
         case .stun: try Self.stun(bytes)
         case .sdp: try Self.sdp(bytes)
         }
@@ -202,10 +204,17 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         }
     }
 
-    private static func h264(_ bytes: [UInt8]) {
+    private static func h264(_ bytes: [UInt8]) throws(Finding) {
+        if let length = bytes.withUnsafeBytes({ VP8Payload.descriptorLength($0) }), length > bytes.count {
+            throw Finding(description: "a VP8 descriptor of \(length) bytes in a payload of \(bytes.count)")
+        }
         bytes.withUnsafeBytes { raw in
             _ = H264Payload.startsKeyframe(raw)
             _ = H264Payload.packetStartsKeyframe(raw)
+            _ = VP8Payload.startsKeyframe(raw)
+            _ = VP8Payload.packetStartsKeyframe(raw)
+            _ = VP9Payload.startsKeyframe(raw)
+            _ = VP9Payload.packetStartsKeyframe(raw)
         }
         _ = H264.nalUnits(annexB: bytes)
         _ = H264.parameterSets(annexB: bytes)

@@ -50,14 +50,15 @@ struct ImpairedViewing {
     let viewer: PCast
     let stream: MediaStream
 
-    static func start(seed: UInt64, profile: ImpairmentProfile = .clear, playoutDelay: Duration? = nil) async throws -> ImpairedViewing {
+    static func start(seed: UInt64, profile: ImpairmentProfile = .clear, playoutDelay: Duration? = nil,
+                      settings: EncodingSettings = EncodingSettings()) async throws -> ImpairedViewing {
         let platform = try await LocalPlatform.start()
         let proxy = try UDPImpairmentProxy(server: "127.0.0.1", serverPort: Int(platform.relay.mediaPort), seed: seed)
         proxy.setProfile(profile)
         let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
         try await publisherSDK.start(authToken: try platform.token(.auth))
         let media = try await stampedMedia(audio: true)
-        let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
+        let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media, settings: settings)
         var options = PCastOptions(uri: platform.signalingURL)
         options.mediaRelay = MediaRelayAddress(host: "127.0.0.1", port: UInt16(proxy.port))
         if let playoutDelay { options.playoutDelay = playoutDelay }

@@ -8,12 +8,15 @@ import Synchronization
 public struct EncodingSettings: Sendable, Hashable {
     /// Video bitrate, kbit/s.
     public var videoBitrate: Int = 2500
+    /// The video codec (H.264 by default, as every WebRTC client can decode it).
+    public var videoCodec: VideoCodec = .h264
     /// Frames between keyframes (a PLI asks for one sooner).
     public var keyframeInterval: Int = 60
     /// Audio bitrate, bit/s.
     public var audioBitrate: Int = 64_000
-    public init(videoBitrate: Int = 2500, keyframeInterval: Int = 60, audioBitrate: Int = 64_000) {
+    public init(videoBitrate: Int = 2500, keyframeInterval: Int = 60, audioBitrate: Int = 64_000, videoCodec: VideoCodec = .h264) {
         self.videoBitrate = videoBitrate
+        self.videoCodec = videoCodec
         self.keyframeInterval = keyframeInterval
         self.audioBitrate = audioBitrate
     }
@@ -113,6 +116,7 @@ package final class RTPPublisher: RTPSource, Sendable {
     private let videoEncoder: Element?
     /// The encoder's configured bitrate, kbit/s: a limit only ever lowers it.
     private let videoBitrate: Int
+    private let videoCodec: VideoCodec
     let counters: SentCounters
     private let videoSSRC: UInt32?
     /// A simulcast's layers: the valve in front of each one's encoder, by RID.
@@ -152,8 +156,9 @@ package final class RTPPublisher: RTPSource, Sendable {
     private let feedback: RTCPFeedbackRecorder
 
     private init(tracks: [MediaTrackDescription], consumers: [MediaConsumer], rtcpInputs: [AppSource], videoEncoder: Element?,
-                 layerValves: [String: Element], videoBitrate: Int, counters: SentCounters, feedback: RTCPFeedbackRecorder) {
+                 layerValves: [String: Element], videoBitrate: Int, videoCodec: VideoCodec, counters: SentCounters, feedback: RTCPFeedbackRecorder) {
         self.tracks = tracks
+        self.videoCodec = videoCodec
         self.layerValves = layerValves
         self.feedback = feedback
         self.consumers = consumers
@@ -221,7 +226,7 @@ package final class RTPPublisher: RTPSource, Sendable {
 
     private func applyRate(_ rate: RateInputs) {
         let bits = rate.target(configured: videoBitrate * 1000)
-        try? videoEncoder?.set("bitrate", UInt32(max(16, bits / 1000)))
+        if let videoEncoder { try? videoCodec.setBitrate(bits, on: videoEncoder) }
     }
 
     /// Feeds the controller from receiver reports about the video SSRC.
@@ -303,9 +308,15 @@ package final class RTPPublisher: RTPSource, Sendable {
                 let announced: MediaTrackDescription
                 switch track.kind {
                 case .video:
-                    var values = ["prefix": prefix, "ssrc": String(ssrc), "pt": "96",
-                                  "bitrate": String((layer?.bitrate).map { $0 / 1000 } ?? settings.videoBitrate),
-                                  "keyint": String(settings.keyframeInterval)]
+                    var values = ["prefix": prefix, "ssrc": String(ssrc)]
+                    // A keyframe of at most 200 ms of a layer's bitrate: a viewer whose link just
+                    // carries the layer takes it without overflowing its queue.
+                    values["encoder"] = settings.videoCodec.encoder(
+                        name: "\(prefix)-encoder", kilobitsPerSecond: (layer?.bitrate).map { $0 / 1000 } ?? settings.videoBitrate,
+                        keyframeInterval: settings.keyframeInterval, burstMilliseconds: layer == nil ? 600 : 200)
+                    values["payloader"] = settings.videoCodec.payloader(
+                        name: "\(prefix)-payloader", payloadType: "96", ssrc: String(ssrc),
+                        timestampOffset: layer == nil ? "4294967295" : timestampOffset)
                     if layer == nil, let ceiling {
                         if let captured {
                             let fitted = ceiling.fit(width: captured.width, height: captured.height)
@@ -315,15 +326,10 @@ package final class RTPPublisher: RTPSource, Sendable {
                             values["size"] = "video/x-raw,width=(int)[2,\(ceiling.box.width)],height=(int)[2,\(ceiling.box.height)]"
                         }
                     }
-                    if let layer {
-                        values["timestamp-offset"] = timestampOffset
-                        // A keyframe of at most 200 ms of the layer's bitrate: a viewer whose link
-                        // just carries the layer takes it without overflowing its queue.
-                        values["vbv"] = "200"
-                        if layer.rid != "h" { values["size"] = "video/x-raw,width=\(layer.width),height=\(layer.height)" }
-                    }
+                    if let layer, layer.rid != "h" { values["size"] = "video/x-raw,width=\(layer.width),height=\(layer.height)" }
                     description = try StockPipelines.template("publish-video").render(values)
-                    announced = MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: ssrc, layer: layer)
+                    announced = MediaTrackDescription(kind: .video, codec: settings.videoCodec.encodingName, payloadType: 96, clockRate: 90_000,
+                                                      ssrc: ssrc, layer: layer)
                 case .audio:
                     description = try StockPipelines.template("publish-audio").render([
                         "prefix": prefix, "ssrc": String(ssrc), "pt": "111", "bitrate": String(settings.audioBitrate)])
@@ -367,7 +373,7 @@ package final class RTPPublisher: RTPSource, Sendable {
             throw .gstreamer(.flow("\(error)"))
         }
         return RTPPublisher(tracks: tracks, consumers: consumers, rtcpInputs: inputs, videoEncoder: videoEncoder,
-                            layerValves: layerValves, videoBitrate: settings.videoBitrate, counters: counters, feedback: feedback)
+                            layerValves: layerValves, videoBitrate: settings.videoBitrate, videoCodec: settings.videoCodec, counters: counters, feedback: feedback)
     }
 
     /// RTCP from the network (the relay's PLI, FIR, receiver reports: their loss drives the

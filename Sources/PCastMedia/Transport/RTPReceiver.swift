@@ -67,6 +67,8 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
     private let decodeProbes = Mutex<[PadProbe]>([])
     private let recoveryProbes = Mutex<[PadProbe]>([])
     private let kinds: [UInt8: MediaType]
+    /// The video's codec (H.264 without video): where its keyframes start.
+    private let videoCodec: VideoCodec
     private let ssrcs: [MediaType: UInt32]
     /// NACKs, PLIs and FIRs this receiver sent.
     let feedbackSent: RTCPFeedbackCounter
@@ -189,7 +191,7 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         } catch {
             throw .gstreamer(error)
         }
-        receiver.onStop { await recorder.finish() }
+        receiver.onStop { _ = await recorder.finish() }
         let stream = MediaStream(engine: receiver, tracks: [])
         receiver.ends.attach { [weak stream] reason in stream?.finish(reason) }
         receiver.started()
@@ -228,7 +230,15 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         let video = tracks.first { $0.kind == .video }
         let audio = tracks.first { $0.kind == .audio }
         guard video != nil || audio != nil else { throw .unsupportedFormat("a stream without tracks") }
-        if let video, video.codec.uppercased() != "H264" { throw .unsupportedFormat("video codec \(video.codec)") }
+        let videoCodec = try video.map { track throws(MediaError) -> VideoCodec in
+            guard let codec = VideoCodec(encodingName: track.codec) else { throw .unsupportedFormat("video codec \(track.codec)") }
+            // Recordings, HLS and the encoded hand-over take H.264 (fragmented MP4 with avc1); the
+            // others are decoded and played only.
+            guard purpose == .play || codec == .h264 else {
+                throw .unsupportedFormat("\(track.codec) video kept encoded (recordings, HLS and undecoded hand-over take H.264 only)")
+            }
+            return codec
+        }
         if let audio, audio.codec.uppercased() != "OPUS" { throw .unsupportedFormat("audio codec \(audio.codec)") }
         let delay = setting.initial
         let recovery = ReceiverRecovery(tracks: [video, audio].compactMap { $0 }, playoutDelay: setting)
@@ -241,10 +251,12 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
             var parts = [try StockPipelines.template("subscribe").render(["latency": String(milliseconds)])]
             let then = purpose == .play ? "decode" : "record"
             if let video {
-                var values = ["pt": String(video.payloadType)]
+                let codec = videoCodec ?? .h264
+                var values = ["pt": String(video.payloadType), "encoding-name": codec.encodingName]
                 if let impairment { values["impairment"] = impairment.description }
                 parts.append(try StockPipelines.template("subscribe-video").render(values))
-                parts.append(try StockPipelines.template("\(then)-video").render())
+                parts.append(try StockPipelines.template("\(then)-video").render(
+                    purpose == .play ? ["depayloader": codec.depayloader, "decoder": codec.decoder] : [:]))
             }
             if let audio {
                 parts.append(try StockPipelines.template("subscribe-audio").render(["pt": String(audio.payloadType)]))
@@ -276,6 +288,7 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
             if let video { kinds[video.payloadType] = .video }
             if let audio { kinds[audio.payloadType] = .audio }
             self.kinds = kinds
+            self.videoCodec = videoCodec ?? .h264
             var ssrcs: [MediaType: UInt32] = [:]
             if let video { ssrcs[.video] = video.ssrc }
             if let audio { ssrcs[.audio] = audio.ssrc }
@@ -394,7 +407,7 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
             return (UInt16(bytes[2]) << 8 | UInt16(bytes[3]),
                     UInt32(bytes[4]) << 24 | UInt32(bytes[5]) << 16 | UInt32(bytes[6]) << 8 | UInt32(bytes[7]),
                     UInt32(bytes[8]) << 24 | UInt32(bytes[9]) << 16 | UInt32(bytes[10]) << 8 | UInt32(bytes[11]),
-                    kinds[payloadType] == .video && (H264Payload.packetStartsKeyframe(bytes) || H264Payload.packetStartsWithParameterSets(bytes)))
+                    kinds[payloadType] == .video && VideoCodec.packetStartsKeyframe(videoCodec, bytes))
         }
         if let header {
             arrivals[payloadType]?.count(sequence: header.sequence, bytes: packet.size)

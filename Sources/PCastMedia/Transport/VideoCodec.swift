@@ -1,0 +1,95 @@
+import GStreamer
+import PCastProtocol
+
+/// A video codec the SDK publishes and plays, with the GStreamer elements of each: the encoder
+/// tuned for real time, the RTP payloader and depayloader, the decoder.
+///
+/// Chosen per publish in ``EncodingSettings/videoCodec`` (not in the capture's options: one
+/// captured stream can be published twice, in two codecs). A viewer's pipeline follows the codec
+/// the stream announces.
+///
+/// ```swift
+/// var settings = EncodingSettings()
+/// settings.videoCodec = .vp9
+/// ```
+public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
+    /// H.264 constrained baseline (x264, RFC 6184).
+    case h264 = "H264"
+    /// VP8 (libvpx, RFC 7741).
+    case vp8 = "VP8"
+    /// VP9 profile 0 (libvpx, RFC 9628).
+    case vp9 = "VP9"
+
+    /// The codec an RTP encoding name means (`H264`, `VP8`, `VP9`, in any case); nil for others.
+    public init?(encodingName: String) {
+        self.init(rawValue: encodingName.uppercased())
+    }
+
+    /// The RTP encoding name the signaling announces.
+    public var encodingName: String { rawValue }
+
+    /// The encoder element, named `name`, at `kilobitsPerSecond`, with a keyframe at least every
+    /// `keyframeInterval` frames and one frame allowed at most `burstMilliseconds` of the bitrate.
+    /// x264: zero latency, the fastest preset. libvpx: the real-time deadline, no look-ahead,
+    /// error resilient (a lost packet spoils less than the rest of the frame), constant bitrate.
+    func encoder(name: String, kilobitsPerSecond: Int, keyframeInterval: Int, burstMilliseconds: Int) -> String {
+        switch self {
+        case .h264:
+            return "x264enc name=\(name) tune=zerolatency speed-preset=ultrafast bitrate=\(kilobitsPerSecond) "
+                + "key-int-max=\(keyframeInterval) vbv-buf-capacity=\(burstMilliseconds)"
+        case .vp8, .vp9:
+            let element = self == .vp8 ? "vp8enc" : "vp9enc"
+            return "\(element) name=\(name) deadline=1 cpu-used=\(self == .vp8 ? 16 : 9) lag-in-frames=0 error-resilient=default "
+                + "end-usage=cbr target-bitrate=\(kilobitsPerSecond * 1000) keyframe-max-dist=\(keyframeInterval) "
+                + "buffer-size=\(max(burstMilliseconds, 100)) buffer-initial-size=\(max(burstMilliseconds, 100) / 2) threads=2"
+        }
+    }
+
+    /// Sets a running encoder's bitrate (bits per second).
+    func setBitrate(_ bitsPerSecond: Int, on encoder: Element) throws(GStreamerError) {
+        switch self {
+        case .h264: try encoder.set("bitrate", UInt32(max(16, bitsPerSecond / 1000)))
+        case .vp8, .vp9: try encoder.set("target-bitrate", Int32(clamping: max(16_000, bitsPerSecond)))
+        }
+    }
+
+    /// The RTP payloader element, named `name`, with the payload type, SSRC and timestamp offset
+    /// given, packets of at most 1,200 bytes.
+    func payloader(name: String, payloadType: String, ssrc: String, timestampOffset: String) -> String {
+        let common = "name=\(name) pt=\(payloadType) ssrc=\(ssrc) timestamp-offset=\(timestampOffset) mtu=1200"
+        switch self {
+        case .h264: return "rtph264pay \(common) config-interval=-1 aggregate-mode=zero-latency"
+        case .vp8: return "rtpvp8pay \(common) picture-id-mode=15-bit"
+        case .vp9: return "rtpvp9pay \(common) picture-id-mode=15-bit"
+        }
+    }
+
+    /// The depayloader: it starts at a keyframe and asks for one after a loss it cannot repair.
+    var depayloader: String {
+        switch self {
+        case .h264: return "rtph264depay"
+        case .vp8: return "rtpvp8depay"
+        case .vp9: return "rtpvp9depay"
+        }
+    }
+
+    /// The decoder, decoding every frame however late (`qos=false`: skipping a frame that later
+    /// frames refer to would spoil the picture until the next keyframe). H.264 with slice threads
+    /// only (frame threads add two frames of latency).
+    var decoder: String {
+        switch self {
+        case .h264: return "avdec_h264 thread-type=slice qos=false"
+        case .vp8: return "vp8dec qos=false"
+        case .vp9: return "vp9dec qos=false"
+        }
+    }
+
+    /// Whether an RTP packet of this codec begins a keyframe (read from its payload's first bytes).
+    static func packetStartsKeyframe(_ codec: VideoCodec, _ packet: UnsafeRawBufferPointer) -> Bool {
+        switch codec {
+        case .h264: return H264Payload.packetStartsKeyframe(packet) || H264Payload.packetStartsWithParameterSets(packet)
+        case .vp8: return VP8Payload.packetStartsKeyframe(packet)
+        case .vp9: return VP9Payload.packetStartsKeyframe(packet)
+        }
+    }
+}

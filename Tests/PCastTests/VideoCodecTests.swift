@@ -1,0 +1,108 @@
+import Foundation
+import GStreamer
+@testable import PCast
+import PCastImpairment
+@testable import PCastMedia
+import PCastNode
+import PCastProtocol
+import PCastTestSupport
+import Testing
+
+extension OneAtATime {
+    /// Issue 43: video codecs beyond H.264 from the SDK through the relay to the SDK.
+    @Suite("Video codecs: VP8 and VP9 from the SDK through the relay", .serialized)
+    struct VideoCodecTests {
+        @Test("a VP8 or VP9 publisher announces its codec, encodes with it, and an SDK subscriber decodes it: 640×360 at its frame-ready hook, the stamped frames in order and none missing; a keyframe asked of the publisher comes; a recording of it is refused, naming H.264 as what recordings take",
+              arguments: [VideoCodec.vp8, .vp9])
+        func publishAndPlay(codec: VideoCodec) async throws {
+            let platform = try await LocalPlatform.start()
+            let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
+            try await publisherSDK.start(authToken: try platform.token(.auth))
+            let media = try await stampedMedia(audio: true)
+            let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media,
+                                                           settings: EncodingSettings(videoBitrate: 1500, keyframeInterval: 60, videoCodec: codec))
+            #expect(publisher.tracks.first { $0.kind == .video }?.codec == codec.encodingName)
+            let encoders = media.engine.pipeline.elements.map(\.factoryName)
+            #expect(encoders.contains(codec == .vp8 ? "vp8enc" : "vp9enc") && !encoders.contains("x264enc"), "\(encoders)")
+            let sent = try StampTap(encoderOf: media)
+
+            let viewer = PCast(PCastOptions(uri: platform.signalingURL))
+            try await viewer.start(authToken: try platform.token(.auth))
+            let stream = try await viewer.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+            let decoders = stream.engine.pipeline.elements.map(\.factoryName)
+            #expect(decoders.contains(codec == .vp8 ? "vp8dec" : "vp9dec") && !decoders.contains("avdec_h264"), "\(decoders)")
+            let decoded = try StampTap(decoderOf: stream)
+            let sizes = Values<String>()
+            let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+            #expect(await renderer.start() == .ok)
+            try renderer.setFrameReadyCallback(stream.getVideoTracks()[0]) { notification in
+                if case .video(let frame)? = try? notification.read() { sizes.append("\(frame.width)×\(frame.height)") }
+            }
+            #expect(await eventually { decoded.all.count >= 90 && sizes.all.count >= 30 }, "decoded \(decoded.all.count), hook \(sizes.all.count)")
+            #expect(Set(sizes.all) == ["640×360"], "\(Set(sizes.all))")
+            #expect(complete(decoded.all, sent: sent.all), "decoded \(decoded.all.prefix(90)) of sent \(sent.all.prefix(90))")
+
+            // A keyframe on request: a second viewer's join asks the publisher for one, and its
+            // depayloader waits for it (it starts at a keyframe only).
+            func keyframesEncoded() -> Int {
+                publisher.rtcStatsReport().stats.first { $0.type == "outbound-rtp" && $0.kind == "video" }?.keyFramesEncoded ?? 0
+            }
+            let keyframesBefore = keyframesEncoded()
+            let second = PCast(PCastOptions(uri: platform.signalingURL))
+            try await second.start(authToken: try platform.token(.auth))
+            let late = try await second.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
+            let lateDecoded = try StampTap(decoderOf: late)
+            let (lateRenderer, _) = try await watch(late)
+            #expect(await eventually { lateDecoded.all.count >= 15 }, "the late viewer decoded \(lateDecoded.all.count) frames")
+            #expect(keyframesEncoded() > keyframesBefore, "no keyframe since the second viewer joined")
+            #expect(platform.relay.statistics().srtpFailures == 0)
+
+            // Recordings take H.264 only: a recording of this stream is refused, saying so.
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-\(codec)-\(UUID().uuidString).mp4").path
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            do {
+                let recording = try await second.record(streamToken: try platform.token(.stream, originStreamId: publisher.streamId), to: path)
+                Issue.record("a \(codec) recording started: \(recording)")
+            } catch {
+                #expect("\(error)".contains("H.264 only"), "\(error)")
+            }
+
+            await lateRenderer.stop()
+            await late.stop()
+            await second.stop()
+            await renderer.stop()
+            await stream.stop()
+            await viewer.stop()
+            await publisher.stop()
+            await publisherSDK.stop()
+            await media.stop()
+            await platform.shutdown()
+        }
+
+        @Test("VP8 and VP9 through 10 % loss each way on the viewer's leg: missing packets are asked for again and repaired, at least 95 % of the frames are shown, in order",
+              arguments: [VideoCodec.vp8, .vp9])
+        func repairedThroughLoss(codec: VideoCodec) async throws {
+            let session = try await ImpairedViewing.start(seed: 4300 + UInt64(codec == .vp8 ? 8 : 9), profile: ImpairmentProfile(loss: .uniform(0.10)),
+                                                          settings: EncodingSettings(videoBitrate: 1500, keyframeInterval: 60, videoCodec: codec))
+            let meter = StreamMeter()
+            try meter.stamp(session.media)
+            let renderer = session.stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+            _ = await renderer.start()
+            try meter.watch(renderer, of: session.stream)
+            let receiver = try #require(session.stream.engine as? RTPReceiver)
+            let payloadType = try #require(receiver.payloadType(of: .video))
+            try await Task.sleep(for: .seconds(2))
+            _ = meter.take()
+            let nackedBefore = receiver.recovery.nacked(payloadType: payloadType)
+            try await Task.sleep(for: .seconds(8))
+            let shown = meter.take()
+            let nacked = receiver.recovery.nacked(payloadType: payloadType) - nackedBefore
+            print("\(codec) at 10 % loss: \(nacked) NACKed; \(shown.frames) of \(shown.captured) frames shown, longest freeze \(shown.longestFreezeMilliseconds) ms")
+            #expect(nacked > 20, "only \(nacked) packets asked for again")
+            #expect(shown.reordered == 0 && shown.unreadable == 0, "\(shown)")
+            #expect(shown.deliveredPercent >= 95, "\(shown.frames) of \(shown.captured) frames shown")
+            await renderer.stop()
+            await session.stop()
+        }
+    }
+}
