@@ -26,6 +26,8 @@ extension RelayRouter.Stream {
                 // It answers the keyframe requests sent so far (see KeyframeThrottle).
                 tracks[track].throttle?.keyframeArrived(now: now)
             }
+        } else if let keyframes = tracks[track].keyframes, keyframes.startsKeyframe(packet) {
+            tracks[track].throttle?.keyframeArrived(now: now)
         }
         if tracks[track].layer != nil { tracks[track].meter.add(packet.count, now: now) }
         var packets: [RTCPPacket] = []

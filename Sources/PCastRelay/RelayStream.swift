@@ -74,6 +74,9 @@ extension RelayRouter {
         var meter = RateMeter()
         /// H.264 video: a joining subscriber's keyframe is looked for in its cache.
         let isH264: Bool
+        /// The video's codec, where its keyframes are read from (nil: not video, or a codec the
+        /// relay cannot read keyframes of).
+        let keyframes: KeyframeReader?
         /// H.264 whose keyframes have come with their parameter sets: a joining viewer's video
         /// starts at them (see ``Subscriber/awaitingKeyframe``).
         var sendsParameterSets = false
@@ -92,6 +95,7 @@ extension RelayRouter {
                                     deadline: .nanoseconds(Int64(clamping: settings.upstreamRepairDeadline)))
             wireSSRC = description.ssrc
             isH264 = description.kind == .video && description.codec.uppercased() == "H264"
+            keyframes = description.kind == .video ? KeyframeReader(codec: description.codec) : nil
         }
     }
 
@@ -209,6 +213,46 @@ extension RelayRouter {
         /// The slot of the subscriber `id`.
         func slot(ofSubscriber id: String) -> Int? {
             subscriberIDs[id].flatMap { subscriberSlots[$0] }
+        }
+    }
+}
+
+/// Where a video track's keyframes start, read from the first bytes of a plain RTP packet's
+/// payload: H.264's IDR slice (and the parameter sets sent before it, where a decoder can start a
+/// keyframe of another size), VP8's and VP9's key frames from their payload descriptors.
+enum KeyframeReader: Sendable, Equatable {
+    case h264, vp8, vp9
+
+    init?(codec: String) {
+        switch codec.uppercased() {
+        case "H264": self = .h264
+        case "VP8": self = .vp8
+        case "VP9": self = .vp9
+        default: return nil
+        }
+    }
+
+    /// Whether the packet begins a keyframe.
+    func startsKeyframe(_ packet: [UInt8]) -> Bool {
+        packet.withUnsafeBytes { bytes in
+            switch self {
+            case .h264: return H264Payload.packetStartsKeyframe(bytes)
+            case .vp8: return VP8Payload.packetStartsKeyframe(bytes)
+            case .vp9: return VP9Payload.packetStartsKeyframe(bytes)
+            }
+        }
+    }
+
+    /// Whether a decoder that has seen nothing of this encoding can start at the packet: for H.264
+    /// the keyframe's parameter sets (the IDR slice alone would be decoded with another
+    /// encoding's), for VP8 and VP9 the key frame itself (it carries its size).
+    func startsDecoding(_ packet: [UInt8]) -> Bool {
+        packet.withUnsafeBytes { bytes in
+            switch self {
+            case .h264: return H264Payload.packetStartsWithParameterSets(bytes)
+            case .vp8: return VP8Payload.packetStartsKeyframe(bytes)
+            case .vp9: return VP9Payload.packetStartsKeyframe(bytes)
+            }
         }
     }
 }
@@ -350,11 +394,12 @@ extension RelayRouter.Stream {
     mutating func forwardVideo(track: Int, slot: Int, packet: [UInt8], now: UInt64, _ state: inout RouterState) -> VideoForwarding {
         guard slot < subscribers.count, track < tracks.count, packet.count >= RTPPacketLayout.fixedHeaderLength else { return .unchanged }
         let sequence = UInt16(packet[2]) << 8 | UInt16(packet[3])
+        let keyframes = tracks[track].keyframes
         if subscribers[slot].simulcast != nil {
             guard let layer = tracks[track].layer else { return .unchanged }
             let before = subscribers[slot].simulcast?.switcher.current
             let outgoing = subscribers[slot].simulcast?.switcher.forward(layer: layer, sequence: sequence, marker: packet[1] & 0x80 != 0) {
-                packet.withUnsafeBytes { H264Payload.packetStartsWithParameterSets($0) }
+                keyframes?.startsDecoding(packet) ?? false
             }
             guard let outgoing else { return .dropped }
             if before != layer {
@@ -378,7 +423,7 @@ extension RelayRouter.Stream {
         }
         guard subscribers[slot].gate != nil else { return .unchanged }
         let outgoing = subscribers[slot].gate?.forward(sequenceNumber: sequence) {
-            packet.withUnsafeBytes { H264Payload.packetStartsKeyframe($0) }
+            keyframes?.startsKeyframe(packet) ?? false
         }
         guard let outgoing else { return .dropped }
         return outgoing == sequence ? .unchanged : .renumbered(outgoing)

@@ -104,5 +104,45 @@ extension OneAtATime {
             await renderer.stop()
             await session.stop()
         }
+
+        @Test("a VP8 simulcast (multi-bitrate): three VP8 layers are encoded, and through the relay a viewer held on the lowest decodes 320×180 while one on the best decodes 1280×720, each at its first key frame",
+              .timeLimit(.minutes(2)))
+        func vp8Simulcast() async throws {
+            let platform = try await LocalPlatform.start()
+            let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
+            try await publisherSDK.start(authToken: try platform.token(.auth))
+            let media = try await stampedHDMedia()
+            let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish, capabilities: ["multi-bitrate"]), mediaStream: media,
+                                                           settings: EncodingSettings(videoCodec: .vp8))
+            let video = publisher.tracks.filter { $0.kind == .video }
+            #expect(video.count == 3 && video.allSatisfy { $0.codec == "VP8" && $0.layer != nil }, "\(video)")
+            let token = try platform.token(.stream, originStreamId: publisher.streamId)
+            let viewer = PCast(PCastOptions(uri: platform.signalingURL))
+            try await viewer.start(authToken: try platform.token(.auth))
+            var watching: [(MediaStream, Renderer, Values<String>)] = []
+            for layer in [LayerSelection.lowest, .best] {
+                let stream = try await viewer.subscribe(streamToken: token, layer: layer)
+                let sizes = Values<String>()
+                let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+                #expect(await renderer.start() == .ok)
+                try renderer.setFrameReadyCallback(stream.getVideoTracks()[0]) { notification in
+                    if case .video(let frame)? = try? notification.read() { sizes.append("\(frame.width)×\(frame.height)") }
+                }
+                watching.append((stream, renderer, sizes))
+            }
+            let counters = watching.map(\.2)
+            #expect(await eventually { counters.allSatisfy { $0.all.count >= 30 } }, "\(counters.map { $0.all.count })")
+            #expect(Set(watching[0].2.all) == ["320×180"], "lowest: \(Set(watching[0].2.all))")
+            #expect(Set(watching[1].2.all) == ["1280×720"], "best: \(Set(watching[1].2.all))")
+            for (stream, renderer, _) in watching {
+                await renderer.stop()
+                await stream.stop()
+            }
+            await viewer.stop()
+            await publisher.stop()
+            await publisherSDK.stop()
+            await media.stop()
+            await platform.shutdown()
+        }
     }
 }
