@@ -12,14 +12,14 @@ GST_DEBUG_CATEGORY_STATIC(pcast_sink_debug);
 struct _PCastSink {
   GstBin parent;
   // Properties, under GST_OBJECT_LOCK.
-  gchar *server, *auth_token, *token, *tags, *stream_name, *publish_type, *stream_id;
+  gchar *server, *auth_token, *token, *tags, *stream_name, *publish_type, *stream_id, *video_codec;
   guint video_bitrate;
   gboolean chains_built;  // the elements after each pad's queue exist (from READY -> PAUSED on)
   void *swift;  // the Swift context, owned
 };
 
 enum { PROP_0, PROP_SERVER, PROP_AUTH_TOKEN, PROP_TOKEN, PROP_TAGS, PROP_PUBLISH_TYPE, PROP_STREAM_NAME,
-       PROP_VIDEO_BITRATE, PROP_STREAM_ID, N_PROPS };
+       PROP_VIDEO_BITRATE, PROP_STREAM_ID, PROP_VIDEO_CODEC, N_PROPS };
 static GParamSpec *props[N_PROPS];
 
 static GstStaticPadTemplate video_template = GST_STATIC_PAD_TEMPLATE(
@@ -44,6 +44,7 @@ static gchar **string_property(PCastSink *self, guint id) {
   case PROP_PUBLISH_TYPE: return &self->publish_type;
   case PROP_STREAM_NAME: return &self->stream_name;
   case PROP_STREAM_ID: return &self->stream_id;
+  case PROP_VIDEO_CODEC: return &self->video_codec;
   default: return NULL;
   }
 }
@@ -62,6 +63,15 @@ static void pcast_sink_set_property(GObject *object, guint id, const GValue *val
     }
     g_free(self->publish_type);
     self->publish_type = g_strdup(type);
+  } else if (id == PROP_VIDEO_CODEC) {
+    const char *codec = g_value_get_string(value);
+    if (codec && g_ascii_strcasecmp(codec, "h264") && g_ascii_strcasecmp(codec, "vp8") && g_ascii_strcasecmp(codec, "vp9")) {
+      GST_OBJECT_UNLOCK(self);
+      g_warning("pcastsink: video-codec must be h264, vp8 or vp9, not '%s'", codec);
+      return;
+    }
+    g_free(self->video_codec);
+    self->video_codec = g_ascii_strdown(codec ? codec : "h264", -1);
   } else if (string_property(self, id)) {
     gchar **field = string_property(self, id);
     g_free(*field);
@@ -304,6 +314,7 @@ static GstStateChangeReturn pcast_sink_change_state(GstElement *element, GstStat
       .server = g_strdup(self->server), .auth_token = g_strdup(self->auth_token), .token = g_strdup(self->token),
       .tags = g_strdup(self->tags), .stream_name = g_strdup(self->stream_name),
       .publish_type = g_strdup(self->publish_type), .video_bitrate = self->video_bitrate,
+      .video_codec = g_strdup(self->video_codec),
     };
     GST_OBJECT_UNLOCK(self);
     settings.passthrough = passes_through(element);
@@ -312,12 +323,14 @@ static GstStateChangeReturn pcast_sink_change_state(GstElement *element, GstStat
     if (!build_chains(self)) {
       g_free((gchar *)settings.server); g_free((gchar *)settings.auth_token); g_free((gchar *)settings.token);
       g_free((gchar *)settings.tags); g_free((gchar *)settings.stream_name); g_free((gchar *)settings.publish_type);
+      g_free((gchar *)settings.video_codec);
       GST_ELEMENT_ERROR(self, CORE, NEGOTIATION, ("pcastsink could not link its internal elements"), (NULL));
       return GST_STATE_CHANGE_FAILURE;
     }
     gboolean started = pcast_swift_sink_start(self->swift, &settings);
     g_free((gchar *)settings.server); g_free((gchar *)settings.auth_token); g_free((gchar *)settings.token);
     g_free((gchar *)settings.tags); g_free((gchar *)settings.stream_name); g_free((gchar *)settings.publish_type);
+      g_free((gchar *)settings.video_codec);
     if (!started) return GST_STATE_CHANGE_FAILURE;  // Swift posted the error
   }
   GstStateChangeReturn result = GST_ELEMENT_CLASS(pcast_sink_parent_class)->change_state(element, transition);
@@ -332,7 +345,7 @@ static void pcast_sink_finalize(GObject *object) {
   PCastSink *self = PCAST_SINK(object);
   pcast_swift_sink_free(self->swift);
   g_free(self->server); g_free(self->auth_token); g_free(self->token); g_free(self->tags);
-  g_free(self->stream_name); g_free(self->publish_type); g_free(self->stream_id);
+  g_free(self->stream_name); g_free(self->publish_type); g_free(self->stream_id); g_free(self->video_codec);
   G_OBJECT_CLASS(pcast_sink_parent_class)->finalize(object);
 }
 
@@ -350,6 +363,7 @@ static void pcast_sink_class_init(PCastSinkClass *klass) {
   props[PROP_PUBLISH_TYPE] = g_param_spec_string("publish-type", "Publish type", "live, record (a recording named stream-name) or append (to it)", "live", settable);
   props[PROP_STREAM_NAME] = g_param_spec_string("stream-name", "Stream name", "Name of the recording (record / append)", NULL, settable);
   props[PROP_VIDEO_BITRATE] = g_param_spec_uint("video-bitrate", "Video bitrate", "H.264 bitrate in kbit/s (0: the SDK's default)", 0, 100000, 0, settable);
+  props[PROP_VIDEO_CODEC] = g_param_spec_string("video-codec", "Video codec", "The codec raw video is encoded in: h264, vp8 or vp9 (passed-through video is H.264)", "h264", settable);
   props[PROP_STREAM_ID] = g_param_spec_string("stream-id", "Stream id", "The stream's id, once published", NULL, G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
   g_object_class_install_properties(object_class, N_PROPS, props);
   gst_element_class_add_static_pad_template(element_class, &video_template);

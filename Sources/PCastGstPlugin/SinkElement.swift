@@ -23,6 +23,7 @@ final class SinkElement: @unchecked Sendable {
         var streamName: String?
         var publishType: PublishType
         var videoBitrate: Int
+        var videoCodec: VideoCodec
         var video: Bool
         var audio: Bool
         /// H.264 or Opus comes in already encoded: the bin muxes everything to Matroska, published
@@ -37,6 +38,7 @@ final class SinkElement: @unchecked Sendable {
             streamName = String(settingsValue: c.stream_name)
             publishType = String(settingsValue: c.publish_type).flatMap(PublishType.init(rawValue:)) ?? .live
             videoBitrate = Int(c.video_bitrate)
+            videoCodec = String(settingsValue: c.video_codec).flatMap(VideoCodec.init(encodingName:)) ?? .h264
             video = c.has_video != 0
             audio = c.has_audio != 0
             passthrough = c.passthrough != 0
@@ -146,6 +148,7 @@ final class SinkElement: @unchecked Sendable {
             live.withLock { $0.media = media }
             var encoding = EncodingSettings()
             if settings.videoBitrate > 0 { encoding.videoBitrate = settings.videoBitrate }
+            encoding.videoCodec = settings.videoCodec
             let publisher: Publisher
             do {
                 publisher = try await sdk.publish(streamToken: token, mediaStream: media, tags: settings.tags, settings: encoding,
@@ -232,6 +235,12 @@ final class SinkElement: @unchecked Sendable {
         guard !settings.passthrough || settings.video else {
             // The ingest that passes media through carries a video track.
             reference.fail("pcastsink: an audio_opus pad needs a video pad (video or video_h264) beside it", debug: "audio-only passthrough is not supported")
+            return false
+        }
+        guard !settings.passthrough || settings.videoCodec == .h264 else {
+            // Passed-through media is muxed for the SDK's ingest, which carries H.264.
+            reference.fail("pcastsink: video-codec \(settings.videoCodec.encodingName.lowercased()) needs raw pads only (video, audio): passed-through streams are H.264",
+                           debug: "video_h264 or audio_opus requested with video-codec other than h264")
             return false
         }
         let run = Run(settings: settings, element: reference)

@@ -80,7 +80,7 @@ struct GStreamerPluginTests {
         #expect(plugin.stdout.contains("libgstpcast.so") && plugin.stdout.contains("PCastKit"))
         let sink = try Self.gst("gst-inspect-1.0", ["pcastsink"], environment: environment)
         #expect(sink.status == 0, "\(sink.stderr)")
-        for property in ["server", "auth-token", "token", "tags", "publish-type", "stream-name", "video-bitrate", "stream-id"] {
+        for property in ["server", "auth-token", "token", "tags", "publish-type", "stream-name", "video-bitrate", "video-codec", "stream-id"] {
             #expect(sink.stdout.contains("\(property) "), "pcastsink has no \(property) property")
         }
         #expect(sink.stdout.contains("SINK template: 'video'") && sink.stdout.contains("SINK template: 'audio'") && sink.stdout.contains("SINK template: 'video_h264'") && sink.stdout.contains("SINK template: 'audio_opus'") && sink.stdout.contains("On request"))
@@ -119,6 +119,39 @@ struct GStreamerPluginTests {
         #expect(serve.output.contains("pcast.stream=\(streamId) [PCastServer] stream ended (ended: end of stream)"), "\(serve.output.suffix(2_000))")
         // The SDK inside the element writes nothing to the application's console unless asked.
         #expect(!text.contains("pcast.sdk:") && !text.contains("pcast.capture:"), "\(text.suffix(2_000))")
+    }
+
+    @Test("pcastsink video-codec=vp8 publishes its raw video in VP8 (the SDK inside says so) and pcast subscribe --screenshot decodes a 320×240 picture; video-codec with a passed-through pad is an element error naming H.264, and an unknown codec is refused as the property is set")
+    func sinkVideoCodec() async throws {
+        let serve = try await ServeProcess.start()
+        defer { serve.stop() }
+        var environment = try Self.environment(serve.environment)
+        environment["PCAST_LOG_LEVEL"] = "info"
+        let auth = try serve.token(["--type", "auth"])
+        let publish = try serve.token(["--type", "publish"])
+        let stream = try serve.token(["--type", "stream", "--channel-alias", "gst-vp8"])
+        let (launcher, output, _) = try await Self.launchPublisher([
+            "videotestsrc", "is-live=true", "!", "video/x-raw,width=320,height=240,framerate=30/1", "!",
+            "pcastsink", "name=p", "video-codec=vp8", "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(publish)", "tags=channelAlias:gst-vp8",
+            "audiotestsrc", "is-live=true", "!", "p.audio",
+        ], environment: environment, serve: serve)
+        defer { launcher.stop() }
+        #expect(try Self.screenshotSize(serve, stream: stream, auth: auth, seconds: 2) == (320, 240))
+        Self.endWithEOS(launcher)
+        let (status, text) = await Self.finish(launcher, output: output)
+        #expect(status == 0, "\(text.suffix(2_000))")
+        #expect(text.contains("video VP8"), "the SDK's publish log names no VP8 track: \(text.suffix(2_000))")
+
+        let passthrough = try Self.gst("gst-launch-1.0", [
+            "videotestsrc", "num-buffers=30", "!", "x264enc", "!", "pcastsink", "name=p", "video-codec=vp9",
+            "server=\(serve.signaling)", "auth-token=\(auth)", "token=\(publish)",
+        ], environment: environment)
+        #expect(passthrough.status != 0)
+        #expect((passthrough.stdout + passthrough.stderr).contains("passed-through streams are H.264"), "\(passthrough.stdout.suffix(1_000)) \(passthrough.stderr.suffix(1_000))")
+
+        let unknown = try Self.gst("gst-launch-1.0", ["fakesrc", "num-buffers=1", "!", "pcastsink", "video-codec=av2", "server=ws://127.0.0.1:1/ws"],
+                                   environment: environment)
+        #expect((unknown.stdout + unknown.stderr).contains("video-codec must be h264, vp8 or vp9"), "\(unknown.stderr.suffix(1_000))")
     }
 
     @Test("SIGTERM to gst-launch-1.0 publishing with pcastsink: the SDK ends the stream (the platform's log and a pcast subscribe viewer say ended, the signal named), then the process ends by the signal; PCAST_LOG_LEVEL=notice makes the SDK write its notice to the console")

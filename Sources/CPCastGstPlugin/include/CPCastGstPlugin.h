@@ -21,6 +21,7 @@ typedef struct {
   const char *stream_name;
   const char *publish_type;  // "live", "record", "append"
   guint video_bitrate;       // kbit/s, 0: the SDK's default
+  const char *video_codec;   // "h264", "vp8", "vp9"
   gboolean has_video;        // a video pad was requested (raw, or H.264)
   gboolean has_audio;
   gboolean passthrough;      // a pad is video_h264 or audio_opus: Matroska samples come, not raw ones

@@ -353,7 +353,7 @@ extension PCast {
         let publisher = Publisher(streamId: published.streamId, rtp: rtp, socket: socketBox, pcast: self)
         state.withLock { $0.publishers[published.streamId] = publisher }
         if let encoder = rtp as? RTPPublisher { reportQuality(of: publisher, encoder) }
-        logger.info("publishing", metadata: ["stream": "\(published.streamId)", "tracks": "\(rtp.tracks.map(\.kind.rawValue))"])
+        logger.info("publishing", metadata: ["stream": "\(published.streamId)", "tracks": "\(rtp.tracks.map { "\($0.kind.rawValue) \($0.codec)" })"])
         return publisher
     }
 

@@ -338,7 +338,7 @@ extension PCast {
                   let self, self.state.withLock({ $0.subscriptions.removeValue(forKey: subscription.key) }) != nil else { return }
             await self.requestWhenOnline(.unsubscribe(.init(streamId: streamId, subscriberId: subscriberId)))
         }
-        logger.info("subscribed", metadata: ["stream": "\(streamId)", "tracks": "\(subscribed.tracks.map(\.kind.rawValue))"])
+        logger.info("subscribed", metadata: ["stream": "\(streamId)", "tracks": "\(subscribed.tracks.map { "\($0.kind.rawValue) \($0.codec)" })"])
         return (streamId, stream)
     }
 
