@@ -102,7 +102,12 @@ extension OneAtATime {
 
             session.proxy.setOutage(false)
             let restored = ContinuousClock.now
-            #expect(await eventually(.seconds(10)) { session.publisherSDK.isOnline && session.viewer.isOnline })
+            // Back online as the application sees it: its online callbacks (delivered after the SDK's
+            // state changes; reading the logs at `isOnline` once found the publisher's not yet run).
+            #expect(await eventually(.seconds(10)) {
+                session.publisherSDK.isOnline && session.viewer.isOnline
+                    && [session.publisherLog, session.viewerLog].allSatisfy { ($0.last(.online) ?? restored) > restored }
+            })
             for (name, log) in [("publisher", session.publisherLog), ("viewer", session.viewerLog)] {
                 guard let online = log.last(.online) else { Issue.record("\(name) never came back"); continue }
                 let took = online - restored
@@ -111,7 +116,7 @@ extension OneAtATime {
             }
             #expect(session.publisherSDK.sessionId == sessions.0, "the publisher's session resumed")
             #expect(session.viewer.sessionId == sessions.1, "the viewer's session resumed")
-            #expect(session.publisherLog.all.filter { $0 == .authenticated(.ok) }.count == 2)
+            #expect(await eventually(.seconds(2)) { session.publisherLog.all.filter { $0 == .authenticated(.ok) }.count == 2 })
             #expect(ended.all.isEmpty, "the stream survived")
             // Still the same stream, still flowing, and still controllable over signaling.
             let after = frames.all.count
