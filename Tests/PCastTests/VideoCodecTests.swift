@@ -144,5 +144,39 @@ extension OneAtATime {
             await media.stop()
             await platform.shutdown()
         }
+
+        @Test("an SDK publisher's VP8 or VP9 is watched in headless Chromium over WHEP: the relay answers in the stream's codec and Chromium decodes it (framesDecoded grows, its codec video/VP8 or video/VP9, 640×360)",
+              arguments: [VideoCodec.vp8, .vp9])
+        func watchedInChromium(codec: VideoCodec) async throws {
+            let platform = try await LocalPlatform.start()
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let media = try await stampedMedia(audio: true)
+            let alias = "codec-\(codec.encodingName.lowercased())"
+            let publisher = try await sdk.publish(streamToken: try platform.token(.publish), mediaStream: media, tags: ["channelAlias:\(alias)"],
+                                                  settings: EncodingSettings(videoBitrate: 1500, videoCodec: codec))
+            let collector = try ReportCollector()
+            defer { collector.close() }
+            var query = URLComponents(string: platform.httpURL + "/")!
+            query.queryItems = [
+                URLQueryItem(name: "watch", value: alias),
+                URLQueryItem(name: "token", value: try platform.token(.stream, tag: .channelAlias(alias))),
+                URLQueryItem(name: "report", value: collector.url),
+            ]
+            let browser = try HeadlessChromium.open(query.url!.absoluteString)
+            defer { browser.close() }
+            try await eventually("Chromium decoding 60 frames of \(codec)", within: .seconds(40)) {
+                collector.latest("watch").map { $0.number("framesDecoded") >= 60 } ?? false
+            }
+            let watched = try #require(collector.latest("watch"))
+            #expect(watched.string("codec").lowercased() == "video/\(codec.encodingName.lowercased())", "\(watched)")
+            #expect(watched.number("width") == 640 && watched.number("height") == 360, "\(watched)")
+            #expect(collector.reports("watch").allSatisfy { $0["error"] == nil })
+            #expect(platform.relay.statistics().srtpFailures == 0)
+            await publisher.stop()
+            await sdk.stop()
+            await media.stop()
+            await platform.shutdown()
+        }
     }
 }

@@ -110,8 +110,12 @@ public enum WebRTCNegotiation {
     /// The feedback the relay honours for video (NACK, PLI, FIR, REMB) and audio (none).
     static let videoFeedback = ["nack", "nack pli", "ccm fir", "goog-remb"]
 
+    /// The answer to `offer`. Video is sent or taken in one of `videoCodecs` (encoding names, see
+    /// ``RTPCodec/isForwardable(as:)``): the offer's first video codec that is one of them (the
+    /// offer lists its preferred first). A viewer is answered in its stream's codec.
     public static func answer(_ offer: SessionDescription, as role: Role, local: ICECredentials,
                               fingerprint: String, candidates: [STUNAddress], tcpCandidates: [STUNAddress] = [],
+                              videoCodecs: [String] = ["H264"],
                               sessionID: UInt64 = UInt64.random(in: 1...(1 << 62))) throws(NegotiationError) -> Result {
         let usable = offer.media.filter { !$0.isRejected && ($0.kind == "audio" || $0.kind == "video") }
         guard !usable.isEmpty else { throw .unsupportedMedia("no audio or video section") }
@@ -155,10 +159,11 @@ public enum WebRTCNegotiation {
             }
             let chosen: RTPCodec
             if section.kind == "video" {
-                guard let h264 = section.codecs.first(where: { $0.isConstrainedBaselineH264ModeOne }) else {
-                    throw .unsupportedCodec("video section \(mid) offers no constrained-baseline H.264 with packetization-mode=1 (offered: \(section.codecs.map { codec in codec.parameters["profile-level-id"].map { "\(codec.name) \($0)" } ?? codec.name }.joined(separator: ", ")))")
+                guard let video = section.codecs.first(where: { codec in videoCodecs.contains { codec.isForwardable(as: $0) } }) else {
+                    let wanted = videoCodecs.map { $0.uppercased() == "H264" ? "constrained-baseline H.264 with packetization-mode=1" : $0.uppercased() == "VP9" ? "VP9 profile 0" : $0 }
+                    throw .unsupportedCodec("video section \(mid) offers no \(wanted.joined(separator: " or ")) (offered: \(section.codecs.map { codec in codec.parameters["profile-level-id"].map { "\(codec.name) \($0)" } ?? codec.name }.joined(separator: ", ")))")
                 }
-                chosen = h264
+                chosen = video
             } else {
                 guard let opus = section.codecs.first(where: { $0.isNamed("opus") && $0.clockRate == 48_000 }) else {
                     throw .unsupportedCodec("audio section \(mid) offers no Opus/48000 (offered: \(section.codecs.map(\.name).joined(separator: ", ")))")

@@ -196,8 +196,9 @@ extension Platform {
         }
         let video = record.tracks.asReceived.first { $0.kind == .video }
         let audio = record.tracks.asReceived.first { $0.kind == .audio }
-        if let video, video.codec.uppercased() != "H264" {
-            return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries \(video.codec) video; WebRTC viewers are sent H.264 only"))
+        // A viewer is sent the stream's own codec (the relay does not transcode): H.264, VP8 or VP9.
+        if let video, !["H264", "VP8", "VP9"].contains(video.codec.uppercased()) {
+            return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries \(video.codec) video; WebRTC viewers are sent H.264, VP8 or VP9"))
         }
         if let audio, audio.codec.uppercased() != "OPUS" {
             return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries \(audio.codec) audio; WebRTC viewers are sent Opus only"))
@@ -211,7 +212,8 @@ extension Platform {
                 as: .viewer(videoSSRC: video?.ssrc ?? UInt32.random(in: 1...UInt32.max, using: &generator),
                             audioSSRC: audio?.ssrc ?? UInt32.random(in: 1...UInt32.max, using: &generator),
                             cname: "pcast-\(record.streamId.suffix(8))"),
-                local: local, fingerprint: endpoint.fingerprint, candidates: endpoint.candidates, tcpCandidates: endpoint.tcpCandidates)
+                local: local, fingerprint: endpoint.fingerprint, candidates: endpoint.candidates, tcpCandidates: endpoint.tcpCandidates,
+                videoCodecs: [video?.codec ?? "H264"])
         } catch {
             return .failure(WebRTCRefusal(error))
         }
