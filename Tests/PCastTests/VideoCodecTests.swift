@@ -10,7 +10,7 @@ import Testing
 
 extension OneAtATime {
     /// Issue 43: video codecs beyond H.264 from the SDK through the relay to the SDK.
-    @Suite("Video codecs: VP8 and VP9 from the SDK through the relay", .serialized)
+    @Suite("Video codecs: VP8 and VP9 from the SDK and browsers through the relay", .serialized)
     struct VideoCodecTests {
         @Test("a VP8 or VP9 publisher announces its codec, encodes with it, and an SDK subscriber decodes it: 640×360 at its frame-ready hook, the stamped frames in order and none missing; a keyframe asked of the publisher comes; a recording of it is refused, naming H.264 as what recordings take",
               arguments: [VideoCodec.vp8, .vp9])
@@ -176,6 +176,71 @@ extension OneAtATime {
             await publisher.stop()
             await sdk.stop()
             await media.stop()
+            await platform.shutdown()
+        }
+
+        @Test("headless Chromium publishes VP8 or VP9 by WHIP, chosen on the served page (codec=): the relay keeps the offer's first codec it forwards, the page reports that codec in use, an SDK subscriber decodes the browser's 640×480 with its VP8 or VP9 decoder, and Chromium watches itself back over WHEP in the same codec",
+              arguments: [VideoCodec.vp8, .vp9])
+        func publishedFromChromium(codec: VideoCodec) async throws {
+            let platform = try await LocalPlatform.start()
+            let alias = "browser-\(codec.encodingName.lowercased())"
+            let collector = try ReportCollector()
+            defer { collector.close() }
+            var query = URLComponents(string: platform.httpURL + "/")!
+            query.queryItems = [
+                URLQueryItem(name: "publish", value: alias),
+                URLQueryItem(name: "publishToken", value: try platform.token(.publish)),
+                URLQueryItem(name: "codec", value: codec.encodingName.lowercased()),
+                URLQueryItem(name: "watch", value: alias),
+                URLQueryItem(name: "token", value: try platform.token(.stream, tag: .channelAlias(alias))),
+                URLQueryItem(name: "report", value: collector.url),
+            ]
+            let browser = try HeadlessChromium.open(query.url!.absoluteString)
+            defer { browser.close() }
+            let sdk = PCast(PCastOptions(uri: platform.signalingURL))
+            try await sdk.start(authToken: try platform.token(.auth))
+            let stream = try await subscribeToChannel(sdk, platform, alias: alias)
+            let decoders = stream.engine.pipeline.elements.map(\.factoryName)
+            #expect(decoders.contains(codec == .vp8 ? "vp8dec" : "vp9dec") && !decoders.contains("avdec_h264"), "\(decoders)")
+            let (renderer, frames) = try await countFrames(stream)
+            try await eventually("Chromium decoding 60 frames of the \(codec) it published", within: .seconds(40)) {
+                (collector.latest("watch").map { $0.number("framesDecoded") >= 60 } ?? false)
+                    && (collector.latest("publish").map { $0.number("framesEncoded") >= 60 } ?? false)
+            }
+            let mime = "video/\(codec.encodingName.lowercased())"
+            let published = try #require(collector.latest("publish"))
+            #expect(published.string("codec").lowercased() == mime && published.number("framesEncoded") >= 60, "\(published)")
+            let watched = try #require(collector.latest("watch"))
+            #expect(watched.string("codec").lowercased() == mime, "\(watched)")
+            #expect(watched.number("width") == 640 && watched.number("height") == 480, "\(watched)")
+            #expect(collector.reports("watch").allSatisfy { $0["error"] == nil } && collector.reports("publish").allSatisfy { $0["error"] == nil })
+            #expect(await eventually { frames.count >= 30 }, "the SDK subscriber decoded \(frames.count) of the browser's frames")
+            #expect(frames.size == (640, 480))
+            let statistics = platform.relay.statistics()
+            #expect(statistics.webRTCPeers == 2 && statistics.dtlsFailures == 0 && statistics.srtpFailures == 0)
+            _ = renderer
+            await sdk.stop()
+            await platform.shutdown()
+        }
+
+        @Test("the served page refuses a codec the relay does not forward before it offers anything (codec=av1: an error on the page, no WHIP session)")
+        func pageRefusesUnforwardedCodec() async throws {
+            let platform = try await LocalPlatform.start()
+            let collector = try ReportCollector()
+            defer { collector.close() }
+            var query = URLComponents(string: platform.httpURL + "/")!
+            query.queryItems = [
+                URLQueryItem(name: "publish", value: "browser-av1"),
+                URLQueryItem(name: "publishToken", value: try platform.token(.publish)),
+                URLQueryItem(name: "codec", value: "av1"),
+                URLQueryItem(name: "report", value: collector.url),
+            ]
+            let browser = try HeadlessChromium.open(query.url!.absoluteString)
+            defer { browser.close() }
+            try await eventually("the page reporting its refusal", within: .seconds(30)) {
+                collector.reports("publish").contains { $0.string("error").contains("cannot send av1") }
+            }
+            #expect(platform.relay.statistics().streams == 0 && platform.relay.statistics().webRTCPeers == 0)
             await platform.shutdown()
         }
     }

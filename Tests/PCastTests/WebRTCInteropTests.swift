@@ -168,7 +168,7 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
-        @Test("aiortc publishes with WHIP and another aiortc views it with WHEP (AES-128-GCM, H.264): aiortc → relay → aiortc and an SDK subscriber decode its 320×240 frames; an SDK publisher plays in aiortc too")
+        @Test("aiortc publishes with WHIP in its offer's first codec (VP8) and another aiortc views it with WHEP in VP8 (AES-128-GCM): aiortc → relay → aiortc and an SDK subscriber decode its 320×240 frames; an SDK publisher's H.264 plays in aiortc too")
         func aiortcPublishesAndViews() async throws {
             let platform = try await LocalPlatform.start()
             let publisher = try ScriptedPeer.start(.whip, platform, name: "aiortc-room", token: try platform.token(.publish), seconds: 14, stack: .aiortc)
@@ -181,7 +181,7 @@ extension OneAtATime {
             let seen = try await viewer.outcome()
             #expect(seen.status == 201 && seen.error == nil, "\(seen)")
             #expect(seen.connection_state == "connected" && seen.srtp_profile == "SRTP_AEAD_AES_128_GCM", "\(seen)")
-            #expect(seen.video_codec == "video/H264", "\(seen)")
+            #expect(seen.video_codec == "video/VP8", "\(seen)")
             #expect(seen.video_frames >= 60 && seen.audio_buffers >= 50, "\(seen)")
             #expect(seen.width == 320 && seen.height == 240)
             #expect(seen.delete_status == 200)
@@ -197,6 +197,7 @@ extension OneAtATime {
             #expect(watched.status == 201 && watched.error == nil, "\(watched)")
             #expect(watched.video_frames >= 60 && watched.audio_buffers >= 50, "\(watched)")
             #expect(watched.width == 640 && watched.height == 360)
+            #expect(watched.video_codec == "video/H264", "\(watched)")
 
             let sent = try await publisher.outcome()
             #expect(sent.status == 201 && sent.error == nil && sent.connection_state == "connected", "\(sent)")
@@ -455,7 +456,7 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
-        @Test("WHIP/WHEP refusals: no, forged, expired, wrong-type or other-address token → 401 (a token bound to the caller's address is accepted); garbage → 400; VP8 only → 422; no such stream → 404; not SDP → 415; all problem+json, nothing published by a refused request")
+        @Test("WHIP/WHEP refusals: no, forged, expired, wrong-type or other-address token → 401 (a token bound to the caller's address is accepted); garbage → 400; AV1 only, or VP8 to a recorded stream → 422 (naming H.264 for the recording); no such stream → 404; not SDP → 415; all problem+json, nothing published by a refused request")
         func refusals() async throws {
             let platform = try await LocalPlatform.start()
             let whip = platform.httpURL + "/whip/refused"
@@ -471,15 +472,18 @@ extension OneAtATime {
                  "bound to another remote address"),
                 (try platform.token(.publish), "this is not SDP", 400, "garbage"),
                 (try platform.token(.publish), String(browserOffer().prefix(120)), 400, "truncated"),
-                (try platform.token(.publish), browserOffer(video: ["a=rtpmap:96 VP8/90000"], videoPayloadTypes: "96"), 422, "VP8 only"),
+                (try platform.token(.publish), browserOffer(video: ["a=rtpmap:45 AV1/90000"], videoPayloadTypes: "45"), 422, "AV1 only"),
+                (try platform.token(.publish), browserOffer(video: ["a=rtpmap:96 VP8/90000"], videoPayloadTypes: "96"), 422, "VP8 to be recorded"),
             ]
             for (token, offer, status, what) in cases {
-                let reply = try curlRequest("POST", whip, token: token, body: offer)
+                let url = what == "VP8 to be recorded" ? whip + "?type=record" : whip
+                let reply = try curlRequest("POST", url, token: token, body: offer)
                 #expect(reply.status == status, "\(what): \(reply.status) \(reply.body)")
                 #expect(reply.contentType.hasPrefix("application/problem+json"), "\(what): \(reply.contentType)")
                 let problem = try JSONSerialization.jsonObject(with: Data(reply.body.utf8)) as? [String: Any]
                 #expect((problem?["status"] as? Int) == status && !((problem?["detail"] as? String) ?? "").isEmpty, "\(what): \(reply.body)")
                 if status == 401 { #expect(reply.headers.lowercased().contains("www-authenticate: bearer"), "\(what)") }
+                if what == "VP8 to be recorded" { #expect(reply.body.contains("recordings take H.264"), "\(reply.body)") }
             }
             let missing = try curlRequest("POST", platform.httpURL + "/whep/nobody-here", token: try platform.token(.stream, tag: .channelAlias("nobody-here")),
                                           body: browserOffer(direction: "recvonly"))

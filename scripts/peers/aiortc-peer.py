@@ -5,7 +5,8 @@ interop tests. Same interface and result file as webrtcbin-peer.py:
 
   aiortc-peer.py whip|whep URL TOKEN SECONDS RESULT.json
 
-whip: sends 320x240 video (a moving bar, aiortc's H.264 encoder) and a tone (Opus) for SECONDS.
+whip: sends 320x240 video (a moving bar) and a tone (Opus) for SECONDS, in the codec the relay keeps
+     from aiortc's default offer (VP8 first, then H.264).
 whep: receives for SECONDS, decodes, and counts the frames and audio frames decoded.
 Then DELETEs the session's resource and writes RESULT.json:
   {"status": HTTP status of the POST, "location": ..., "answer": SDP, "error": text or null,

@@ -128,11 +128,16 @@ extension Platform {
             let description = try SessionDescription(parsing: offer)
             negotiated = try WebRTCNegotiation.answer(description, as: .publisher, local: local,
                                                       fingerprint: endpoint.fingerprint, candidates: endpoint.candidates,
-                                                      tcpCandidates: endpoint.tcpCandidates)
+                                                      tcpCandidates: endpoint.tcpCandidates,
+                                                      videoCodecs: Self.whipVideoCodecs(publishType))
         } catch let error as SDPError {
             return .failure(WebRTCRefusal(400, "Bad Request", "malformed SDP offer: \(error)"))
         } catch let error as NegotiationError {
-            return .failure(WebRTCRefusal(error))
+            var refusal = WebRTCRefusal(error)
+            if case .unsupportedCodec = error, publishType != .live {
+                refusal.detail += "; a '\(publishType.rawValue)' stream is recorded, and recordings take H.264 video"
+            }
+            return .failure(refusal)
         } catch {
             return .failure(WebRTCRefusal(400, "Bad Request", "\(error)"))
         }
@@ -176,6 +181,13 @@ extension Platform {
         logger.info("WHIP session opened", metadata: ["pcast.stream": .string(published.streamId), "pcast.name": .string(name),
                                                       "pcast.publishType": .string(publishType.rawValue)])
         return .success(WebRTCCreated(resourceId: resource.id, answer: negotiated.answer.text, streamId: published.streamId))
+    }
+
+    /// The video codecs a WHIP publisher may send, in no order of ours: the answer keeps the
+    /// offer's own preference among them. Live streams take every codec the relay forwards;
+    /// a recorded one (`record`, `append`) H.264 only, the one codec recordings and HLS store.
+    static func whipVideoCodecs(_ publishType: PublishType) -> [String] {
+        publishType == .live ? ["H264", "VP8", "VP9"] : ["H264"]
     }
 
     /// WHEP: plays the stream `name` (a stream id, or a channel alias whose newest stream is
