@@ -102,6 +102,12 @@ let package = Package(
             name: "CGStreamerShim",
             dependencies: ["CGStreamer"]
         ),
+        // The AV1 RTP payloader and depayloader elements (GStreamer 1.22 has neither): the GObject
+        // subclasses of GStreamer's RTP base classes, in C; the payload format is PCastProtocol's.
+        .target(
+            name: "CAV1RTP",
+            dependencies: ["CGStreamer"]
+        ),
         // Our 4:2:0 YUV <-> BGRA converters: plain C, no GStreamer, no unsafe flags (see its header).
         .target(name: "CPixelConverter"),
         .target(
@@ -129,6 +135,7 @@ let package = Package(
             name: "PCastMedia",
             dependencies: [
                 "GStreamer",
+                "CAV1RTP",
                 "PCastProtocol",
                 "PCastRecording",
                 .product(name: "Logging", package: "swift-log"),

@@ -65,9 +65,9 @@ static void pcast_sink_set_property(GObject *object, guint id, const GValue *val
     self->publish_type = g_strdup(type);
   } else if (id == PROP_VIDEO_CODEC) {
     const char *codec = g_value_get_string(value);
-    if (codec && g_ascii_strcasecmp(codec, "h264") && g_ascii_strcasecmp(codec, "vp8") && g_ascii_strcasecmp(codec, "vp9")) {
+    if (codec && g_ascii_strcasecmp(codec, "h264") && g_ascii_strcasecmp(codec, "vp8") && g_ascii_strcasecmp(codec, "vp9") && g_ascii_strcasecmp(codec, "av1")) {
       GST_OBJECT_UNLOCK(self);
-      g_warning("pcastsink: video-codec must be h264, vp8 or vp9, not '%s'", codec);
+      g_warning("pcastsink: video-codec must be h264, vp8, vp9 or av1, not '%s'", codec);
       return;
     }
     g_free(self->video_codec);
@@ -363,7 +363,7 @@ static void pcast_sink_class_init(PCastSinkClass *klass) {
   props[PROP_PUBLISH_TYPE] = g_param_spec_string("publish-type", "Publish type", "live, record (a recording named stream-name) or append (to it)", "live", settable);
   props[PROP_STREAM_NAME] = g_param_spec_string("stream-name", "Stream name", "Name of the recording (record / append)", NULL, settable);
   props[PROP_VIDEO_BITRATE] = g_param_spec_uint("video-bitrate", "Video bitrate", "H.264 bitrate in kbit/s (0: the SDK's default)", 0, 100000, 0, settable);
-  props[PROP_VIDEO_CODEC] = g_param_spec_string("video-codec", "Video codec", "The codec raw video is encoded in: h264, vp8 or vp9 (passed-through video is H.264)", "h264", settable);
+  props[PROP_VIDEO_CODEC] = g_param_spec_string("video-codec", "Video codec", "The codec raw video is encoded in: h264, vp8, vp9 or av1 (passed-through video is H.264)", "h264", settable);
   props[PROP_STREAM_ID] = g_param_spec_string("stream-id", "Stream id", "The stream's id, once published", NULL, G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
   g_object_class_install_properties(object_class, N_PROPS, props);
   gst_element_class_add_static_pad_template(element_class, &video_template);

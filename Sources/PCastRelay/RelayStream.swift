@@ -76,7 +76,7 @@ extension RelayRouter {
         let isH264: Bool
         /// The video's codec, where its keyframes are read from (nil: not video, or a codec the
         /// relay cannot read keyframes of).
-        let keyframes: KeyframeReader?
+        let keyframes: VideoPayload?
         /// H.264 whose keyframes have come with their parameter sets: a joining viewer's video
         /// starts at them (see ``Subscriber/awaitingKeyframe``).
         var sendsParameterSets = false
@@ -95,7 +95,7 @@ extension RelayRouter {
                                     deadline: .nanoseconds(Int64(clamping: settings.upstreamRepairDeadline)))
             wireSSRC = description.ssrc
             isH264 = description.kind == .video && description.codec.uppercased() == "H264"
-            keyframes = description.kind == .video ? KeyframeReader(codec: description.codec) : nil
+            keyframes = description.kind == .video ? VideoPayload(encodingName: description.codec) : nil
         }
     }
 
@@ -217,43 +217,17 @@ extension RelayRouter {
     }
 }
 
-/// Where a video track's keyframes start, read from the first bytes of a plain RTP packet's
-/// payload: H.264's IDR slice (and the parameter sets sent before it, where a decoder can start a
-/// keyframe of another size), VP8's and VP9's key frames from their payload descriptors.
-enum KeyframeReader: Sendable, Equatable {
-    case h264, vp8, vp9
-
-    init?(codec: String) {
-        switch codec.uppercased() {
-        case "H264": self = .h264
-        case "VP8": self = .vp8
-        case "VP9": self = .vp9
-        default: return nil
-        }
-    }
-
+/// A video track's keyframes, read from a plain RTP packet's first bytes (the codec's payload
+/// reader is PCastProtocol's ``VideoPayload``, shared with the SDK's receiver).
+extension VideoPayload {
     /// Whether the packet begins a keyframe.
     func startsKeyframe(_ packet: [UInt8]) -> Bool {
-        packet.withUnsafeBytes { bytes in
-            switch self {
-            case .h264: return H264Payload.packetStartsKeyframe(bytes)
-            case .vp8: return VP8Payload.packetStartsKeyframe(bytes)
-            case .vp9: return VP9Payload.packetStartsKeyframe(bytes)
-            }
-        }
+        packet.withUnsafeBytes { packetStartsKeyframe($0) }
     }
 
-    /// Whether a decoder that has seen nothing of this encoding can start at the packet: for H.264
-    /// the keyframe's parameter sets (the IDR slice alone would be decoded with another
-    /// encoding's), for VP8 and VP9 the key frame itself (it carries its size).
+    /// Whether a decoder that has seen nothing of this encoding can start at the packet.
     func startsDecoding(_ packet: [UInt8]) -> Bool {
-        packet.withUnsafeBytes { bytes in
-            switch self {
-            case .h264: return H264Payload.packetStartsWithParameterSets(bytes)
-            case .vp8: return VP8Payload.packetStartsKeyframe(bytes)
-            case .vp9: return VP9Payload.packetStartsKeyframe(bytes)
-            }
-        }
+        packet.withUnsafeBytes { packetStartsDecoding($0) }
     }
 }
 

@@ -456,7 +456,7 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
-        @Test("WHIP/WHEP refusals: no, forged, expired, wrong-type or other-address token → 401 (a token bound to the caller's address is accepted); garbage → 400; AV1 only, or VP8 to a recorded stream → 422 (naming H.264 for the recording); no such stream → 404; not SDP → 415; all problem+json, nothing published by a refused request")
+        @Test("WHIP/WHEP refusals: no, forged, expired, wrong-type or other-address token → 401 (a token bound to the caller's address is accepted); garbage → 400; H.265 only, or VP8 to a recorded stream → 422 (naming H.264 for the recording); no such stream → 404; not SDP → 415; all problem+json, nothing published by a refused request")
         func refusals() async throws {
             let platform = try await LocalPlatform.start()
             let whip = platform.httpURL + "/whip/refused"
@@ -472,7 +472,7 @@ extension OneAtATime {
                  "bound to another remote address"),
                 (try platform.token(.publish), "this is not SDP", 400, "garbage"),
                 (try platform.token(.publish), String(browserOffer().prefix(120)), 400, "truncated"),
-                (try platform.token(.publish), browserOffer(video: ["a=rtpmap:45 AV1/90000"], videoPayloadTypes: "45"), 422, "AV1 only"),
+                (try platform.token(.publish), browserOffer(video: ["a=rtpmap:45 H265/90000"], videoPayloadTypes: "45"), 422, "H.265 only"),
                 (try platform.token(.publish), browserOffer(video: ["a=rtpmap:96 VP8/90000"], videoPayloadTypes: "96"), 422, "VP8 to be recorded"),
             ]
             for (token, offer, status, what) in cases {

@@ -19,8 +19,11 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
     case vp8 = "VP8"
     /// VP9 profile 0 (libvpx, RFC 9628).
     case vp9 = "VP9"
+    /// AV1 main profile (libaom at its real-time usage; AOMedia's RTP payload format, ours:
+    /// ``AV1Payload``).
+    case av1 = "AV1"
 
-    /// The codec an RTP encoding name means (`H264`, `VP8`, `VP9`, in any case); nil for others.
+    /// The codec an RTP encoding name means (`H264`, `VP8`, `VP9`, `AV1`, in any case); nil for others.
     public init?(encodingName: String) {
         self.init(rawValue: encodingName.uppercased())
     }
@@ -32,6 +35,9 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
     /// `keyframeInterval` frames and one frame allowed at most `burstMilliseconds` of the bitrate.
     /// x264: zero latency, the fastest preset. libvpx: the real-time deadline, no look-ahead,
     /// error resilient (a lost packet spoils less than the rest of the frame), constant bitrate.
+    /// libaom: the real-time usage at its fastest speed, no look-ahead, constant bitrate, the
+    /// quantizer bounded to 4…42 of 63 (libaom's default bounds of 0 abort its constant-bitrate
+    /// control; above 42 fine detail goes: the tests' painted frame stamps became unreadable at 48).
     func encoder(name: String, kilobitsPerSecond: Int, keyframeInterval: Int, burstMilliseconds: Int) -> String {
         switch self {
         case .h264:
@@ -42,6 +48,10 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
             return "\(element) name=\(name) deadline=1 cpu-used=\(self == .vp8 ? 16 : 9) lag-in-frames=0 error-resilient=default "
                 + "end-usage=cbr target-bitrate=\(kilobitsPerSecond * 1000) keyframe-max-dist=\(keyframeInterval) "
                 + "buffer-size=\(max(burstMilliseconds, 100)) buffer-initial-size=\(max(burstMilliseconds, 100) / 2) threads=2"
+        case .av1:
+            return "av1enc name=\(name) usage-profile=realtime cpu-used=10 lag-in-frames=0 end-usage=cbr target-bitrate=\(kilobitsPerSecond) "
+                + "keyframe-max-dist=\(keyframeInterval) min-quantizer=4 max-quantizer=42 buf-sz=\(max(burstMilliseconds, 100)) "
+                + "buf-initial-sz=\(max(burstMilliseconds, 100) / 2) buf-optimal-sz=\(max(burstMilliseconds, 100) / 2) threads=2 row-mt=true"
         }
     }
 
@@ -50,6 +60,7 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
         switch self {
         case .h264: try encoder.set("bitrate", UInt32(max(16, bitsPerSecond / 1000)))
         case .vp8, .vp9: try encoder.set("target-bitrate", Int32(clamping: max(16_000, bitsPerSecond)))
+        case .av1: try encoder.set("target-bitrate", UInt32(max(16, bitsPerSecond / 1000)))
         }
     }
 
@@ -61,6 +72,9 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
         case .h264: return "rtph264pay \(common) config-interval=-1 aggregate-mode=zero-latency"
         case .vp8: return "rtpvp8pay \(common) picture-id-mode=15-bit"
         case .vp9: return "rtpvp9pay \(common) picture-id-mode=15-bit"
+        case .av1:
+            AV1Elements.register()
+            return "pcastav1pay \(common)"
         }
     }
 
@@ -70,6 +84,9 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
         case .h264: return "rtph264depay"
         case .vp8: return "rtpvp8depay"
         case .vp9: return "rtpvp9depay"
+        case .av1:
+            AV1Elements.register()
+            return "pcastav1depay"
         }
     }
 
@@ -81,15 +98,14 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
         case .h264: return "avdec_h264 thread-type=slice qos=false"
         case .vp8: return "vp8dec qos=false"
         case .vp9: return "vp9dec qos=false"
+        case .av1: return "av1dec qos=false"
         }
     }
 
-    /// Whether an RTP packet of this codec begins a keyframe (read from its payload's first bytes).
+    /// Whether an RTP packet of this codec begins a keyframe a decoder can start at (read from
+    /// its payload's first bytes by ``VideoPayload``; for H.264 its parameter sets count too).
     static func packetStartsKeyframe(_ codec: VideoCodec, _ packet: UnsafeRawBufferPointer) -> Bool {
-        switch codec {
-        case .h264: return H264Payload.packetStartsKeyframe(packet) || H264Payload.packetStartsWithParameterSets(packet)
-        case .vp8: return VP8Payload.packetStartsKeyframe(packet)
-        case .vp9: return VP9Payload.packetStartsKeyframe(packet)
-        }
+        guard let payload = VideoPayload(encodingName: codec.encodingName) else { return false }
+        return payload.packetStartsKeyframe(packet) || payload.packetStartsDecoding(packet)
     }
 }

@@ -66,15 +66,17 @@ public struct RTPCodec: Sendable, Hashable {
 
     public func isNamed(_ name: String) -> Bool { self.name.lowercased() == name.lowercased() }
 
-    /// Whether this is the video codec `encodingName` (`H264`, `VP8`, `VP9`) in the form the relay
-    /// forwards: H.264 constrained baseline in packetization mode 1
+    /// Whether this is the video codec `encodingName` (`H264`, `VP8`, `VP9`, `AV1`) in the form the
+    /// relay forwards: H.264 constrained baseline in packetization mode 1
     /// (``isConstrainedBaselineH264ModeOne``), VP8, VP9 profile 0 (8-bit 4:2:0, the profile every
-    /// decoder takes; `profile-id` absent means 0), each at 90 kHz.
+    /// decoder takes; `profile-id` absent means 0), AV1 main profile (`profile` absent means 0),
+    /// each at 90 kHz.
     public func isForwardable(as encodingName: String) -> Bool {
         switch encodingName.uppercased() {
         case "H264": return isConstrainedBaselineH264ModeOne
         case "VP8": return isNamed("VP8") && clockRate == 90_000
         case "VP9": return isNamed("VP9") && clockRate == 90_000 && (parameters["profile-id"] ?? "0") == "0"
+        case "AV1": return isNamed("AV1") && clockRate == 90_000 && (parameters["profile"] ?? "0") == "0"
         default: return false
         }
     }

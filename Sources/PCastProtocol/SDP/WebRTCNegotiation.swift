@@ -160,7 +160,7 @@ public enum WebRTCNegotiation {
             let chosen: RTPCodec
             if section.kind == "video" {
                 guard let video = section.codecs.first(where: { codec in videoCodecs.contains { codec.isForwardable(as: $0) } }) else {
-                    let wanted = videoCodecs.map { $0.uppercased() == "H264" ? "constrained-baseline H.264 with packetization-mode=1" : $0.uppercased() == "VP9" ? "VP9 profile 0" : $0 }
+                    let wanted = videoCodecs.map { $0.uppercased() == "H264" ? "constrained-baseline H.264 with packetization-mode=1" : $0.uppercased() == "VP9" ? "VP9 profile 0" : $0.uppercased() == "AV1" ? "AV1 main profile" : $0 }
                     throw .unsupportedCodec("video section \(mid) offers no \(wanted.joined(separator: " or ")) (offered: \(section.codecs.map { codec in codec.parameters["profile-level-id"].map { "\(codec.name) \($0)" } ?? codec.name }.joined(separator: ", ")))")
                 }
                 chosen = video

@@ -187,7 +187,7 @@ extension Platform {
     /// offer's own preference among them. Live streams take every codec the relay forwards;
     /// a recorded one (`record`, `append`) H.264 only, the one codec recordings and HLS store.
     static func whipVideoCodecs(_ publishType: PublishType) -> [String] {
-        publishType == .live ? ["H264", "VP8", "VP9"] : ["H264"]
+        publishType == .live ? ["H264", "VP8", "VP9", "AV1"] : ["H264"]
     }
 
     /// WHEP: plays the stream `name` (a stream id, or a channel alias whose newest stream is
@@ -208,9 +208,9 @@ extension Platform {
         }
         let video = record.tracks.asReceived.first { $0.kind == .video }
         let audio = record.tracks.asReceived.first { $0.kind == .audio }
-        // A viewer is sent the stream's own codec (the relay does not transcode): H.264, VP8 or VP9.
-        if let video, !["H264", "VP8", "VP9"].contains(video.codec.uppercased()) {
-            return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries \(video.codec) video; WebRTC viewers are sent H.264, VP8 or VP9"))
+        // A viewer is sent the stream's own codec (the relay does not transcode): H.264, VP8, VP9 or AV1.
+        if let video, VideoPayload(encodingName: video.codec) == nil {
+            return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries \(video.codec) video; WebRTC viewers are sent H.264, VP8, VP9 or AV1"))
         }
         if let audio, audio.codec.uppercased() != "OPUS" {
             return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries \(audio.codec) audio; WebRTC viewers are sent Opus only"))

@@ -1,0 +1,87 @@
+import Foundation
+import GStreamer
+@testable import PCastMedia
+import PCastProtocol
+import Testing
+
+/// Our AV1 RTP elements against GStreamer's own AV1 encoder (libaom) and decoder, peers we did not write.
+@Suite("AV1 RTP elements (pcastav1pay, pcastav1depay) against av1enc and av1dec")
+struct AV1ElementTests {
+    /// 12 frames of 640×360 snow with a keyframe every 4, encoded as the SDK encodes AV1 and
+    /// payloaded at an MTU of 1,200: every RTP packet, and every frame's keyframe flag.
+    static func packets() async throws -> (packets: [[UInt8]], keyframes: [Bool]) {
+        let encoder = VideoCodec.av1.encoder(name: "e", kilobitsPerSecond: 2000, keyframeInterval: 4, burstMilliseconds: 600)
+        let payloader = VideoCodec.av1.payloader(name: "p", payloadType: "96", ssrc: "1", timestampOffset: "0")
+        let pipeline = try Pipeline(description: """
+            videotestsrc num-buffers=12 pattern=snow ! video/x-raw,format=I420,width=640,height=360,framerate=30/1 \
+            ! \(encoder) ! tee name=t \
+            t. ! queue ! appsink name=frames sync=false \
+            t. ! queue ! \(payloader) ! appsink name=out sync=false
+            """)
+        let frames = try pipeline.appSink(named: "frames").samples(limit: 1_000, dropping: .dropNewest)
+        let rtp = try await runCollecting(pipeline)
+        var keyframes: [Bool] = []
+        for await frame in frames { keyframes.append(frame.buffer.isKeyframe) }
+        return (rtp.map(\.buffer.bytes), keyframes)
+    }
+
+    /// Decodes `packets` through pcastav1depay and av1dec; the frames decoded and any error.
+    static func decode(_ packets: [[UInt8]], waitForKeyframe: Bool = true) async throws -> (frames: [(Int, Int)], error: String?) {
+        let depayloader = VideoCodec.av1.depayloader
+        let pipeline = try Pipeline(description: """
+            appsrc name=in format=time caps="application/x-rtp,media=video,clock-rate=90000,encoding-name=AV1,payload=96" \
+            ! \(depayloader) wait-for-keyframe=\(waitForKeyframe) request-keyframe=true ! \(VideoCodec.av1.decoder) \
+            ! video/x-raw ! appsink name=out sync=false
+            """)
+        let source = try pipeline.appSource(named: "in")
+        let samples = try pipeline.appSink(named: "out").samples(limit: 1_000, dropping: .dropNewest)
+        try await pipeline.play(timeout: nil)  // fed by the appsrc: nothing reaches the sink before the pushes
+        for (index, packet) in packets.enumerated() {
+            let buffer = Buffer(bytes: packet)
+            buffer.presentationTimestamp = .nanoseconds(Int64(index) * 1_000_000)
+            try await source.push(buffer)
+        }
+        try source.endOfStream()
+        var error: String?
+        do { try await pipeline.waitUntilEnd(timeout: .seconds(20)) } catch let failure { error = "\(failure)" }
+        await pipeline.stop()
+        var frames: [(Int, Int)] = []
+        for await sample in samples {
+            if let info = sample.videoInfo { frames.append((info.width, info.height)) }
+        }
+        return (frames, error)
+    }
+
+    @Test("av1enc → pcastav1pay: no packet over the MTU, one marker per frame, and N (where a decoder can start) on exactly the first packet of each of the 3 keyframes in 12 frames")
+    func payloaderMarksKeyframes() async throws {
+        let (packets, keyframes) = try await Self.packets()
+        #expect(keyframes.count == 12 && keyframes.filter { $0 }.count == 3, "\(keyframes)")
+        #expect(packets.count > 24, "\(packets.count) packets: frames of more than one packet")
+        #expect(packets.allSatisfy { $0.count <= 1_200 })
+        #expect(packets.filter { $0[1] & 0x80 != 0 }.count == 12, "markers")
+        var frame = 0
+        var startsFrame = true
+        for (index, packet) in packets.enumerated() {
+            let found = packet.withUnsafeBytes { VideoCodec.packetStartsKeyframe(.av1, $0) }
+            #expect(found == (startsFrame && keyframes[frame]), "packet \(index) of frame \(frame)")
+            startsFrame = packet[1] & 0x80 != 0
+            if startsFrame { frame += 1 }
+        }
+    }
+
+    @Test("av1enc → pcastav1pay → pcastav1depay → av1dec decodes all 12 frames at 640×360; with one fragment of the second frame lost, that frame and the two inter frames after it are dropped whole and the other 9 decode without a decoder error")
+    func depayloaderFeedsDecoder() async throws {
+        let (packets, _) = try await Self.packets()
+        let whole = try await Self.decode(packets)
+        #expect(whole.error == nil, "\(whole.error ?? "")")
+        #expect(whole.frames.count == 12 && whole.frames.allSatisfy { $0 == (640, 360) }, "\(whole.frames)")
+
+        // The second frame's first packet is the one after the first marker.
+        let secondFrame = try #require(packets.firstIndex { $0[1] & 0x80 != 0 }) + 1
+        var lossy = packets
+        lossy.remove(at: secondFrame + (packets[secondFrame + 1][1] & 0x80 == 0 ? 1 : 0))
+        let decoded = try await Self.decode(lossy)
+        #expect(decoded.error == nil, "\(decoded.error ?? "")")
+        #expect(decoded.frames.count == 9, "\(decoded.frames.count) frames decoded")
+    }
+}
