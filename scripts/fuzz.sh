@@ -2,13 +2,14 @@
 # Runs the libFuzzer build of pcast-fuzz on each harness for a number of seconds, growing
 # Tests/Corpora/fuzz/<target> in place (RTP and RTCP also start from Tests/Corpora/rtp, rtcp).
 # A crash or a broken contract is saved as Tests/Corpora/fuzz/<target>/crash-*, and the run fails.
+# PCAST_FUZZ_ONLY="av1 sdp" runs those harnesses alone.
 set -uo pipefail
 fuzzer=${1:?usage: fuzz.sh <pcast-fuzz built with -sanitize=fuzzer> [seconds]}
 seconds=${2:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 corpus="$root/Tests/Corpora/fuzz"
 failed=()
-for target in rtp rtcp rtmp amf0 signaling token fmp4 h264 stun sdp; do
+for target in ${PCAST_FUZZ_ONLY:-rtp rtcp rtmp amf0 signaling token fmp4 h264 av1 stun sdp}; do
   extra=()
   [ -d "$root/Tests/Corpora/$target" ] && extra=("$root/Tests/Corpora/$target")
   mkdir -p "$corpus/$target"

@@ -37,6 +37,10 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     /// splitting), and the VP8 and VP9 payload descriptors (a descriptor's length never runs past
     /// the payload).
     case h264
+    /// AV1 RTP payloads (AOMedia's format): an input taken as a temporal unit that packetizes
+    /// does so within its payload limit and reassembles to exactly the decoder's form of it; taken
+    /// as a run of payloads, the depacketizer hands on only units that parse as OBUs.
+    case av1
     /// STUN connectivity checks, the ICE-lite agent answering them, and the first-byte
     /// demultiplexer: decode → encode →
     /// decode gives the same message; the integrity and fingerprint checks never trap, and an
@@ -63,6 +67,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .token: try Self.token(bytes)
         case .fmp4: try Self.fmp4(bytes)
         case .h264: try Self.h264(bytes)
+        case .av1: try Self.av1(bytes)
         case .stun: try Self.stun(bytes)
         case .sdp: try Self.sdp(bytes)
         }
@@ -201,6 +206,50 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         }
         guard cut.tail == .none, cut.fragmentCount == scan.fragmentCount, cut.completeEnd == scan.completeEnd else {
             throw Finding(description: "the file cut at \(scan.completeEnd) scans as \(cut.fragmentCount) fragments, tail \(cut.tail); was \(scan.fragmentCount)")
+        }
+    }
+
+    private static func av1(_ bytes: [UInt8]) throws(Finding) {
+        guard let first = bytes.first else { return }
+        // As a temporal unit, packetized at a limit the first byte chooses.
+        let limit = 8 + Int(first) * 5
+        let unit = Array(bytes.dropFirst())
+        if let packets = try? AV1Payload.packetize(temporalUnit: unit, maximumPayloadSize: limit) {
+            if let long = packets.first(where: { $0.payload.count > limit }) {
+                throw Finding(description: "an AV1 payload of \(long.payload.count) bytes over the limit of \(limit)")
+            }
+            guard let obus = try? AV1Payload.obus(lowOverhead: unit) else { throw Finding(description: "a unit packetized that does not parse") }
+            let sent = obus.filter { ![AV1OBU.temporalDelimiter, AV1OBU.tileList, AV1OBU.padding].contains($0.type) }
+            let expected: [AV1Depacketizer.Output] = sent.isEmpty ? []
+                : [.temporalUnit([0x12, 0x00] + sent.flatMap(\.withSize), keyframe: AV1Payload.startsCodedVideoSequence(sent))]
+            var depacketizer = AV1Depacketizer(waitsForKeyframe: false)
+            var outputs: [AV1Depacketizer.Output] = []
+            for (index, packet) in packets.enumerated() {
+                outputs += depacketizer.take(payload: packet.payload, sequenceNumber: UInt16(truncatingIfNeeded: index), timestamp: 0, marker: packet.marker)
+            }
+            guard outputs == expected else {
+                throw Finding(description: "a unit of \(sent.count) OBUs in \(packets.count) packets came back as \(outputs.count) outputs, not itself")
+            }
+        }
+        // As a run of payloads: each byte of the first 16 ends one at that many bytes on (the
+        // marker on odd ones); whatever is handed on must be a delimiter and OBUs that parse.
+        var depacketizer = AV1Depacketizer(waitsForKeyframe: first & 1 == 0)
+        var rest = unit[...]
+        var sequence: UInt16 = 0
+        var timestamp: UInt32 = 0
+        while !rest.isEmpty {
+            let length = max(1, Int(rest.first! & 0x3F))
+            let payload = Array(rest.prefix(length))
+            rest = rest.dropFirst(length)
+            let marker = payload[0] & 0x01 != 0
+            for output in depacketizer.take(payload: payload, sequenceNumber: sequence, timestamp: timestamp, marker: marker) {
+                guard case .temporalUnit(let handed, _) = output else { continue }
+                guard handed.starts(with: [0x12, 0x00]), (try? AV1Payload.obus(lowOverhead: handed)) != nil else {
+                    throw Finding(description: "the depacketizer handed on \(handed.count) bytes that do not parse as a temporal unit")
+                }
+            }
+            sequence &+= payload.count % 7 == 0 ? 2 : 1  // now and then a gap
+            if marker { timestamp &+= 3_000 }
         }
     }
 

@@ -15,6 +15,7 @@ extension FuzzTarget {
         case .token: return Self.tokenSeeds
         case .fmp4: return Self.fmp4Seeds
         case .h264: return Self.h264Seeds
+        case .av1: return Self.av1Seeds
         case .stun: return Self.stunSeeds
         case .sdp: return Self.sdpSeeds
         }
@@ -132,6 +133,15 @@ extension FuzzTarget {
             [0x90, 0xF0, 0x85, 0x01, 0x07, 0x20, 0x10, 0x02, 0x00],   // VP8: the longest descriptor, a key frame
             [0xA8, 0x85, 0x01, 0x20, 0x00],                           // VP9: picture id, layer indices
         ]
+    }
+
+    private static var av1Seeds: [[UInt8]] {
+        // A key unit (delimiter, sequence header, key frame) and an inter unit with an extension
+        // byte, each after a limit byte; and a run of payloads (a key unit's single packet).
+        let key: [UInt8] = [0x12, 0x00, 0x0A, 0x05, 0x00, 0x00, 0x00, 0x0C, 0xC4, 0x32, 0x04, 0x10, 0x01, 0x02, 0x03]
+        let inter: [UInt8] = [0x12, 0x00, 0x36, 0x28, 0x03, 0x30, 0x07, 0x08]
+        let run = (try? AV1Payload.packetize(temporalUnit: key, maximumPayloadSize: 1_200).first?.payload) ?? []
+        return [[0x00] + key, [0x03] + inter, [0x01] + run]
     }
 
     private static var stunSeeds: [[UInt8]] {
