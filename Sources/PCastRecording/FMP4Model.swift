@@ -1,5 +1,6 @@
-// Fragmented MP4 (ISO/IEC 14496-12, ISO/IEC 14496-15 for H.264, "Encapsulation of Opus in
-// ISO Base Media File Format" for Opus), pure: no I/O, no clocks. The model: tracks, samples,
+// Fragmented MP4 (ISO/IEC 14496-12, ISO/IEC 14496-15 for H.264, the VP Codec ISO Media File
+// Format Binding for VP9, the AV1 Codec ISO Media File Format Binding for AV1, "Encapsulation of
+// Opus in ISO Base Media File Format" for Opus), pure: no I/O, no clocks. The model: tracks, samples,
 // runs, fragments, errors. Writers in FMP4Writer.swift, the crash-recovery scanner in
 // FMP4Scanner.swift (box readers in FMP4Readers.swift), the fragmenter in FMP4Fragmenter.swift,
 // time in FMP4Time.swift, H.264 Annex-B helpers in H264AnnexB.swift; the file layer in
@@ -21,6 +22,14 @@ public struct FMP4Track: Sendable, Equatable {
         /// H.264, written as an `avc3` sample entry (parameter sets may also be in-band).
         /// `sps` and `pps` are single NAL units without start code or length prefix.
         case h264(width: Int, height: Int, sps: [UInt8], pps: [UInt8])
+        /// VP9 profile 0 (8-bit 4:2:0), written as a `vp09` sample entry with `vpcC`; `level` is
+        /// the VP9 level × 10 (31 for level 3.1). Samples are whole frames (superframes).
+        case vp9(width: Int, height: Int, level: UInt8)
+        /// AV1, written as an `av01` sample entry with `av1C`: `configuration` is the four bytes
+        /// of its AV1CodecConfigurationRecord before the configOBUs, `sequenceHeader` the
+        /// sequence header OBU (with its size field). Samples are temporal units without
+        /// temporal delimiters, every OBU with its size field.
+        case av1(width: Int, height: Int, configuration: [UInt8], sequenceHeader: [UInt8])
         /// Opus, written as an `Opus` sample entry with `dOps`. `sampleRate` is the
         /// informational input rate; Opus in MP4 always runs at 48 kHz. 1 or 2 channels.
         case opus(channels: Int, sampleRate: Int, preSkip: UInt16)
@@ -42,11 +51,19 @@ public struct FMP4Track: Sendable, Equatable {
         self.codec = codec
     }
 
-    /// `.video` for H.264, `.audio` for Opus.
+    /// `.video` for H.264, VP9 and AV1, `.audio` for Opus.
     public var kind: Kind {
         switch codec {
-        case .h264: return .video
+        case .h264, .vp9, .av1: return .video
         case .opus: return .audio
+        }
+    }
+
+    /// The picture size of a video track.
+    public var pictureSize: (width: Int, height: Int)? {
+        switch codec {
+        case .h264(let width, let height, _, _), .vp9(let width, let height, _), .av1(let width, let height, _, _): return (width, height)
+        case .opus: return nil
         }
     }
 
@@ -54,8 +71,25 @@ public struct FMP4Track: Sendable, Equatable {
     public var codecKind: FMP4CodecKind {
         switch codec {
         case .h264: return .h264
+        case .vp9: return .other("vp09")
+        case .av1: return .other("av01")
         case .opus: return .opus
         }
+    }
+}
+
+extension FMP4Track.Codec {
+    /// The lowest VP9 level (× 10, as `vpcC` writes it) whose picture size and luma sample rate
+    /// take `width` × `height` at `framesPerSecond` (VP9 bitstream, Annex A).
+    public static func vp9Level(width: Int, height: Int, framesPerSecond: Int) -> UInt8 {
+        let size = width * height, rate = size * framesPerSecond
+        let levels: [(UInt8, Int, Int)] = [
+            (10, 36_864, 829_440), (11, 73_728, 2_764_800), (20, 122_880, 4_608_000), (21, 245_760, 9_216_000),
+            (30, 552_960, 20_736_000), (31, 983_040, 36_864_000), (40, 2_228_224, 83_558_400), (41, 2_228_224, 160_432_128),
+            (50, 8_912_896, 311_951_360), (51, 8_912_896, 588_251_136), (52, 8_912_896, 1_176_502_272),
+            (60, 35_651_584, 1_176_502_272), (61, 35_651_584, 2_353_004_544), (62, 35_651_584, 4_706_009_088),
+        ]
+        return levels.first { size <= $0.1 && rate <= $0.2 }?.0 ?? 62
     }
 }
 

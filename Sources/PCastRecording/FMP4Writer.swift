@@ -122,6 +122,20 @@ extension FMP4 {
             guard !pps.isEmpty, pps.count <= 0xFFFF else {
                 throw .invalidTrack(id: id, reason: "PPS must be 1...65535 bytes")
             }
+        case let .vp9(width, height, _):
+            guard (1...0xFFFF).contains(width), (1...0xFFFF).contains(height) else {
+                throw .invalidTrack(id: id, reason: "width/height must be 1...65535")
+            }
+        case let .av1(width, height, configuration, sequenceHeader):
+            guard (1...0xFFFF).contains(width), (1...0xFFFF).contains(height) else {
+                throw .invalidTrack(id: id, reason: "width/height must be 1...65535")
+            }
+            guard configuration.count == 4, configuration[0] == 0x81 else {
+                throw .invalidTrack(id: id, reason: "an AV1 configuration record starts with 4 bytes, marker and version 1")
+            }
+            guard sequenceHeader.count >= 3, (sequenceHeader[0] >> 3) & 0x0F == 1 else {
+                throw .invalidTrack(id: id, reason: "the AV1 configuration OBU must be a sequence header")
+            }
         case let .opus(channels, sampleRate, _):
             guard (1...2).contains(channels) else {
                 throw .invalidTrack(id: id, reason: "only 1 or 2 Opus channels (mapping family 0)")
@@ -225,7 +239,7 @@ extension FMP4 {
             w.u16(track.kind == .video ? 0 : 0x0100)  // volume
             w.u16(0)
             for value in unityMatrix { w.u32(value) }
-            if case let .h264(width, height, _, _) = track.codec {
+            if let (width, height) = track.pictureSize {
                 w.u32(UInt32(width) << 16)
                 w.u32(UInt32(height) << 16)
             } else {
@@ -261,22 +275,48 @@ extension FMP4 {
         }
     }
 
+    /// The fields every visual sample entry starts with (ISO/IEC 14496-12 §12.1.3).
+    static func writeVisualSampleEntryFields(_ w: inout ByteWriter, width: Int, height: Int) {
+        w.zeros(6)
+        w.u16(1)  // data_reference_index
+        w.zeros(16)  // pre_defined, reserved
+        w.u16(UInt16(width))
+        w.u16(UInt16(height))
+        w.u32(0x0048_0000)  // 72 dpi
+        w.u32(0x0048_0000)
+        w.u32(0)
+        w.u16(1)  // frame_count
+        w.zeros(32)  // compressorname
+        w.u16(0x0018)  // depth
+        w.u16(0xFFFF)  // pre_defined = -1
+    }
+
     static func writeSampleEntry(_ w: inout ByteWriter, _ codec: FMP4Track.Codec) {
         switch codec {
+        case let .vp9(width, height, level):
+            w.box("vp09") { w in
+                writeVisualSampleEntryFields(&w, width: width, height: height)
+                w.fullBox("vpcC", version: 1, flags: 0) { w in
+                    w.u8(0)  // profile 0
+                    w.u8(level)
+                    w.u8(8 << 4 | 0 << 1 | 0)  // bitDepth 8, chromaSubsampling 4:2:0 (vertical), limited range
+                    w.u8(2)  // colour primaries: unspecified
+                    w.u8(2)  // transfer characteristics: unspecified
+                    w.u8(2)  // matrix coefficients: unspecified
+                    w.u16(0)  // no codec initialization data (VP9 has none)
+                }
+            }
+        case let .av1(width, height, configuration, sequenceHeader):
+            w.box("av01") { w in
+                writeVisualSampleEntryFields(&w, width: width, height: height)
+                w.box("av1C") { w in
+                    w.append(configuration)
+                    w.append(sequenceHeader)
+                }
+            }
         case let .h264(width, height, sps, pps):
             w.box("avc3") { w in
-                w.zeros(6)
-                w.u16(1)  // data_reference_index
-                w.zeros(16)  // pre_defined, reserved
-                w.u16(UInt16(width))
-                w.u16(UInt16(height))
-                w.u32(0x0048_0000)  // 72 dpi
-                w.u32(0x0048_0000)
-                w.u32(0)
-                w.u16(1)  // frame_count
-                w.zeros(32)  // compressorname
-                w.u16(0x0018)  // depth
-                w.u16(0xFFFF)  // pre_defined = -1
+                writeVisualSampleEntryFields(&w, width: width, height: height)
                 w.box("avcC") { w in
                     w.u8(1)
                     w.u8(sps[1])  // profile_idc

@@ -239,9 +239,10 @@ public final class RecordingFile {
                 throw .incompatibleTracks("track \(track.id): recording has \(existing.sampleEntry) at "
                     + "\(existing.timescale) Hz, new part has \(track.codecKind) at \(track.timescale) Hz")
             }
-            switch track.codec {
-            case let .h264(width, height, _, _) where width != existing.width || height != existing.height:
+            if let (width, height) = track.pictureSize, width != existing.width || height != existing.height {
                 warnings.append(.videoSizeChanged(id: track.id, width: width, height: height))
+            }
+            switch track.codec {
             case let .opus(channels, _, _) where channels != existing.channels:
                 warnings.append(.channelCountChanged(id: track.id, channels: channels))
             default:

@@ -114,12 +114,15 @@ struct AV1PayloadTests {
         #expect(headLost.map(\.summary) == ["unit key", "dropped", "unit key"], "\(headLost.map(\.summary))")
     }
 
-    @Test("waiting for a keyframe: inter units before the first key unit are skipped, asked for once; without waiting they are handed on")
+    @Test("waiting for a keyframe: inter units before the first key unit are skipped, the keyframe asked for at the first and again every 10 skipped; without waiting they are handed on")
     func waitsForKeyframe() throws {
         let key = try AV1Payload.packetize(temporalUnit: Self.unit(Self.keyframeOBUs(frameSize: 100)), maximumPayloadSize: 1_200)
         let inter = try AV1Payload.packetize(temporalUnit: Self.unit(Self.interOBUs(frameSize: 100)), maximumPayloadSize: 1_200)
         var waiting = AV1Depacketizer(waitsForKeyframe: true)
         #expect(Self.reassemble([inter, inter, key, inter], into: &waiting).map(\.summary) == ["dropped", "unit key", "unit"])
+        var patient = AV1Depacketizer(waitsForKeyframe: true)
+        let long = Self.reassemble(Array(repeating: inter, count: 2 * AV1Depacketizer.repeatRequestAfter + 1) + [key], into: &patient)
+        #expect(long.map(\.summary) == ["dropped", "dropped", "dropped", "unit key"], "asked again every \(AV1Depacketizer.repeatRequestAfter) units: \(long.map(\.summary))")
         var eager = AV1Depacketizer(waitsForKeyframe: false)
         #expect(Self.reassemble([inter, key], into: &eager).map(\.summary) == ["unit", "unit key"])
     }

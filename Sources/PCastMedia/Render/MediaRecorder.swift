@@ -82,8 +82,8 @@ public final class MediaRecorder: @unchecked Sendable {
     private var videoFormat: (width: Int, height: Int)?
     /// Units held until the file's tracks are known.
     private var held: [Unit] = []
-    /// The first video keyframe with SPS/PPS (its time, its parameter sets).
-    private var keyframe: (time: Duration, arrival: ContinuousClock.Instant, sps: [UInt8], pps: [UInt8])?
+    /// The first video keyframe a track can be declared from (its time, its codec's configuration).
+    private var keyframe: (time: Duration, arrival: ContinuousClock.Instant, configuration: RecordedVideo)?
     /// Arrival of the first audio unit that will be kept (at or after the keyframe, when there is video).
     private var firstAudio: ContinuousClock.Instant?
     private var firstArrival: ContinuousClock.Instant?
@@ -99,6 +99,8 @@ public final class MediaRecorder: @unchecked Sendable {
 
     private struct Unit {
         var kind: MediaType
+        /// The caps' media type (`video/x-h264`, `video/x-vp9`, `video/x-av1`, `audio/x-opus`).
+        var format: String
         var bytes: [UInt8]
         var time: Duration
         var dts: Duration?
@@ -129,7 +131,8 @@ public final class MediaRecorder: @unchecked Sendable {
     static let videoTrack: UInt32 = 1
     static let audioTrack: UInt32 = 2
 
-    /// Feeds the recorder from an appsink carrying H.264 access units (byte-stream) or Opus packets.
+    /// Feeds the recorder from an appsink carrying H.264 access units (byte-stream), VP9 frames,
+    /// AV1 temporal units (low-overhead format) or Opus packets.
     func attach(_ sink: AppSink, kind: MediaType) throws(GStreamerError) {
         queue.sync { _ = kinds.insert(kind) }
         sink.onSample { [weak self] sample in
@@ -145,7 +148,8 @@ public final class MediaRecorder: @unchecked Sendable {
                 size = (Int(width), Int(height))
             }
             let videoSize = size
-            self.queue.async { self.consume(kind, bytes: bytes, pts: pts, dts: dts, keyframe: keyframe, size: videoSize) }
+            let format = sample.caps?.structures.first?.name ?? ""
+            self.queue.async { self.consume(kind, format: format, bytes: bytes, pts: pts, dts: dts, keyframe: keyframe, size: videoSize) }
         }
     }
 
@@ -158,10 +162,10 @@ public final class MediaRecorder: @unchecked Sendable {
 
     // MARK: On the queue
 
-    private func consume(_ kind: MediaType, bytes: [UInt8], pts: Duration?, dts: Duration?, keyframe: Bool, size: (Int, Int)?) {
+    private func consume(_ kind: MediaType, format: String, bytes: [UInt8], pts: Duration?, dts: Duration?, keyframe: Bool, size: (Int, Int)?) {
         guard finished == nil, failure == nil, let time = pts ?? dts else { return }
         if kind == .video, let size { videoFormat = (size.0, size.1) }
-        let unit = Unit(kind: kind, bytes: bytes, time: time, dts: dts, keyframe: keyframe, arrival: .now)
+        let unit = Unit(kind: kind, format: format, bytes: bytes, time: time, dts: dts, keyframe: keyframe, arrival: .now)
         guard fragmenter == nil else {
             push(unit)
             return
@@ -174,9 +178,8 @@ public final class MediaRecorder: @unchecked Sendable {
     private func hold(_ unit: Unit) {
         firstArrival = firstArrival ?? unit.arrival
         if unit.kind == .video, keyframe == nil, unit.keyframe {
-            let sets = H264.parameterSets(annexB: unit.bytes)
-            if let sps = sets.sps, let pps = sets.pps {
-                keyframe = (unit.dts ?? unit.time, unit.arrival, sps, pps)
+            if let configuration = RecordedVideo(keyframe: unit.bytes, format: unit.format) {
+                keyframe = (unit.dts ?? unit.time, unit.arrival, configuration)
                 // Audio held from before the keyframe is of no use (the recording starts there).
                 firstAudio = held.first { $0.kind == .audio && $0.time >= unit.dts ?? unit.time }?.arrival
             }
@@ -212,9 +215,7 @@ public final class MediaRecorder: @unchecked Sendable {
     private func tracks(video: Bool, audio: Bool) -> [FMP4Track] {
         var tracks: [FMP4Track] = []
         if video, let keyframe {
-            let (width, height) = videoFormat ?? (0, 0)
-            tracks.append(FMP4Track(id: Self.videoTrack, timescale: 90_000,
-                                    codec: .h264(width: width, height: height, sps: keyframe.sps, pps: keyframe.pps)))
+            tracks.append(FMP4Track(id: Self.videoTrack, timescale: 90_000, codec: keyframe.configuration.codec(size: videoFormat)))
         }
         if audio, firstAudio != nil {
             // Opus over RTP is always described as stereo at 48 kHz; the recording starts mid-stream,
@@ -268,7 +269,7 @@ public final class MediaRecorder: @unchecked Sendable {
         let fragmenterUnit = FMP4Fragmenter.AccessUnit(
             trackID: track, pts: Self.nanoseconds(unit.time), dts: unit.dts.map(Self.nanoseconds),
             isKeyframe: unit.kind == .audio || unit.keyframe,
-            data: unit.kind == .video ? H264.lengthPrefixed(annexB: unit.bytes) : unit.bytes)
+            data: unit.kind == .video ? RecordedVideo.sample(unit.bytes, format: unit.format) : unit.bytes)
         if let fragment = fragmenter?.push(fragmenterUnit) { write(fragment) }
     }
 
@@ -331,5 +332,58 @@ public final class MediaRecorder: @unchecked Sendable {
         }
         guard let scan, scan.hasMovie else { return nil }
         return .nanoseconds(Int64(clamping: scan.endNanoseconds))
+    }
+}
+
+/// What a recording needs of a video codec to declare its track, found in the first keyframe:
+/// H.264's parameter sets, nothing more for VP9 (profile 0: what the relay forwards), AV1's
+/// sequence header.
+enum RecordedVideo: Sendable {
+    case h264(sps: [UInt8], pps: [UInt8])
+    case vp9
+    case av1(AV1SequenceHeader, obu: [UInt8])
+
+    /// From a keyframe of the caps' media type `format`; nil when it lacks what is needed.
+    init?(keyframe bytes: [UInt8], format: String) {
+        switch format {
+        case "video/x-vp9":
+            self = .vp9
+        case "video/x-av1":
+            guard let header = (try? AV1Payload.obus(lowOverhead: bytes))?.first(where: { $0.type == AV1OBU.sequenceHeader }),
+                  let parsed = try? AV1SequenceHeader(parsing: header.payload) else { return nil }
+            self = .av1(parsed, obu: header.withSize)
+        default:
+            let sets = H264.parameterSets(annexB: bytes)
+            guard let sps = sets.sps, let pps = sets.pps else { return nil }
+            self = .h264(sps: sps, pps: pps)
+        }
+    }
+
+    /// The track's codec, at the size the parser's caps stated (AV1: the sequence header's when they did not).
+    func codec(size: (width: Int, height: Int)?) -> FMP4Track.Codec {
+        let (width, height) = size ?? (0, 0)
+        switch self {
+        case .h264(let sps, let pps):
+            return .h264(width: width, height: height, sps: sps, pps: pps)
+        case .vp9:
+            return .vp9(width: width, height: height, level: FMP4Track.Codec.vp9Level(width: width, height: height, framesPerSecond: 30))
+        case .av1(let header, let obu):
+            return .av1(width: size?.width ?? header.maximumWidth, height: size?.height ?? header.maximumHeight,
+                        configuration: header.configurationRecordHeader, sequenceHeader: obu)
+        }
+    }
+
+    /// A sample's bytes in the file: H.264 length-prefixed, VP9 as it came, AV1 without its
+    /// temporal delimiter (the AV1 ISOBMFF binding keeps delimiters out of samples).
+    static func sample(_ bytes: [UInt8], format: String) -> [UInt8] {
+        switch format {
+        case "video/x-vp9":
+            return bytes
+        case "video/x-av1":
+            guard let obus = try? AV1Payload.obus(lowOverhead: bytes) else { return bytes }
+            return obus.filter { $0.type != AV1OBU.temporalDelimiter && $0.type != AV1OBU.padding }.flatMap(\.withSize)
+        default:
+            return H264.lengthPrefixed(annexB: bytes)
+        }
     }
 }

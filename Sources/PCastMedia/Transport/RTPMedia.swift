@@ -353,6 +353,7 @@ package final class RTPPublisher: RTPSource, Sendable {
                         if buffer.isKeyframe { counters.keyframesEncoded.add(1, ordering: .relaxed) }
                         return .pass
                     }
+                    settings.videoCodec.answerKeyframeRequests(of: encoder, keyframeInterval: settings.keyframeInterval)
                 }
                 rtcp.onSample { sample in
                     feedback.sent(sample.buffer)

@@ -232,10 +232,10 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
         guard video != nil || audio != nil else { throw .unsupportedFormat("a stream without tracks") }
         let videoCodec = try video.map { track throws(MediaError) -> VideoCodec in
             guard let codec = VideoCodec(encodingName: track.codec) else { throw .unsupportedFormat("video codec \(track.codec)") }
-            // Recordings, HLS and the encoded hand-over take H.264 (fragmented MP4 with avc1); the
-            // others are decoded and played only.
-            guard purpose == .play || codec == .h264 else {
-                throw .unsupportedFormat("\(track.codec) video kept encoded (recordings, HLS and undecoded hand-over take H.264 only)")
+            // Recordings, HLS and the encoded hand-over take H.264, VP9 and AV1 (fragmented MP4
+            // with avc3, vp09, av01); VP8 is decoded and played only.
+            guard purpose == .play || codec.recordingParser != nil else {
+                throw .unsupportedFormat("\(track.codec) video kept encoded (recordings, HLS and undecoded hand-over take H.264, VP9 and AV1: VP8 has no MP4 form players and HLS clients read)")
             }
             return codec
         }
@@ -256,7 +256,8 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
                 if let impairment { values["impairment"] = impairment.description }
                 parts.append(try StockPipelines.template("subscribe-video").render(values))
                 parts.append(try StockPipelines.template("\(then)-video").render(
-                    purpose == .play ? ["depayloader": codec.depayloader, "decoder": codec.decoder] : [:]))
+                    purpose == .play ? ["depayloader": codec.depayloader, "decoder": codec.decoder]
+                        : ["depayloader": codec.depayloader, "parser": codec.recordingParser ?? ""]))
             }
             if let audio {
                 parts.append(try StockPipelines.template("subscribe-audio").render(["pt": String(audio.payloadType)]))

@@ -1,4 +1,5 @@
 import GStreamer
+import Synchronization
 import PCastProtocol
 
 /// A video codec the SDK publishes and plays, with the GStreamer elements of each: the encoder
@@ -64,6 +65,27 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
         }
     }
 
+    /// Makes a running encoder answer keyframe requests (`GstForceKeyUnit` from the RTP session
+    /// when a PLI or FIR comes). x264 and libvpx do so themselves. GStreamer 1.22's `av1enc`
+    /// ignores the event, so for AV1 a request sets `keyframe-max-dist` to 0 (every frame a
+    /// keyframe) until the first keyframe leaves the encoder, then restores `keyframeInterval`;
+    /// libaom applies a change one frame late, so a request costs two keyframes in a row
+    /// (measured: requested at frame 20, keyframes at 19 and 20 of the output).
+    func answerKeyframeRequests(of encoder: Element, keyframeInterval: Int) {
+        guard self == .av1, let source = encoder.pads.first(where: \.isSource) else { return }
+        let forcing = KeyframeForcing()
+        source.addUpstreamEventProbe(named: "GstForceKeyUnit") { _ in
+            if !forcing.active.exchange(true, ordering: .relaxed) { try? encoder.set("keyframe-max-dist", Int32(0)) }
+            return .pass
+        }
+        source.addBufferProbe { buffer in
+            if buffer.isKeyframe, forcing.active.exchange(false, ordering: .relaxed) {
+                try? encoder.set("keyframe-max-dist", Int32(clamping: keyframeInterval))
+            }
+            return .pass
+        }
+    }
+
     /// The RTP payloader element, named `name`, with the payload type, SSRC and timestamp offset
     /// given, packets of at most 1,200 bytes.
     func payloader(name: String, payloadType: String, ssrc: String, timestampOffset: String) -> String {
@@ -90,6 +112,18 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
         }
     }
 
+    /// What parses the depayloaded video into whole access units for a recording (with the
+    /// picture size in its caps); nil for VP8, which recordings do not take (its MP4 binding,
+    /// `vp08`, is read by next to no player and by no HLS client).
+    var recordingParser: String? {
+        switch self {
+        case .h264: return "h264parse config-interval=-1 ! video/x-h264,stream-format=byte-stream,alignment=au"
+        case .vp8: return nil
+        case .vp9: return "vp9parse ! video/x-vp9"
+        case .av1: return "av1parse ! video/x-av1,stream-format=obu-stream,alignment=tu"
+        }
+    }
+
     /// The decoder, decoding every frame however late (`qos=false`: skipping a frame that later
     /// frames refer to would spoil the picture until the next keyframe). H.264 with slice threads
     /// only (frame threads add two frames of latency).
@@ -108,4 +142,9 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
         guard let payload = VideoPayload(encodingName: codec.encodingName) else { return false }
         return payload.packetStartsKeyframe(packet) || payload.packetStartsDecoding(packet)
     }
+}
+
+/// Whether an AV1 encoder is making keyframes on request (``VideoCodec/answerKeyframeRequests(of:keyframeInterval:)``).
+private final class KeyframeForcing: Sendable {
+    let active = Atomic<Bool>(false)
 }

@@ -261,6 +261,10 @@ public struct AV1Depacketizer: Sendable {
     private var complete = true
     /// Whether a keyframe was asked for since the last one.
     private var requested = false
+    /// Units skipped since the keyframe was last asked for (a request can be lost or throttled
+    /// on the way: it is repeated every ``repeatRequestAfter`` units).
+    private var skippedSinceRequest = 0
+    public static let repeatRequestAfter = 10
 
     public init(waitsForKeyframe: Bool = true) {
         self.waitsForKeyframe = waitsForKeyframe
@@ -275,7 +279,8 @@ public struct AV1Depacketizer: Sendable {
     }
 
     /// Takes one RTP packet's payload; returns what it completed or dropped, if anything. A drop
-    /// is reported once until the next keyframe (the units skipped while waiting are not).
+    /// is reported once, and again every ``repeatRequestAfter`` units skipped while waiting for
+    /// the keyframe.
     public mutating func take(payload: [UInt8], sequenceNumber: UInt16, timestamp packetTimestamp: UInt32, marker: Bool) -> [Output] {
         var outputs: [Output] = []
         let gap = expectedSequence.map { $0 != sequenceNumber } ?? false
@@ -301,8 +306,12 @@ public struct AV1Depacketizer: Sendable {
         } else {
             let startsSequence = keyframe || AV1Payload.startsCodedVideoSequence(obus)
             if waiting && !startsSequence {
-                // Nothing decodable before a keyframe: asked for once.
-                if !requested { outputs.append(.dropped("no keyframe yet")) }
+                // Nothing decodable before a keyframe: asked for, and asked again now and then.
+                skippedSinceRequest += 1
+                if !requested || skippedSinceRequest >= Self.repeatRequestAfter {
+                    outputs.append(.dropped(requested ? "still no keyframe" : "no keyframe yet"))
+                    skippedSinceRequest = 0
+                }
                 requested = true
             } else {
                 waiting = false
@@ -325,7 +334,10 @@ public struct AV1Depacketizer: Sendable {
     }
 
     private mutating func drop(_ why: String, into outputs: inout [Output]) {
-        if !(waiting && requested) { outputs.append(.dropped(why)) }
+        if !(waiting && requested) {
+            outputs.append(.dropped(why))
+            skippedSinceRequest = 0
+        }
         // Like GStreamer's depayloaders: after a loss, wait for a keyframe only when asked to.
         waiting = waitsForKeyframe
         requested = true
