@@ -84,4 +84,25 @@ struct AV1ElementTests {
         #expect(decoded.error == nil, "\(decoded.error ?? "")")
         #expect(decoded.frames.count == 9, "\(decoded.frames.count) frames decoded")
     }
+
+    @Test("the sequence header of av1enc's keyframes reads as main profile, 8-bit 4:2:0, 640×360 at most, the codecs string av01.0.LLM.08 and the av1C header to match; cut short anywhere it is a typed error, never a trap")
+    func sequenceHeader() async throws {
+        let encoder = VideoCodec.av1.encoder(name: "e", kilobitsPerSecond: 1000, keyframeInterval: 30, burstMilliseconds: 600)
+        let pipeline = try Pipeline(description: """
+            videotestsrc num-buffers=1 ! video/x-raw,format=I420,width=640,height=360,framerate=30/1 ! \(encoder) ! appsink name=out sync=false
+            """)
+        let unit = try #require(try await runCollecting(pipeline).first).buffer.bytes
+        let obu = try #require(try AV1Payload.obus(lowOverhead: unit).first { $0.type == AV1OBU.sequenceHeader })
+        let header = try AV1SequenceHeader(parsing: obu.payload)
+        #expect(header.profile == 0 && header.bitDepth == 8 && !header.monochrome && header.subsamplingX && header.subsamplingY, "\(header)")
+        #expect(header.maximumWidth == 640 && header.maximumHeight == 360, "\(header)")
+        #expect(header.codecsString.hasPrefix("av01.0.") && header.codecsString.hasSuffix("M.08"), "\(header.codecsString)")
+        #expect(header.level <= 8, "level index \(header.level) for 640×360")
+        #expect(header.configurationRecordHeader == [0x81, header.level, 0x0C | header.chromaSamplePosition, 0])
+        for length in 0..<obu.payload.count - 1 {
+            _ = try? AV1SequenceHeader(parsing: Array(obu.payload.prefix(length)))
+        }
+        #expect(throws: AV1PayloadError.self) { try AV1SequenceHeader(parsing: Array(obu.payload.prefix(3))) }
+        #expect(throws: AV1PayloadError.self) { try AV1SequenceHeader(parsing: [0xE0] + obu.payload.dropFirst()) }
+    }
 }

@@ -456,7 +456,7 @@ extension OneAtATime {
             await platform.shutdown()
         }
 
-        @Test("WHIP/WHEP refusals: no, forged, expired, wrong-type or other-address token → 401 (a token bound to the caller's address is accepted); garbage → 400; H.265 only, or VP8 to a recorded stream → 422 (naming H.264 for the recording); no such stream → 404; not SDP → 415; all problem+json, nothing published by a refused request")
+        @Test("WHIP/WHEP refusals: no, forged, expired, wrong-type or other-address token → 401 (a token bound to the caller's address is accepted); garbage → 400; H.265 only, or VP8 to a recorded stream → 422 (naming what recordings take); no such stream → 404; not SDP → 415; all problem+json, nothing published by a refused request")
         func refusals() async throws {
             let platform = try await LocalPlatform.start()
             let whip = platform.httpURL + "/whip/refused"
@@ -483,7 +483,7 @@ extension OneAtATime {
                 let problem = try JSONSerialization.jsonObject(with: Data(reply.body.utf8)) as? [String: Any]
                 #expect((problem?["status"] as? Int) == status && !((problem?["detail"] as? String) ?? "").isEmpty, "\(what): \(reply.body)")
                 if status == 401 { #expect(reply.headers.lowercased().contains("www-authenticate: bearer"), "\(what)") }
-                if what == "VP8 to be recorded" { #expect(reply.body.contains("recordings take H.264"), "\(reply.body)") }
+                if what == "VP8 to be recorded" { #expect(reply.body.contains("recordings take H.264, VP9 or AV1"), "\(reply.body)") }
             }
             let missing = try curlRequest("POST", platform.httpURL + "/whep/nobody-here", token: try platform.token(.stream, tag: .channelAlias("nobody-here")),
                                           body: browserOffer(direction: "recvonly"))

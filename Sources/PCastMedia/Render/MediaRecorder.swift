@@ -42,7 +42,7 @@ package protocol FragmentConsumer: AnyObject, Sendable {
     func end()
 }
 
-/// Writes depayloaded H.264 access units and Opus packets into a fragmented MP4 file as they
+/// Writes depayloaded H.264 access units, VP9 frames or AV1 temporal units and Opus packets into a fragmented MP4 file as they
 /// arrive (see ``FMP4``): one fragment (about a second, cut at keyframes) at a time, each written
 /// whole and synced before the file's duration is updated, so a crash loses at most the fragment
 /// being gathered and the file stays playable. `.append` continues an existing recording after
@@ -50,8 +50,8 @@ package protocol FragmentConsumer: AnyObject, Sendable {
 ///
 /// The file declares only tracks that carry media, because a player waits forever for a track that
 /// is declared but empty. Media is held (bounded) until each attached kind has delivered
-/// usable media: video from its first keyframe with SPS/PPS, which also gives the track's
-/// size, and audio at or after that keyframe. A kind that stays silent for ``trackGrace`` after the
+/// usable media: video from its first keyframe with what declares its track (H.264's SPS/PPS,
+/// AV1's sequence header; the parser's caps give the size), and audio at or after that keyframe. A kind that stays silent for ``trackGrace`` after the
 /// other started is left out of the file; video that never starts is given up after
 /// ``videoGrace``. Video before its first keyframe is dropped. All file work happens on the
 /// recorder's own queue, never on the caller's thread.

@@ -135,7 +135,7 @@ extension Platform {
         } catch let error as NegotiationError {
             var refusal = WebRTCRefusal(error)
             if case .unsupportedCodec = error, publishType != .live {
-                refusal.detail += "; a '\(publishType.rawValue)' stream is recorded, and recordings take H.264 video"
+                refusal.detail += "; a '\(publishType.rawValue)' stream is recorded, and recordings take H.264, VP9 or AV1 video"
             }
             return .failure(refusal)
         } catch {
@@ -184,10 +184,10 @@ extension Platform {
     }
 
     /// The video codecs a WHIP publisher may send, in no order of ours: the answer keeps the
-    /// offer's own preference among them. Live streams take every codec the relay forwards;
-    /// a recorded one (`record`, `append`) H.264 only, the one codec recordings and HLS store.
+    /// offer's own preference among them. Live streams take every codec the relay forwards; a
+    /// recorded one (`record`, `append`) those recordings store (not VP8: see `VideoCodec.recordingParser`).
     static func whipVideoCodecs(_ publishType: PublishType) -> [String] {
-        publishType == .live ? ["H264", "VP8", "VP9", "AV1"] : ["H264"]
+        publishType == .live ? ["H264", "VP8", "VP9", "AV1"] : ["H264", "VP9", "AV1"]
     }
 
     /// WHEP: plays the stream `name` (a stream id, or a channel alias whose newest stream is
