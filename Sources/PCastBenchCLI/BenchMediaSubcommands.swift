@@ -3,6 +3,7 @@ import Foundation
 import GStreamer
 import PCast
 import PCastBenchmarks
+import PCastMedia
 import PCastNode
 import PCastRelay
 import PCastTestSupport
@@ -145,6 +146,97 @@ extension BenchCommand {
                 "|---|---|---|---|---|",
                 "| \(String(format: "%.1f", result.sdkCPU)) | \(String(format: "%.1f", result.gstLaunchCPU)) | \(String(format: "%.3f", result.ratio)) | \(result.sdkFrames) | \(result.hookDropped) |",
             ].joined(separator: "\n") + "\n"
+        }
+    }
+
+    /// `pcast-bench codecs`: bitrate and encode CPU of each video codec for the same SSIM.
+    struct Codecs: BenchmarkCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "codecs",
+            abstract: "Measure the bitrate and encode CPU each video codec (H.264, VP8, VP9, AV1; the SDK's settings) needs for the same SSIM on one 720p30 clip."
+        )
+
+        @OptionGroup var common: BenchOptions
+
+        @Option(help: "Encodes of each ladder point (CPU: median and spread; an odd count has a true median).")
+        var runs = 3
+
+        @Option(help: "Seconds of each codec's glass-to-glass run (SDK publisher → relay → SDK viewer, 720p30 at 2.5 Mbit/s).")
+        var latencySeconds: Double = 10
+
+        /// codecs.json: the quality ladder and each codec's glass-to-glass latency.
+        struct Report: Codable {
+            let quality: CodecBenchmark.Result
+            let latency: [CodecLatency]
+        }
+
+        struct CodecLatency: Codable {
+            let codec: String
+            let screenP50Ms: Double
+            let screenP99Ms: Double
+            let deliveredPercent: Double
+            let firstFrameScreenP50Ms: Double
+        }
+
+        func measure() async throws {
+            let quality = try await CodecBenchmark(runs: runs).run()
+            var latency: [CodecLatency] = []
+            for codec in VideoCodec.allCases {
+                let platform = try await LocalPlatform.start()
+                do {
+                    var benchmark = EndToEndBenchmark(signalingURL: platform.signalingURL, seconds: latencySeconds,
+                                                      playoutDelays: [EndToEndBenchmark.adaptive], joins: 3) { type, origin in
+                        try platform.token(type, originStreamId: origin)
+                    }
+                    benchmark.videoCodec = codec
+                    let result = try await benchmark.run()
+                    if let run = result.latency.first {
+                        latency.append(CodecLatency(codec: codec.encodingName, screenP50Ms: run.screenP50, screenP99Ms: run.screenP99,
+                                                    deliveredPercent: run.deliveredPercent, firstFrameScreenP50Ms: result.firstFrame.screenP50))
+                    }
+                } catch {
+                    await platform.shutdown()
+                    throw error
+                }
+                await platform.shutdown()
+            }
+            let report = Report(quality: quality, latency: latency)
+            try common.write(report, markdown: Self.markdown(quality) + Self.markdown(latency), as: Self.name)
+        }
+
+        static func markdown(_ latency: [CodecLatency]) -> String {
+            var lines = [
+                "",
+                "### Glass-to-glass per codec: SDK publisher (720p30 test pattern, 2.5 Mbit/s) → relay → SDK viewer on loopback, the adaptive playout delay, at the screen (sink)",
+                "",
+                "| codec | screen p50 (ms) | screen p99 (ms) | frames delivered | first frame on screen p50 (ms) |",
+                "|---|---|---|---|---|",
+            ]
+            for row in latency {
+                lines.append("| \(row.codec) | \(String(format: "%.1f", row.screenP50Ms)) | \(String(format: "%.1f", row.screenP99Ms)) | \(String(format: "%.1f %%", row.deliveredPercent)) | \(String(format: "%.0f", row.firstFrameScreenP50Ms)) |")
+            }
+            return lines.joined(separator: "\n") + "\n"
+        }
+
+        static func markdown(_ result: CodecBenchmark.Result) -> String {
+            func number(_ value: Double?, _ format: String) -> String { value.map { String(format: format, $0) } ?? "—" }
+            var lines = [
+                "## Video codecs at the same quality: \(result.clip), the SDK's encoder settings (SSIM target \(result.targetSSIM); CPU median of \(result.runs) encodes, % of one core at 30 fps)",
+                "",
+                "| codec | kbit/s for SSIM \(result.targetSSIM) | vs H.264 | encode CPU there | vs H.264 |",
+                "|---|---|---|---|---|",
+            ]
+            for codec in result.codecs {
+                lines.append("| \(codec.codec) | \(number(codec.kbpsAtTarget, "%.0f")) | \(number(codec.bitrateRatioToH264, "%.2f")) | \(number(codec.encodeCPUAtTarget, "%.1f")) | \(number(codec.cpuRatioToH264, "%.2f")) |")
+            }
+            lines += ["", "| codec | asked kbit/s | produced kbit/s | SSIM | encode CPU | lowest | highest |", "|---|---|---|---|---|---|---|"]
+            for codec in result.codecs {
+                for point in codec.points {
+                    lines.append("| \(codec.codec) | \(point.requestedKbps) | \(String(format: "%.0f", point.producedKbps)) | \(String(format: "%.4f", point.ssim)) | "
+                        + String(format: "%.1f | %.1f | %.1f |", point.encodeCPU, point.encodeCPUMin, point.encodeCPUMax))
+                }
+            }
+            return lines.joined(separator: "\n") + "\n"
         }
     }
 

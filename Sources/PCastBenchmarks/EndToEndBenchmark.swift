@@ -110,6 +110,9 @@ public struct EndToEndBenchmark: Sendable {
     public var relayPort: UInt16?
     /// Real paths run at the SDK's default playout delay after the loss table (need ``relayPort``).
     public var paths: [PathCondition] = []
+    /// The publisher's video codec (the SDK's encoder settings for it) and bitrate (kbit/s).
+    public var videoCodec: VideoCodec = .h264
+    public var videoBitrate = EncodingSettings().videoBitrate
     /// The relay's count of packets it sent again (its NACKs served), for each row's figure.
     public var relayRetransmissions: (@Sendable () -> UInt64)?
     public static let goalP50 = 30.0, goalP99 = 60.0, goalFirstFrameP50 = 50.0
@@ -135,7 +138,8 @@ public struct EndToEndBenchmark: Sendable {
         let media = try await publisherSDK.getUserMedia(.synthetic(width: 1280, height: 720))
         let meter = StreamMeter()
         try meter.stamp(media)
-        let publisher = try await publisherSDK.publish(streamToken: try tokens(.publish, nil), mediaStream: media)
+        let publisher = try await publisherSDK.publish(streamToken: try tokens(.publish, nil), mediaStream: media,
+                                                       settings: EncodingSettings(videoBitrate: videoBitrate, videoCodec: videoCodec))
         defer { _ = publisher }
 
         var latency: [LatencyResult] = []

@@ -33,7 +33,7 @@ import Testing
         return found
     }
 
-    static let mediaEngine: Set<String> = ["PCast", "PCastMedia", "GStreamer", "CGStreamer", "CGStreamerShim", "PCastRecording"]
+    static let mediaEngine: Set<String> = ["PCast", "PCastMedia", "GStreamer", "CGStreamer", "CGStreamerShim", "CAV1RTP", "PCastRecording"]
 
     @Test("the control plane links neither the media engine, the relay nor the media services")
     func controlPlane() throws {

@@ -23,6 +23,7 @@ enum AV1Elements {
     }
 
     /// The functions the C elements call; a process-lifetime constant.
+    /// Unchecked: written once here and never again; C keeps its address and only reads it.
     nonisolated(unsafe) private static var functions = PCastAV1Functions(
         packetize: av1Packetize,
         depacketizer_new: av1DepacketizerNew,
