@@ -135,7 +135,9 @@ let package = Package(
             name: "PCastMedia",
             dependencies: [
                 "GStreamer",
+                // The AV1 elements' function table (AV1Elements.swift): C types at that seam only.
                 "CAV1RTP",
+                "CGStreamer",
                 "PCastProtocol",
                 "PCastRecording",
                 .product(name: "Logging", package: "swift-log"),
