@@ -4,7 +4,9 @@ import GStreamer
 import PCastProtocol
 import Testing
 
-/// Our AV1 RTP elements against GStreamer's own AV1 encoder (libaom) and decoder, peers we did not write.
+extension Bursts {
+/// Our AV1 RTP elements against GStreamer's own AV1 encoder (libaom) and decoder, peers we did not
+/// write. In the Bursts group: it runs libaom flat out, which must not starve the main group's timers.
 @Suite("AV1 RTP elements (pcastav1pay, pcastav1depay) against av1enc and av1dec")
 struct AV1ElementTests {
     /// 12 frames of 640×360 snow with a keyframe every 4, encoded as the SDK encodes AV1 and
@@ -105,4 +107,5 @@ struct AV1ElementTests {
         #expect(throws: AV1PayloadError.self) { try AV1SequenceHeader(parsing: Array(obu.payload.prefix(3))) }
         #expect(throws: AV1PayloadError.self) { try AV1SequenceHeader(parsing: [0xE0] + obu.payload.dropFirst()) }
     }
+}
 }
