@@ -86,6 +86,21 @@ public final class Pad: @unchecked Sendable, CustomStringConvertible {
         return idle
     }
 
+    /// Sends end-of-stream into this sink pad, as if its upstream had ended: for a branch that
+    /// will never carry data (its element and everything after it see the end, and an element
+    /// that waits for all its inputs, a funnel, stops waiting for it). Any thread.
+    ///
+    /// ```swift
+    /// try pipeline.element(named: "unused-pay").staticPad("sink").sendEndOfStream()
+    /// ```
+    ///
+    /// - Returns: whether the pad's element took the event.
+    @discardableResult
+    public func sendEndOfStream() -> Bool {
+        guard !isSource else { return false }
+        return gst_pad_send_event(pointer, gst_event_new_eos()) != 0
+    }
+
     /// Calls `handler` once, on the streaming thread, when end-of-stream passes the pad (the
     /// event goes on). For a branch whose end the pipeline's bus may never report (a tee branch
     /// among others, an RTP session that keeps its own end).

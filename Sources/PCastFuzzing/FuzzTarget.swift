@@ -264,7 +264,11 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
             _ = VP8Payload.packetStartsKeyframe(raw)
             _ = VP9Payload.startsKeyframe(raw)
             _ = VP9Payload.packetStartsKeyframe(raw)
+            _ = H265Payload.startsKeyframe(raw)
+            _ = H265Payload.startsWithParameterSets(raw)
+            _ = H265Payload.packetStartsKeyframe(raw)
         }
+        _ = try? H265.Configuration(vps: [0x40, 0x01], sps: bytes, pps: [0x44, 0x01])
         _ = H264.nalUnits(annexB: bytes)
         _ = H264.parameterSets(annexB: bytes)
         _ = H264.containsIDR(annexB: bytes)

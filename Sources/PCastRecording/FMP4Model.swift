@@ -30,6 +30,10 @@ public struct FMP4Track: Sendable, Equatable {
         /// sequence header OBU (with its size field). Samples are temporal units without
         /// temporal delimiters, every OBU with its size field.
         case av1(width: Int, height: Int, configuration: [UInt8], sequenceHeader: [UInt8])
+        /// H.265, written as an `hvc1` sample entry with `hvcC` (the picture size is the
+        /// configuration's). Samples are length-prefixed NAL units without the declared parameter
+        /// sets (``H265/sample(annexB:declared:)``).
+        case h265(H265.Configuration)
         /// Opus, written as an `Opus` sample entry with `dOps`. `sampleRate` is the
         /// informational input rate; Opus in MP4 always runs at 48 kHz. 1 or 2 channels.
         case opus(channels: Int, sampleRate: Int, preSkip: UInt16)
@@ -54,7 +58,7 @@ public struct FMP4Track: Sendable, Equatable {
     /// `.video` for H.264, VP9 and AV1, `.audio` for Opus.
     public var kind: Kind {
         switch codec {
-        case .h264, .vp9, .av1: return .video
+        case .h264, .vp9, .av1, .h265: return .video
         case .opus: return .audio
         }
     }
@@ -63,6 +67,7 @@ public struct FMP4Track: Sendable, Equatable {
     public var pictureSize: (width: Int, height: Int)? {
         switch codec {
         case .h264(let width, let height, _, _), .vp9(let width, let height, _), .av1(let width, let height, _, _): return (width, height)
+        case .h265(let configuration): return (configuration.width, configuration.height)
         case .opus: return nil
         }
     }
@@ -73,7 +78,31 @@ public struct FMP4Track: Sendable, Equatable {
         case .h264: return .h264
         case .vp9: return .other("vp09")
         case .av1: return .other("av01")
+        case .h265: return .other("hvc1")
         case .opus: return .opus
+        }
+    }
+
+    /// The track's RFC 6381 `codecs` parameter, as an HLS multivariant playlist's `CODECS` names
+    /// it: `avc3.PPCCLL` (the SPS's profile, constraint flags and level), `vp09.00.LL.08`,
+    /// `av01.P.LLT.DD` (from the `av1C` header), `hvc1.…` (``H265/Configuration/codecsString``), `Opus`.
+    public var codecsString: String {
+        func hex(_ byte: UInt8) -> String { String(byte, radix: 16).count == 1 ? "0" + String(byte, radix: 16) : String(byte, radix: 16) }
+        func twoDigits(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        switch codec {
+        case .h264(_, _, let sps, _):
+            return "avc3." + sps.dropFirst().prefix(3).map(hex).joined()
+        case .vp9(_, _, let level):
+            return "vp09.00.\(twoDigits(Int(level))).08"
+        case .av1(_, _, let configuration, _):
+            let profile = Int(configuration[1] >> 5), level = Int(configuration[1] & 0x1F)
+            let tier = configuration[2] & 0x80 != 0 ? "H" : "M"
+            let depth = configuration[2] & 0x40 == 0 ? 8 : configuration[2] & 0x20 != 0 ? 12 : 10
+            return "av01.\(profile).\(twoDigits(level))\(tier).\(twoDigits(depth))"
+        case .h265(let configuration):
+            return configuration.codecsString
+        case .opus:
+            return "Opus"
         }
     }
 }

@@ -136,6 +136,13 @@ extension FMP4 {
             guard sequenceHeader.count >= 3, (sequenceHeader[0] >> 3) & 0x0F == 1 else {
                 throw .invalidTrack(id: id, reason: "the AV1 configuration OBU must be a sequence header")
             }
+        case let .h265(configuration):
+            guard (1...0xFFFF).contains(configuration.width), (1...0xFFFF).contains(configuration.height) else {
+                throw .invalidTrack(id: id, reason: "width/height must be 1...65535")
+            }
+            guard [configuration.vps, configuration.sps, configuration.pps].allSatisfy({ (2...0xFFFF).contains($0.count) }) else {
+                throw .invalidTrack(id: id, reason: "H.265 parameter sets must be 2...65535 bytes")
+            }
         case let .opus(channels, sampleRate, _):
             guard (1...2).contains(channels) else {
                 throw .invalidTrack(id: id, reason: "only 1 or 2 Opus channels (mapping family 0)")
@@ -313,6 +320,11 @@ extension FMP4 {
                     w.append(configuration)
                     w.append(sequenceHeader)
                 }
+            }
+        case let .h265(configuration):
+            w.box("hvc1") { w in
+                writeVisualSampleEntryFields(&w, width: configuration.width, height: configuration.height)
+                w.box("hvcC") { w in w.append(configuration.record) }
             }
         case let .h264(width, height, sps, pps):
             w.box("avc3") { w in

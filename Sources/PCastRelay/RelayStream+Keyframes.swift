@@ -55,7 +55,7 @@ extension RelayRouter.Stream {
                 subscribers[slot].awaitingKeyframe = now
                 next = now &+ RouterTiming.joinKeyframeWait
                 // Held by the throttle when one is on its way: it answers this viewer too.
-                for index in tracks.indices where tracks[index].isH264 {
+                for index in tracks.indices where tracks[index].carriesParameterSets {
                     if let action = requestKeyframe(track: index, kind: .pli, now: now, &state) { actions.append(action) }
                 }
             }

@@ -14,12 +14,11 @@ extension RelayRouter.Stream {
     ) -> Action? {
         guard track < tracks.count else { return nil }
         tracks[track].cache.store(sequenceNumber: sequenceNumber, packet: packet, now: now)
-        if tracks[track].isH264 {
+        if tracks[track].carriesParameterSets, let codec = tracks[track].keyframes {
             // One parse of the header for both questions (every publisher packet passes here).
-            let (parameterSets, keyframe) = packet.withUnsafeBytes { bytes -> (Bool, Bool) in
+            let (keyframe, parameterSets) = packet.withUnsafeBytes { bytes -> (Bool, Bool) in
                 guard let layout = try? RTPPacketLayout(parsing: bytes) else { return (false, false) }
-                let payload = UnsafeRawBufferPointer(rebasing: bytes[layout.payloadRange])
-                return (H264Payload.startsWithParameterSets(payload), H264Payload.startsKeyframe(payload))
+                return codec.payloadStarts(UnsafeRawBufferPointer(rebasing: bytes[layout.payloadRange]))
             }
             if parameterSets { tracks[track].sendsParameterSets = true }
             if parameterSets || keyframe {

@@ -72,12 +72,13 @@ extension RelayRouter {
         var wireSSRC: UInt32
         /// A simulcast layer's measured rate.
         var meter = RateMeter()
-        /// H.264 video: a joining subscriber's keyframe is looked for in its cache.
-        let isH264: Bool
+        /// H.264 or H.265 video (parameter sets in band): a joining subscriber starts at them,
+        /// looked for in the cache.
+        let carriesParameterSets: Bool
         /// The video's codec, where its keyframes are read from (nil: not video, or a codec the
         /// relay cannot read keyframes of).
         let keyframes: VideoPayload?
-        /// H.264 whose keyframes have come with their parameter sets: a joining viewer's video
+        /// H.264 or H.265 whose keyframes have come with their parameter sets: a joining viewer's video
         /// starts at them (see ``Subscriber/awaitingKeyframe``).
         var sendsParameterSets = false
 
@@ -94,8 +95,8 @@ extension RelayRouter {
             recovery = LossRecovery(settings: settings.upstreamRecovery,
                                     deadline: .nanoseconds(Int64(clamping: settings.upstreamRepairDeadline)))
             wireSSRC = description.ssrc
-            isH264 = description.kind == .video && description.codec.uppercased() == "H264"
             keyframes = description.kind == .video ? VideoPayload(encodingName: description.codec) : nil
+            carriesParameterSets = keyframes?.sendsParameterSets ?? false
         }
     }
 
@@ -251,7 +252,7 @@ extension RelayRouter.Stream {
         // An edge takes the stream as it comes (its own viewers wait at the edge); a simulcast
         // viewer's layer switcher starts it at a keyframe already. Held only where the publisher
         // has been seen to send parameter sets (one that never does is forwarded as it comes).
-        if !isEdge && layers.isEmpty && tracks.contains(where: { $0.isH264 && $0.sendsParameterSets }) {
+        if !isEdge && layers.isEmpty && tracks.contains(where: { $0.carriesParameterSets && $0.sendsParameterSets }) {
             subscriber.awaitingKeyframe = now
             subscriber.heldAtJoin = true
             state.joinDeadline = min(state.joinDeadline ?? .max, now &+ RouterTiming.joinKeyframeWait)
@@ -334,16 +335,16 @@ extension RelayRouter.Stream {
         return actions
     }
 
-    /// The cached packets of an H.264 track from its latest keyframe (the packet that carries its
+    /// The cached packets of an H.264 or H.265 track from its latest keyframe (the packet that carries its
     /// parameter sets) to the latest packet, when all of them came at `joined` or later; empty
     /// otherwise. Looked for backwards from the latest, at a join only: nothing per packet.
     func cachedSinceKeyframe(track: Int, after joined: UInt64) -> [[UInt8]] {
         let state = tracks[track]
-        guard state.isH264, var sequence = state.lastForwarded else { return [] }
+        guard state.carriesParameterSets, let codec = state.keyframes, var sequence = state.lastForwarded else { return [] }
         var packets: [[UInt8]] = []
         while packets.count < state.cache.capacity, let packet = state.cache.packet(sequenceNumber: sequence, storedSince: joined) {
             packets.append(packet)
-            if packet.withUnsafeBytes({ H264Payload.packetStartsWithParameterSets($0) }) { return packets.reversed() }
+            if codec.startsDecoding(packet) { return packets.reversed() }
             sequence &-= 1
         }
         return []
@@ -388,9 +389,8 @@ extension RelayRouter.Stream {
             // its depayloader asks for another keyframe. After one wait without any (an encoder
             // that sends them only once), at an IDR slice.
             let retried = asked != subscribers[slot].joined
-            guard tracks[track].isH264, packet.withUnsafeBytes({
-                H264Payload.packetStartsWithParameterSets($0) || retried && H264Payload.packetStartsKeyframe($0)
-            }) else { return .dropped }
+            guard tracks[track].carriesParameterSets, let codec = keyframes,
+                  codec.startsDecoding(packet) || retried && codec.startsKeyframe(packet) else { return .dropped }
             subscribers[slot].awaitingKeyframe = nil
             // Forwarded as it came (`now`: its arrival).
             subscribers[slot].joinKeyframeSent = now

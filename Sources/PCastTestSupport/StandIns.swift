@@ -357,7 +357,7 @@ public struct NginxRTMPServer: Sendable {
     }
 }
 
-/// An RTSP server serving one mp4 (H.264 + AAC) at `rtsp://127.0.0.1:PORT/clip`: GStreamer's own
+/// An RTSP server serving one mp4 (H.264 or H.265, and AAC) at `rtsp://127.0.0.1:PORT/clip`: GStreamer's own
 /// RTSP server library (gst-rtsp-server) driven by a few lines of Python (python3-gi with
 /// gir1.2-gst-rtsp-server-1.0), started with the system Python.
 public struct RTSPMediaServer: Sendable {
@@ -370,19 +370,19 @@ public struct RTSPMediaServer: Sendable {
         gi.require_version('Gst', '1.0'); gi.require_version('GstRtspServer', '1.0')
         from gi.repository import Gst, GstRtspServer, GLib
         Gst.init(None)
-        path, port = sys.argv[1], sys.argv[2]
+        path, port, codec = sys.argv[1], sys.argv[2], sys.argv[3]
         server = GstRtspServer.RTSPServer()
         server.set_address('127.0.0.1'); server.set_service(port)
         factory = GstRtspServer.RTSPMediaFactory()
-        factory.set_launch('( filesrc location="%s" ! qtdemux name=d d.video_0 ! queue ! h264parse config-interval=-1 ! rtph264pay name=pay0 pt=96 config-interval=-1 d.audio_0 ! queue ! aacparse ! rtpmp4gpay name=pay1 pt=97 )' % path)
+        factory.set_launch('( filesrc location="%s" ! qtdemux name=d d.video_0 ! queue ! %sparse config-interval=-1 ! rtp%spay name=pay0 pt=96 config-interval=-1 d.audio_0 ! queue ! aacparse ! rtpmp4gpay name=pay1 pt=97 )' % (path, codec, codec))
         factory.set_shared(True)
         server.get_mount_points().add_factory('/clip', factory)
         if server.attach(None) == 0: sys.exit('could not listen on %s' % port)
         GLib.MainLoop().run()
         """
 
-    /// Serves `file` (an mp4 with H.264 video and AAC audio).
-    public static func start(file: String) throws -> RTSPMediaServer {
+    /// Serves `file` (an mp4 with H.264 video, or H.265 when `h265`, and AAC audio).
+    public static func start(file: String, h265: Bool = false) throws -> RTSPMediaServer {
         let python = URL(fileURLWithPath: "/usr/bin/python3")
         guard FileManager.default.isExecutableFile(atPath: python.path) else {
             throw StandInFailure(description: "/usr/bin/python3 is missing (install python3, python3-gi, gir1.2-gst-rtsp-server-1.0)")
@@ -396,7 +396,7 @@ public struct RTSPMediaServer: Sendable {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let scriptFile = directory.appendingPathComponent("rtsp_server.py")
         try script.write(to: scriptFile, atomically: true, encoding: .utf8)
-        let process = try ChildProcess.spawn(python, [scriptFile.path, file, String(port)], environment: ProcessInfo.processInfo.environment)
+        let process = try ChildProcess.spawn(python, [scriptFile.path, file, String(port), h265 ? "h265" : "h264"], environment: ProcessInfo.processInfo.environment)
         try waitForTCP(port: port, process: process, what: "the RTSP server")
         return RTSPMediaServer(process: process, port: port, directory: directory)
     }

@@ -47,7 +47,7 @@ final class StampTap: Sendable {
 
     /// At the encoder's input of a user-media stream (what was actually encoded and sent).
     convenience init(encoderOf media: UserMediaStream) throws {
-        let encoder = try #require(media.engine.pipeline.elements.first { ["x264enc", "vp8enc", "vp9enc", "av1enc"].contains($0.factoryName) })
+        let encoder = try #require(media.engine.pipeline.elements.first { ["x264enc", "vp8enc", "vp9enc", "av1enc", "x265enc"].contains($0.factoryName) })
         self.init(try encoder.staticPad("sink"))
     }
 

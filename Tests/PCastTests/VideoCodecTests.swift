@@ -10,10 +10,10 @@ import Testing
 
 extension OneAtATime {
     /// Issue 43: video codecs beyond H.264 from the SDK and browsers through the relay.
-    @Suite("Video codecs: VP8, VP9 and AV1 from the SDK and browsers through the relay", .serialized)
+    @Suite("Video codecs: VP8, VP9, AV1 and H.265 from the SDK and browsers through the relay", .serialized)
     struct VideoCodecTests {
-        @Test("a VP8, VP9 or AV1 publisher announces its codec, encodes with it, and an SDK subscriber decodes it: 640×360 at its frame-ready hook, the stamped frames in order and none missing (a decoded frame whose stamp a coarse moment of the encoder left unreadable is counted as such, not as missing); a keyframe asked of the publisher comes; a recording of VP9 or AV1 started mid-stream is an MP4 (vp09, av01) ffprobe reads at 640×360 and ffmpeg decodes without an error, holding at least 90 of its 4 s of frames (its keyframe request answered at once, not at the 2 s keyframe interval: av1enc's answer is ours), one of VP8 is refused saying why",
-              arguments: [VideoCodec.vp8, .vp9, .av1])
+        @Test("a VP8, VP9, AV1 or H.265 publisher announces its codec, encodes with it, and an SDK subscriber decodes it: 640×360 at its frame-ready hook, the stamped frames in order and none missing (a decoded frame whose stamp a coarse moment of the encoder left unreadable is counted as such, not as missing); a keyframe asked of the publisher comes; a recording of VP9, AV1 or H.265 started mid-stream is an MP4 (vp09, av01, hvc1) ffprobe reads at 640×360 and ffmpeg decodes without an error, holding at least 90 of its 4 s of frames (its keyframe request answered at once, not at the 2 s keyframe interval: av1enc's answer is ours), one of VP8 is refused saying why",
+              arguments: [VideoCodec.vp8, .vp9, .av1, .h265])
         func publishAndPlay(codec: VideoCodec) async throws {
             let platform = try await LocalPlatform.start()
             let publisherSDK = PCast(PCastOptions(uri: platform.signalingURL))
@@ -53,7 +53,7 @@ extension OneAtATime {
             let late = try await second.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
             let lateDecoded = try StampTap(decoderOf: late)
             let (lateRenderer, _) = try await watch(late)
-            #expect(await eventually { lateDecoded.all.count >= 15 }, "the late viewer decoded \(lateDecoded.all.count) frames")
+            #expect(await eventually { lateDecoded.all.count >= 15 }, "the late viewer decoded \(lateDecoded.all.count) frames: \(late.networkStatistics())")
             #expect(keyframesEncoded() > keyframesBefore, "no keyframe since the second viewer joined")
             #expect(platform.relay.statistics().srtpFailures == 0)
 
@@ -67,7 +67,7 @@ extension OneAtATime {
                 let summary = await recording.stop()
                 #expect(summary.failure == nil && summary.fragments >= 2, "\(summary)")
                 let probe = try runTool("ffprobe", ["-v", "error", "-show_entries", "stream=codec_name,codec_tag_string,width,height", "-of", "compact", path])
-                let name = codec == .vp9 ? "vp9" : "av1", tag = codec == .vp9 ? "vp09" : "av01"
+                let (name, tag) = [VideoCodec.vp9: ("vp9", "vp09"), .av1: ("av1", "av01"), .h265: ("hevc", "hvc1")][codec]!
                 #expect(probe.status == 0 && probe.output.contains("codec_name=\(name)|codec_tag_string=\(tag)|width=640|height=360"), "\(probe.output)")
                 let decode = try runTool("ffmpeg", ["-hide_banner", "-v", "error", "-i", path, "-map", "0:v:0", "-f", "framecrc", "-"])
                 let frames = decode.output.split(separator: "\n").filter { $0.hasPrefix("0,") }.count
@@ -258,8 +258,8 @@ extension OneAtATime {
 }
 
 extension OneAtATime.VideoCodecTests {
-    @Test("VP9 and AV1 as low-latency HLS: the stream's own codec in fragmented MP4 (vp09, av01), which ffprobe finds at 640×360 and ffmpeg decodes (60 frames) from the playlist while it is live; a VP8 stream gets no playlist",
-          arguments: [VideoCodec.vp9, .av1, .vp8])
+    @Test("VP9, AV1 and H.265 as low-latency HLS: the stream's own codec in fragmented MP4 (vp09, av01, hvc1), which ffprobe finds at 640×360 and ffmpeg decodes (60 frames) from the playlist while it is live; a VP8 stream gets no playlist",
+          arguments: [VideoCodec.vp9, .av1, .h265, .vp8])
     func servedAsHLS(codec: VideoCodec) async throws {
         let platform = try await LocalPlatform.start()
         let pcast = PCast(PCastOptions(uri: platform.signalingURL))
@@ -275,7 +275,7 @@ extension OneAtATime.VideoCodecTests {
             #expect(reply.status != 200 || tagLines(reply.text, "#EXTINF").isEmpty, "a VP8 playlist: \(reply.status) \(reply.text)")
         } else {
             _ = try await playlist(url) { tagLines($0, "#EXTINF").count >= 2 }
-            let name = codec == .vp9 ? "vp9" : "av1"
+            let name = [VideoCodec.vp9: "vp9", .av1: "av1", .h265: "hevc"][codec]!
             let probe = try runTool("ffprobe", ["-v", "error", "-show_entries", "stream=codec_name,width,height", "-of", "compact", url])
             #expect(probe.status == 0 && probe.output.contains("codec_name=\(name)|width=640|height=360"), "\(probe.output)")
             let decode = try runTool("ffmpeg", ["-hide_banner", "-v", "error", "-i", url, "-map", "0:v:0", "-frames:v", "60", "-f", "framecrc", "-"])
@@ -291,6 +291,6 @@ extension OneAtATime.VideoCodecTests {
 
 extension VideoCodec {
     /// GStreamer's encoder and decoder factories for the codec, as the stock pipelines name them.
-    var encoderFactory: String { ["H264": "x264enc", "VP8": "vp8enc", "VP9": "vp9enc", "AV1": "av1enc"][encodingName]! }
-    var decoderFactory: String { ["H264": "avdec_h264", "VP8": "vp8dec", "VP9": "vp9dec", "AV1": "av1dec"][encodingName]! }
+    var encoderFactory: String { ["H264": "x264enc", "VP8": "vp8enc", "VP9": "vp9enc", "AV1": "av1enc", "H265": "x265enc"][encodingName]! }
+    var decoderFactory: String { ["H264": "avdec_h264", "VP8": "vp8dec", "VP9": "vp9dec", "AV1": "av1dec", "H265": "avdec_h265"][encodingName]! }
 }

@@ -68,7 +68,8 @@ extension OneAtATime {
             #expect(seen.video_frames >= 60 && seen.audio_buffers >= 50, "\(seen)")
             #expect(seen.width == 320 && seen.height == 240)
             #expect(seen.delete_status == 200)
-            #expect(await eventually { frames.count >= 60 }, "the SDK subscriber decoded \(frames.count) frames")
+            #expect(await eventually { frames.count >= 60 },
+                    "the SDK subscriber decoded \(frames.count) frames; its tracks: \(stream.networkStatistics()); the relay: \(platform.relay.statistics())")
             #expect(frames.size == (320, 240))
 
             let sent = try await publisher.outcome()

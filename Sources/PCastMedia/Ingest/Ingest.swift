@@ -98,7 +98,17 @@ public enum IngestEnd: Sendable, Hashable, CustomStringConvertible {
 /// ```
 /// Unchecked: lets of GStreamer objects (thread-safe as GStreamer's are), mutable state in `Mutex`es and atomics.
 package final class IngestPublisher: RTPSource, @unchecked Sendable {
-    package let tracks: [MediaTrackDescription]
+    /// The tracks to announce: the video in the codec its branch carries (``videoCodec``).
+    package var tracks: [MediaTrackDescription] {
+        [MediaTrackDescription(kind: .video, codec: videoCodec.encodingName, payloadType: 96, clockRate: 90_000, ssrc: ssrcs.video),
+         MediaTrackDescription(kind: .audio, codec: "OPUS", payloadType: 111, clockRate: 48_000, ssrc: ssrcs.audio)]
+    }
+    /// The video's codec as it leaves: H.265 passed through, or H.264 (passed through, or what
+    /// the frame-rate constraints re-encode to). H.264 until the source's caps say otherwise.
+    package var videoCodec: VideoCodec { codec.withLock { $0.chosen ?? .h264 } }
+    private let ssrcs: (video: UInt32, audio: UInt32)
+    /// Which video branch carries the source (set by the first caps on either), and who waits for it.
+    private let codec = Mutex<(chosen: VideoCodec?, waiters: [CheckedContinuation<Void, Never>])>((nil, []))
     package let options: IngestOptions
     package let source: IngestSource
     let pipeline: Pipeline
@@ -111,6 +121,8 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
     private let isPaused = Mutex(false)
     private let audioPackets = Atomic<Int>(0)
     private let endedBranches = Mutex<Set<String>>([])
+    /// When the audio branch saw its first caps (an audio-only source stops the wait for video).
+    private let firstAudioCaps = Mutex<ContinuousClock.Instant?>(nil)
 
     private func branchEnded(_ kind: String) {
         let ended = endedBranches.withLock { branches -> Set<String> in
@@ -126,9 +138,9 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
     private let keyframeRequested = Mutex<(seen: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
     static let logger = SDKLog.logger("pcast.ingest")
 
-    private init(tracks: [MediaTrackDescription], options: IngestOptions, source: IngestSource, pipeline: Pipeline,
+    private init(ssrcs: (video: UInt32, audio: UInt32), options: IngestOptions, source: IngestSource, pipeline: Pipeline,
                  rtcpInputs: [AppSource], pushedInput: AppSource?) {
-        self.tracks = tracks
+        self.ssrcs = ssrcs
         self.options = options
         self.source = source
         self.pipeline = pipeline
@@ -176,28 +188,31 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
             ? ("audio/x-opus", "opusparse")
             : ("audio/mpeg", "decodebin ! audioconvert ! audioresample ! audio/x-raw,rate=48000,channels=2 ! opusenc name=\(prefix)-opus frame-size=10")
         var videoChain = "identity"
+        // The chain ends in the branch's payloader (named, with the SSRC, by the description).
+        var h265Chain = "video/x-h265,stream-format=byte-stream,alignment=au ! rtph265pay pt=96 config-interval=-1 mtu=1200 aggregate-mode=zero-latency"
         if !options.passthrough {
+            // Constrained: decoded, rate-converted and re-encoded to H.264, whatever came.
             let rate = options.exactFrameRate ?? options.maximumFrameRate ?? 30
             let (numerator, denominator) = Self.fraction(rate)
             let rateControl = options.exactFrameRate != nil ? "videorate" : "videorate max-rate=\(Int(rate.rounded(.down)))"
             let caps = options.exactFrameRate != nil ? " ! video/x-raw,framerate=\(numerator)/\(denominator)" : ""
-            videoChain = "avdec_h264 ! videoconvert ! \(rateControl)\(caps) ! x264enc tune=zerolatency speed-preset=ultrafast "
+            let reencode = "videoconvert ! \(rateControl)\(caps) ! x264enc tune=zerolatency speed-preset=ultrafast "
                 + "bitrate=\(options.settings.videoBitrate) key-int-max=\(options.settings.keyframeInterval) ! h264parse config-interval=-1"
+            videoChain = "avdec_h264 ! \(reencode)"
+            h265Chain = "avdec_h265 ! \(reencode) ! video/x-h264,stream-format=byte-stream,alignment=au "
+                + "! rtph264pay pt=96 config-interval=-1 mtu=1200 aggregate-mode=zero-latency"
         }
         let videoSSRC = RTPPublisher.randomSSRC(), audioSSRC = RTPPublisher.randomSSRC()
         let pipeline: Pipeline
         do {
             let description = try StockPipelines.template("ingest").render([
-                "prefix": prefix, "source": sourceDescription, "videochain": videoChain, "audiocaps": audioCaps, "audiochain": audioChain,
+                "prefix": prefix, "source": sourceDescription, "videochain": videoChain, "h265chain": h265Chain,
+                "audiocaps": audioCaps, "audiochain": audioChain,
                 "videossrc": String(videoSSRC), "audiossrc": String(audioSSRC)])
             pipeline = try Pipeline(description: description)
         } catch {
             throw .gstreamer(error)
         }
-        let tracks = [
-            MediaTrackDescription(kind: .video, codec: "H264", payloadType: 96, clockRate: 90_000, ssrc: videoSSRC),
-            MediaTrackDescription(kind: .audio, codec: "OPUS", payloadType: 111, clockRate: 48_000, ssrc: audioSSRC),
-        ]
         let ingest: IngestPublisher
         do {
             let rtcpInputs = [try pipeline.appSource(named: "\(prefix)-video-rtcp-in"), try pipeline.appSource(named: "\(prefix)-audio-rtcp-in")]
@@ -205,7 +220,9 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
             if case .uri(let uri) = source {
                 try Self.configureSource(try pipeline.element(named: Self.isRTSP(uri) ? "\(prefix)-parse" : "\(prefix)-uri"), options: options)
             }
-            ingest = IngestPublisher(tracks: tracks, options: options, source: source, pipeline: pipeline, rtcpInputs: rtcpInputs, pushedInput: pushedInput)
+            ingest = IngestPublisher(ssrcs: (videoSSRC, audioSSRC), options: options, source: source, pipeline: pipeline,
+                                     rtcpInputs: rtcpInputs, pushedInput: pushedInput)
+            try ingest.chooseVideoBranch(prefix: prefix)
             // Set here rather than in the description: an integer property in this description was
             // intermittently misparsed under load (GStreamer reported a garbage value for it).
             if source != .pushedMatroska {
@@ -243,7 +260,75 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
             await pipeline.stop()
             throw error
         }
+        if case .uri = source { await ingest.waitForVideoCodec() }
         return ingest
+    }
+
+    /// The H.264 and H.265 branches meet at a funnel; the first caps on either say which one the
+    /// source's video takes, and the other is ended (an end-of-stream into its payloader) so the
+    /// funnel's end waits for the used one only. Pushed sources (FLV, Matroska from pcastsink)
+    /// carry H.264: the H.265 branch is ended at once.
+    private func chooseVideoBranch(prefix: String) throws(GStreamerError) {
+        let h264 = try pipeline.element(named: "\(prefix)-video-queue").staticPad("sink")
+        let h265 = try pipeline.element(named: "\(prefix)-h265-queue").staticPad("sink")
+        let h264Payloader = try pipeline.element(named: "\(prefix)-h264-pay").staticPad("sink")
+        let h265Payloader = try pipeline.element(named: "\(prefix)-h265-pay").staticPad("sink")
+        if source.isPushed {
+            codec.withLock { $0.chosen = .h264 }
+            h265Payloader.sendEndOfStream()
+            return
+        }
+        try pipeline.element(named: "\(prefix)-audio-queue").staticPad("sink").addCapsProbe { [weak self] _ in
+            self?.firstAudioCaps.withLock { $0 = $0 ?? .now }
+        }
+        let passthrough = options.passthrough
+        h264.addCapsProbe { [weak self] _ in
+            if self?.chose(.h264) == true { h265Payloader.sendEndOfStream() }
+        }
+        h265.addCapsProbe { [weak self] _ in
+            if self?.chose(passthrough ? .h265 : .h264) == true { h264Payloader.sendEndOfStream() }
+        }
+    }
+
+    /// Records the branch the video took; false when one was already chosen.
+    private func chose(_ codec: VideoCodec) -> Bool {
+        let waiters = self.codec.withLock { state -> [CheckedContinuation<Void, Never>]? in
+            guard state.chosen == nil else { return nil }
+            state.chosen = codec
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        guard let waiters else { return false }
+        waiters.forEach { $0.resume() }
+        return true
+    }
+
+    /// Waits until the video's codec is known (the track is announced in it), at most until the
+    /// connect timeout, or a second once audio flows without video (an audio-only source; the
+    /// video track is then announced as H.264 and stays silent).
+    private func waitForVideoCodec() async {
+        let timeout = options.connectTimeout
+        let timer = Task { [weak self] in
+            let started = ContinuousClock.now
+            while ContinuousClock.now - started < timeout {
+                try? await Task.sleep(for: .milliseconds(50))
+                guard let self else { return }
+                if let audio = self.firstAudioCaps.withLock({ $0 }), ContinuousClock.now - audio > .seconds(1) { break }
+            }
+            self?.codec.withLock { state in
+                defer { state.waiters = [] }
+                return state.waiters
+            }.forEach { $0.resume() }
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let known = codec.withLock { state -> Bool in
+                if state.chosen != nil { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if known { continuation.resume() }
+        }
+        timer.cancel()
     }
 
     /// Redirects and the pinned host's name, set on the source urisourcebin makes (souphttpsrc

@@ -269,7 +269,7 @@ public final class MediaRecorder: @unchecked Sendable {
         let fragmenterUnit = FMP4Fragmenter.AccessUnit(
             trackID: track, pts: Self.nanoseconds(unit.time), dts: unit.dts.map(Self.nanoseconds),
             isKeyframe: unit.kind == .audio || unit.keyframe,
-            data: unit.kind == .video ? RecordedVideo.sample(unit.bytes, format: unit.format) : unit.bytes)
+            data: unit.kind == .video ? RecordedVideo.sample(unit.bytes, format: unit.format, declared: mode == .append ? nil : keyframe?.configuration) : unit.bytes)
         if let fragment = fragmenter?.push(fragmenterUnit) { write(fragment) }
     }
 
@@ -337,17 +337,23 @@ public final class MediaRecorder: @unchecked Sendable {
 
 /// What a recording needs of a video codec to declare its track, found in the first keyframe:
 /// H.264's parameter sets, nothing more for VP9 (profile 0: what the relay forwards), AV1's
-/// sequence header.
+/// sequence header, H.265's parameter sets read into its configuration.
 enum RecordedVideo: Sendable {
     case h264(sps: [UInt8], pps: [UInt8])
     case vp9
     case av1(AV1SequenceHeader, obu: [UInt8])
+    case h265(H265.Configuration)
 
     /// From a keyframe of the caps' media type `format`; nil when it lacks what is needed.
     init?(keyframe bytes: [UInt8], format: String) {
         switch format {
         case "video/x-vp9":
             self = .vp9
+        case "video/x-h265":
+            let sets = H265.parameterSets(annexB: bytes)
+            guard let vps = sets.vps, let sps = sets.sps, let pps = sets.pps,
+                  let configuration = try? H265.Configuration(vps: vps, sps: sps, pps: pps) else { return nil }
+            self = .h265(configuration)
         case "video/x-av1":
             guard let header = (try? AV1Payload.obus(lowOverhead: bytes))?.first(where: { $0.type == AV1OBU.sequenceHeader }),
                   let parsed = try? AV1SequenceHeader(parsing: header.payload) else { return nil }
@@ -370,15 +376,22 @@ enum RecordedVideo: Sendable {
         case .av1(let header, let obu):
             return .av1(width: size?.width ?? header.maximumWidth, height: size?.height ?? header.maximumHeight,
                         configuration: header.configurationRecordHeader, sequenceHeader: obu)
+        case .h265(let configuration):
+            return .h265(configuration)
         }
     }
 
     /// A sample's bytes in the file: H.264 length-prefixed, VP9 as it came, AV1 without its
-    /// temporal delimiter (the AV1 ISOBMFF binding keeps delimiters out of samples).
-    static func sample(_ bytes: [UInt8], format: String) -> [UInt8] {
+    /// temporal delimiter (the AV1 ISOBMFF binding keeps delimiters out of samples), H.265
+    /// length-prefixed without the parameter sets `declared` holds (nil: all kept in band, for a
+    /// part appended to a file whose sample entry may hold another encoder's).
+    static func sample(_ bytes: [UInt8], format: String, declared: RecordedVideo?) -> [UInt8] {
         switch format {
         case "video/x-vp9":
             return bytes
+        case "video/x-h265":
+            guard case .h265(let configuration)? = declared else { return H264.lengthPrefixed(annexB: bytes) }
+            return H265.sample(annexB: bytes, declared: configuration)
         case "video/x-av1":
             guard let obus = try? AV1Payload.obus(lowOverhead: bytes) else { return bytes }
             return obus.filter { $0.type != AV1OBU.temporalDelimiter && $0.type != AV1OBU.padding }.flatMap(\.withSize)

@@ -23,8 +23,12 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
     /// AV1 main profile (libaom at its real-time usage; AOMedia's RTP payload format, ours:
     /// ``AV1Payload``).
     case av1 = "AV1"
+    /// H.265 main profile (x265, RFC 7798). What cameras and contribution encoders send: ingested
+    /// streams pass it through to recordings and HLS; SDK viewers decode it, browsers are not
+    /// offered it (WHEP answers a stream's own codec, and no browser here offers H.265).
+    case h265 = "H265"
 
-    /// The codec an RTP encoding name means (`H264`, `VP8`, `VP9`, `AV1`, in any case); nil for others.
+    /// The codec an RTP encoding name means (`H264`, `VP8`, `VP9`, `AV1`, `H265`, in any case); nil for others.
     public init?(encodingName: String) {
         self.init(rawValue: encodingName.uppercased())
     }
@@ -45,6 +49,14 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
         case .h264:
             return "x264enc name=\(name) tune=zerolatency speed-preset=ultrafast bitrate=\(kilobitsPerSecond) "
                 + "key-int-max=\(keyframeInterval) vbv-buf-capacity=\(burstMilliseconds)"
+        case .h265:
+            // x265's rate control takes its buffer in kilobits: the burst's share of the bitrate.
+            // Its periodic keyframes are CRA pictures, before which the payloader puts no
+            // parameter sets: `repeat-headers` has the encoder send them with every keyframe
+            // (a viewer that joins, or a recording that starts, needs them there).
+            let buffer = max(1, kilobitsPerSecond * max(burstMilliseconds, 100) / 1000)
+            return "x265enc name=\(name) tune=zerolatency speed-preset=ultrafast bitrate=\(kilobitsPerSecond) key-int-max=\(keyframeInterval) "
+                + "option-string=\"vbv-maxrate=\(kilobitsPerSecond):vbv-bufsize=\(buffer):frame-threads=1:pools=2:repeat-headers=1\""
         case .vp8, .vp9:
             let element = self == .vp8 ? "vp8enc" : "vp9enc"
             return "\(element) name=\(name) deadline=1 cpu-used=\(self == .vp8 ? 16 : 9) lag-in-frames=0 error-resilient=default "
@@ -60,7 +72,7 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
     /// Sets a running encoder's bitrate (bits per second).
     func setBitrate(_ bitsPerSecond: Int, on encoder: Element) throws(GStreamerError) {
         switch self {
-        case .h264: try encoder.set("bitrate", UInt32(max(16, bitsPerSecond / 1000)))
+        case .h264, .h265: try encoder.set("bitrate", UInt32(max(16, bitsPerSecond / 1000)))
         case .vp8, .vp9: try encoder.set("target-bitrate", Int32(clamping: max(16_000, bitsPerSecond)))
         case .av1: try encoder.set("target-bitrate", UInt32(max(16, bitsPerSecond / 1000)))
         }
@@ -93,6 +105,7 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
         let common = "name=\(name) pt=\(payloadType) ssrc=\(ssrc) timestamp-offset=\(timestampOffset) mtu=1200"
         switch self {
         case .h264: return "rtph264pay \(common) config-interval=-1 aggregate-mode=zero-latency"
+        case .h265: return "rtph265pay \(common) config-interval=-1 aggregate-mode=zero-latency"
         case .vp8: return "rtpvp8pay \(common) picture-id-mode=15-bit"
         case .vp9: return "rtpvp9pay \(common) picture-id-mode=15-bit"
         case .av1:
@@ -101,15 +114,19 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
         }
     }
 
-    /// The depayloader: it starts at a keyframe and asks for one after a loss it cannot repair.
+    /// The depayloader: it starts at a keyframe and asks for one after a loss it cannot repair
+    /// (GStreamer 1.22's H.265 depayloader has neither setting: its decoder asks instead, see
+    /// ``decoder``).
     var depayloader: String {
+        let keyframes = "request-keyframe=true wait-for-keyframe=true"
         switch self {
-        case .h264: return "rtph264depay"
-        case .vp8: return "rtpvp8depay"
-        case .vp9: return "rtpvp9depay"
+        case .h264: return "rtph264depay \(keyframes)"
+        case .h265: return "rtph265depay"
+        case .vp8: return "rtpvp8depay \(keyframes)"
+        case .vp9: return "rtpvp9depay \(keyframes)"
         case .av1:
             AV1Elements.register()
-            return "pcastav1depay"
+            return "pcastav1depay \(keyframes)"
         }
     }
 
@@ -119,6 +136,7 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
     var recordingParser: String? {
         switch self {
         case .h264: return "h264parse config-interval=-1 ! video/x-h264,stream-format=byte-stream,alignment=au"
+        case .h265: return "h265parse config-interval=-1 ! video/x-h265,stream-format=byte-stream,alignment=au"
         case .vp8: return nil
         case .vp9: return "vp9parse ! video/x-vp9"
         case .av1: return "av1parse ! video/x-av1,stream-format=obu-stream,alignment=tu"
@@ -131,6 +149,9 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
     var decoder: String {
         switch self {
         case .h264: return "avdec_h264 thread-type=slice qos=false"
+        // Asks for a keyframe (upstream, to the RTP session: a PLI) when a frame arrives damaged,
+        // and drops what it cannot decode whole: what the other depayloaders' settings do.
+        case .h265: return "avdec_h265 thread-type=slice qos=false automatic-request-sync-points=true discard-corrupted-frames=true"
         case .vp8: return "vp8dec qos=false"
         case .vp9: return "vp9dec qos=false"
         case .av1: return "av1dec qos=false"
@@ -140,8 +161,18 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
     /// Whether an RTP packet of this codec begins a keyframe a decoder can start at (read from
     /// its payload's first bytes by ``VideoPayload``; for H.264 its parameter sets count too).
     static func packetStartsKeyframe(_ codec: VideoCodec, _ packet: UnsafeRawBufferPointer) -> Bool {
-        guard let payload = VideoPayload(encodingName: codec.encodingName) else { return false }
-        return payload.packetStartsKeyframe(packet) || payload.packetStartsDecoding(packet)
+        codec.payload.packetStartsKeyframe(packet) || codec.payload.packetStartsDecoding(packet)
+    }
+
+    /// The RTP payload format (read per packet: no name lookup).
+    var payload: VideoPayload {
+        switch self {
+        case .h264: .h264
+        case .h265: .h265
+        case .vp8: .vp8
+        case .vp9: .vp9
+        case .av1: .av1
+        }
     }
 }
 

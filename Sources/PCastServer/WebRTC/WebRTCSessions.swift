@@ -208,9 +208,10 @@ extension Platform {
         }
         let video = record.tracks.asReceived.first { $0.kind == .video }
         let audio = record.tracks.asReceived.first { $0.kind == .audio }
-        // A viewer is sent the stream's own codec (the relay does not transcode): H.264, VP8, VP9 or AV1.
+        // A viewer is sent the stream's own codec (the relay does not transcode): H.264, VP8, VP9,
+        // AV1, or H.265 to a browser that offers it.
         if let video, VideoPayload(encodingName: video.codec) == nil {
-            return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries \(video.codec) video; WebRTC viewers are sent H.264, VP8, VP9 or AV1"))
+            return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries \(video.codec) video; WebRTC viewers are sent H.264, VP8, VP9, AV1 or H.265"))
         }
         if let audio, audio.codec.uppercased() != "OPUS" {
             return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries \(audio.codec) audio; WebRTC viewers are sent Opus only"))
@@ -227,6 +228,12 @@ extension Platform {
                 local: local, fingerprint: endpoint.fingerprint, candidates: endpoint.candidates, tcpCandidates: endpoint.tcpCandidates,
                 videoCodecs: [video?.codec ?? "H264"])
         } catch {
+            if case .unsupportedCodec = error, video?.codec.uppercased() == "H265" {
+                // An ingested camera's H.265 passes through untouched: a browser without it
+                // watches the stream's HLS instead.
+                return .failure(WebRTCRefusal(422, "Unprocessable Content", "stream '\(record.streamId)' carries H.265 video, which this offer does not "
+                    + "take (the relay does not transcode); watch it as HLS at /hls/\(record.streamId)/index.m3u8, or with the SDK"))
+            }
             return .failure(WebRTCRefusal(error))
         }
         // The stream's payload types → the ones the viewer chose for each codec.
