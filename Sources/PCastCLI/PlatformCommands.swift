@@ -276,7 +276,7 @@ struct PublishCommand: AsyncParsableCommand {
     @Option(help: "Height (exact).") var height = 720
     @Option(help: "Frame rate (exact).") var fps: Double = 30
     @Option(help: "Video bitrate, kbit/s.") var bitrate = 2500
-    @Option(help: "Video codec: h264, vp8, vp9 or av1.") var codec: VideoCodec = .h264
+    @Option(help: "Video codec: h264, vp8, vp9, av1 or h265.") var codec: VideoCodec = .h264
     @Option(help: "Tag to put on the stream (repeatable).") var tag: [String] = []
     @Option(help: "Seconds to publish (0: until Ctrl-C).") var seconds: Double = 0
     @Option(help: "Publish type: live (no recording), record (a new recording named --stream-name, replacing one), append (continue that recording).")

@@ -105,10 +105,11 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
     }
     /// The video's codec as it leaves: H.265 passed through, or H.264 (passed through, or what
     /// the frame-rate constraints re-encode to). H.264 until the source's caps say otherwise.
-    package var videoCodec: VideoCodec { codec.withLock { $0.chosen ?? .h264 } }
+    package var videoCodec: VideoCodec { codec.withLock { $0.announced ?? $0.chosen ?? .h264 } }
     private let ssrcs: (video: UInt32, audio: UInt32)
-    /// Which video branch carries the source (set by the first caps on either), and who waits for it.
-    private let codec = Mutex<(chosen: VideoCodec?, waiters: [CheckedContinuation<Void, Never>])>((nil, []))
+    /// Which video branch carries the source (set by the first caps on either), who waits for
+    /// it, and the codec the tracks were fixed in when ``start(_:options:send:)`` returned.
+    private let codec = Mutex<(chosen: VideoCodec?, announced: VideoCodec?, waiters: [CheckedContinuation<Void, Never>])>((nil, nil, []))
     package let options: IngestOptions
     package let source: IngestSource
     let pipeline: Pipeline
@@ -242,14 +243,8 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
                     send(OutgoingPacket(kind: .rtcp, buffer: sample.buffer))
                 }
             }
-            // The byte limit counts what enters the parser; RTSP has no byte stream (its duration
-            // limit still applies).
-            if options.maximumBytes != nil, !Self.isRTSP(source) {
-                try pipeline.element(named: "\(prefix)-parse").staticPad("sink").addBufferProbe { [weak ingest] buffer in
-                    ingest?.bytesRead.add(buffer.size, ordering: .relaxed)
-                    return .pass
-                }
-            }
+            // The byte limit counts what enters the parser (`chooseVideoBranch` counts it); RTSP
+            // has no byte stream (its duration limit still applies).
         } catch {
             await pipeline.stop()
             throw .gstreamer(error)
@@ -265,18 +260,24 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
     }
 
     /// The H.264 and H.265 branches meet at a funnel; the first caps on either say which one the
-    /// source's video takes, and the other is ended (an end-of-stream into its payloader) so the
-    /// funnel's end waits for the used one only. Pushed sources (FLV, Matroska from pcastsink)
-    /// carry H.264: the H.265 branch is ended at once.
+    /// source's video takes, and the other is ended (an end-of-stream into its payloader, once
+    /// the pipeline runs: an inactive pad refuses it) so the funnel's end waits for the used one
+    /// only. Pushed sources (FLV, Matroska from pcastsink) carry H.264 and are announced so.
     private func chooseVideoBranch(prefix: String) throws(GStreamerError) {
+        if !Self.isRTSP(source) {
+            // Bytes read: a source that sends none is not waited for (see ``waitForVideoCodec()``).
+            try pipeline.element(named: "\(prefix)-parse").staticPad("sink").addBufferProbe { [weak self] buffer in
+                self?.bytesRead.add(buffer.size, ordering: .relaxed)
+                return .pass
+            }
+        }
         let h264 = try pipeline.element(named: "\(prefix)-video-queue").staticPad("sink")
         let h265 = try pipeline.element(named: "\(prefix)-h265-queue").staticPad("sink")
         let h264Payloader = try pipeline.element(named: "\(prefix)-h264-pay").staticPad("sink")
         let h265Payloader = try pipeline.element(named: "\(prefix)-h265-pay").staticPad("sink")
         if source.isPushed {
-            codec.withLock { $0.chosen = .h264 }
-            h265Payloader.sendEndOfStream()
-            return
+            // Announced before the pusher sends anything (it waits for the publish).
+            codec.withLock { $0.announced = .h264 }
         }
         try pipeline.element(named: "\(prefix)-audio-queue").staticPad("sink").addCapsProbe { [weak self] _ in
             self?.firstAudioCaps.withLock { $0 = $0 ?? .now }
@@ -290,30 +291,38 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
         }
     }
 
-    /// Records the branch the video took; false when one was already chosen.
+    /// Records the branch the video took; false when one was already chosen. Video that comes
+    /// in another codec than the tracks were announced in (a source that stayed silent past the
+    /// wait) fails the ingest instead of reaching viewers under the wrong name.
     private func chose(_ codec: VideoCodec) -> Bool {
-        let waiters = self.codec.withLock { state -> [CheckedContinuation<Void, Never>]? in
-            guard state.chosen == nil else { return nil }
+        let (waiters, announced) = self.codec.withLock { state -> ([CheckedContinuation<Void, Never>]?, VideoCodec?) in
+            guard state.chosen == nil else { return (nil, nil) }
             state.chosen = codec
             defer { state.waiters = [] }
-            return state.waiters
+            return (state.waiters, state.announced)
         }
         guard let waiters else { return false }
         waiters.forEach { $0.resume() }
+        if let announced, announced != codec {
+            finish(.failed("the source's video is \(codec.rawValue), but the stream was announced as \(announced.rawValue) before the source sent any"))
+        }
         return true
     }
 
-    /// Waits until the video's codec is known (the track is announced in it), at most until the
-    /// connect timeout, or a second once audio flows without video (an audio-only source; the
-    /// video track is then announced as H.264 and stays silent).
+    /// Waits until the video's codec is known, then fixes the tracks in it. Not longer than the
+    /// connect timeout, a second once audio flows without video (an audio-only source), the
+    /// ingest's end, or — for a byte stream — 2 s without a byte (a silent server: the publish is
+    /// answered at once, as for any source, and the watchdog's timeouts end it). Not known then:
+    /// H.264 (video in another codec later fails the ingest, see ``chose(_:)``).
     private func waitForVideoCodec() async {
-        let timeout = options.connectTimeout
+        let timeout = options.connectTimeout, counted = !Self.isRTSP(source)
         let timer = Task { [weak self] in
             let started = ContinuousClock.now
             while ContinuousClock.now - started < timeout {
                 try? await Task.sleep(for: .milliseconds(50))
-                guard let self else { return }
+                guard let self, !self.hasEnded else { break }
                 if let audio = self.firstAudioCaps.withLock({ $0 }), ContinuousClock.now - audio > .seconds(1) { break }
+                if counted, self.bytesRead.load(ordering: .relaxed) == 0, ContinuousClock.now - started > .seconds(2) { break }
             }
             self?.codec.withLock { state in
                 defer { state.waiters = [] }
@@ -329,6 +338,7 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
             if known { continuation.resume() }
         }
         timer.cancel()
+        codec.withLock { $0.announced = $0.chosen ?? .h264 }
     }
 
     /// Redirects and the pinned host's name, set on the source urisourcebin makes (souphttpsrc
