@@ -384,7 +384,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PCastRecordingTests",
-            dependencies: ["PCastRecording", "pcast-recording-crash-writer", "PCastTestSupport"]
+            dependencies: ["PCastRecording", "pcast-recording-crash-writer", "PCastTestSupport", "PCastProtocol"]
         ),
         .testTarget(
             name: "PCastImpairmentTests",
@@ -429,7 +429,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PCastMediaTests",
-            dependencies: ["PCastMedia", "GStreamer", "PCastProtocol", "PCastTestSupport", "PCastBenchmarks", "PCastImpairment"]
+            dependencies: ["PCastMedia", "GStreamer", "PCastProtocol", "PCastTestSupport", "PCastBenchmarks", "PCastImpairment", "PCastRecording"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -268,7 +268,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
             _ = H265Payload.startsWithParameterSets(raw)
             _ = H265Payload.packetStartsKeyframe(raw)
         }
-        _ = try? H265.Configuration(vps: [0x40, 0x01], sps: bytes, pps: [0x44, 0x01])
+        _ = try? H265Configuration(vps: [0x40, 0x01], sps: bytes, pps: [0x44, 0x01])
         _ = H264.nalUnits(annexB: bytes)
         _ = H264.parameterSets(annexB: bytes)
         _ = H264.containsIDR(annexB: bytes)

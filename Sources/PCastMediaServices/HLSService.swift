@@ -222,9 +222,9 @@ actor HLSService: HLSControl {
     }
 
     func serve(streamId: String, file: String, reload: HLSReload?, uriQuery: String?, startIfNeeded: Bool) async -> HLSReply {
-        let isPlaylist = file == "index.m3u8"
-        guard isPlaylist || HLSPackager.Resource(name: file) != nil else {
-            return .notFound("'\(file)' is not part of an HLS presentation (index.m3u8, init.mp4, seg<N>.m4s, part<N>.<I>.m4s)")
+        let isPlaylist = file == "index.m3u8", isMultivariant = file == "main.m3u8"
+        guard isPlaylist || isMultivariant || HLSPackager.Resource(name: file) != nil else {
+            return .notFound("'\(file)' is not part of an HLS presentation (main.m3u8, index.m3u8, init.mp4, seg<N>.m4s, part<N>.<I>.m4s)")
         }
         guard startIfNeeded || entries[streamId] != nil else { return .notFound("stream '\(streamId)' has ended") }
         guard let presentation = presentation(for: streamId) else {
@@ -234,6 +234,9 @@ actor HLSService: HLSControl {
         guard let packager = await presentation.wait(timeout: startTimeout, until: { $0.isPlayable }), packager.isPlayable || packager.ended else {
             if let failure = presentation.failure { return .notFound(failure) }
             return .unavailable("stream '\(streamId)' has produced nothing to play yet")
+        }
+        if isMultivariant {
+            return .ok(contentType: "application/vnd.apple.mpegurl", body: Array(packager.multivariantPlaylist(uriQuery: uriQuery).utf8), maxAge: 0)
         }
         if isPlaylist { return await playlist(presentation, packager, reload: reload, uriQuery: uriQuery) }
         guard let resource = HLSPackager.Resource(name: file) else { return .notFound("no '\(file)'") }

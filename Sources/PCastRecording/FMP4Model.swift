@@ -30,10 +30,10 @@ public struct FMP4Track: Sendable, Equatable {
         /// sequence header OBU (with its size field). Samples are temporal units without
         /// temporal delimiters, every OBU with its size field.
         case av1(width: Int, height: Int, configuration: [UInt8], sequenceHeader: [UInt8])
-        /// H.265, written as an `hvc1` sample entry with `hvcC` (the picture size is the
-        /// configuration's). Samples are length-prefixed NAL units without the declared parameter
-        /// sets (``H265/sample(annexB:declared:)``).
-        case h265(H265.Configuration)
+        /// H.265, written as an `hvc1` sample entry with `hvcC`: `configuration` is the
+        /// HEVCDecoderConfigurationRecord, its parameter sets complete. Samples are length-prefixed
+        /// NAL units without those parameter sets (``H264/lengthPrefixed(annexB:leavingOut:)``).
+        case h265(width: Int, height: Int, configuration: [UInt8])
         /// Opus, written as an `Opus` sample entry with `dOps`. `sampleRate` is the
         /// informational input rate; Opus in MP4 always runs at 48 kHz. 1 or 2 channels.
         case opus(channels: Int, sampleRate: Int, preSkip: UInt16)
@@ -55,7 +55,7 @@ public struct FMP4Track: Sendable, Equatable {
         self.codec = codec
     }
 
-    /// `.video` for H.264, VP9 and AV1, `.audio` for Opus.
+    /// `.video` for H.264, VP9, AV1 and H.265, `.audio` for Opus.
     public var kind: Kind {
         switch codec {
         case .h264, .vp9, .av1, .h265: return .video
@@ -64,13 +64,7 @@ public struct FMP4Track: Sendable, Equatable {
     }
 
     /// The picture size of a video track.
-    public var pictureSize: (width: Int, height: Int)? {
-        switch codec {
-        case .h264(let width, let height, _, _), .vp9(let width, let height, _), .av1(let width, let height, _, _): return (width, height)
-        case .h265(let configuration): return (configuration.width, configuration.height)
-        case .opus: return nil
-        }
-    }
+    public var pictureSize: (width: Int, height: Int)? { codec.pictureSize }
 
     /// The codec family without its parameters, as the scanner can report it.
     public var codecKind: FMP4CodecKind {
@@ -85,7 +79,9 @@ public struct FMP4Track: Sendable, Equatable {
 
     /// The track's RFC 6381 `codecs` parameter, as an HLS multivariant playlist's `CODECS` names
     /// it: `avc3.PPCCLL` (the SPS's profile, constraint flags and level), `vp09.00.LL.08`,
-    /// `av01.P.LLT.DD` (from the `av1C` header), `hvc1.…` (``H265/Configuration/codecsString``), `Opus`.
+    /// `av01.P.LLT.DD` (from the `av1C` header), `hvc1.…` (from the `hvcC` record: ISO/IEC 14496-15
+    /// Annex E, the compatibility flags in reverse bit order, the constraint bytes without trailing
+    /// zero ones), `Opus`.
     public var codecsString: String {
         func hex(_ byte: UInt8) -> String { String(byte, radix: 16).count == 1 ? "0" + String(byte, radix: 16) : String(byte, radix: 16) }
         func twoDigits(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
@@ -99,8 +95,15 @@ public struct FMP4Track: Sendable, Equatable {
             let tier = configuration[2] & 0x80 != 0 ? "H" : "M"
             let depth = configuration[2] & 0x40 == 0 ? 8 : configuration[2] & 0x20 != 0 ? 12 : 10
             return "av01.\(profile).\(twoDigits(level))\(tier).\(twoDigits(depth))"
-        case .h265(let configuration):
-            return configuration.codecsString
+        case .h265(_, _, let record):
+            let space = ["", "A", "B", "C"][Int(record[1] >> 6)], profile = record[1] & 0x1F
+            let flags = record[2..<6].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+            var reversed: UInt32 = 0
+            for bit in 0..<32 where flags & (1 << UInt32(31 - bit)) != 0 { reversed |= 1 << UInt32(bit) }
+            var constraints = Array(record[6..<12])
+            while constraints.last == 0 { constraints.removeLast() }
+            let tail = constraints.map { "." + String($0, radix: 16, uppercase: true) }.joined()
+            return "hvc1.\(space)\(profile).\(String(reversed, radix: 16, uppercase: true)).\(record[1] & 0x20 != 0 ? "H" : "L")\(record[12])\(tail)"
         case .opus:
             return "Opus"
         }
@@ -108,6 +111,17 @@ public struct FMP4Track: Sendable, Equatable {
 }
 
 extension FMP4Track.Codec {
+    /// The picture size of a video codec; nil for audio.
+    public var pictureSize: (width: Int, height: Int)? {
+        switch self {
+        case .h264(let width, let height, _, _), .vp9(let width, let height, _), .av1(let width, let height, _, _),
+             .h265(let width, let height, _):
+            return (width, height)
+        case .opus:
+            return nil
+        }
+    }
+
     /// The lowest VP9 level (× 10, as `vpcC` writes it) whose picture size and luma sample rate
     /// take `width` × `height` at `framesPerSecond` (VP9 bitstream, Annex A).
     public static func vp9Level(width: Int, height: Int, framesPerSecond: Int) -> UInt8 {

@@ -111,37 +111,30 @@ extension FMP4 {
     }
 
     static func validate(_ codec: FMP4Track.Codec, id: UInt32) throws(FMP4Error) {
+        if let (width, height) = codec.pictureSize, !(1...0xFFFF).contains(width) || !(1...0xFFFF).contains(height) {
+            throw .invalidTrack(id: id, reason: "width/height must be 1...65535")
+        }
         switch codec {
-        case let .h264(width, height, sps, pps):
-            guard (1...0xFFFF).contains(width), (1...0xFFFF).contains(height) else {
-                throw .invalidTrack(id: id, reason: "width/height must be 1...65535")
-            }
+        case let .h264(_, _, sps, pps):
             guard sps.count >= 4, sps.count <= 0xFFFF else {
                 throw .invalidTrack(id: id, reason: "SPS must be 4...65535 bytes")
             }
             guard !pps.isEmpty, pps.count <= 0xFFFF else {
                 throw .invalidTrack(id: id, reason: "PPS must be 1...65535 bytes")
             }
-        case let .vp9(width, height, _):
-            guard (1...0xFFFF).contains(width), (1...0xFFFF).contains(height) else {
-                throw .invalidTrack(id: id, reason: "width/height must be 1...65535")
-            }
-        case let .av1(width, height, configuration, sequenceHeader):
-            guard (1...0xFFFF).contains(width), (1...0xFFFF).contains(height) else {
-                throw .invalidTrack(id: id, reason: "width/height must be 1...65535")
-            }
+        case .vp9:
+            break
+        case let .av1(_, _, configuration, sequenceHeader):
             guard configuration.count == 4, configuration[0] == 0x81 else {
                 throw .invalidTrack(id: id, reason: "an AV1 configuration record starts with 4 bytes, marker and version 1")
             }
             guard sequenceHeader.count >= 3, (sequenceHeader[0] >> 3) & 0x0F == 1 else {
                 throw .invalidTrack(id: id, reason: "the AV1 configuration OBU must be a sequence header")
             }
-        case let .h265(configuration):
-            guard (1...0xFFFF).contains(configuration.width), (1...0xFFFF).contains(configuration.height) else {
-                throw .invalidTrack(id: id, reason: "width/height must be 1...65535")
-            }
-            guard [configuration.vps, configuration.sps, configuration.pps].allSatisfy({ (2...0xFFFF).contains($0.count) }) else {
-                throw .invalidTrack(id: id, reason: "H.265 parameter sets must be 2...65535 bytes")
+        case let .h265(_, _, configuration):
+            // The fixed part (23 bytes, version 1) and at least one array (the codecs string reads the fixed part).
+            guard configuration.count > 23, configuration[0] == 1 else {
+                throw .invalidTrack(id: id, reason: "an H.265 configuration record starts with 23 bytes, version 1, and holds its parameter sets")
             }
         case let .opus(channels, sampleRate, _):
             guard (1...2).contains(channels) else {
@@ -321,10 +314,10 @@ extension FMP4 {
                     w.append(sequenceHeader)
                 }
             }
-        case let .h265(configuration):
+        case let .h265(width, height, configuration):
             w.box("hvc1") { w in
-                writeVisualSampleEntryFields(&w, width: configuration.width, height: configuration.height)
-                w.box("hvcC") { w in w.append(configuration.record) }
+                writeVisualSampleEntryFields(&w, width: width, height: height)
+                w.box("hvcC") { w in w.append(configuration) }
             }
         case let .h264(width, height, sps, pps):
             w.box("avc3") { w in

@@ -42,11 +42,13 @@ public enum H264 {
         if end > unit.startIndex { units.append(unit[unit.startIndex..<end]) }
     }
 
-    /// An Annex-B access unit as NAL units each prefixed with its 4-byte big-endian length.
-    public static func lengthPrefixed(annexB data: [UInt8]) -> [UInt8] {
+    /// An Annex-B access unit as NAL units each prefixed with its 4-byte big-endian length (any
+    /// codec's: H.265's framing is the same), without the units equal to one of `leavingOut` (an
+    /// `hvc1` track's parameter sets, which its sample entry holds).
+    public static func lengthPrefixed(annexB data: [UInt8], leavingOut: [[UInt8]] = []) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(data.count + 16)
-        for unit in nalUnits(annexB: data) {
+        for unit in nalUnits(annexB: data) where !leavingOut.contains(where: { unit.elementsEqual($0) }) {
             let n = UInt32(unit.count)
             out.append(contentsOf: [UInt8(n >> 24), UInt8((n >> 16) & 0xFF), UInt8((n >> 8) & 0xFF), UInt8(n & 0xFF)])
             out.append(contentsOf: unit)

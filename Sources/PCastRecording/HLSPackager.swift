@@ -227,6 +227,22 @@ public struct HLSPackager: Sendable {
         return lines.joined(separator: "\n") + "\n"
     }
 
+    /// The multivariant playlist (`main.m3u8`): the presentation's one variant, `index.m3u8`, with
+    /// what a player chooses by before it loads anything: `CODECS` (each track's
+    /// ``FMP4Track/codecsString``), the video's `RESOLUTION`, and `BANDWIDTH` (the peak segment
+    /// bit rate in the window, RFC 8216bis §4.4.6.2) with `AVERAGE-BANDWIDTH`. `uriQuery` is added
+    /// to the variant's URI.
+    public func multivariantPlaylist(uriQuery: String? = nil) -> String {
+        let rates = segments.filter { $0.duration > 0 }.map { Double($0.bytes.count * 8) / $0.duration }
+        var attributes = ["BANDWIDTH=\(Int((rates.max() ?? 0).rounded(.up)))",
+                          "AVERAGE-BANDWIDTH=\(Int((rates.reduce(0, +) / Double(max(rates.count, 1))).rounded(.up)))",
+                          "CODECS=\"\(tracks.map(\.codecsString).joined(separator: ","))\""]
+        if let (width, height) = tracks.lazy.compactMap(\.pictureSize).first { attributes.append("RESOLUTION=\(width)x\(height)") }
+        return ["#EXTM3U", "#EXT-X-VERSION:9", "#EXT-X-INDEPENDENT-SEGMENTS",
+                "#EXT-X-STREAM-INF:" + attributes.joined(separator: ","),
+                "index.m3u8" + (uriQuery.map { "?" + $0 } ?? "")].joined(separator: "\n") + "\n"
+    }
+
     /// What a resource name of the playlist stands for.
     public enum Resource: Sendable, Hashable {
         case initSegment

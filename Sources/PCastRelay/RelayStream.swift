@@ -72,15 +72,15 @@ extension RelayRouter {
         var wireSSRC: UInt32
         /// A simulcast layer's measured rate.
         var meter = RateMeter()
-        /// H.264 or H.265 video (parameter sets in band): a joining subscriber starts at them,
-        /// looked for in the cache.
-        let carriesParameterSets: Bool
         /// The video's codec, where its keyframes are read from (nil: not video, or a codec the
         /// relay cannot read keyframes of).
         let keyframes: VideoPayload?
         /// H.264 or H.265 whose keyframes have come with their parameter sets: a joining viewer's video
         /// starts at them (see ``Subscriber/awaitingKeyframe``).
         var sendsParameterSets = false
+        /// H.264 or H.265 video (parameter sets in band): a joining subscriber starts at them,
+        /// looked for in the cache.
+        var carriesParameterSets: Bool { keyframes?.sendsParameterSets ?? false }
 
         init(description: MediaTrackDescription, settings: RouterSettings) {
             self.description = description
@@ -96,7 +96,6 @@ extension RelayRouter {
                                     deadline: .nanoseconds(Int64(clamping: settings.upstreamRepairDeadline)))
             wireSSRC = description.ssrc
             keyframes = description.kind == .video ? VideoPayload(encodingName: description.codec) : nil
-            carriesParameterSets = keyframes?.sendsParameterSets ?? false
         }
     }
 
@@ -252,7 +251,7 @@ extension RelayRouter.Stream {
         // An edge takes the stream as it comes (its own viewers wait at the edge); a simulcast
         // viewer's layer switcher starts it at a keyframe already. Held only where the publisher
         // has been seen to send parameter sets (one that never does is forwarded as it comes).
-        if !isEdge && layers.isEmpty && tracks.contains(where: { $0.carriesParameterSets && $0.sendsParameterSets }) {
+        if !isEdge && layers.isEmpty && tracks.contains(where: \.sendsParameterSets) {
             subscriber.awaitingKeyframe = now
             subscriber.heldAtJoin = true
             state.joinDeadline = min(state.joinDeadline ?? .max, now &+ RouterTiming.joinKeyframeWait)

@@ -2,6 +2,7 @@ import Foundation
 import GStreamer
 @testable import PCastMedia
 import PCastProtocol
+import PCastRecording
 import Testing
 
 extension Bursts {
@@ -82,7 +83,10 @@ extension Bursts {
             let header = try AV1SequenceHeader(parsing: obu.payload)
             #expect(header.profile == 0 && header.bitDepth == 8 && !header.monochrome && header.subsamplingX && header.subsamplingY, "\(header)")
             #expect(header.maximumWidth == 640 && header.maximumHeight == 360, "\(header)")
-            #expect(header.codecsString.hasPrefix("av01.0.") && header.codecsString.hasSuffix("M.08"), "\(header.codecsString)")
+            // The codecs string a recording's track states, from the av1C header made of this header.
+            let codecs = FMP4Track(id: 1, timescale: 90_000, codec: .av1(width: header.maximumWidth, height: header.maximumHeight,
+                                                                        configuration: header.configurationRecordHeader, sequenceHeader: obu.withSize)).codecsString
+            #expect(codecs.hasPrefix("av01.0.") && codecs.hasSuffix("M.08"), "\(codecs)")
             #expect(header.level <= 8, "level index \(header.level) for 640×360")
             #expect(header.configurationRecordHeader == [0x81, header.level, 0x0C | header.chromaSamplePosition, 0])
             for length in 0..<obu.payload.count - 1 {

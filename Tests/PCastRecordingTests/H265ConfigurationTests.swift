@@ -1,6 +1,7 @@
-// H.265 in recordings: the SPS read into an hvcC record and an RFC 6381 codecs string, and the
-// samples an hvc1 track stores.
+// H.265 in recordings: the SPS read into an hvcC record (PCastProtocol's H265Configuration), the
+// RFC 6381 codecs string an hvc1 track states, and the samples it stores.
 
+import PCastProtocol
 import Testing
 @testable import PCastRecording
 
@@ -25,7 +26,7 @@ struct H265ConfigurationTests {
 
     @Test("x265's SPS: Main profile (compatible with Main and Main 10), Main tier, level 3.1, 4:2:0 8-bit, 1280×720 (coded 1280×720, no cropping), one temporal layer, nested; the codecs string worked out by hand from its bits is hvc1.1.6.L93.90 (compatibility flags 1 and 2 reversed: 6; constraint byte 0x90: progressive source and frame only)")
     func x265Parameters() throws {
-        let configuration = try H265.Configuration(vps: Self.vps, sps: Self.sps, pps: Self.pps)
+        let configuration = try H265Configuration(vps: Self.vps, sps: Self.sps, pps: Self.pps)
         #expect(configuration.profileSpace == 0 && configuration.profile == 1 && !configuration.highTier)
         #expect(configuration.compatibilityFlags == 0x6000_0000)
         #expect(configuration.constraintFlags == [0x90, 0, 0, 0, 0, 0])
@@ -33,13 +34,13 @@ struct H265ConfigurationTests {
         #expect(configuration.chromaFormat == 1 && configuration.bitDepthLuma == 8 && configuration.bitDepthChroma == 8)
         #expect(configuration.width == 1280 && configuration.height == 720)
         #expect(configuration.temporalLayers == 1 && configuration.temporalIdNested)
-        #expect(configuration.codecsString == "hvc1.1.6.L93.90")
-        #expect(FMP4Track(id: 1, timescale: 90_000, codec: .h265(configuration)).codecsString == "hvc1.1.6.L93.90")
+        let track = FMP4Track(id: 1, timescale: 90_000, codec: .h265(width: configuration.width, height: configuration.height, configuration: configuration.record))
+        #expect(track.codecsString == "hvc1.1.6.L93.90")
     }
 
     @Test("the hvcC record: version 1, the profile bytes as in the SPS, 4:2:0 8-bit, 4-byte lengths, one temporal layer, three complete arrays (VPS, SPS, PPS) carrying the sets byte for byte")
     func record() throws {
-        let record = try H265.Configuration(vps: Self.vps, sps: Self.sps, pps: Self.pps).record
+        let record = try H265Configuration(vps: Self.vps, sps: Self.sps, pps: Self.pps).record
         #expect(Array(record[0..<13]) == [1, 0x01, 0x60, 0, 0, 0, 0x90, 0, 0, 0, 0, 0, 93])
         #expect(Array(record[13..<22]) == [0xF0, 0x00, 0xFC, 0xFD, 0xF8, 0xF8, 0, 0, 0x0F])
         #expect(record[22] == 3)
@@ -55,21 +56,21 @@ struct H265ConfigurationTests {
 
     @Test("a sample leaves out the parameter sets the track declares and keeps different ones and every other unit, each with its 4-byte length")
     func sample() throws {
-        let declared = try H265.Configuration(vps: Self.vps, sps: Self.sps, pps: Self.pps)
+        let declared = try H265Configuration(vps: Self.vps, sps: Self.sps, pps: Self.pps)
         let otherPPS: [UInt8] = [0x44, 0x01, 0xC1, 0x72]
         let slice: [UInt8] = [0x28, 0x01, 0xAF, 0x05, 0x38]  // a CRA slice's first bytes
         let start: [UInt8] = [0, 0, 0, 1]
         let unit = start + Self.vps + start + Self.sps + start + otherPPS + start + slice
-        #expect(H265.sample(annexB: unit, declared: declared) == [0, 0, 0, 4] + otherPPS + [0, 0, 0, 5] + slice)
+        #expect(H264.lengthPrefixed(annexB: unit, leavingOut: [declared.vps, declared.sps, declared.pps]) == [0, 0, 0, 4] + otherPPS + [0, 0, 0, 5] + slice)
     }
 
     @Test("refusals are typed: not an SPS, a VPS or PPS of another type, an SPS cut short")
     func refusals() {
-        #expect(throws: H265.MalformedParameterSet.self) { try H265.Configuration(vps: Self.vps, sps: Self.pps, pps: Self.pps) }
-        #expect(throws: H265.MalformedParameterSet.self) { try H265.Configuration(vps: Self.sps, sps: Self.sps, pps: Self.pps) }
-        #expect(throws: H265.MalformedParameterSet.self) { try H265.Configuration(vps: [], sps: Self.sps, pps: Self.pps) }
+        #expect(throws: H265Configuration.Malformed.self) { try H265Configuration(vps: Self.vps, sps: Self.pps, pps: Self.pps) }
+        #expect(throws: H265Configuration.Malformed.self) { try H265Configuration(vps: Self.sps, sps: Self.sps, pps: Self.pps) }
+        #expect(throws: H265Configuration.Malformed.self) { try H265Configuration(vps: [], sps: Self.sps, pps: Self.pps) }
         for length in [2, 5, 14, 20] {
-            #expect(throws: H265.MalformedParameterSet.self) { try H265.Configuration(vps: Self.vps, sps: Array(Self.sps.prefix(length)), pps: Self.pps) }
+            #expect(throws: H265Configuration.Malformed.self) { try H265Configuration(vps: Self.vps, sps: Array(Self.sps.prefix(length)), pps: Self.pps) }
         }
     }
 }

@@ -80,6 +80,20 @@ struct HLSPackagerTests {
         #expect(hls.nextPart == nil)
     }
 
+    @Test("the multivariant playlist names index.m3u8 (with the query) and what a player picks it by: CODECS of every track (avc3 with the SPS's profile, constraints and level; Opus), the video's RESOLUTION, BANDWIDTH the peak and AVERAGE-BANDWIDTH the mean segment bit rate")
+    func multivariantPlaylist() throws {
+        let hls = try packaged(videoUnits(count: 25 * 7, gop: 50), tracks: [video, audio])
+        let rates = hls.segments.map { Double($0.bytes.count * 8) / $0.duration }
+        #expect(rates.count == 3 && rates.allSatisfy { $0 > 0 })
+        let text = hls.multivariantPlaylist(uriQuery: "token=abc")
+        #expect(text.split(separator: "\n").map(String.init) == [
+            "#EXTM3U", "#EXT-X-VERSION:9", "#EXT-X-INDEPENDENT-SEGMENTS",
+            "#EXT-X-STREAM-INF:BANDWIDTH=\(Int(rates.max()!.rounded(.up))),AVERAGE-BANDWIDTH=\(Int((rates.reduce(0, +) / 3).rounded(.up))),"
+                + "CODECS=\"avc3.64001f,Opus\",RESOLUTION=320x240",
+            "index.m3u8?token=abc",
+        ])
+    }
+
     @Test("the init segment and the segments in order scan as one valid fragmented MP4 whose end is the playlist's total duration")
     func segmentsFormAFile() throws {
         let hls = try packaged(videoUnits(count: 25 * 6, gop: 50) + [videoUnit(6000 * ms, key: true)], end: true)

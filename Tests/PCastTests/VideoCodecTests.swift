@@ -258,7 +258,7 @@ extension OneAtATime {
 }
 
 extension OneAtATime.VideoCodecTests {
-    @Test("VP9, AV1 and H.265 as low-latency HLS: the stream's own codec in fragmented MP4 (vp09, av01, hvc1), which ffprobe finds at 640×360 and ffmpeg decodes (60 frames) from the playlist while it is live; a VP8 stream gets no playlist",
+    @Test("VP9, AV1 and H.265 as low-latency HLS: the stream's own codec in fragmented MP4 (vp09, av01, hvc1), named with its size in the multivariant playlist's CODECS and RESOLUTION, which ffprobe finds at 640×360 and ffmpeg decodes (60 frames) from the playlist while it is live; a VP8 stream gets no playlist",
           arguments: [VideoCodec.vp9, .av1, .h265, .vp8])
     func servedAsHLS(codec: VideoCodec) async throws {
         let platform = try await LocalPlatform.start()
@@ -276,6 +276,11 @@ extension OneAtATime.VideoCodecTests {
         } else {
             _ = try await playlist(url) { tagLines($0, "#EXTINF").count >= 2 }
             let name = [VideoCodec.vp9: "vp9", .av1: "av1", .h265: "hevc"][codec]!
+            // The multivariant playlist states the codec (RFC 6381) and size before anything loads.
+            let main = try await hlsGet("\(platform.httpURL)/hls/\(publisher.streamId)/main.m3u8?token=\(token)")
+            let family = [VideoCodec.vp9: "vp09.00.", .av1: "av01.0.", .h265: "hvc1.1.6.L"][codec]!
+            #expect(main.status == 200 && main.text.contains("CODECS=\"\(family)") && main.text.contains(",Opus\",RESOLUTION=640x360")
+                        && main.text.contains("\nindex.m3u8?token="), "\(main.status) \(main.text)")
             let probe = try runTool("ffprobe", ["-v", "error", "-show_entries", "stream=codec_name,width,height", "-of", "compact", url])
             #expect(probe.status == 0 && probe.output.contains("codec_name=\(name)|width=640|height=360"), "\(probe.output)")
             let decode = try runTool("ffmpeg", ["-hide_banner", "-v", "error", "-i", url, "-map", "0:v:0", "-frames:v", "60", "-f", "framecrc", "-"])

@@ -107,9 +107,9 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
     /// the frame-rate constraints re-encode to). H.264 until the source's caps say otherwise.
     package var videoCodec: VideoCodec { codec.withLock { $0.announced ?? $0.chosen ?? .h264 } }
     private let ssrcs: (video: UInt32, audio: UInt32)
-    /// Which video branch carries the source (set by the first caps on either), who waits for
-    /// it, and the codec the tracks were fixed in when ``start(_:options:send:)`` returned.
-    private let codec = Mutex<(chosen: VideoCodec?, announced: VideoCodec?, waiters: [CheckedContinuation<Void, Never>])>((nil, nil, []))
+    /// Which video branch carries the source (set by the first caps on either), and the codec the
+    /// tracks were fixed in when ``start(_:options:send:)`` returned.
+    private let codec = Mutex<(chosen: VideoCodec?, announced: VideoCodec?)>((nil, nil))
     package let options: IngestOptions
     package let source: IngestSource
     let pipeline: Pipeline
@@ -295,14 +295,12 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
     /// in another codec than the tracks were announced in (a source that stayed silent past the
     /// wait) fails the ingest instead of reaching viewers under the wrong name.
     private func chose(_ codec: VideoCodec) -> Bool {
-        let (waiters, announced) = self.codec.withLock { state -> ([CheckedContinuation<Void, Never>]?, VideoCodec?) in
-            guard state.chosen == nil else { return (nil, nil) }
+        let (first, announced) = self.codec.withLock { state -> (Bool, VideoCodec?) in
+            guard state.chosen == nil else { return (false, nil) }
             state.chosen = codec
-            defer { state.waiters = [] }
-            return (state.waiters, state.announced)
+            return (true, state.announced)
         }
-        guard let waiters else { return false }
-        waiters.forEach { $0.resume() }
+        guard first else { return false }
         if let announced, announced != codec {
             finish(.failed("the source's video is \(codec.rawValue), but the stream was announced as \(announced.rawValue) before the source sent any"))
         }
@@ -315,29 +313,12 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
     /// answered at once, as for any source, and the watchdog's timeouts end it). Not known then:
     /// H.264 (video in another codec later fails the ingest, see ``chose(_:)``).
     private func waitForVideoCodec() async {
-        let timeout = options.connectTimeout, counted = !Self.isRTSP(source)
-        let timer = Task { [weak self] in
-            let started = ContinuousClock.now
-            while ContinuousClock.now - started < timeout {
-                try? await Task.sleep(for: .milliseconds(50))
-                guard let self, !self.hasEnded else { break }
-                if let audio = self.firstAudioCaps.withLock({ $0 }), ContinuousClock.now - audio > .seconds(1) { break }
-                if counted, self.bytesRead.load(ordering: .relaxed) == 0, ContinuousClock.now - started > .seconds(2) { break }
-            }
-            self?.codec.withLock { state in
-                defer { state.waiters = [] }
-                return state.waiters
-            }.forEach { $0.resume() }
+        let started = ContinuousClock.now, counted = !Self.isRTSP(source)
+        while codec.withLock({ $0.chosen }) == nil, !hasEnded, ContinuousClock.now - started < options.connectTimeout {
+            if let audio = firstAudioCaps.withLock({ $0 }), ContinuousClock.now - audio > .seconds(1) { break }
+            if counted, bytesRead.load(ordering: .relaxed) == 0, ContinuousClock.now - started > .seconds(2) { break }
+            try? await Task.sleep(for: .milliseconds(20))
         }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let known = codec.withLock { state -> Bool in
-                if state.chosen != nil { return true }
-                state.waiters.append(continuation)
-                return false
-            }
-            if known { continuation.resume() }
-        }
-        timer.cancel()
         codec.withLock { $0.announced = $0.chosen ?? .h264 }
     }
 

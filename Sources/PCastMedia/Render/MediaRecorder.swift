@@ -342,7 +342,7 @@ enum RecordedVideo: Sendable {
     case h264(sps: [UInt8], pps: [UInt8])
     case vp9
     case av1(AV1SequenceHeader, obu: [UInt8])
-    case h265(H265.Configuration)
+    case h265(H265Configuration)
 
     /// From a keyframe of the caps' media type `format`; nil when it lacks what is needed.
     init?(keyframe bytes: [UInt8], format: String) {
@@ -350,9 +350,8 @@ enum RecordedVideo: Sendable {
         case "video/x-vp9":
             self = .vp9
         case "video/x-h265":
-            let sets = H265.parameterSets(annexB: bytes)
-            guard let vps = sets.vps, let sps = sets.sps, let pps = sets.pps,
-                  let configuration = try? H265.Configuration(vps: vps, sps: sps, pps: pps) else { return nil }
+            guard let sets = H265Configuration.parameterSets(in: H264.nalUnits(annexB: bytes)),
+                  let configuration = try? H265Configuration(vps: sets.vps, sps: sets.sps, pps: sets.pps) else { return nil }
             self = .h265(configuration)
         case "video/x-av1":
             guard let header = (try? AV1Payload.obus(lowOverhead: bytes))?.first(where: { $0.type == AV1OBU.sequenceHeader }),
@@ -377,7 +376,7 @@ enum RecordedVideo: Sendable {
             return .av1(width: size?.width ?? header.maximumWidth, height: size?.height ?? header.maximumHeight,
                         configuration: header.configurationRecordHeader, sequenceHeader: obu)
         case .h265(let configuration):
-            return .h265(configuration)
+            return .h265(width: configuration.width, height: configuration.height, configuration: configuration.record)
         }
     }
 
@@ -391,7 +390,7 @@ enum RecordedVideo: Sendable {
             return bytes
         case "video/x-h265":
             guard case .h265(let configuration)? = declared else { return H264.lengthPrefixed(annexB: bytes) }
-            return H265.sample(annexB: bytes, declared: configuration)
+            return H264.lengthPrefixed(annexB: bytes, leavingOut: [configuration.vps, configuration.sps, configuration.pps])
         case "video/x-av1":
             guard let obus = try? AV1Payload.obus(lowOverhead: bytes) else { return bytes }
             return obus.filter { $0.type != AV1OBU.temporalDelimiter && $0.type != AV1OBU.padding }.flatMap(\.withSize)

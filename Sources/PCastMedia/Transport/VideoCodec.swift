@@ -161,7 +161,10 @@ public enum VideoCodec: String, Sendable, Hashable, CaseIterable, Codable {
     /// Whether an RTP packet of this codec begins a keyframe a decoder can start at (read from
     /// its payload's first bytes by ``VideoPayload``; for H.264 its parameter sets count too).
     static func packetStartsKeyframe(_ codec: VideoCodec, _ packet: UnsafeRawBufferPointer) -> Bool {
-        codec.payload.packetStartsKeyframe(packet) || codec.payload.packetStartsDecoding(packet)
+        // Every received video packet passes here: one parse of its header for both questions.
+        guard let layout = try? RTPPacketLayout(parsing: packet) else { return false }
+        let starts = codec.payload.payloadStarts(UnsafeRawBufferPointer(rebasing: packet[layout.payloadRange]))
+        return starts.keyframe || starts.parameterSets
     }
 
     /// The RTP payload format (read per packet: no name lookup).

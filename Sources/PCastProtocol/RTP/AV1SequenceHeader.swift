@@ -5,7 +5,7 @@
 ///
 /// ```swift
 /// let header = try AV1SequenceHeader(parsing: sequenceHeaderOBU.payload)
-/// print(header.codecsString)   // "av01.0.04M.08"
+/// header.configurationRecordHeader   // the first four bytes of `av1C`
 /// ```
 public struct AV1SequenceHeader: Sendable, Hashable {
     public var profile: UInt8
@@ -23,7 +23,7 @@ public struct AV1SequenceHeader: Sendable, Hashable {
     public var maximumHeight: Int
 
     public init(parsing payload: [UInt8]) throws(AV1PayloadError) {
-        var bits = BitReader(payload)
+        var bits = BitReader(payload, cutShort: AV1PayloadError.malformedOBU("a sequence header cut short"))
         profile = UInt8(try bits.read(3))
         guard profile <= 2 else { throw .malformedOBU("sequence header with the reserved profile \(profile)") }
         _ = try bits.read(1)  // still_picture
@@ -115,12 +115,6 @@ public struct AV1SequenceHeader: Sendable, Hashable {
         }
     }
 
-    /// The RFC 6381 codecs parameter (AV1 ISOBMFF binding §5): `av01.P.LLT.DD`.
-    public var codecsString: String {
-        let level = self.level < 10 ? "0\(self.level)" : "\(self.level)"
-        return "av01.\(profile).\(level)\(highTier ? "H" : "M").\(bitDepth < 10 ? "0" : "")\(bitDepth)"
-    }
-
     /// The first four bytes of an `av1C` box's AV1CodecConfigurationRecord (before its configOBUs).
     public var configurationRecordHeader: [UInt8] {
         [0x81,  // marker 1, version 1
@@ -131,15 +125,20 @@ public struct AV1SequenceHeader: Sendable, Hashable {
     }
 }
 
-/// Reads an MSB-first bit string.
-struct BitReader {
+/// Reads an MSB-first bit string (AV1's and H.265's headers), throwing `cutShort` when it ends
+/// before a read does.
+struct BitReader<Failure: Error> {
     let bytes: [UInt8]
+    let cutShort: Failure
     var position = 0
 
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    init(_ bytes: [UInt8], cutShort: Failure) {
+        self.bytes = bytes
+        self.cutShort = cutShort
+    }
 
-    mutating func read(_ count: Int) throws(AV1PayloadError) -> UInt64 {
-        guard count <= 64, position + count <= bytes.count * 8 else { throw .malformedOBU("a sequence header cut short") }
+    mutating func read(_ count: Int) throws(Failure) -> UInt64 {
+        guard count <= 64, position + count <= bytes.count * 8 else { throw cutShort }
         var value: UInt64 = 0
         for _ in 0..<count {
             let bit = (bytes[position >> 3] >> (7 - UInt8(position & 7))) & 1
@@ -149,13 +148,31 @@ struct BitReader {
         return value
     }
 
-    /// `uvlc()` (AV1 §4.10.3).
-    mutating func readUVLC() throws(AV1PayloadError) -> UInt64 {
-        var leadingZeros = 0
+    mutating func skip(_ count: Int) throws(Failure) {
+        guard position + count <= bytes.count * 8 else { throw cutShort }
+        position += count
+    }
+
+    /// The count of zero bits before the next one bit (that bit read too), at most `limit`;
+    /// nil beyond it.
+    private mutating func leadingZeros(limit: Int) throws(Failure) -> Int? {
+        var zeros = 0
         while try read(1) == 0 {
-            leadingZeros += 1
-            guard leadingZeros < 32 else { return UInt64(UInt32.max) }
+            zeros += 1
+            guard zeros < limit else { return nil }
         }
-        return try read(leadingZeros) + (UInt64(1) << leadingZeros) - 1
+        return zeros
+    }
+
+    /// `uvlc()` (AV1 §4.10.3).
+    mutating func readUVLC() throws(Failure) -> UInt64 {
+        guard let zeros = try leadingZeros(limit: 32) else { return UInt64(UInt32.max) }
+        return try read(zeros) + (UInt64(1) << zeros) - 1
+    }
+
+    /// `ue(v)` (H.265 §9.2): as `uvlc()`, but a code longer than 32 bits is malformed.
+    mutating func readExpGolomb() throws(Failure) -> Int {
+        guard let zeros = try leadingZeros(limit: 32) else { throw cutShort }
+        return Int(try read(zeros) + (UInt64(1) << zeros) - 1)
     }
 }

@@ -6,7 +6,8 @@ import PCastProtocol
 
 /// Live HLS for players that are not WebRTC clients (large audiences, CDNs):
 /// `GET /hls/<stream id or channel alias>/index.m3u8` and the files it lists, low-latency HLS over
-/// fMP4 (see the media services' HLS). The player's token is a stream token with the `streaming`
+/// fMP4 (see the media services' HLS), and `main.m3u8`, the multivariant playlist naming it with
+/// its codecs, resolution and bandwidth. The player's token is a stream token with the `streaming`
 /// capability, scoped as a subscribe is (its `originStreamId` or `requiredTag` must lead to the
 /// stream), given as `Authorization: Bearer <token>` or `?token=<token>`; a token given in the
 /// query is added to every URI of the playlist, so players that resolve relative URLs (and drop
