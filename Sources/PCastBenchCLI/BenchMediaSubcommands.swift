@@ -153,7 +153,7 @@ extension BenchCommand {
     struct Codecs: BenchmarkCommand {
         static let configuration = CommandConfiguration(
             commandName: "codecs",
-            abstract: "Measure the bitrate and encode CPU each video codec (H.264, VP8, VP9, AV1; the SDK's settings) needs for the same SSIM on one 720p30 clip."
+            abstract: "Measure the bitrate and encode CPU each video codec (H.264, VP8, VP9, AV1, H.265; the SDK's settings) needs for the same SSIM on one 720p30 clip."
         )
 
         @OptionGroup var common: BenchOptions

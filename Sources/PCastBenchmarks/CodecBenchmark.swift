@@ -94,11 +94,22 @@ public struct CodecBenchmark: Sendable {
         let encoder = codec.encoder(name: "encoder", kilobitsPerSecond: kbps, keyframeInterval: 60, burstMilliseconds: 600)
         let pipeline = try Pipeline(description: """
             filesrc location=\(source) ! rawvideoparse width=1280 height=720 format=i420 framerate=30/1 \
-            ! \(encoder) ! \(codec == .h264 ? "h264parse ! " : codec == .av1 ? "av1parse ! " : "")matroskamux ! filesink location=\(path)
+            ! \(encoder) ! \(Self.parser(codec))matroskamux ! filesink location=\(path)
             """)
         let start = CaptureEncodeBenchmark.processCPUSeconds()
         try await pipeline.runToEnd(timeout: .seconds(300))
         return 100 * (CaptureEncodeBenchmark.processCPUSeconds() - start) / 10
+    }
+
+    /// What puts an encoder's output in the form Matroska takes (H.264 and H.265 with their
+    /// configuration records, AV1 as temporal units); VP8 and VP9 go in as they come.
+    static func parser(_ codec: VideoCodec) -> String {
+        switch codec {
+        case .h264: "h264parse ! "
+        case .h265: "h265parse ! "
+        case .av1: "av1parse ! "
+        case .vp8, .vp9: ""
+        }
     }
 
     /// ffmpeg's SSIM (All) of the decoded file against the raw source.
