@@ -9,7 +9,7 @@ seconds=${2:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 corpus="$root/Tests/Corpora/fuzz"
 failed=()
-for target in ${PCAST_FUZZ_ONLY:-rtp rtcp rtmp amf0 signaling token fmp4 h264 av1 stun sdp}; do
+for target in ${PCAST_FUZZ_ONLY:-rtp rtcp rtmp amf0 signaling token fmp4 h264 av1 stun sdp scalable}; do
   extra=()
   [ -d "$root/Tests/Corpora/$target" ] && extra=("$root/Tests/Corpora/$target")
   mkdir -p "$corpus/$target"

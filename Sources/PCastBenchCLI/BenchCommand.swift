@@ -23,7 +23,7 @@ struct BenchCommand: AsyncParsableCommand {
     static let benchmarks: [any BenchmarkCommand.Type] = [
         Probe.self, SRTPProtect.self, Hooks.self, CaptureEncode.self, Codecs.self, Latency.self, Rooms.self, Loss.self,
         Reconnect.self, Ingest.self, Fanout.self, Echo.self, Cycles.self, Connections.self, WebRTC.self,
-        Plugin.self, Cluster.self, Simulcast.self, HLS.self, Transports.self, IceTCP.self, TLS.self,
+        Plugin.self, Cluster.self, Simulcast.self, SVC.self, HLS.self, Transports.self, IceTCP.self, TLS.self,
     ]
 }
 

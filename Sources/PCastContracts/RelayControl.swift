@@ -185,9 +185,13 @@ public struct WebRTCPeerParameters: Sendable, Hashable {
     /// For a simulcast publisher: the header extension id of `rtp-stream-id`, by which each
     /// packet of a new SSRC names its layer (the tracks' ``SimulcastLayer/rid``).
     public var rtpStreamIDExtension: UInt8?
+    /// For an AV1 publisher: the header extension id of the dependency descriptor, from which the
+    /// relay reads each packet's layers.
+    public var dependencyDescriptorExtension: UInt8?
 
     public init(local: ICECredentials, remoteUfrag: String, remoteFingerprint: String, payloadTypes: [UInt8: UInt8] = [:],
-                rtpStreamIDExtension: UInt8? = nil) {
+                rtpStreamIDExtension: UInt8? = nil, dependencyDescriptorExtension: UInt8? = nil) {
+        self.dependencyDescriptorExtension = dependencyDescriptorExtension
         self.local = local
         self.remoteUfrag = remoteUfrag
         self.remoteFingerprint = remoteFingerprint

@@ -49,6 +49,11 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     /// Session descriptions (a WHIP / WHEP body) and the relay's answer to them: parse → text →
     /// parse gives the same description; answering never traps, and an answer parses back.
     case sdp
+    /// Where a scalable stream's packets say their layers: a VP9 payload descriptor (its length
+    /// lies within the payload, and it agrees with the keyframe reader), and dependency
+    /// descriptors (the first byte's worth carrying a structure, the rest naming it: a frame's
+    /// layers are one of the structure's templates', one indication per decode target).
+    case scalable
 
     /// A broken contract: what the harness expected and what it found.
     public struct Finding: Error, CustomStringConvertible, Sendable {
@@ -70,6 +75,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .av1: try Self.av1(bytes)
         case .stun: try Self.stun(bytes)
         case .sdp: try Self.sdp(bytes)
+        case .scalable: try Self.scalable(bytes)
         }
     }
 
@@ -250,6 +256,31 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
             }
             sequence &+= payload.count % 7 == 0 ? 2 : 1  // now and then a gap
             if marker { timestamp &+= 3_000 }
+        }
+    }
+
+    private static func scalable(_ bytes: [UInt8]) throws(Finding) {
+        let vp9: VP9Descriptor? = bytes.withUnsafeBytes { try? VP9Descriptor(parsing: $0) }
+        if let vp9 {
+            guard vp9.length <= bytes.count else {
+                throw Finding(description: "a VP9 descriptor of \(vp9.length) bytes in a payload of \(bytes.count)")
+            }
+            let keyframe = vp9.startsFrame && !vp9.interPicturePredicted && (vp9.layers?.spatial ?? 0) == 0
+            guard keyframe == bytes.withUnsafeBytes({ VP9Payload.startsKeyframe($0) }) else {
+                throw Finding(description: "the VP9 descriptor and the keyframe reader disagree on whether \(vp9) starts a keyframe")
+            }
+        }
+        guard let first = bytes.first else { return }
+        let split = min(bytes.count, 1 + Int(first & 0x3F))
+        let head = Array(bytes[1..<split]), tail = Array(bytes[split...])
+        let structure = (try? DependencyDescriptor(parsing: head, structure: nil))?.structure
+        for part in [head, tail] {
+            guard let descriptor = try? DependencyDescriptor(parsing: part, structure: structure) else { continue }
+            guard let used = descriptor.structure ?? structure else { throw Finding(description: "a descriptor read without a structure") }
+            guard descriptor.indications.count == used.decodeTargetCount,
+                  used.templates.contains(where: { $0.spatial == descriptor.spatial && $0.temporal == descriptor.temporal }) else {
+                throw Finding(description: "a frame of S\(descriptor.spatial)T\(descriptor.temporal) with \(descriptor.indications.count) indications, not one of its structure's \(used.templates.count) templates")
+            }
         }
     }
 

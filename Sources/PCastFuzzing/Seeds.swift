@@ -18,6 +18,7 @@ extension FuzzTarget {
         case .av1: return Self.av1Seeds
         case .stun: return Self.stunSeeds
         case .sdp: return Self.sdpSeeds
+        case .scalable: return Self.scalableSeeds
         }
     }
 
@@ -122,6 +123,18 @@ extension FuzzTarget {
         // Whole, torn in the second fragment, and zero-filled after the first.
         return [initSegment + first + second, initSegment + first + second.prefix(second.count / 2),
                 initSegment + first + [UInt8](repeating: 0, count: 64)]
+    }
+
+    private static var scalableSeeds: [[UInt8]] {
+        // An L1T3 keyframe's dependency descriptor (its structure) and a later frame's, and a
+        // VP9 k-SVC keyframe's descriptor with its scalability structure.
+        let structure: [UInt8] = [0x80, 0x00, 0x01, 0x80, 0x02, 0x14, 0xEA, 0xA8, 0x60, 0x41,
+                                  0x4D, 0x14, 0x12, 0x20, 0x84, 0x27, 0x02, 0x7F, 0x01, 0xDF]
+        return [
+            [UInt8(structure.count)] + structure + [0xC2, 0x00, 0x03],
+            [0xAA, 0x92, 0x34, 0x00, 0x05, 0x58, 0x00, 0xF0, 0x00, 0x87, 0x01, 0xE0, 0x01, 0x0E, 0x03, 0xC0, 0x02, 0x1C, 0x01, 0x04, 0x01, 0x82],
+            [0xFD, 0x21, 0x53, 0x03, 0x04, 0x82],
+        ]
     }
 
     private static var h264Seeds: [[UInt8]] {

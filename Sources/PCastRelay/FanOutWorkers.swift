@@ -8,6 +8,8 @@ import Synchronization
 struct PacketRewrite {
     let sequence: UInt16
     let ssrc: UInt32?
+    /// Sets the marker bit (the last packet a scalable video's viewer gets of a picture).
+    var marker = false
 }
 
 /// A subscriber a fan-out sends to: its flow's keys and where it is.
@@ -30,7 +32,10 @@ extension SendBatch {
             let slot = nextSlot(descriptor: fd)
             slot.copyMemory(from: plain)
             crypto.mapPayloadType(slot)
-            if let rewrite { RTPRewrite.setSequence(rewrite.sequence, ssrc: rewrite.ssrc, in: slot) }
+            if let rewrite {
+                RTPRewrite.setSequence(rewrite.sequence, ssrc: rewrite.ssrc, in: slot)
+                if rewrite.marker { slot[1] |= 0x80 }
+            }
             do {
                 let length = try crypto.outbound.protect(slot, length: plain.count)
                 commit(length: length, to: address)

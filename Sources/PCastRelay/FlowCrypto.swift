@@ -21,8 +21,12 @@ final class FlowCrypto: @unchecked Sendable {
     let payloadTypes: [UInt8]?
     /// A WebRTC publisher's packets lose their header extension on arrival (see `RTPRewrite`).
     let stripsHeaderExtensions: Bool
+    /// A WebRTC AV1 publisher's dependency descriptor extension id (see ``ScalableTrack``).
+    let dependencyDescriptorExtension: UInt8?
 
-    init(inbound: SRTPSession, outbound: SRTPSession, payloadTypes: [UInt8]? = nil, stripsHeaderExtensions: Bool = false) {
+    init(inbound: SRTPSession, outbound: SRTPSession, payloadTypes: [UInt8]? = nil, stripsHeaderExtensions: Bool = false,
+         dependencyDescriptorExtension: UInt8? = nil) {
+        self.dependencyDescriptorExtension = dependencyDescriptorExtension
         self.inbound = inbound
         self.outbound = outbound
         self.payloadTypes = payloadTypes

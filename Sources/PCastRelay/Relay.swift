@@ -181,7 +181,8 @@ public final class Relay: RelayControl {
     public func addWebRTCPublisher(streamId: String, tracks: [MediaTrackDescription], peer: WebRTCPeerParameters) throws(RelayError) {
         guard webRTC != nil else { throw .webRTCUnavailable }
         // Random keys until DTLS supplies the real ones: nothing authenticates before that.
-        let crypto = try makeCrypto(client: .random(for: .aeadAES128GCM), server: .random(for: .aeadAES128GCM), stripsHeaderExtensions: true)
+        let crypto = try makeCrypto(client: .random(for: .aeadAES128GCM), server: .random(for: .aeadAES128GCM), stripsHeaderExtensions: true,
+                                    dependencyDescriptorExtension: peer.dependencyDescriptorExtension)
         try registerPublisher(streamId: streamId, tracks: tracks, crypto: crypto, peer: peer)
     }
 
@@ -431,12 +432,16 @@ public final class Relay: RelayControl {
 
     // MARK: Helpers
 
-    private func makeCrypto(client: SRTPKey, server: SRTPKey, payloadTypes: [UInt8]? = nil, stripsHeaderExtensions: Bool = false) throws(RelayError) -> FlowCrypto {
+    private func makeCrypto(
+        client: SRTPKey, server: SRTPKey, payloadTypes: [UInt8]? = nil, stripsHeaderExtensions: Bool = false,
+        dependencyDescriptorExtension: UInt8? = nil
+    ) throws(RelayError) -> FlowCrypto {
         do {
             return FlowCrypto(
                 inbound: try SRTPSession(key: client, direction: .inbound),
                 outbound: try SRTPSession(key: server, direction: .outbound),
-                payloadTypes: payloadTypes, stripsHeaderExtensions: stripsHeaderExtensions)
+                payloadTypes: payloadTypes, stripsHeaderExtensions: stripsHeaderExtensions,
+                dependencyDescriptorExtension: dependencyDescriptorExtension)
         } catch {
             // Fresh keys of the right length only fail if libsrtp itself cannot start.
             throw .socket(operation: "SRTP session (\(error))", errno: EIO)

@@ -477,9 +477,10 @@ final class RelayEngine: @unchecked Sendable {
                     var rewrite: PacketRewrite?
                     if pending[index].video {
                         switch router.forwardVideo(stream: stream, track: pending[index].track, slot: subscriber, packet: pending[index].packet,
-                                                   now: pending[index].arrival) {
+                                                   layers: pending[index].layers, now: pending[index].arrival) {
                         case .unchanged: break
                         case .renumbered(let sequence): rewrite = PacketRewrite(sequence: sequence, ssrc: nil)
+                        case .layered(let sequence, let marker): rewrite = PacketRewrite(sequence: sequence, ssrc: nil, marker: marker)
                         case .rewritten(let ssrc, let sequence): rewrite = PacketRewrite(sequence: sequence, ssrc: ssrc)
                         case .dropped: continue
                         }

@@ -15,6 +15,9 @@ protocol RelayFlowKeys {
     /// Whether a publisher's packets lose their header extension on arrival (a WebRTC
     /// publisher's, see ``RTPRewrite/stripHeaderExtension(_:)``).
     var stripsHeaderExtensions: Bool { get }
+    /// The id of the dependency descriptor extension a publisher's packets carry (a WebRTC
+    /// publisher of AV1): read before the extension is stripped (see ``ScalableTrack``).
+    var dependencyDescriptorExtension: UInt8? { get }
     /// An authenticated packet of the flow came at `now` (a publisher's RTP, a subscriber's RTCP).
     func heard(at now: UInt64)
 }
@@ -119,6 +122,12 @@ extension RelayRouter where Context: RelayFlowKeys {
         if let wireSSRC { bindWireSSRC(stream: handle, track: track, ssrc: wireSSRC) }
         authenticated(.track(stream: handle, track: track), from: source)
         keys.heard(at: now)
+        var descriptor: [UInt8]?
+        if let id = keys.dependencyDescriptorExtension {
+            descriptor = packet.withUnsafeBytes { bytes in
+                (try? RTPPacketLayout(parsing: bytes))?.extensionElement(id, in: bytes).map { [UInt8](bytes[$0]) }
+            }
+        }
         if keys.stripsHeaderExtensions {
             RTPRewrite.stripHeaderExtension(&packet)
             // A WebRTC simulcast layer goes on under the SSRC it was declared with.
@@ -140,8 +149,11 @@ extension RelayRouter where Context: RelayFlowKeys {
         if let answers = answerRequested(stream: handle, track: track, sequenceNumber: layout.sequenceNumber, packet: packet) {
             return actions + answers
         }
+        let layers = withStream(handle) { stream, state in
+            stream.readLayers(track: track, packet: packet, descriptor: descriptor, now: now, &state)
+        } ?? nil
         actions.append(.forward(PendingPacket(stream: handle, track: track, video: isVideo(stream: handle, track: track),
-                                              packet: packet, arrival: now)))
+                                              packet: packet, arrival: now, layers: layers)))
         return actions
     }
 
@@ -189,6 +201,10 @@ extension RelayRouter where Context: RelayFlowKeys {
         actions += subscriberRTCP(stream: handle, rtcpSSRC: rtcpSSRC, packets: compound.packets, now: now)
         return actions
     }
+}
+
+extension RelayFlowKeys {
+    var dependencyDescriptorExtension: UInt8? { nil }
 }
 
 extension FlowCrypto: RelayFlowKeys {

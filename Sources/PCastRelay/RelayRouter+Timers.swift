@@ -38,6 +38,8 @@ extension RelayRouter {
             nextReport = max(nextReport &+ settings.reportInterval, now &+ settings.reportInterval / 2)
             for handle in handles {
                 if let action = receiverReport(stream: handle, now: now) { actions.append(action) }
+                // Each point's measured rate moved: a scalable video's viewers choose again.
+                actions += withStream(handle) { stream, state in stream.chooseLayeredAll(now: now, &state) } ?? []
             }
         }
         return actions

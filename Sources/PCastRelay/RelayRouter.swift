@@ -49,6 +49,20 @@ struct RouterSettings: Sendable, Equatable {
     var upstreamRepairDeadline: UInt64 = 500_000_000
 }
 
+/// A scalable video's viewer: the layers it is sent (and how), and which it should get (its
+/// selector's ladder is ``LayerPoint/ladder``, each point's rate measured at the relay).
+struct ScalableViewer: Sendable {
+    var forwarder: ScalableForwarder
+    var selector: LayerSelector
+
+    init(settings: LayerSelector.Settings, probesUp: Bool) {
+        selector = LayerSelector(bitrates: LayerPoint.ladder.map { _ in 0 }, settings: settings, probesUp: probesUp)
+        // The best at first: whatever its leg, its estimate or limit moves it down at once (a
+        // recorder, which has neither, keeps the whole picture).
+        forwarder = ScalableForwarder(target: LayerPoint.ladder[0])
+    }
+}
+
 /// A simulcast viewer's layer: which it is sent (and how), and which it should get.
 struct SimulcastViewer: Sendable {
     var switcher: LayerSwitcher
@@ -94,6 +108,8 @@ struct PendingPacket: Equatable {
     let packet: [UInt8]
     /// When it arrived (ns).
     let arrival: UInt64
+    /// Its layers, for a scalable video's packet that says them (read once on arrival).
+    var layers: ScalableLayers? = nil
 }
 
 /// Something the I/O side must send. Contexts are the flows' SRTP sessions in the real relay and
@@ -130,6 +146,8 @@ enum VideoForwarding: Equatable {
     case renumbered(UInt16)
     /// Sent with this SSRC and sequence number: a simulcast layer under the viewer's one video SSRC.
     case rewritten(ssrc: UInt32, sequence: UInt16)
+    /// Sent with this sequence number and marker bit: some layers of a scalable video.
+    case layered(sequence: UInt16, marker: Bool)
     /// Not sent.
     case dropped
 }
@@ -158,7 +176,8 @@ struct RouterCounters: Sendable, Equatable {
     /// request counts every number it names, a number asked twice twice.
     var gapRequests: UInt64 = 0
     var upstreamRetransmissions: UInt64 = 0
-    /// Simulcast viewers moved from one layer to another (at a keyframe of the new one).
+    /// Simulcast viewers moved from one layer to another (at a keyframe of the new one), and
+    /// scalable video's viewers moved from one operating point to another.
     var layerSwitches: UInt64 = 0
     /// Retransmissions not sent because they would have taken more than a subscriber's share of
     /// its estimated downlink (a congested leg whose NACKs would feed its congestion).
@@ -390,8 +409,11 @@ struct RelayRouter<Context> {
 
     /// The fate of a plain video packet of `track` towards the subscriber in `slot` (see
     /// ``Stream/forwardVideo(track:slot:packet:now:_:)``).
-    mutating func forwardVideo(stream: StreamHandle, track: Int, slot: Int, packet: [UInt8], now: UInt64) -> VideoForwarding {
-        withStream(stream) { stream, state in stream.forwardVideo(track: track, slot: slot, packet: packet, now: now, &state) } ?? .unchanged
+    mutating func forwardVideo(stream: StreamHandle, track: Int, slot: Int, packet: [UInt8], layers: ScalableLayers? = nil,
+                               now: UInt64) -> VideoForwarding {
+        withStream(stream) { stream, state in
+            stream.forwardVideo(track: track, slot: slot, packet: packet, layers: layers, now: now, &state)
+        } ?? .unchanged
     }
 
     /// The fan-out sent the stream's packets up to `sequence` of `track` (once per batch).
@@ -484,15 +506,16 @@ struct RelayRouter<Context> {
         withStream(id: streamId) { stream, state in stream.pinSubscriberLayer(subscriberId: subscriberId, layer: layer, now: now, &state) } ?? nil
     }
 
-    /// Every simulcast viewer's layers, by stream id and subscriber id, and each simulcast
+    /// Every simulcast viewer's layers (a scalable video's viewer's points, `S1T2`), by stream id
+    /// and subscriber id, and each simulcast
     /// stream's watched layers (``watchedLayers(streamId:)``); clears ``layersChanged``.
     mutating func takeLayers() -> (viewers: [String: [String: SubscriberLayer]], watched: [String: Set<String>]) {
         state.layersChanged = false
         var all: [String: [String: SubscriberLayer]] = [:]
         var watched: [String: Set<String>] = [:]
-        for stream in streams.values where !stream.layers.isEmpty {
-            watched[stream.id] = stream.watchedLayers
-            for subscriber in stream.subscribers where subscriber.simulcast != nil {
+        for stream in streams.values where !stream.layers.isEmpty || stream.isLayered {
+            if !stream.layers.isEmpty { watched[stream.id] = stream.watchedLayers }
+            for subscriber in stream.subscribers where subscriber.simulcast != nil || subscriber.scalable != nil {
                 all[stream.id, default: [:]][subscriber.id] = stream.subscriberLayer(subscriberId: subscriber.id)
             }
         }

@@ -59,6 +59,9 @@ extension RelayRouter.Stream {
                 actions += record(report.reportBlocks, slot: slot, now: now, &state)
             case .senderReport(let report):
                 actions += record(report.reportBlocks, slot: slot, now: now, &state)
+            case .genericNACK(let nack) where subscribers[slot].scalable != nil && videoTrack(ssrc: nack.mediaSSRC) == layeredTrack:
+                guard let address, let track = layeredTrack else { continue }
+                actions += layeredRetransmissions(nack, track: track, slot: slot, context: context, address: address, now: now, &state)
             case .genericNACK(let nack) where subscribers[slot].simulcast != nil && nack.mediaSSRC == layerSSRC:
                 guard let address else { continue }
                 actions += simulcastRetransmissions(nack, slot: slot, context: context, address: address, now: now, &state)
@@ -69,6 +72,11 @@ extension RelayRouter.Stream {
                 subscribers[slot].edgeEstimate = (remb.bitrate, now)
             case .receiverEstimatedMaxBitrate(let remb):
                 subscribers[slot].resends.estimate(Int(clamping: remb.bitrate), now: now)
+                if subscribers[slot].scalable != nil {
+                    subscribers[slot].scalable?.selector.estimate(Int(clamping: remb.bitrate), now: now)
+                    if let action = chooseLayered(slot: slot, now: now, &state) { actions.append(action) }
+                    continue
+                }
                 guard subscribers[slot].simulcast != nil else { continue }
                 subscribers[slot].simulcast?.selector.estimate(Int(clamping: remb.bitrate), now: now)
                 if let action = chooseLayer(slot: slot, now: now, &state) { actions.append(action) }
@@ -183,6 +191,17 @@ extension RelayRouter.Stream {
                     state.layersChanged = true
                 }
                 if let action = chooseLayer(slot: slot, now: now, &state) { actions.append(action) }
+                continue
+            }
+            if let viewer = subscribers[slot].scalable, index == layeredTrack {
+                // Losses of the layers it is sent: measured on the viewer's own leg.
+                let target = LayerPoint.ladder.firstIndex(of: viewer.forwarder.target) ?? 0
+                if let lower = subscribers[slot].scalable?.selector.report(block, publisherLegLoss: tracks[index].publisherLegLoss,
+                                                                            current: target, now: now), lower != target {
+                    subscribers[slot].scalable?.forwarder.target = LayerPoint.ladder[lower]
+                    state.layersChanged = true
+                }
+                if let action = chooseLayered(slot: slot, now: now, &state) { actions.append(action) }
                 continue
             }
             guard subscribers[slot].gate != nil else { continue }

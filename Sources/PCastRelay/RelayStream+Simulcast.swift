@@ -15,6 +15,13 @@ extension RelayRouter.Stream {
     /// follows at once. Returns the keyframe request a move needs; nil for unknown or
     /// non-simulcast subscribers.
     mutating func setSubscriberLimit(subscriberId: String, bitsPerSecond: Int?, now: UInt64, _ state: inout RouterState) -> Action? {
+        if let slot = slot(ofSubscriber: subscriberId) {
+            subscribers[slot].ownLimit = bitsPerSecond
+            if subscribers[slot].scalable != nil {
+                subscribers[slot].scalable?.selector.setLimit(bitsPerSecond)
+                return chooseLayered(slot: slot, now: now, &state)
+            }
+        }
         guard let slot = simulcastSlot(subscriberId: subscriberId) else { return nil }
         subscribers[slot].simulcast?.selector.setLimit(bitsPerSecond)
         state.layersChanged = true   // whether its link holds it down depends on its limit
@@ -25,6 +32,10 @@ extension RelayRouter.Stream {
     /// than the smallest that fills it (width and height), the best when none does. Layers of
     /// unknown size (a browser's) are not capped. Returns the keyframe request a move needs.
     mutating func setSubscriberViewSize(subscriberId: String, _ size: ViewSize?, now: UInt64, _ state: inout RouterState) -> Action? {
+        if let slot = slot(ofSubscriber: subscriberId) {
+            subscribers[slot].viewSize = size
+            if subscribers[slot].scalable != nil { return chooseLayered(slot: slot, now: now, &state) }
+        }
         guard let slot = simulcastSlot(subscriberId: subscriberId) else { return nil }
         let sizes = layers.compactMap { tracks[$0].description.layer }
         var cap: Int?
@@ -54,8 +65,14 @@ extension RelayRouter.Stream {
         return chooseLayer(slot: slot, now: now, &state)
     }
 
-    /// The layers a simulcast viewer is sent and is moving to (RIDs); nil for others.
+    /// The layers a simulcast viewer is sent and is moving to (RIDs; a scalable video's viewer's
+    /// points, ``LayerPoint``); nil for others.
     func subscriberLayer(subscriberId: String) -> SubscriberLayer? {
+        if let slot = slot(ofSubscriber: subscriberId), let viewer = subscribers[slot].scalable {
+            let sent = viewer.forwarder.current.flatMap { LayerPoint.ladder.firstIndex(of: $0) }
+            return SubscriberLayer(current: viewer.forwarder.current?.description, target: viewer.forwarder.target.description,
+                                   reduced: sent.map { viewer.selector.isHeldDown($0) } ?? false)
+        }
         guard let slot = slot(ofSubscriber: subscriberId), let simulcast = subscribers[slot].simulcast else { return nil }
         func rid(_ layer: Int) -> String { tracks[layers[layer]].description.layer?.rid ?? "" }
         return SubscriberLayer(current: simulcast.switcher.current.map(rid), target: rid(simulcast.switcher.target),

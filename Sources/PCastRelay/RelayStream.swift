@@ -81,6 +81,8 @@ extension RelayRouter {
         /// H.264 or H.265 video (parameter sets in band): a joining subscriber starts at them,
         /// looked for in the cache.
         var carriesParameterSets: Bool { keyframes?.sendsParameterSets ?? false }
+        /// VP9 or AV1: the layers its packets say they are of (see ``ScalableTrack``).
+        var scalable: ScalableTrack?
 
         init(description: MediaTrackDescription, settings: RouterSettings) {
             self.description = description
@@ -96,6 +98,7 @@ extension RelayRouter {
                                     deadline: .nanoseconds(Int64(clamping: settings.upstreamRepairDeadline)))
             wireSSRC = description.ssrc
             keyframes = description.kind == .video ? VideoPayload(encodingName: description.codec) : nil
+            scalable = ScalableTrack(codec: keyframes)
         }
     }
 
@@ -146,13 +149,22 @@ extension RelayRouter {
         var simulcast: SimulcastViewer?
         /// What its retransmissions may still use of its downlink (see ``RetransmissionBudget``).
         var resends = RetransmissionBudget()
+        /// Its layers of a scalable video (viewers of a stream whose packets say their layers;
+        /// never an edge). Made at its first such packet.
+        var scalable: ScalableViewer?
+        /// Whether its REMB is bounded by what it receives (a browser's: see ``LayerSelector``).
+        var receiveBoundEstimate = false
+        /// Its own bandwidth limit and view size, kept for when its stream turns out layered.
+        var ownLimit: Int?
+        var viewSize: ViewSize?
 
         /// Whether its report on `track` counts towards what the publisher is told: not for video
         /// it is not being sent (held back or probed), nor a loss at which it falls back to audio
         /// only (that viewer's leg is the problem, not the encoding).
         func counts(_ report: SubscriberReport, on track: Track) -> Bool {
-            // A simulcast viewer's losses choose its layer; the encodings stay as they are.
-            guard track.layer == nil || isEdge else { return false }
+            // A simulcast viewer's losses choose its layer, a scalable video's viewer's its layers;
+            // the encodings stay as they are.
+            guard track.layer == nil || isEdge, scalable == nil else { return false }
             guard track.throttle != nil, let gate else { return true }
             return gate.isForwarding && Double(report.block.fractionLost) / 256 < gate.settings.suspendLoss
         }
@@ -182,6 +194,9 @@ extension RelayRouter {
         /// and the SSRC its viewers know it by (the best layer's).
         var layers: [Int] = []
         var layerSSRC: UInt32 = 0
+        /// Whether a packet of its video said its layers (see ``ScalableTrack``): its viewers get
+        /// the layers their budgets allow.
+        var isLayered = false
 
         init(id: String, tracks: [MediaTrackDescription], publisher: Context, upstream: UpstreamLeg?, settings: RouterSettings) {
             self.id = id
@@ -247,6 +262,8 @@ extension RelayRouter.Stream {
         let gate = isEdge || !layers.isEmpty ? nil : state.settings.videoGate.flatMap { kinds == [.audio, .video] ? VideoGate(settings: $0) : nil }
         var subscriber = RelayRouter.Subscriber(id: subscriberId, rtcpSSRC: rtcpSSRC, flow: RelayRouter.Flow(context: context), gate: gate, isEdge: isEdge)
         subscriber.joined = now
+        subscriber.receiveBoundEstimate = receiveBoundEstimate
+        if isLayered && !isEdge { subscriber.makeScalable(state.settings) }
         subscriber.keyframeAskedAtJoin = publisher.address != nil
         // An edge takes the stream as it comes (its own viewers wait at the edge); a simulcast
         // viewer's layer switcher starts it at a keyframe already. Held only where the publisher
@@ -356,7 +373,8 @@ extension RelayRouter.Stream {
         for (slot, subscriber) in subscribers.enumerated() {
             if let address = subscriber.flow.address {
                 body(slot, subscriber.flow.context, address,
-                     subscriber.simulcast == nil && subscriber.awaitingKeyframe == nil && subscriber.gate?.isTransparent ?? true)
+                     subscriber.simulcast == nil && subscriber.awaitingKeyframe == nil && subscriber.gate?.isTransparent ?? true
+                        && (!isLayered || subscriber.isEdge))
             }
         }
     }
@@ -365,9 +383,14 @@ extension RelayRouter.Stream {
     /// transparent): for a simulcast viewer, sent under its one video SSRC when it is the layer
     /// it gets (see ``LayerSwitcher``); otherwise dropped until its first keyframe, while its
     /// video is held back or a keyframe is awaited, else renumbered into its continuous sequence.
-    mutating func forwardVideo(track: Int, slot: Int, packet: [UInt8], now: UInt64, _ state: inout RouterState) -> VideoForwarding {
+    mutating func forwardVideo(
+        track: Int, slot: Int, packet: [UInt8], layers: ScalableLayers? = nil, now: UInt64, _ state: inout RouterState
+    ) -> VideoForwarding {
         guard slot < subscribers.count, track < tracks.count, packet.count >= RTPPacketLayout.fixedHeaderLength else { return .unchanged }
         let sequence = UInt16(packet[2]) << 8 | UInt16(packet[3])
+        if isLayered, !subscribers[slot].isEdge, tracks[track].scalable != nil {
+            return forwardLayered(packet, layers: layers, slot: slot, sequence: sequence, &state)
+        }
         let keyframes = tracks[track].keyframes
         if subscribers[slot].simulcast != nil {
             guard let layer = tracks[track].layer else { return .unchanged }

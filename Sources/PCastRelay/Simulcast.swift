@@ -117,8 +117,9 @@ struct LayerSelector: Sendable {
     }
 
     let settings: Settings
-    /// Each layer's bitrate, best first.
-    let bitrates: [Int]
+    /// Each layer's bitrate, best first (a scalable video's: each point's measured rate, set
+    /// before each choice).
+    var bitrates: [Int]
     /// Whether its estimate is bounded by what it receives (see the type's notes).
     let probesUp: Bool
     /// Each layer's measured rate, best first (0: not known, its bitrate stands in); read when

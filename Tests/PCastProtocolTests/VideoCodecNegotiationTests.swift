@@ -56,4 +56,24 @@ struct VideoCodecNegotiationTests {
             #expect(why.contains("VP9 profile 0") && why.contains("offered: VP9"), "\(why)")
         }
     }
+
+    @Test("an AV1 publisher's dependency descriptor extension is kept in the answer, with extmap-allow-mixed (a keyframe's structure needs the two-byte form), and named among the negotiated extensions; a VP8 publisher's offer of it is answered without it")
+    func dependencyDescriptorKeptForAV1() throws {
+        let offer = WebRTCNegotiationTests.browserOffer
+            .replacingOccurrences(of: "a=rtpmap:96 VP8/90000\r\n", with: "a=rtpmap:96 VP8/90000\r\na=rtpmap:45 AV1/90000\r\na=rtcp-fb:45 nack pli\r\n")
+            .replacingOccurrences(of: "m=video 9 UDP/TLS/RTP/SAVPF 96 97 102", with: "m=video 9 UDP/TLS/RTP/SAVPF 45 96 97 102")
+            .replacingOccurrences(of: "a=extmap:2 http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time\r\n",
+                                  with: "a=extmap:2 http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time\r\na=extmap:12 \(WebRTCNegotiation.dependencyDescriptor)\r\n")
+        #expect(offer.contains("extmap:12") && offer.contains("AV1/90000"))
+        for (codecs, kept) in [(["AV1"], true), (["VP8"], false)] {
+            let result = try WebRTCNegotiation.answer(try SessionDescription(parsing: offer), as: .publisher, local: WebRTCNegotiationTests.local,
+                                                      fingerprint: WebRTCNegotiationTests.fingerprint, candidates: [WebRTCNegotiationTests.relay],
+                                                      videoCodecs: codecs, sessionID: 1)
+            let video = try #require(result.media.first { $0.kind == "video" })
+            #expect(video.codec.name.uppercased() == codecs[0])
+            #expect((video.headerExtensions[12] == WebRTCNegotiation.dependencyDescriptor) == kept, "\(codecs): \(video.headerExtensions)")
+            let text = result.answer.text
+            #expect(text.contains("a=extmap:12 \(WebRTCNegotiation.dependencyDescriptor)") == kept && text.contains("a=extmap-allow-mixed") == kept, "\(text)")
+        }
+    }
 }

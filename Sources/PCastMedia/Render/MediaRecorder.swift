@@ -340,7 +340,9 @@ public final class MediaRecorder: @unchecked Sendable {
 /// sequence header, H.265's parameter sets read into its configuration.
 enum RecordedVideo: Sendable {
     case h264(sps: [UInt8], pps: [UInt8])
-    case vp9
+    /// With the largest size its keyframe's frames state: a scalable picture's superframe holds
+    /// every spatial layer, and the parser's caps state the first (the smallest).
+    case vp9(largest: (width: Int, height: Int)?)
     case av1(AV1SequenceHeader, obu: [UInt8])
     case h265(H265Configuration)
 
@@ -348,7 +350,8 @@ enum RecordedVideo: Sendable {
     init?(keyframe bytes: [UInt8], format: String) {
         switch format {
         case "video/x-vp9":
-            self = .vp9
+            let sizes = VP9Superframe.frames(in: bytes).compactMap(VP9Superframe.frameSize)
+            self = .vp9(largest: sizes.max { $0.width * $0.height < $1.width * $1.height })
         case "video/x-h265":
             guard let sets = H265Configuration.parameterSets(in: H264.nalUnits(annexB: bytes)),
                   let configuration = try? H265Configuration(vps: sets.vps, sps: sets.sps, pps: sets.pps) else { return nil }
@@ -370,7 +373,8 @@ enum RecordedVideo: Sendable {
         switch self {
         case .h264(let sps, let pps):
             return .h264(width: width, height: height, sps: sps, pps: pps)
-        case .vp9:
+        case .vp9(let largest):
+            let (width, height) = largest ?? (width, height)
             return .vp9(width: width, height: height, level: FMP4Track.Codec.vp9Level(width: width, height: height, framesPerSecond: 30))
         case .av1(let header, let obu):
             return .av1(width: size?.width ?? header.maximumWidth, height: size?.height ?? header.maximumHeight,

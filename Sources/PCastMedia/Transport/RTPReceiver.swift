@@ -364,7 +364,14 @@ package final class RTPReceiver: StreamEngine, @unchecked Sendable {
             }
             decodeProbes.withLock { $0 = probes }
         }
-        if let video { recoveryProbes.withLock { $0 = watchDepayloader(payloadType: video.payloadType) } }
+        if let video {
+            var probes = watchDepayloader(payloadType: video.payloadType)
+            // A recording of scalable VP9 keeps each picture's layers as one superframe.
+            if purpose != .play, self.videoCodec == .vp9, let depayloader = try? pipeline.element(named: "video-depay") {
+                probes += (try? VP9LayerFrames.attach(to: depayloader)) ?? []
+            }
+            recoveryProbes.withLock { $0 = probes }
+        }
         // Before playing, so no jitter buffer has a packet yet. Weak: the pipeline holds the handler.
         try? pipeline.element(named: "rtpbin").onNewJitterBuffer { [weak self] element, session in self?.configure(jitterBuffer: element, session: session) }
     }

@@ -37,7 +37,8 @@ public struct NegotiatedMedia: Sendable, Hashable {
     public var kind: String
     /// The payload format chosen, with the offerer's payload type.
     public var codec: RTPCodec
-    /// Header extensions both sides use: id → URI (only the mid and abs-send-time).
+    /// Header extensions both sides use: id → URI (the mid and abs-send-time; a simulcast
+    /// publisher's RID; an AV1 publisher's dependency descriptor).
     public var headerExtensions: [UInt8: String]
     /// The SSRCs the offerer announced for its media (repair streams left out; may be empty:
     /// a simulcast sender names its streams by RID instead).
@@ -102,6 +103,9 @@ public enum WebRTCNegotiation {
     public static let absSendTime = "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time"
     public static let sdesMid = "urn:ietf:params:rtp-hdrext:sdes:mid"
     public static let sdesRTPStreamID = "urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id"
+    /// AV1's dependency descriptor (``DependencyDescriptor``): kept for an AV1 publisher, whose
+    /// scalable layers the relay reads from it.
+    public static let dependencyDescriptor = "https://aomediacodec.github.io/av1-rtp-spec/#dependency-descriptor-rtp-header-extension"
     /// The most RTP streams of one simulcast the relay takes (more are declined in the answer).
     public static let maximumRIDs = 4
     /// What a browser's best simulcast layer is taken to send when its RID states no `max-br`.
@@ -176,8 +180,10 @@ public enum WebRTCNegotiation {
                 rids = Array(section.sentRIDs.prefix(maximumRIDs))
                 if rids.count < 2 { rids = [] }
             }
+            let layered = role == .publisher && chosen.isNamed("AV1")
             let extensions = section.headerExtensions.filter {
                 $0.value == absSendTime || $0.value == sdesMid || (!rids.isEmpty && $0.value == sdesRTPStreamID)
+                    || (layered && $0.value == dependencyDescriptor)
             }
             var codec = chosen
             codec.feedback = section.kind == "video" ? videoFeedback.filter { chosen.feedback.contains($0) } : []
@@ -198,6 +204,11 @@ public enum WebRTCNegotiation {
                 SDPAttribute("rtcp-mux"),
             ]
             if section.has("rtcp-rsize") { attributes.append(SDPAttribute("rtcp-rsize")) }
+            // The dependency descriptor of a keyframe carries its structure, longer than the
+            // 16 bytes of RFC 8285's one-byte form: a sender needs leave to mix in the two-byte form.
+            if extensions.values.contains(dependencyDescriptor), section.has("extmap-allow-mixed") || offer.attributes.contains(where: { $0.name == "extmap-allow-mixed" }) {
+                attributes.append(SDPAttribute("extmap-allow-mixed"))
+            }
             let channels = codec.channels.map { "/\($0)" } ?? ""
             attributes.append(SDPAttribute("rtpmap", "\(codec.payloadType) \(codec.name)/\(codec.clockRate)\(channels)"))
             if let parameters = codec.formatParameters { attributes.append(SDPAttribute("fmtp", "\(codec.payloadType) \(parameters)")) }

@@ -34,6 +34,11 @@ public struct StreamRecord: Sendable, Hashable {
     public internal(set) var subscriberTags: [String: [String]] = [:]
     /// What the publisher was last told: the lowest of `viewerLimits`.
     public var viewerLimit: Int? { viewerLimits.values.min() }
+    /// VP9 or AV1 video, which may come in scalable layers (whether it does, the relay reads from
+    /// its packets): each viewer's limit and view size go to the relay too.
+    var mayBeLayered: Bool {
+        tracks.contains { $0.kind == .video && ["VP9", "AV1"].contains($0.codec.uppercased()) }
+    }
     /// Why the publisher says its stream is reduced (told to every viewer).
     public internal(set) var publisherQuality: PublisherQualityReason = .none
 

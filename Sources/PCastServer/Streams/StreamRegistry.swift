@@ -522,7 +522,13 @@ public struct StreamRegistry: Sendable {
             return [send(sessionId, requestId, .ok),
                     .limitSubscriber(streamId: request.streamId, subscriberId: subscriberId, bitsPerSecond: request.bitsPerSecond)]
         }
-        return [send(sessionId, requestId, .ok)] + setViewerLimit(request.bitsPerSecond, streamId: request.streamId, subscriberId: subscriberId)
+        var actions = [send(sessionId, requestId, .ok)]
+        if streams[request.streamId]?.mayBeLayered == true {
+            // Scalable layers (the relay learns from the packets whether there are any): the
+            // relay sends this viewer the layers under its limit; a single layer's publisher is asked.
+            actions.append(.limitSubscriber(streamId: request.streamId, subscriberId: subscriberId, bitsPerSecond: request.bitsPerSecond))
+        }
+        return actions + setViewerLimit(request.bitsPerSecond, streamId: request.streamId, subscriberId: subscriberId)
     }
 
     /// A viewer's view size: of a simulcast, the relay chooses its layer by it; a single encoding
@@ -533,7 +539,9 @@ public struct StreamRegistry: Sendable {
         })?.subscriberId else {
             return [send(sessionId, requestId, .failure(.init(status: .notFound, message: "this session does not subscribe to '\(request.streamId)'")))]
         }
-        guard streams[request.streamId]?.tracks.contains(where: { $0.layer != nil }) == true else { return [send(sessionId, requestId, .ok)] }
+        guard let record = streams[request.streamId], record.tracks.contains(where: { $0.layer != nil }) || record.mayBeLayered else {
+            return [send(sessionId, requestId, .ok)]
+        }
         // Never above the token's quality ceiling.
         var size = request.size
         if let ceiling = streams[request.streamId]?.viewCeilings[subscriberId] {

@@ -166,8 +166,10 @@ extension Platform {
         }
         let ridExtension = negotiated.media.first { !$0.rids.isEmpty }?.headerExtensions
             .first { $0.value == WebRTCNegotiation.sdesRTPStreamID }?.key
+        let descriptorExtension = negotiated.media.lazy.flatMap(\.headerExtensions).first { $0.value == WebRTCNegotiation.dependencyDescriptor }?.key
         let peer = WebRTCPeerParameters(local: local, remoteUfrag: negotiated.remote.iceUfrag,
-                                        remoteFingerprint: negotiated.remote.fingerprint?.digest ?? "", rtpStreamIDExtension: ridExtension)
+                                        remoteFingerprint: negotiated.remote.fingerprint?.digest ?? "", rtpStreamIDExtension: ridExtension,
+                                        dependencyDescriptorExtension: descriptorExtension)
         let publish = ClientMessage.Publish(streamToken: token, tags: ["channelAlias:\(name)"], publishType: publishType, streamName: name, tracks: tracks)
         let (sessionId, reply) = request(.publish(publish), as: "whip", flowId: Self.makeId("stream"), peer: peer, remoteAddress: remoteAddress)
         guard case .published(let published)? = reply else {
