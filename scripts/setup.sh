@@ -60,6 +60,9 @@ packages=(
   conntrack
   # wrk: `pcast-bench hls` loads the HLS parts and playlist with a thousand connections.
   wrk
+  # prometheus (and its promtool): the tests check the shipped scrape configuration and rules
+  # (promtool) and scrape two nodes with them.
+  prometheus
 )
 
 # Independent oracles the tests check against (PyPI): phenix-edge-auth for digest tokens, pylibsrtp for

@@ -21,7 +21,8 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     /// RTCP compound packets: rebuild → same packets.
     case rtcp
     /// An RTMP server session (handshake, chunk stream, AMF0 commands, publish) and the chunk
-    /// demuxer fed the same bytes whole and split: the same messages either way.
+    /// demuxer fed the same bytes whole and split: the same messages either way; the bytes as a
+    /// video message (legacy or enhanced RTMP): an AVC one's legacy form reads the same.
     case rtmp
     /// AMF0 values: encode → decode → encode gives the same bytes.
     case amf0
@@ -162,6 +163,14 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         if let first = try? split.feed(bytes[..<cut]), let second = try? split.feed(bytes[cut...]) { splitEvents = first + second }
         if let wholeEvents, let splitEvents, wholeEvents != splitEvents {
             throw Finding(description: "the chunk demuxer gave other messages for the same bytes split at \(cut)")
+        }
+
+        // The bytes as a video message's body: AVC in the legacy form FLV demuxers read says the same.
+        if let tag = try? FLVVideoTag(parsing: bytes), let legacy = tag.legacyAVCBody {
+            guard let again = try? FLVVideoTag(parsing: legacy), !again.isEnhanced, again.codec == tag.codec,
+                  again.content == tag.content, again.isKeyframe == tag.isKeyframe else {
+                throw Finding(description: "an AVC video message's legacy form reads otherwise")
+            }
         }
     }
 

@@ -73,7 +73,15 @@ extension FuzzTarget {
         for message in media {
             if let bytes = try? muxer.encode(message, chunkStreamID: 4) { client += bytes }
         }
-        return [client, Array(client.dropFirst(3073))]
+        // Video message bodies alone (the harness reads its bytes as one too): enhanced RTMP's
+        // HEVC sequence start and frames, an enhanced AVC frame with a composition time.
+        let videoBodies: [[UInt8]] = [
+            [0x90, 0x68, 0x76, 0x63, 0x31, 1, 1, 0x60, 0, 0, 0, 0x90],
+            [0xA1, 0x68, 0x76, 0x63, 0x31, 0, 0, 0x42, 0, 0, 0, 1, 0x26],
+            [0xA1, 0x61, 0x76, 0x63, 0x31, 0xFF, 0xFF, 0xCE, 0, 0, 0, 1, 0x41],
+            [0xD4, 0x68, 0x76, 0x63, 0x31, 2, 0, 9],
+        ]
+        return [client, Array(client.dropFirst(3073))] + videoBodies
     }
 
     private static var amf0Seeds: [[UInt8]] {

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PCast
 import PCastContracts
+import PCastMedia
 import PCastProtocol
 
 /// The platform's ingest: pulls remote sources (checked by ``IngestURIPolicy``) and publishes them
@@ -99,16 +100,16 @@ actor IngestService: IngestControl {
     /// Starts an ingest fed with pushed FLV (the RTMP endpoint): the publish token is checked by
     /// the platform as for any publish. Feed it with ``IngestPublisher/push(_:)`` and end it
     /// with ``IngestPublisher/endPushedStream()``.
-    func startPushed(streamToken: String, publishType: PublishType, streamName: String?, remote: String?) async -> Result<Publisher, ServerMessage.Failure> {
+    func startPushed(streamToken: String, publishType: PublishType, streamName: String?, video: VideoCodec, remote: String?) async -> Result<Publisher, ServerMessage.Failure> {
         let pcast: PCast
         do throws(PCastError) { pcast = try await session() } catch {
             return .failure(.init(status: .failed, message: "the ingest session could not start: \(error)"))
         }
         do throws(PCastError) {
-            let publisher = try await pcast.publish(streamToken: streamToken, ingest: .pushedFLV, publishType: publishType, streamName: streamName)
+            let publisher = try await pcast.publish(streamToken: streamToken, ingest: .pushedFLV(video: video), publishType: publishType, streamName: streamName)
             register(publisher, owner: nil)
             logger.info("rtmp push started", metadata: ["pcast.stream": .string(publisher.streamId), "pcast.remote": .string(remote ?? "?"),
-                                                        "pcast.publishType": .string(publishType.rawValue)])
+                                                        "pcast.publishType": .string(publishType.rawValue), "pcast.codec": .string(video.rawValue)])
             return .success(publisher)
         } catch {
             if error.code == .refused { return .failure(.init(status: error.status, message: error.detail)) }

@@ -210,6 +210,28 @@ struct RTMPServerSessionTests {
         #expect(denied.first?.arguments.first?["code"] == "NetStream.Publish.Denied")
     }
 
+    @Test("an accepted publish can still be rejected (its first media in a codec the owner does not take): an onStatus error with the reason, then close; later media is ignored; twice is an error")
+    func rejectAfterAccept() throws {
+        var session = RTMPServerSession()
+        var client = RTMPTestClient()
+        var output = RTMPServerOutput()
+        _ = try output.take(try session.receive(client.handshake() + client.connect() + client.prepare(key: "k") + client.publish("k")))
+        _ = try output.take(try session.accept())
+        #expect(session.state == .publishing)
+        let media = try session.receive(client.video(0, [0x90, 0x61, 0x76, 0x30, 0x31]))
+        #expect(media.contains(.video(timestamp: 0, payload: [0x90, 0x61, 0x76, 0x30, 0x31])))
+        let actions = try session.reject("RTMP video in AV1 is not carried", code: "NetStream.Publish.Failed")
+        #expect(rtmpEvents(actions) == [.close])
+        let status = try RTMPServerOutput.commands(try output.take(actions))
+        #expect(status.count == 1 && status[0].name == "onStatus")
+        #expect(status[0].arguments.first?["level"] == "error")
+        #expect(status[0].arguments.first?["code"] == "NetStream.Publish.Failed")
+        #expect(status[0].arguments.first?["description"] == "RTMP video in AV1 is not carried")
+        #expect(session.state == .closed)
+        #expect(try session.receive(client.video(33, [0xa3, 0x61, 0x76, 0x30, 0x31])).isEmpty)
+        #expect(throws: RTMPError.noPendingPublish) { try session.reject("again") }
+    }
+
     @Test("stream keys are validated before the owner sees them", arguments: [
         (AMF0Value.string(""), RTMPStreamKeyProblem.empty),
         (.string(String(repeating: "k", count: 4097)), .tooLong(bytes: 4097, limit: 4096)),

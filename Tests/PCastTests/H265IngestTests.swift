@@ -28,6 +28,32 @@ func makeH265Clip(seconds: Int) async throws -> (path: String, directory: URL) {
     return (path, directory)
 }
 
+/// The live LL-HLS at `url` (a playlist with two segments) is hevc `width`×`height` to ffprobe, and
+/// ffmpeg decodes 25 frames of it.
+func expectHEVCPlaylist(_ url: String, width: Int, height: Int, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    _ = try await playlist(url) { tagLines($0, "#EXTINF").count >= 2 }
+    let probe = try runTool("ffprobe", ["-v", "error", "-show_entries", "stream=codec_name,width,height", "-of", "compact", url])
+    #expect(probe.status == 0 && probe.output.contains("codec_name=hevc|width=\(width)|height=\(height)"), "\(probe.output)",
+            sourceLocation: sourceLocation)
+    let decode = try runTool("ffmpeg", ["-hide_banner", "-v", "error", "-i", url, "-map", "0:v:0", "-frames:v", "25", "-f", "framecrc", "-"])
+    let frames = decode.output.split(separator: "\n").filter { $0.hasPrefix("0,") }.count
+    #expect(decode.status == 0 && frames == 25, "ffmpeg: \(frames) frames; \(decode.output.suffix(1_000))", sourceLocation: sourceLocation)
+}
+
+/// The platform's recording at `path` grows to 9 s or more, is `hvc1` `width`×`height`, and ffmpeg
+/// decodes at least `frames` frames of it without an error.
+func expectHEVCRecording(_ path: String, width: Int, height: Int, frames minimum: Int, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    #expect(await eventually(.seconds(10)) { MediaRecorder.duration(ofRecordingAt: path).map { $0 >= .seconds(9) } == true },
+            "recorded \(String(describing: MediaRecorder.duration(ofRecordingAt: path)))", sourceLocation: sourceLocation)
+    let recorded = try runTool("ffprobe", ["-v", "error", "-show_entries", "stream=codec_name,codec_tag_string,width,height", "-of", "compact", path])
+    #expect(recorded.output.contains("codec_name=hevc|codec_tag_string=hvc1|width=\(width)|height=\(height)"), "\(recorded.output)",
+            sourceLocation: sourceLocation)
+    let whole = try runTool("ffmpeg", ["-hide_banner", "-v", "error", "-i", path, "-map", "0:v:0", "-f", "framecrc", "-"])
+    let frames = whole.output.split(separator: "\n").filter { $0.hasPrefix("0,") }.count
+    #expect(whole.status == 0 && frames >= minimum && !whole.output.contains("rror"), "\(frames) frames; \(whole.output.suffix(1_000))",
+            sourceLocation: sourceLocation)
+}
+
 extension OneAtATime {
     /// Issue 43, item 5: H.265 from cameras and encoders, passed through.
     @Suite("H.265 ingest: passed through to SDK viewers, recordings and LL-HLS; refused to a browser offer without it", .serialized)
@@ -58,27 +84,77 @@ extension OneAtATime {
 
             let token = percentEncoded(try platform.token(.stream, originStreamId: remote.streamId, capabilities: ["streaming"]))
             let url = "\(platform.httpURL)/hls/\(remote.streamId)/index.m3u8?token=\(token)"
-            _ = try await playlist(url) { tagLines($0, "#EXTINF").count >= 2 }
-            let probe = try runTool("ffprobe", ["-v", "error", "-show_entries", "stream=codec_name,width,height", "-of", "compact", url])
-            #expect(probe.status == 0 && probe.output.contains("codec_name=hevc|width=1280|height=720"), "\(probe.output)")
-            let decode = try runTool("ffmpeg", ["-hide_banner", "-v", "error", "-i", url, "-map", "0:v:0", "-frames:v", "25", "-f", "framecrc", "-"])
-            let hlsFrames = decode.output.split(separator: "\n").filter { $0.hasPrefix("0,") }.count
-            #expect(decode.status == 0 && hlsFrames == 25, "ffmpeg: \(hlsFrames) frames; \(decode.output.suffix(1_000))")
+            try await expectHEVCPlaylist(url, width: 1280, height: 720)
 
             let (reason, why) = await remote.ended()
             #expect(reason == .ended, "\(why ?? "")")
-            let path = platform.configuration.recordingsDirectory + "/camera.mp4"
-            #expect(await eventually(.seconds(10)) { MediaRecorder.duration(ofRecordingAt: path).map { $0 >= .seconds(9) } == true },
-                    "recorded \(String(describing: MediaRecorder.duration(ofRecordingAt: path)))")
-            let recorded = try runTool("ffprobe", ["-v", "error", "-show_entries", "stream=codec_name,codec_tag_string,width,height", "-of", "compact", path])
-            #expect(recorded.output.contains("codec_name=hevc|codec_tag_string=hvc1|width=1280|height=720"), "\(recorded.output)")
-            let whole = try runTool("ffmpeg", ["-hide_banner", "-v", "error", "-i", path, "-map", "0:v:0", "-f", "framecrc", "-"])
-            let recordedFrames = whole.output.split(separator: "\n").filter { $0.hasPrefix("0,") }.count
             // 12 s less the 0.5 s skipped at the start: about 287 frames.
-            #expect(whole.status == 0 && recordedFrames >= 250 && !whole.output.contains("rror"), "\(recordedFrames) frames; \(whole.output.suffix(1_000))")
+            try await expectHEVCRecording(platform.configuration.recordingsDirectory + "/camera.mp4", width: 1280, height: 720, frames: 250)
             _ = renderer
             await viewer.stop()
             await owner.stop()
+            await platform.shutdown()
+        }
+
+        @Test("an H.265 RTMP push in enhanced RTMP ('hvc1', FFmpeg 8's flv muxer in PyAV, libx265, AAC) into the platform's endpoint is passed through: an SDK viewer decodes 640×360 with avdec_h265; the stream's LL-HLS is hevc 640×360 to ffprobe and ffmpeg decodes 25 frames from it; the push is recorded as hvc1 640×360 that ffmpeg decodes whole; an AV1 push is refused with a reason naming AV1 and publishes nothing")
+        func rtmpEnhancedPush() async throws {
+            let platform = try await LocalPlatform.start(rtmpPort: 0)
+            let port = try #require(platform.rtmpPort)
+            let logs = FileManager.default.temporaryDirectory.appendingPathComponent("pcast-rtmp-push-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: logs, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: logs) }
+            func push(_ key: String, seconds: Int, encoder: String, log: String) throws -> ChildProcess {
+                try ChildProcess.spawn(URL(fileURLWithPath: "/usr/bin/env"), [
+                    "python3", repositoryRoot.appendingPathComponent("scripts/peers/rtmp-push.py").path,
+                    "rtmp://127.0.0.1:\(port)/live/\(key)", String(seconds), encoder,
+                ], environment: ProcessInfo.processInfo.environment, output: logs.appendingPathComponent(log).path, errorsToOutput: true)
+            }
+            func log(_ name: String) -> String { (try? String(contentsOf: logs.appendingPathComponent(name), encoding: .utf8)) ?? "" }
+
+            // AV1 over enhanced RTMP: named in the refusal, nothing published.
+            let av1 = try push(try platform.token(.publish, applyTags: ["channelAlias:av1-push"]), seconds: 5, encoder: "libsvtav1", log: "av1.log")
+            defer { av1.stop() }
+            #expect(await eventually(.seconds(20)) { !av1.isRunning }, "the AV1 push was not refused")
+            #expect(log("av1.log").contains("RTMP video in AV1 is not carried"), "\(log("av1.log").suffix(1_500))")
+            let nobody = try await client(platform)
+            let refused: MediaStream? = try? await nobody.subscribe(streamToken: try platform.token(.stream, tag: .channelAlias("av1-push")))
+            #expect(refused == nil, "a stream was published from the refused push")
+            await nobody.stop()
+
+            let name = "h265-push"
+            let pusher = try push(try platform.token(.publish, applyTags: ["channelAlias:h265-push"], streamName: name) + "?name=\(name)&type=record",
+                                  seconds: 12, encoder: "libx265", log: "h265.log")
+            defer { pusher.stop() }
+            let viewer = try await client(platform)
+            var subscribed: MediaStream?
+            for _ in 0..<60 where subscribed == nil {
+                subscribed = try? await viewer.subscribe(streamToken: try platform.token(.stream, tag: .channelAlias("h265-push")))
+                if subscribed == nil { try await Task.sleep(for: .milliseconds(250)) }
+            }
+            let stream = try #require(subscribed, "the pushed stream never appeared; the pusher: \(log("h265.log").suffix(1_500))")
+            let renderer = stream.createRenderer(RendererOptions(useNullVideoDevice: true, useNullAudioDevice: true))
+            #expect(await renderer.start() == .ok)
+            let frames = Values<Dimensions>()
+            try renderer.setFrameReadyCallback(stream.getVideoTracks()[0]) { notification in
+                if case .video(let frame)? = try? notification.read() { frames.append(Dimensions(width: frame.width, height: frame.height)) }
+            }
+            let decoders = stream.engine.pipeline.elements.map(\.factoryName)
+            #expect(decoders.contains("avdec_h265") && !decoders.contains("avdec_h264"), "\(decoders)")
+            #expect(await eventually(.seconds(20)) { frames.all.count >= 25 }, "decoded \(frames.all.count) frames")
+            #expect(Set(frames.all) == [Dimensions(width: 640, height: 360)], "\(Set(frames.all))")
+
+            let token = percentEncoded(try platform.token(.stream, tag: .channelAlias("h265-push"), capabilities: ["streaming"]))
+            let url = "\(platform.httpURL)/hls/h265-push/index.m3u8?token=\(token)"
+            try await expectHEVCPlaylist(url, width: 640, height: 360)
+
+            // The pusher sends its 12 s and unpublishes: the stream ends, its recording is whole.
+            #expect(await eventually(.seconds(40)) { !pusher.isRunning }, "the pusher did not finish")
+            #expect(log("h265.log").contains("sent 360 frames"), "\(log("h265.log").suffix(1_500))")
+            #expect(await eventually(.seconds(20)) { stream.endReason != nil })
+            // 12 s from the first keyframe the recorder saw: about 330 frames or more.
+            try await expectHEVCRecording(platform.configuration.recordingsDirectory + "/\(name).mp4", width: 640, height: 360, frames: 270)
+            _ = renderer
+            await viewer.stop()
             await platform.shutdown()
         }
 

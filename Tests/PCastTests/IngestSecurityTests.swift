@@ -263,3 +263,23 @@ struct RTMPAdmissionTests {
         #expect(publishes)
     }
 }
+
+@Suite("RTMP push codec: the stream is announced in the codec its first video message names")
+struct RTMPPushCodecTests {
+    @Test("a first video message names the codec (legacy AVC, enhanced hvc1, AV1); metadata without video, or audio alone past the wait or the byte budget, means H.264; audio within the wait holds on; AV1 and VP6 are not carried")
+    func announcedCodec() {
+        let hold = RTMPPushConnection.codecWait / 2
+        #expect(RTMPPushConnection.announcedCodec(of: .video(timestamp: 0, payload: [0x17, 0, 0, 0, 0, 1]), waited: .zero, heldBytes: 6) == .h264)
+        #expect(RTMPPushConnection.announcedCodec(of: .video(timestamp: 0, payload: [0x90, 0x68, 0x76, 0x63, 0x31, 1]), waited: .zero, heldBytes: 6) == .h265)
+        #expect(RTMPPushConnection.announcedCodec(of: .video(timestamp: 0, payload: [0x90, 0x61, 0x76, 0x30, 0x31]), waited: .zero, heldBytes: 5) == .av1)
+        #expect(RTMPPushConnection.announcedCodec(of: .metadata(["audiocodecid": .number(10)], timestamp: 0), waited: .zero, heldBytes: 64) == .h264)
+        #expect(RTMPPushConnection.announcedCodec(of: .metadata(["videocodecid": .number(12)], timestamp: 0), waited: .zero, heldBytes: 64) == nil)
+        #expect(RTMPPushConnection.announcedCodec(of: .audio(timestamp: 0, payload: [0xaf, 1]), waited: hold, heldBytes: 2) == nil)
+        #expect(RTMPPushConnection.announcedCodec(of: .audio(timestamp: 0, payload: [0xaf, 1]), waited: RTMPPushConnection.codecWait, heldBytes: 2) == .h264)
+        #expect(RTMPPushConnection.announcedCodec(of: .audio(timestamp: 0, payload: [0xaf, 1]), waited: hold, heldBytes: RTMPPushConnection.codecWaitBytes) == .h264)
+        // An unreadable video message names nothing: the wait goes on.
+        #expect(RTMPPushConnection.announcedCodec(of: .video(timestamp: 0, payload: [0x93, 0x68]), waited: hold, heldBytes: 2) == nil)
+        #expect(RTMPPushConnection.carried(.h264) == .h264 && RTMPPushConnection.carried(.h265) == .h265)
+        #expect(RTMPPushConnection.carried(.av1) == nil && RTMPPushConnection.carried(.legacy(4)) == nil)
+    }
+}

@@ -89,7 +89,7 @@ extension OneAtATime.NetworkQualityTests {
         // encoded later): that instant is shown again, sharper, and never anything older.
         for (name, tap) in [("capped", cappedFrames), ("clear", clearFrames)] {
             let values = tap.all, widths = tap.frameWidths.all
-            #expect(tap.unreadable.count == 0, "\(name): \(tap.unreadable.count) frames with a damaged stamp")
+            #expect(tap.unreadable.count == 0, "\(name): \(tap.unreadable.count) frames with a damaged stamp, the first after \(tap.unreadableAt.all) of \(values.count) read")
             let steps = zip(values.indices, values.indices.dropFirst()).filter { values[$0] >= values[$1] }
             let allowed = steps.filter { values[$0] == values[$1] && widths[$0] < widths[$1] }
             #expect(steps.count == allowed.count, "\(name): out of order at \(steps.map { (values[$0], values[$1], widths[$0], widths[$1]) })")
@@ -135,7 +135,7 @@ extension OneAtATime.NetworkQualityTests {
         #expect(thumbnailFrames.widths.all == [320])
         await thumbnail.stop()
         #expect(await eventually(.seconds(8)) { publisher.encodedLayers == ["h", "m"] }, "\(publisher.encodedLayers)")
-        #expect(bestFrames.widths.all.last == 1280 && bestFrames.unreadable.count == 0)
+        #expect(bestFrames.widths.all.last == 1280 && bestFrames.unreadable.count == 0, "\(bestFrames.widths.all), unreadable after \(bestFrames.unreadableAt.all)")
 
         await best.stop()
         await publisher.stop()
@@ -175,7 +175,7 @@ extension OneAtATime.NetworkQualityTests {
         await full.stop()
         #expect(stream.viewSize == Dimensions(width: 320, height: 180))
         #expect(await eventually(.seconds(10)) { frames.widths.all.last == 320 }, "back to the view's layer: \(frames.widths.all)")
-        #expect(frames.unreadable.count == 0, "every frame across the switches read whole")
+        #expect(frames.unreadable.count == 0, "every frame across the switches read whole: \(frames.unreadable.count) unreadable, the first after \(frames.unreadableAt.all)")
 
         await thumbnail.stop()
         await stream.stop()

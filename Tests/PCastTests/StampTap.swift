@@ -14,6 +14,8 @@ final class StampTap: Sendable {
     /// Each read stamp's frame width, in step with `all`.
     let frameWidths = Values<Int>()
     let unreadable = Counter()
+    /// Where the first unreadable frames came: after which stamp, at which width ("1234@1280").
+    let unreadableAt = Values<String>()
 
     final class Counter: Sendable {
         private let value = Atomic<Int>(0)
@@ -25,6 +27,7 @@ final class StampTap: Sendable {
     /// (simulcast layers); nil reads every frame at the painted scale.
     init(_ pad: Pad, paintedWidth: Int? = nil) {
         let values = self.values, widths = self.widths, unreadable = self.unreadable, frameWidths = self.frameWidths
+        let unreadableAt = self.unreadableAt
         let info = LayoutBox()
         info.value.withLock { $0 = pad.currentCaps?.videoInfo }   // caps negotiated before the tap
         let caps = pad.addCapsProbe { caps in info.value.withLock { $0 = caps.videoInfo } }
@@ -38,6 +41,7 @@ final class StampTap: Sendable {
                 values.append(value)
                 frameWidths.append(layout.width)
             } else {
+                if unreadable.count < 4 { unreadableAt.append("\(values.all.last.map(String.init) ?? "-")@\(layout.width)") }
                 unreadable.add()
             }
             return .pass

@@ -8,14 +8,31 @@ import Synchronization
 /// pushed in.
 public enum IngestSource: Sendable, Hashable {
     case uri(String)
-    /// FLV (what an RTMP push endpoint receives): H.264 passes through, AAC becomes Opus.
-    case pushedFLV
+    /// FLV (what an RTMP push endpoint receives): H.264 passes through, AAC becomes Opus. With
+    /// `video: .h265` the FLV carries the audio only and the H.265 comes as frames of its own
+    /// (``IngestPublisher/pushH265(configuration:)``, ``IngestPublisher/pushH265(frame:decodingTime:compositionTime:isKeyframe:)``):
+    /// GStreamer 1.22's FLV demuxer predates enhanced RTMP.
+    case pushedFLV(video: VideoCodec)
     /// Streamable Matroska with H.264 and Opus (what `pcastsink` muxes encoded pads into): both
     /// pass through, nothing is decoded.
     case pushedMatroska
 
     /// Whether the bytes are pushed in (``IngestPublisher/push(_:)``) rather than pulled.
-    public var isPushed: Bool { self == .pushedFLV || self == .pushedMatroska }
+    public var isPushed: Bool {
+        switch self {
+        case .uri: return false
+        case .pushedFLV, .pushedMatroska: return true
+        }
+    }
+
+    /// The video codec a pushed source announces before any of it arrives.
+    var pushedVideo: VideoCodec? {
+        switch self {
+        case .uri: return nil
+        case .pushedFLV(let video): return video
+        case .pushedMatroska: return .h264
+        }
+    }
 }
 
 /// How an ingest runs (the PCast iOS SDK's publish-remote options, plus the platform's limits).
@@ -115,6 +132,8 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
     let pipeline: Pipeline
     private let rtcpInputs: [AppSource]
     private let pushedInput: AppSource?
+    /// Pushed H.265 frames (``IngestSource/pushedFLV(video:)`` with H.265).
+    private let h265Input: AppSource?
     private let state = Mutex<(end: IngestEnd?, waiters: [CheckedContinuation<IngestEnd, Never>])>((nil, []))
     private let lastPacket = Atomic<UInt64>(0)
     private let bytesRead = Atomic<Int>(0)
@@ -140,13 +159,14 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
     static let logger = SDKLog.logger("pcast.ingest")
 
     private init(ssrcs: (video: UInt32, audio: UInt32), options: IngestOptions, source: IngestSource, pipeline: Pipeline,
-                 rtcpInputs: [AppSource], pushedInput: AppSource?) {
+                 rtcpInputs: [AppSource], pushedInput: AppSource?, h265Input: AppSource?) {
         self.ssrcs = ssrcs
         self.options = options
         self.source = source
         self.pipeline = pipeline
         self.rtcpInputs = rtcpInputs
         self.pushedInput = pushedInput
+        self.h265Input = h265Input
     }
 
     static func isRTSP(_ uri: String) -> Bool {
@@ -178,7 +198,10 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
             } else {
                 sourceDescription = "urisourcebin name=\(prefix)-uri uri=\"\(uri)\"\(SourceDevices.downloadForLoop(uri, options.loop)) ! parsebin"
             }
-        case .pushedFLV:
+        case .pushedFLV(let video):
+            guard video == .h264 || video == .h265 else {
+                throw .unsupportedFormat("pushed FLV carries H.264 or H.265 video, not \(video.rawValue)")
+            }
             sourceDescription = "appsrc name=\(prefix)-pushed-in is-live=true format=bytes block=false max-bytes=8388608 caps=video/x-flv ! parsebin"
         case .pushedMatroska:
             sourceDescription = "appsrc name=\(prefix)-pushed-in is-live=true format=bytes block=false max-bytes=8388608 caps=video/x-matroska ! parsebin"
@@ -203,11 +226,16 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
             h265Chain = "avdec_h265 ! \(reencode) ! video/x-h264,stream-format=byte-stream,alignment=au "
                 + "! rtph264pay pt=96 config-interval=-1 mtu=1200 aggregate-mode=zero-latency"
         }
+        // The H.265 branch's input: parsed from the source, or (pushed FLV with H.265) frames in
+        // hvc1 form with their decoder configuration in the caps (set when it arrives).
+        let h265Input = source == .pushedFLV(video: .h265)
+            ? "appsrc name=\(prefix)-h265-in is-live=true format=time block=false max-bytes=8388608 caps=video/x-h265,stream-format=hvc1,alignment=au"
+            : "\(prefix)-parse. ! video/x-h265"
         let videoSSRC = RTPPublisher.randomSSRC(), audioSSRC = RTPPublisher.randomSSRC()
         let pipeline: Pipeline
         do {
             let description = try StockPipelines.template("ingest").render([
-                "prefix": prefix, "source": sourceDescription, "videochain": videoChain, "h265chain": h265Chain,
+                "prefix": prefix, "source": sourceDescription, "videochain": videoChain, "h265input": h265Input, "h265chain": h265Chain,
                 "audiocaps": audioCaps, "audiochain": audioChain,
                 "videossrc": String(videoSSRC), "audiossrc": String(audioSSRC)])
             pipeline = try Pipeline(description: description)
@@ -218,11 +246,12 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
         do {
             let rtcpInputs = [try pipeline.appSource(named: "\(prefix)-video-rtcp-in"), try pipeline.appSource(named: "\(prefix)-audio-rtcp-in")]
             let pushedInput = source.isPushed ? try pipeline.appSource(named: "\(prefix)-pushed-in") : nil
+            let h265Input = source == .pushedFLV(video: .h265) ? try pipeline.appSource(named: "\(prefix)-h265-in") : nil
             if case .uri(let uri) = source {
                 try Self.configureSource(try pipeline.element(named: Self.isRTSP(uri) ? "\(prefix)-parse" : "\(prefix)-uri"), options: options)
             }
             ingest = IngestPublisher(ssrcs: (videoSSRC, audioSSRC), options: options, source: source, pipeline: pipeline,
-                                     rtcpInputs: rtcpInputs, pushedInput: pushedInput)
+                                     rtcpInputs: rtcpInputs, pushedInput: pushedInput, h265Input: h265Input)
             try ingest.chooseVideoBranch(prefix: prefix)
             // Set here rather than in the description: an integer property in this description was
             // intermittently misparsed under load (GStreamer reported a garbage value for it).
@@ -275,9 +304,9 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
         let h265 = try pipeline.element(named: "\(prefix)-h265-queue").staticPad("sink")
         let h264Payloader = try pipeline.element(named: "\(prefix)-h264-pay").staticPad("sink")
         let h265Payloader = try pipeline.element(named: "\(prefix)-h265-pay").staticPad("sink")
-        if source.isPushed {
-            // Announced before the pusher sends anything (it waits for the publish).
-            codec.withLock { $0.announced = .h264 }
+        if let video = source.pushedVideo {
+            // Announced before the pusher's media reaches the pipeline.
+            codec.withLock { $0.announced = video }
         }
         try pipeline.element(named: "\(prefix)-audio-queue").staticPad("sink").addCapsProbe { [weak self] _ in
             self?.firstAudioCaps.withLock { $0 = $0 ?? .now }
@@ -433,7 +462,7 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
         (pipeline.position, pipeline.mediaDuration)
     }
 
-    /// Pushed bytes (``IngestSource/pushedFLV``, ``IngestSource/pushedMatroska``). False when the
+    /// Pushed bytes (``IngestSource/pushedFLV(video:)``, ``IngestSource/pushedMatroska``). False when the
     /// ingest is not taking them.
     @discardableResult
     package func push(_ bytes: [UInt8]) -> Bool {
@@ -441,10 +470,39 @@ package final class IngestPublisher: RTPSource, @unchecked Sendable {
         return input.pushNow(Buffer(bytes: bytes))
     }
 
+    /// The decoder configuration (`hvcC`) of pushed H.265 frames: set before the first frame, and
+    /// again when it changes. False when the ingest takes no H.265 frames or the record is refused.
+    @discardableResult
+    package func pushH265(configuration: [UInt8]) -> Bool {
+        guard let input = h265Input, !hasEnded, !configuration.isEmpty else { return false }
+        let hex = configuration.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+        do throws(GStreamerError) {
+            try input.setCaps(try Caps("video/x-h265,stream-format=hvc1,alignment=au,codec_data=(buffer)\(hex)"))
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// One pushed H.265 frame: NAL units with the configuration's length prefixes, its decoding
+    /// time and presentation minus decoding time (RTMP's milliseconds). False when not taken.
+    @discardableResult
+    package func pushH265(frame: [UInt8], decodingTime: UInt32, compositionTime: Int32, isKeyframe: Bool) -> Bool {
+        guard let input = h265Input, !hasEnded else { return false }
+        bytesRead.add(frame.count, ordering: .relaxed)
+        let buffer = Buffer(bytes: frame)
+        let decoding = Int64(decodingTime)
+        buffer.decodingTimestamp = .milliseconds(decoding)
+        buffer.presentationTimestamp = .milliseconds(max(0, decoding + Int64(compositionTime)))
+        if !isKeyframe { buffer.flags.insert(.deltaUnit) }
+        return input.pushNow(buffer)
+    }
+
     /// The pushed source ended (the publisher stopped): the ingest ends as `endOfStream` once the
     /// queued media played out.
     package func endPushedStream() {
         try? pushedInput?.endOfStream()
+        try? h265Input?.endOfStream()
     }
 
     package func receiveRTCP(_ packet: Buffer) {

@@ -298,9 +298,12 @@ public struct RTMPServerSession: Sendable {
 
     /// Rejects the pending publish with an onStatus error carrying `reason` as its description
     /// (ffmpeg prints it as "Server error: <reason>"), then `.close`.
+    ///
+    /// An accepted publish can be refused this way too, once its first media shows the owner
+    /// cannot take it (a codec it does not carry).
     public mutating func reject(_ reason: String, code: String = "NetStream.Publish.BadName") throws(RTMPError) -> [Action] {
         if let failure { throw failure }
-        guard state == .publishRequested else { throw .noPendingPublish }
+        guard state == .publishRequested || state == .publishing else { throw .noPendingPublish }
         var out = Output()
         try sendStatus(level: "error", code: code, description: reason, &out)
         out.actions.append(.close)
