@@ -34,6 +34,8 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "RTMP push endpoint port (rtmp://HOST:PORT/live/<publish token>[?name=<stream name>]); 0: any free port.")
     var rtmpPort: Int = 1935
     @Flag(help: "No RTMP push endpoint.") var noRTMP = false
+    @Option(help: "Log lines as text, or as json: one JSON object a line, the session, stream and room ids as fields (for log shippers). PCAST_LOG_FORMAT.")
+    var logFormat: String?
     @Flag(help: "Serve the sample application backend at /backend/auth and /backend/stream (tokens for Express clients).")
     var sampleBackend = false
     @Flag(help: "GET /metrics needs HTTP Basic applicationId:secret or a token with the 'metrics' capability (PCAST_PROTECT_METRICS).")
@@ -84,7 +86,13 @@ struct ServeCommand: AsyncParsableCommand {
     var rtmpsPort: Int?
 
     func run() async throws {
-        SDKLog.bootstrapCommandLine()
+        var format: SDKLog.LineFormat?
+        if let logFormat {
+            guard let chosen = SDKLog.LineFormat(rawValue: logFormat) else { throw fail("--log-format must be text or json", code: 2) }
+            format = chosen
+        }
+        SDKLog.bootstrapCommandLine(format: format)
+        let json = (format ?? SDKLog.environmentFormat) == .json
         let environment = ProcessInfo.processInfo.environment
         var iceServers: [ICEServer] = []
         let iceServerTexts = Self.listSetting(iceServer, environment["PCAST_ICE_SERVERS"], separator: ";")
@@ -149,14 +157,27 @@ struct ServeCommand: AsyncParsableCommand {
                 let host = node.host.contains(":") ? "[\(node.host)]" : node.host
                 let reachable = announced.first ?? (node.host == "0.0.0.0" ? "127.0.0.1" : node.host == "::" ? "::1" : node.host)
                 let web = "\(secure ? "https" : "http")://\(reachable.contains(":") ? "[\(reachable)]" : reachable):\(node.httpPort)"
-                print("pcast serve: signaling \(secure ? "wss" : "ws")://\(host):\(node.httpPort)/ws, media udp \(host):\(node.mediaPort)"
-                      + (node.iceTCPPort.map { ", ice-tcp \(host):\($0)" } ?? "")
-                      + (node.rtmpPort.map { ", rtmp://\(host):\($0)/live/<publish token>" } ?? "")
-                      + (node.rtmpsPort.map { ", rtmps://\(host):\($0)/live/<publish token>" } ?? "")
-                      + (policy != nil ? ", backend \(web)/backend/" : "")
-                      + (redirectPort.map { ", http :\($0) redirects to https" } ?? ""))
-                print("pcast serve: page \(web)/, WHIP \(web)/whip/<channel alias>, WHEP \(web)/whep/<channel alias or stream id>"
-                      + (announced.isEmpty ? "" : ", WebRTC candidates \(announced.joined(separator: " "))"))
+                let signaling = "\(secure ? "wss" : "ws")://\(host):\(node.httpPort)/ws"
+                let addresses = "pcast serve: signaling \(signaling), media udp \(host):\(node.mediaPort)"
+                    + (node.iceTCPPort.map { ", ice-tcp \(host):\($0)" } ?? "")
+                    + (node.rtmpPort.map { ", rtmp://\(host):\($0)/live/<publish token>" } ?? "")
+                    + (node.rtmpsPort.map { ", rtmps://\(host):\($0)/live/<publish token>" } ?? "")
+                    + (policy != nil ? ", backend \(web)/backend/" : "")
+                    + (redirectPort.map { ", http :\($0) redirects to https" } ?? "")
+                let routes = "pcast serve: page \(web)/, WHIP \(web)/whip/<channel alias>, WHEP \(web)/whep/<channel alias or stream id>"
+                    + (announced.isEmpty ? "" : ", WebRTC candidates \(announced.joined(separator: " "))")
+                if json {
+                    // Its lines too are JSON a shipper reads: the addresses as fields.
+                    let fields: Logger.Metadata = ["signaling": .string(signaling), "page": .string(web + "/"),
+                                                   "media": .string("\(host):\(node.mediaPort)")]
+                    for message in [addresses, routes] {
+                        print(JSONLogHandler.line(time: Date(), level: .notice, label: "pcast.serve", message: message, source: "pcast",
+                                                  metadata: fields))
+                    }
+                } else {
+                    print(addresses)
+                    print(routes)
+                }
                 fflush(nil)
             }
         } catch let error as PlatformNode.StartError {

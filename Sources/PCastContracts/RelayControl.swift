@@ -307,8 +307,46 @@ public struct RelayStatistics: Sendable, Hashable, Codable {
     /// Retransmissions held back: they would have taken more than a quarter of the subscriber's
     /// estimated downlink (its REMB), on a leg losing packets because it is full.
     public var nacksThrottled: UInt64 = 0
+    /// Of ``webRTCPeers``, those whose media comes over TCP (ICE-TCP: a network that blocks UDP).
+    public var webRTCPeersOverTCP: Int = 0
+    /// Viewers' waits from their subscription to the first keyframe the relay sent them (s).
+    public var viewerJoin = HistogramCounts(bounds: HistogramCounts.joinBounds)
+    /// The fraction lost of each viewer's receiver report (0…1).
+    public var viewerLoss = HistogramCounts(bounds: HistogramCounts.lossBounds)
 
     public init() {}
+}
+
+/// A histogram's observations counted into buckets with fixed upper bounds (Prometheus'
+/// `le`), kept as counts per bucket so that a snapshot is a value.
+public struct HistogramCounts: Sendable, Hashable, Codable {
+    /// Upper bounds, ascending; the last bucket (`+Inf`) is implied.
+    public let bounds: [Double]
+    /// Observations per bucket (not cumulative): one more than `bounds`, the last for `+Inf`.
+    public private(set) var counts: [UInt64]
+    public private(set) var sum: Double = 0
+
+    public static let joinBounds: [Double] = [0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8]
+    public static let lossBounds: [Double] = [0, 0.001, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5]
+
+    public init(bounds: [Double]) {
+        self.bounds = bounds
+        counts = Array(repeating: 0, count: bounds.count + 1)
+    }
+
+    public var count: UInt64 { counts.reduce(0, +) }
+
+    public mutating func record(_ value: Double) {
+        let bucket = bounds.firstIndex { value <= $0 } ?? bounds.count
+        counts[bucket] &+= 1
+        sum += value
+    }
+
+    /// Counts up to and including each bound, then the total (Prometheus' cumulative buckets).
+    public var cumulative: [UInt64] {
+        var running: UInt64 = 0
+        return counts.map { running &+= $0; return running }
+    }
 }
 
 /// The layers a simulcast viewer is sent (`current`, nil before its first keyframe) and is moving

@@ -31,15 +31,37 @@ package enum SDKLog {
         level(named: ProcessInfo.processInfo.environment["PCAST_LOG_LEVEL"])
     }
 
+    /// How a command-line tool writes its log lines.
+    package enum LineFormat: String, Sendable, CaseIterable {
+        /// swift-log's text lines.
+        case text
+        /// One JSON object a line (``JSONLogHandler``).
+        case json
+    }
+
+    /// The format `PCAST_LOG_FORMAT` names (`text` or `json`); nil when it is unset or neither.
+    package static var environmentFormat: LineFormat? {
+        ProcessInfo.processInfo.environment["PCAST_LOG_FORMAT"].flatMap { LineFormat(rawValue: $0.lowercased()) }
+    }
+
     /// A command-line tool's logging (`pcast`, `pcast-bench`): swift-log to standard error at
-    /// `PCAST_LOG_LEVEL` (info when unset), with the SDK's messages among the tool's own. An
-    /// application bootstraps its own logging instead.
-    package static func bootstrapCommandLine() {
+    /// `PCAST_LOG_LEVEL` (info when unset), as text or, with `format` (else `PCAST_LOG_FORMAT`)
+    /// `json`, one JSON object a line; the SDK's messages among the tool's own. An application
+    /// bootstraps its own logging instead.
+    package static func bootstrapCommandLine(format: LineFormat? = nil) {
         let level = environmentLevel ?? .info
+        let format = format ?? environmentFormat ?? .text
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
+            switch format {
+            case .text:
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            case .json:
+                var handler = JSONLogHandler(label: label)
+                handler.logLevel = level
+                return handler
+            }
         }
         useLoggingSystem()
     }

@@ -408,6 +408,8 @@ public final class Relay: RelayControl {
         result.segmentedDatagrams = c.segmentedDatagrams.load(ordering: .relaxed)
         result.layerSwitches = c.layerSwitches.load(ordering: .relaxed)
         result.nacksThrottled = c.nacksThrottled.load(ordering: .relaxed)
+        result.webRTCPeersOverTCP = c.webRTCPeersOverTCP.load(ordering: .relaxed)
+        (result.viewerJoin, result.viewerLoss) = c.histograms.withLock { $0 }
         return result
     }
 

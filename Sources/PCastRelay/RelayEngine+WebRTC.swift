@@ -58,6 +58,7 @@ extension RelayEngine {
             case .selected(let nominated):
                 guard let address = RelayAddress(nominated) else { continue }
                 peer.address = address
+                webRTCTransportsChanged = true
                 // Media follows a nomination (a network change moves it); before DTLS ends there is none.
                 if peer.connected { perform(authenticate(peer, at: address, now: now)) }
             case .refused:
@@ -74,7 +75,10 @@ extension RelayEngine {
             unknownPackets &+= 1
             return
         }
-        if peer.address == nil { peer.address = source }
+        if peer.address == nil {
+            peer.address = source
+            webRTCTransportsChanged = true
+        }
         handle(peer.dtls.receive([UInt8](data)), of: peer, replyingTo: source, now: now)
     }
 
@@ -140,12 +144,14 @@ extension RelayEngine {
     /// The relay closes a peer (its stream or subscription was removed): close_notify, forgotten.
     func close(_ peer: WebRTCPeer) {
         guard webrtc.remove(peer) else { return }
+        webRTCTransportsChanged = true
         handle(peer.dtls.close(), of: peer, replyingTo: nil, now: 0)
     }
 
     /// A peer's transport ended on its own: its flow closes here at once, and the platform is told.
     func end(_ peer: WebRTCPeer, _ reason: String) {
         guard webrtc.remove(peer) else { return }
+        webRTCTransportsChanged = true
         _ = peer.dtls.close()
         if let subscriberId = peer.setup.subscriberId {
             router.removeSubscriber(streamId: peer.setup.streamId, subscriberId: subscriberId)

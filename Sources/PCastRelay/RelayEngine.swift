@@ -50,6 +50,9 @@ final class SharedCounters: Sendable {
     let dtlsFailures = Atomic<UInt64>(0)
     let sharedFanOuts = Atomic<UInt64>(0)
     let segmentedDatagrams = Atomic<UInt64>(0)
+    let webRTCPeersOverTCP = Atomic<Int>(0)
+    /// The router's histograms, copied when they gained observations.
+    let histograms = Mutex((join: HistogramCounts(bounds: HistogramCounts.joinBounds), loss: HistogramCounts(bounds: HistogramCounts.lossBounds)))
 }
 
 /// The I/O side of the relay: the socket, the thread's loop, and the router it feeds.
@@ -110,6 +113,10 @@ final class RelayEngine: @unchecked Sendable {
     var dtlsFailures: UInt64 = 0
     /// WebRTC peers (ICE-lite + DTLS-SRTP), and when their timers were last looked at.
     var webrtc = WebRTCPeerTable()
+    /// Whether a WebRTC peer came, went or moved since ``SharedCounters/webRTCPeersOverTCP`` was set.
+    var webRTCTransportsChanged = false
+    /// The router histograms' observations when last copied to ``SharedCounters/histograms``.
+    var histogramObservations: UInt64 = 0
     var nextWebRTCService: UInt64 = 0
     /// Authenticated plain publisher packets of the current receive batch, fanned out together
     /// once the batch is read (see `fanOutPending`).
@@ -372,6 +379,15 @@ final class RelayEngine: @unchecked Sendable {
         c.gapRequests.store(routed.gapRequests, ordering: .relaxed)
         c.upstreamRetransmissions.store(routed.upstreamRetransmissions, ordering: .relaxed)
         c.webRTCPeers.store(webrtc.count, ordering: .relaxed)
+        if webRTCTransportsChanged {
+            webRTCTransportsChanged = false
+            c.webRTCPeersOverTCP.store(webrtc.overTCP, ordering: .relaxed)
+        }
+        let observations = routed.viewerJoin.count &+ routed.viewerLoss.count
+        if observations != histogramObservations {
+            histogramObservations = observations
+            c.histograms.withLock { $0 = (routed.viewerJoin, routed.viewerLoss) }
+        }
         c.stunRefusals.store(stunRefusals, ordering: .relaxed)
         c.dtlsFailures.store(dtlsFailures, ordering: .relaxed)
         c.sharedFanOuts.store(workers?.shared ?? 0, ordering: .relaxed)

@@ -182,6 +182,10 @@ struct RouterCounters: Sendable, Equatable {
     /// Retransmissions not sent because they would have taken more than a subscriber's share of
     /// its estimated downlink (a congested leg whose NACKs would feed its congestion).
     var nacksThrottled: UInt64 = 0
+    /// Viewers' waits from joining to their first keyframe sent (s), and their reports' fractions
+    /// lost.
+    var viewerJoin = HistogramCounts(bounds: HistogramCounts.joinBounds)
+    var viewerLoss = HistogramCounts(bounds: HistogramCounts.lossBounds)
     /// Packets ``RelayRouter/receive(datagram:from:now:peer:)`` took for no flow: not RTP or RTCP,
     /// an SSRC it does not route, a header it cannot parse.
     var unknownPackets: UInt64 = 0

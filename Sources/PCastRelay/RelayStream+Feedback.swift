@@ -181,6 +181,7 @@ extension RelayRouter.Stream {
         for block in blocks {
             guard let index = trackIndex(ssrc: block.ssrc) else { continue }
             subscribers[slot].reports[block.ssrc] = RelayRouter.SubscriberReport(block: block, arrival: now)
+            if !subscribers[slot].isEdge { state.counters.viewerLoss.record(Double(block.fractionLost) / 256) }
             if let target = subscribers[slot].simulcast?.switcher.target, block.ssrc == layerSSRC {
                 // Losses of the layer it is sent: measured on the viewer's own leg.
                 let sent = subscribers[slot].simulcast?.switcher.current ?? 0

@@ -37,12 +37,15 @@ extension RelayRouter.Stream {
 
     /// A packet of a scalable video towards a viewer (see ``ScalableForwarder``). A packet that
     /// says no layers (a descriptor that did not parse) goes as its picture's others would.
-    mutating func forwardLayered(_ packet: [UInt8], layers: ScalableLayers?, slot: Int, sequence: UInt16, _ state: inout RouterState) -> VideoForwarding {
+    mutating func forwardLayered(_ packet: [UInt8], layers: ScalableLayers?, slot: Int, sequence: UInt16, now: UInt64,
+                                 _ state: inout RouterState) -> VideoForwarding {
         if subscribers[slot].scalable == nil { subscribers[slot].makeScalable(state.settings) }
+        let started = subscribers[slot].scalable?.forwarder.current != nil
         let timestamp = UInt32(packet[4]) << 24 | UInt32(packet[5]) << 16 | UInt32(packet[6]) << 8 | UInt32(packet[7])
         let outcome = subscribers[slot].scalable?.forwarder.forward(layers ?? .unread, sequence: sequence, timestamp: timestamp,
                                                                     marker: packet[1] & 0x80 != 0)
         guard let outcome else { return .dropped }
+        if !started, subscribers[slot].scalable?.forwarder.current != nil { countJoin(slot: slot, now: now, &state) }
         if outcome.moved {
             state.counters.layerSwitches += UInt64(outcome.switched)
             state.layersChanged = true

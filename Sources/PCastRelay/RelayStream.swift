@@ -135,6 +135,8 @@ extension RelayRouter {
         var heldAtJoin = false
         /// When its join keyframe was sent (see ``RouterTiming/joinRequestGrace``).
         var joinKeyframeSent: UInt64?
+        /// Whether its wait for a first keyframe was counted (``RouterCounters/viewerJoin``).
+        var joinCounted = false
         /// Latest report block per publisher SSRC.
         var reports: [UInt32: SubscriberReport] = [:]
         /// Its audio-only fallback, on streams with audio and video (never on an edge: its viewers
@@ -340,6 +342,7 @@ extension RelayRouter.Stream {
                     // The live packets after the replay continue what it sent.
                     subscribers[slot].awaitingKeyframe = nil
                     subscribers[slot].joinKeyframeSent = now
+                    countJoin(slot: slot, now: now, &state)
                 } else if subscriber.keyframeAskedAtJoin && now &- subscriber.joined < RouterTiming.joinKeyframeWait {
                     // Still on its way (if it was asked for: a publisher not yet heard from
                     // when the subscriber joined was not asked).
@@ -389,7 +392,7 @@ extension RelayRouter.Stream {
         guard slot < subscribers.count, track < tracks.count, packet.count >= RTPPacketLayout.fixedHeaderLength else { return .unchanged }
         let sequence = UInt16(packet[2]) << 8 | UInt16(packet[3])
         if isLayered, !subscribers[slot].isEdge, tracks[track].scalable != nil {
-            return forwardLayered(packet, layers: layers, slot: slot, sequence: sequence, &state)
+            return forwardLayered(packet, layers: layers, slot: slot, sequence: sequence, now: now, &state)
         }
         let keyframes = tracks[track].keyframes
         if subscribers[slot].simulcast != nil {
@@ -400,7 +403,7 @@ extension RelayRouter.Stream {
             }
             guard let outgoing else { return .dropped }
             if before != layer {
-                if before != nil { state.counters.layerSwitches += 1 }
+                if before != nil { state.counters.layerSwitches += 1 } else { countJoin(slot: slot, now: now, &state) }
                 state.layersChanged = true
             }
             return .rewritten(ssrc: layerSSRC, sequence: outgoing)
@@ -416,6 +419,7 @@ extension RelayRouter.Stream {
             subscribers[slot].awaitingKeyframe = nil
             // Forwarded as it came (`now`: its arrival).
             subscribers[slot].joinKeyframeSent = now
+            countJoin(slot: slot, now: now, &state)
         }
         guard subscribers[slot].gate != nil else { return .unchanged }
         let outgoing = subscribers[slot].gate?.forward(sequenceNumber: sequence) {
@@ -423,5 +427,15 @@ extension RelayRouter.Stream {
         }
         guard let outgoing else { return .dropped }
         return outgoing == sequence ? .unchanged : .renumbered(outgoing)
+    }
+}
+
+extension RelayRouter.Stream {
+    /// A viewer's first keyframe went out: its wait since it subscribed is counted once (edges
+    /// take the stream as it comes and are not viewers).
+    mutating func countJoin(slot: Int, now: UInt64, _ state: inout RouterState) {
+        guard !subscribers[slot].joinCounted, !subscribers[slot].isEdge else { return }
+        subscribers[slot].joinCounted = true
+        state.counters.viewerJoin.record(Double(now &- subscribers[slot].joined) / 1e9)
     }
 }

@@ -66,6 +66,8 @@ struct WebRTCPeerTable {
 
     var isEmpty: Bool { byFlow.isEmpty }
     var count: Int { byFlow.count }
+    /// Peers whose media comes over TCP (ICE-TCP).
+    var overTCP: Int { byFlow.values.filter { $0.address.map(TCPMediaFlows.isTCP) ?? false }.count }
 
     func peer(ufrag: Substring) -> WebRTCPeer? { byUfrag[String(ufrag)] }
 

@@ -273,6 +273,10 @@ extension Platform {
     }
 
     func deliver(_ envelope: Envelope<ServerMessage>, to connection: Connection) {
+        if let id = envelope.id, let arrived = pendingRequests[connection.id]?.removeValue(forKey: id) {
+            let waited = ContinuousClock.now - arrived
+            metrics.signalingRequest(answeredAfter: Double(waited.components.seconds) + Double(waited.components.attoseconds) / 1e18)
+        }
         if case .failure(let failure) = envelope.message {
             metrics.refusals.increment()
             connection.logger.debug("request refused", metadata: ["pcast.status": .string(failure.status.rawValue), "pcast.reason": .string(failure.message)])

@@ -21,6 +21,8 @@ enum Outbound: Sendable, Hashable {
 /// `PlatformServer` holds one).
 actor Platform {
     struct Connection {
+        /// The connection's own id (its first session id; a resumed session keeps its old one).
+        let id: String
         var machine: SessionStateMachine
         let outbox: AsyncStream<Outbound>.Continuation
         let logger: Logger
@@ -56,6 +58,10 @@ actor Platform {
     var resumable: [String: (keyHash: String, attached: Bool, deadline: Date?)] = [:]
     /// Stream events for detached sessions, delivered when they resume (at most ``heldLimit`` each).
     var held: [String: [Envelope<ServerMessage>]] = [:]
+    /// When each connection's unanswered requests arrived, by request id (for
+    /// ``PlatformMetrics/signalingRequest(answeredAfter:)``); at most ``pendingRequestLimit`` each.
+    var pendingRequests: [String: [UInt64: ContinuousClock.Instant]] = [:]
+    static let pendingRequestLimit = 64
     static let heldLimit = 256
     private(set) var isAccepting = true
     /// The media services this node runs (ingest, recording), reached through their contracts;
@@ -151,7 +157,7 @@ actor Platform {
         let machine = SessionStateMachine(
             sessionId: sessionId, remoteAddress: remoteAddress, tokens: tokens,
             keepAliveInterval: configuration.keepAliveInterval, now: clock(), resumeKey: Self.makeId("resume"))
-        connections[sessionId] = Connection(machine: machine, outbox: continuation, logger: connectionLogger)
+        connections[sessionId] = Connection(id: sessionId, machine: machine, outbox: continuation, logger: connectionLogger)
         connectionLogger.debug("signaling connection opened")
         return (sessionId, stream)
     }
@@ -161,6 +167,9 @@ actor Platform {
         metrics.messages.increment()
         switch decoded {
         case .success(let envelope):
+            if let id = envelope.id, pendingRequests[sessionId, default: [:]].count < Self.pendingRequestLimit {
+                pendingRequests[sessionId, default: [:]][id] = .now
+            }
             // The right resume key makes an offer; nothing happens to the session it names unless
             // the token then verifies too (see `.opened` in `handleSession`).
             if case .authenticate(let request) = envelope.message, let old = request.sessionId, let key = request.resumeKey,
@@ -175,6 +184,7 @@ actor Platform {
     /// The socket closed (whoever closed it).
     func disconnected(_ sessionId: String) {
         handleSession(sessionId, .disconnected)
+        pendingRequests[sessionId] = nil
         if let connection = connections.removeValue(forKey: sessionId) {
             forget(connection: sessionId)
             connection.outbox.finish()

@@ -103,7 +103,8 @@ struct ServeProcess {
         var url: String?
         for _ in 0..<200 where url == nil {
             let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-            url = text.split(separator: " ").first { $0.hasPrefix("ws://") || $0.hasPrefix("wss://") }.map { String($0.trimmingCharacters(in: CharacterSet(charactersIn: ",\n"))) }
+            // Text lines, or (--log-format json) the same as a JSON string field.
+            url = text.split(whereSeparator: { " \n\",".contains($0) }).first { $0.hasPrefix("ws://") || $0.hasPrefix("wss://") }.map(String.init)
             if url == nil { try await Task.sleep(for: .milliseconds(50)) }
             guard server.isRunning || url != nil else { break }
         }

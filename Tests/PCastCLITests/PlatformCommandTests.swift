@@ -80,6 +80,41 @@ struct PlatformCommandTests {
         #expect(malformed.status == 64 && malformed.stderr.contains("--display-size takes WIDTHxHEIGHT"), "\(malformed.stderr)")
     }
 
+    @Test("pcast serve --log-format json: every line it writes (its banner, its logs, the SDK's) is one JSON object with time, level, logger and message; a CLI publisher's session and stream ids are fields of their own; a format it does not know exits 2")
+    func jsonLogLines() async throws {
+        let serve = try await ServeProcess.start(["--log-format", "json"])
+        defer { serve.stop() }
+        let (publisher, _, streamId) = try await serve.publish(token: try serve.token(["--type", "publish"]), auth: try serve.token(["--type", "auth"]),
+                                                                ["--width", "320", "--height", "180", "--seconds", "2"])
+        defer { publisher.stop() }
+        #expect(!streamId.isEmpty, "pcast publish printed no stream id")
+        #expect(publisher.wait(within: .seconds(30)) == 0)
+        // The platform logs the stream's end once the publisher is gone.
+        var records: [[String: Any]] = []
+        var unparsed: [String] = []
+        for _ in 0..<100 {
+            records = []
+            unparsed = []
+            for line in serve.output.split(separator: "\n") {
+                if let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] { records.append(object) } else { unparsed.append(String(line)) }
+            }
+            if records.contains(where: { $0["stream"] as? String == streamId && ($0["message"] as? String ?? "").contains("stream ended") }) { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(unparsed.isEmpty, "lines that are not JSON: \(unparsed.prefix(5))")
+        #expect(records.count >= 5)
+        for record in records {
+            #expect(["time", "level", "logger", "message"].allSatisfy { record[$0] is String }, "\(record)")
+        }
+        #expect(records.contains { ($0["signaling"] as? String)?.hasPrefix("ws://") == true }, "the banner's addresses are fields")
+        let published = records.first { $0["stream"] as? String == streamId && ($0["message"] as? String ?? "").contains("stream published") }
+        #expect((published?["session"] as? String)?.hasPrefix("session-") == true, "\(String(describing: published))")
+        #expect(records.contains { $0["stream"] as? String == streamId && ($0["message"] as? String ?? "").contains("stream ended") })
+
+        let refused = try runCommand(try pcastBinary(), ["serve", "--secret", "s", "--no-rtmp", "--log-format", "xml"])
+        #expect(refused.status == 2 && refused.stderr.contains("--log-format must be text or json"), "\(refused.status) \(refused.stderr)")
+    }
+
     @Test("pcast serve --public-address and --ice-server: WHIP answers announce that address as the relay's candidate and the STUN/TURN servers as Link headers, the page, WHIP and WHEP URLs are printed; a malformed address or server exits 2")
     func publicAddress() async throws {
         let bad = try runCommand(try pcastBinary(), ["serve", "--secret", "s", "--public-address", "relay.example", "--no-rtmp"])

@@ -1,4 +1,5 @@
 import Foundation
+import PCastContracts
 import PCastProtocol
 @testable import PCastRelay
 import Testing
@@ -285,6 +286,32 @@ struct RelayRouterTests {
         let stale = RTCPPacket.genericNACK(RTCPGenericNACK(senderSSRC: 500, mediaSSRC: Self.video, lostSequenceNumbers: [3]))
         #expect(router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [stale], now: 1_200 * Self.ms) == [])
         #expect(router.counters == RouterCounters(nacksServed: 3, nacksMissed: 3, keyframeRequests: 0))
+    }
+
+    @Test("the node's histograms: a viewer's wait from joining to its first keyframe is counted once, when that keyframe goes out; each block of a viewer's receiver report on a track of the stream counts its fraction lost (blocks on other SSRCs do not)")
+    func viewerHistograms() throws {
+        var router = Self.router()
+        let stream = try #require(router.handle(streamId: "s"))
+        router.authenticated(.track(stream: stream, track: 0), from: Self.publisherAddress)
+        _ = router.publisherRTP(stream: stream, track: 0, packet: try Self.video(1, Self.parameterSets), sequenceNumber: 1, timestamp: 0, now: Self.ms)
+        _ = router.addSubscriber(streamId: "s", subscriberId: "a", rtcpSSRC: 500, context: 100, now: 1_000 * Self.ms)
+        _ = router.authenticated(.subscriber(stream: stream, rtcpSSRC: 500), from: RelayAddress(ipv4: 2, port: 2), now: 1_001 * Self.ms)
+        #expect(router.counters.viewerJoin.count == 0)
+        for (sequence, payload, now) in [(UInt16(2), Self.slice, UInt64(1_020)), (3, Self.parameterSets, 1_180), (4, Self.idrStart, 1_181), (5, Self.slice, 1_200)] {
+            let packet = try Self.video(sequence, payload)
+            _ = router.publisherRTP(stream: stream, track: 0, packet: packet, sequenceNumber: sequence, timestamp: 0, now: now * Self.ms)
+            _ = router.forwardVideo(stream: stream, track: 0, slot: 0, packet: packet, now: now * Self.ms)
+        }
+        let join = router.counters.viewerJoin
+        #expect(join.count == 1 && abs(join.sum - 0.18) < 1e-9, "\(join)")
+        #expect(join.cumulative[HistogramCounts.joinBounds.firstIndex(of: 0.1)!] == 0 && join.cumulative[HistogramCounts.joinBounds.firstIndex(of: 0.25)!] == 1)
+
+        let block = RTCPReportBlock(ssrc: Self.video, fractionLost: 64, cumulativeLost: 5, extendedHighestSequenceNumber: 5, jitter: 4)
+        let elsewhere = RTCPReportBlock(ssrc: 0x5555, fractionLost: 255, cumulativeLost: 9, jitter: 9)
+        _ = router.subscriberRTCP(stream: stream, rtcpSSRC: 500, packets: [.receiverReport(.init(ssrc: 500, reportBlocks: [block, elsewhere]))], now: 1_300 * Self.ms)
+        let loss = router.counters.viewerLoss
+        #expect(loss.count == 1 && loss.sum == 0.25, "\(loss)")
+        #expect(loss.cumulative[HistogramCounts.lossBounds.firstIndex(of: 0.2)!] == 0 && loss.cumulative[HistogramCounts.lossBounds.firstIndex(of: 0.5)!] == 1)
     }
 
     @Test("the relay's receiver report: its own leg, with loss and jitter raised to the worst fresh subscriber report")

@@ -12,7 +12,11 @@ import Synchronization
 /// `relay_srtp_failures_total`, `relay_unknown_packets_total`, `relay_nacks_served_total`,
 /// `relay_nacks_missed_total`, `relay_keyframe_requests_total`, `relay_webrtc_peers`,
 /// `relay_stun_refusals_total`, `relay_dtls_failures_total`; in a cluster, `cluster_edges_dropped_total`
-/// and `cluster_legs_pulled_again_total`.
+/// and `cluster_legs_pulled_again_total`; `relay_webrtc_peers` by `transport` (`udp`, `tcp`);
+/// histograms `signaling_request_duration_seconds` (a request's arrival to its answer),
+/// `relay_viewer_join_seconds` (a subscription to its first keyframe sent) and
+/// `relay_viewer_loss_ratio` (each viewer report's fraction lost). No label grows with the
+/// audience: `deploy/README.md` lists them for operators.
 ///
 /// ```swift
 /// let metrics = PlatformMetrics()
@@ -36,6 +40,10 @@ public final class PlatformMetrics: Sendable {
     private let relayStreams: Gauge
     private let relaySubscribers: Gauge
     private let relayWebRTCPeers: Gauge
+    private let relayWebRTCPeersOverTCP: Gauge
+    /// A signaling request's arrival to its answer (s).
+    private let signalingDurations = Mutex(HistogramCounts(bounds: PlatformMetrics.signalingBounds))
+    static let signalingBounds: [Double] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
     private let relayCounters: [(KeyPath<RelayStatistics, UInt64> & Sendable, Counter)]
     /// What the relay counters were at the last scrape; counters only move by the difference.
     private let lastRelay = Mutex(RelayStatistics())
@@ -54,7 +62,9 @@ public final class PlatformMetrics: Sendable {
                                                                      "Edge of a cascade: silent legs asked of their origin again"))
         relayStreams = registry.makeGauge(descriptor: Self.name("relay_streams", "", "Streams open on the relay"))
         relaySubscribers = registry.makeGauge(descriptor: Self.name("relay_subscribers", "", "Subscriber flows open on the relay"))
-        relayWebRTCPeers = registry.makeGauge(descriptor: Self.name("relay_webrtc_peers", "", "WebRTC peers (WHIP publishers and WHEP viewers) on the relay"))
+        let peers = Self.name("relay_webrtc_peers", "", "WebRTC peers (WHIP publishers and WHEP viewers) on the relay, by the transport of their media")
+        relayWebRTCPeers = registry.makeGauge(descriptor: peers, labels: [("transport", "udp")])
+        relayWebRTCPeersOverTCP = registry.makeGauge(descriptor: peers, labels: [("transport", "tcp")])
         let counters: [(KeyPath<RelayStatistics, UInt64> & Sendable, String, String)] = [
             (\.packetsIn, "relay_packets_in", "Media packets received by the relay"),
             (\.bytesIn, "relay_bytes_in", "Media bytes received by the relay"),
@@ -95,6 +105,11 @@ public final class PlatformMetrics: Sendable {
         }
     }
 
+    /// A signaling request was answered `seconds` after it arrived.
+    func signalingRequest(answeredAfter seconds: Double) {
+        signalingDurations.withLock { $0.record(seconds) }
+    }
+
     /// Sets the registry gauges.
     func update(sessions: Int, streams: Int, subscribers: Int) {
         self.sessions.set(to: Double(sessions))
@@ -106,7 +121,8 @@ public final class PlatformMetrics: Sendable {
     public func render(relay statistics: RelayStatistics) -> String {
         relayStreams.set(to: Double(statistics.streams))
         relaySubscribers.set(to: Double(statistics.subscribers))
-        relayWebRTCPeers.set(to: Double(statistics.webRTCPeers))
+        relayWebRTCPeers.set(to: Double(statistics.webRTCPeers - statistics.webRTCPeersOverTCP))
+        relayWebRTCPeersOverTCP.set(to: Double(statistics.webRTCPeersOverTCP))
         lastRelay.withLock { last in
             for (path, counter) in relayCounters {
                 let now = statistics[keyPath: path]
@@ -118,5 +134,26 @@ public final class PlatformMetrics: Sendable {
             last = statistics
         }
         return registry.emitToString()
+            + Self.histogram("pcast_signaling_request_duration_seconds", "From a signaling request's arrival to its answer",
+                             signalingDurations.withLock { $0 })
+            + Self.histogram("pcast_relay_viewer_join_seconds",
+                             "From a subscription to the first keyframe the relay sent its viewer (viewers it starts at a keyframe)",
+                             statistics.viewerJoin)
+            + Self.histogram("pcast_relay_viewer_loss_ratio", "The fraction lost in each block of viewers' receiver reports",
+                             statistics.viewerLoss)
+    }
+
+    /// A histogram in the text exposition format: cumulative `_bucket` lines by `le`, `_sum`,
+    /// `_count` (the registry's own histograms take observations one by one; these are counted
+    /// where they happen, the relay's on its I/O thread).
+    static func histogram(_ name: String, _ help: String, _ counts: HistogramCounts) -> String {
+        var text = "# HELP \(name) \(help)\n# TYPE \(name) histogram\n"
+        let cumulative = counts.cumulative
+        for (index, bound) in counts.bounds.enumerated() {
+            text += "\(name)_bucket{le=\"\(bound)\"} \(cumulative[index])\n"
+        }
+        text += "\(name)_bucket{le=\"+Inf\"} \(cumulative.last ?? 0)\n"
+        text += "\(name)_sum \(counts.sum)\n\(name)_count \(counts.count)\n"
+        return text
     }
 }
