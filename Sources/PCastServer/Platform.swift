@@ -439,6 +439,25 @@ actor Platform {
         try await persistence.store.liveNodes(within: configuration.nodeExpiry)
     }
 
+    /// Writes an admin action or a refused admin request to the audit log (every node's store);
+    /// a store that cannot take it is logged, and the request is answered all the same.
+    nonisolated func audit(actor: String, remoteAddress: String?, action: String, outcome: String, detail: String) async {
+        let entry = AuditEntry(time: Int64((Date().timeIntervalSince1970 * 1000).rounded()), nodeId: configuration.nodeId, actor: actor,
+                               remoteAddress: remoteAddress ?? "?", action: action, outcome: outcome, detail: detail)
+        do throws(RoomStoreError) {
+            try await persistence.store.appendAudit(entry)
+        } catch {
+            logger.error("the audit log could not be written: \(error)", metadata: ["pcast.action": .string(action), "pcast.outcome": .string(outcome)])
+        }
+        logger.notice("admin \(outcome): \(action)", metadata: ["pcast.actor": .string(actor), "pcast.remote": .string(remoteAddress ?? "?"),
+                                                                  "pcast.detail": .string(detail)])
+    }
+
+    /// The audit log's latest `limit` entries, newest first.
+    nonisolated func auditLog(limit: Int) async throws(RoomStoreError) -> [AuditEntry] {
+        try await persistence.store.auditEntries(limit: limit)
+    }
+
     /// The server listens at `endpoint`: the media services start (their own session
     /// connects there, the RTMP endpoint binds).
     func listening(at endpoint: PlatformEndpoint) async throws(MediaServiceError) {

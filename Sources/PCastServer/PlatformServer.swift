@@ -53,9 +53,15 @@ public enum PlatformServerError: Error, Sendable, Hashable, CustomStringConverti
 /// - `GET /metrics`: Prometheus text (see ``PlatformMetrics``).
 /// - `POST /backend/auth`, `POST /backend/stream`: the sample application backend (see
 ///   ``SampleBackend``), when a backend policy is given.
-/// - `POST /admin/streams/{streamId}/end`: HTTP Basic `applicationId:secret`; ends the stream as
-///   `censored` with the optional JSON body's `description`. 200, 401, 404 or 400. In a cluster,
-///   a stream of another node is ended by that node.
+/// - `POST /admin/streams/{streamId}/end`: HTTP Basic `applicationId:secret` (or a token with the
+///   `admin` capability, as on every admin route); ends the stream as `censored` with the optional
+///   JSON body's `description`. 200, 401, 404 or 400. In a cluster, a stream of another node is
+///   ended by that node. Written to the audit log, done or failed.
+/// - `GET /admin/nodes`: this node's id and the cluster's live nodes.
+/// - `GET /admin/api/audit?limit=N`: the audit log (``AuditEntry``), newest first (100 by
+///   default, 1,000 at most): admin actions, and admin requests refused for want of credentials
+///   (20 per 10 s at most; the rest counted on the next one), with who, from where and what; kept
+///   in the platform's store, so every node of a cluster lists every node's.
 /// - `POST /cluster/…`: in a cluster, the node-to-node channel (see `ClusterRoutes`): only
 ///   requests signed with the cluster's key are answered.
 ///

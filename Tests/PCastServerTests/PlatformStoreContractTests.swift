@@ -77,6 +77,38 @@ extension Cluster {
             await reopened.close()
         }
 
+        @Test("the audit log: entries come back newest first with ascending sequences, as many as asked, texts cut at 512 characters, after reopening", arguments: StoreBackend.allCases)
+        func auditLog(_ backend: StoreBackend) async throws {
+            let under = try StoreUnderTest(backend)
+            let written = [
+                AuditEntry(time: 1_000, nodeId: "node-a", actor: "anonymous", remoteAddress: "198.18.0.7", action: "GET /admin/nodes",
+                           outcome: "refused", detail: "no admin credentials"),
+                AuditEntry(time: 2_000, nodeId: "node-b", actor: "admin", remoteAddress: "127.0.0.1", action: "POST /admin/streams/s-1/end",
+                           outcome: "done", detail: "stream s-1 ended as censored"),
+                AuditEntry(time: 3_000, nodeId: "node-a", actor: "token", remoteAddress: "::1", action: "POST /admin/streams/" + String(repeating: "x", count: 900),
+                           outcome: "failed", detail: String(repeating: "é", count: 600)),
+            ]
+            do {
+                let store = try await under.open()
+                #expect(try await store.auditEntries(limit: 10).isEmpty)
+                for entry in written { try await store.appendAudit(entry) }
+                let latest = try await store.auditEntries(limit: 2)
+                #expect(latest.map(\.time) == [3_000, 2_000])
+                await store.close()
+            }
+            let reopened = try await under.open()
+            let all = try await reopened.auditEntries(limit: 10)
+            #expect(all.map(\.time) == [3_000, 2_000, 1_000])
+            let sequences = all.compactMap(\.sequence)
+            #expect(sequences.count == 3 && sequences == sequences.sorted(by: >))
+            var expected = written.reversed().map { $0 }
+            for index in expected.indices { expected[index].sequence = all[index].sequence }
+            expected[0].action = String(expected[0].action.prefix(AuditEntry.textLimit))
+            expected[0].detail = String(repeating: "é", count: AuditEntry.textLimit)
+            #expect(all == expected)
+            await reopened.close()
+        }
+
         @Test("saving replaces in place (a room keeps its members and chat); deleting what is not there is a no-op", arguments: StoreBackend.allCases)
         func replaceAndDelete(_ backend: StoreBackend) async throws {
             let store = try await StoreUnderTest(backend).open()

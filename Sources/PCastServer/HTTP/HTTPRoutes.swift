@@ -3,6 +3,7 @@ import Hummingbird
 import NIOCore
 import PCastContracts
 import PCastProtocol
+import Synchronization
 
 /// The plain HTTP routes: the browser page (`/`: watch with WHEP, publish with WHIP), health,
 /// readiness, metrics and the operator's admin calls.
@@ -13,6 +14,8 @@ struct HTTPRoutes: Sendable {
     let metrics: PlatformMetrics
     /// The sample application backend (`/backend/auth`, `/backend/stream`), when enabled.
     let backend: SampleBackend?
+    /// Refused admin requests written to the audit log (see ``AuditThrottle``).
+    let auditThrottle = AuditThrottle()
 
     /// Largest admin request body read.
     static let adminBodyLimit = 16 * 1024
@@ -56,15 +59,19 @@ struct HTTPRoutes: Sendable {
         router.post("/admin/streams/:streamId/end") { request, context in
             try await endStream(request, context: context)
         }
-        router.get("/admin/nodes") { request, _ in
-            guard AdminCredentials(applicationId: configuration.applicationId, secret: configuration.secret)
-                .authorises(request.headers[.authorization]) else {
-                var response = Self.json(["error": "unauthorized"], status: .unauthorized)
-                response.headers[.wwwAuthenticate] = "Basic realm=\"pcast\""
-                return response
-            }
+        router.get("/admin/nodes") { request, context in
+            guard await admin(request, context) != nil else { return Self.adminUnauthorized() }
             do throws(RoomStoreError) {
                 return Self.encode(NodeList(nodeId: configuration.nodeId, nodes: try await platform.clusterNodes()), status: .ok)
+            } catch {
+                return Self.json(["error": error.description], status: .serviceUnavailable)
+            }
+        }
+        router.get("/admin/api/audit") { request, context in
+            guard await admin(request, context) != nil else { return Self.adminUnauthorized() }
+            let limit = min(AuditLog.maximumPage, max(1, request.uri.queryParameters.get("limit").flatMap { Int($0) } ?? AuditLog.defaultPage))
+            do throws(RoomStoreError) {
+                return Self.encode(AuditLog(entries: try await platform.auditLog(limit: limit)), status: .ok)
             } catch {
                 return Self.json(["error": error.description], status: .serviceUnavailable)
             }
@@ -87,14 +94,36 @@ struct HTTPRoutes: Sendable {
         }
     }
 
-    private func endStream(_ request: Request, context: PlatformRequestContext) async throws -> Response {
-        guard AdminCredentials(applicationId: configuration.applicationId, secret: configuration.secret)
-            .authorises(request.headers[.authorization])
-        else {
-            var response = Self.json(["error": "unauthorized"], status: .unauthorized)
-            response.headers[.wwwAuthenticate] = "Basic realm=\"pcast\""
-            return response
+    /// Who an admin request comes from: `admin` (HTTP Basic with the application's credentials) or
+    /// `token` (a token with the `admin` capability); nil, after writing the refusal to the audit
+    /// log (at most ``AuditThrottle/burst`` refusals per ``AuditThrottle/window``: a flood of them is
+    /// counted, not stored), for anyone else.
+    private func admin(_ request: Request, _ context: PlatformRequestContext) async -> String? {
+        if AdminCredentials(applicationId: configuration.applicationId, secret: configuration.secret).authorises(request.headers[.authorization]) {
+            return "admin"
         }
+        if access(AdminAccess.capability).authorises(request) { return "token" }
+        if let unlogged = auditThrottle.admit(now: .now) {
+            let note = unlogged > 0 ? " (\(unlogged) refusals before this one not logged)" : ""
+            await platform.audit(actor: "anonymous", remoteAddress: context.remoteAddress?.ipAddress, action: Self.action(request),
+                                 outcome: "refused", detail: "no admin credentials" + note)
+        }
+        return nil
+    }
+
+    static func action(_ request: Request) -> String {
+        "\(request.method.rawValue) \(request.uri.path)"
+    }
+
+    static func adminUnauthorized() -> Response {
+        var response = Self.json(["error": "unauthorized: HTTP Basic applicationId:secret, or a token with the 'admin' capability (Authorization: Bearer, or ?token=)"],
+                                 status: .unauthorized)
+        response.headers[.wwwAuthenticate] = "Basic realm=\"pcast\""
+        return response
+    }
+
+    private func endStream(_ request: Request, context: PlatformRequestContext) async throws -> Response {
+        guard let actor = await admin(request, context) else { return Self.adminUnauthorized() }
         guard let streamId = context.parameters.get("streamId"), !streamId.isEmpty else {
             return Self.json(["error": "no stream id"], status: .badRequest)
         }
@@ -114,8 +143,12 @@ struct HTTPRoutes: Sendable {
             description = decoded.description
         }
         guard await platform.endStream(streamId, reason: .censored, description: description) else {
+            await platform.audit(actor: actor, remoteAddress: context.remoteAddress?.ipAddress, action: Self.action(request),
+                                 outcome: "failed", detail: "no stream '\(SignalingError.clipped(streamId))'")
             return Self.json(["error": "no stream '\(streamId)'"], status: .notFound)
         }
+        await platform.audit(actor: actor, remoteAddress: context.remoteAddress?.ipAddress, action: Self.action(request),
+                             outcome: "done", detail: "stream \(streamId) ended as censored" + (description.map { ": \($0)" } ?? ""))
         context.logger.notice("stream censored by the operator", metadata: ["pcast.stream": .string(streamId)])
         return Self.json(["streamId": streamId, "reason": StreamEndedReason.censored.rawValue])
     }
@@ -254,6 +287,43 @@ struct RecordingAccess: Sendable {
 /// The capability that opens a protected `GET /metrics`.
 enum MetricsAccess {
     static let capability = "metrics"
+}
+
+/// The capability that opens the admin routes (besides HTTP Basic with the application's credentials).
+enum AdminAccess {
+    static let capability = "admin"
+}
+
+/// The body of `GET /admin/api/audit`: the latest entries, newest first.
+struct AuditLog: Codable, Sendable {
+    static let defaultPage = 100, maximumPage = 1_000
+    var entries: [AuditEntry]
+}
+
+/// How many refused admin requests reach the audit log: ``burst`` per ``window``, the rest counted
+/// and noted on the next one logged (a flood of forged requests must not fill the store).
+final class AuditThrottle: Sendable {
+    static let burst = 20
+    static let window: Duration = .seconds(10)
+    private let state = Mutex<(start: ContinuousClock.Instant?, logged: Int, unlogged: Int)>((nil, 0, 0))
+
+    /// Nil: not to be logged (counted); otherwise how many were not logged before this one.
+    func admit(now: ContinuousClock.Instant) -> Int? {
+        state.withLock { state in
+            if let start = state.start, now - start < Self.window {
+                guard state.logged < Self.burst else {
+                    state.unlogged += 1
+                    return nil
+                }
+            } else {
+                state.start = now
+                state.logged = 0
+            }
+            state.logged += 1
+            defer { state.unlogged = 0 }
+            return state.unlogged
+        }
+    }
 }
 
 /// The body of `GET /admin/nodes`: this node's id and every live node (this one included).

@@ -33,6 +33,10 @@ public protocol PlatformStore: Sendable {
     func liveNodes(within: Duration) async throws(RoomStoreError) -> [NodeRecord]
     /// Forgets a node (it stopped cleanly). No-op for an unknown node.
     func removeNode(_ nodeId: String) async throws(RoomStoreError)
+    /// Appends an entry to the audit log (its `sequence` is the store's).
+    func appendAudit(_ entry: AuditEntry) async throws(RoomStoreError)
+    /// The audit log's latest `limit` entries, newest first.
+    func auditEntries(limit: Int) async throws(RoomStoreError) -> [AuditEntry]
     /// Whether the store answers now (`/readyz`).
     func isReachable() async -> Bool
     /// Releases its connections; later calls fail.
@@ -151,6 +155,14 @@ public final class SQLitePlatformStore: PlatformStore {
 
     public func removeNode(_ nodeId: String) async throws(RoomStoreError) {
         try await run { store throws(RoomStoreError) in try store.removeNode(nodeId) }
+    }
+
+    public func appendAudit(_ entry: AuditEntry) async throws(RoomStoreError) {
+        try await run { store throws(RoomStoreError) in try store.appendAudit(entry) }
+    }
+
+    public func auditEntries(limit: Int) async throws(RoomStoreError) -> [AuditEntry] {
+        try await run { store throws(RoomStoreError) in try store.auditEntries(limit: limit) }
     }
 
     /// A file the process opened stays reachable.

@@ -259,6 +259,34 @@ public final class PostgresPlatformStore: PlatformStore {
         }
     }
 
+    public func appendAudit(_ entry: AuditEntry) async throws(RoomStoreError) {
+        let logger = self.logger
+        let entry = entry.bounded
+        _ = try await bounded("writing the audit log") { client in
+            try await client.query("""
+                INSERT INTO audit (time, node_id, actor, remote_address, action, outcome, detail)
+                VALUES (\(entry.time), \(entry.nodeId), \(entry.actor), \(entry.remoteAddress), \(entry.action), \(entry.outcome), \(entry.detail))
+                """, logger: logger)
+        }
+    }
+
+    public func auditEntries(limit: Int) async throws(RoomStoreError) -> [AuditEntry] {
+        let logger = self.logger
+        let limit = max(0, limit)
+        return try await bounded("reading the audit log") { client in
+            var entries: [AuditEntry] = []
+            let rows = try await client.query("""
+                SELECT sequence, time, node_id, actor, remote_address, action, outcome, detail FROM audit ORDER BY sequence DESC LIMIT \(limit)
+                """, logger: logger)
+            for try await (sequence, time, nodeId, actor, remote, action, outcome, detail)
+                in rows.decode((Int64, Int64, String, String, String, String, String, String).self) {
+                entries.append(AuditEntry(sequence: sequence, time: time, nodeId: nodeId, actor: actor, remoteAddress: remote,
+                                          action: action, outcome: outcome, detail: detail))
+            }
+            return entries
+        }
+    }
+
     public func isReachable() async -> Bool {
         let logger = self.logger
         do throws(RoomStoreError) {

@@ -34,6 +34,11 @@
 //
 //     change_log_horizon (pruned_through BIGINT): the highest id pruned
 //
+// Version 6, the audit log (admin actions and refused admin requests, every node's):
+//
+//     audit         (sequence BIGSERIAL PRIMARY KEY, time BIGINT, node_id, actor, remote_address, action,
+//                    outcome, detail TEXT)
+//
 // A node that publishes its changes writes them to change_log in the same transaction as the
 // tables, under an advisory lock (so ids commit in id order), and NOTIFYs `pcast_changes`; the
 // others LISTEN and read past the last id they applied (after a reconnect too: nothing is missed).
@@ -122,6 +127,18 @@ extension PostgresPlatformStore {
             pruned_through BIGINT NOT NULL
         );
         INSERT INTO change_log_horizon (pruned_through) VALUES (0);
+        """,
+        """
+        CREATE TABLE audit (
+            sequence BIGSERIAL PRIMARY KEY,
+            time BIGINT NOT NULL,
+            node_id TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            remote_address TEXT NOT NULL,
+            action TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            detail TEXT NOT NULL
+        );
         """,
     ]
 }

@@ -177,6 +177,21 @@ public final class RoomStore: Sendable {
                 CREATE INDEX stream_nodeId ON stream(nodeId);
                 """)
         }
+        migrator.registerMigration("v4-audit") { db in
+            // The audit log of admin actions and refused admin requests.
+            try db.execute(sql: """
+                CREATE TABLE audit (
+                    sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+                    time INTEGER NOT NULL,
+                    nodeId TEXT NOT NULL,
+                    actor TEXT NOT NULL,
+                    remoteAddress TEXT NOT NULL,
+                    action TEXT NOT NULL,
+                    outcome TEXT NOT NULL,
+                    detail TEXT NOT NULL
+                );
+                """)
+        }
         return migrator
     }
 
@@ -358,6 +373,26 @@ public final class RoomStore: Sendable {
 
     public func removeNode(_ nodeId: String) throws(RoomStoreError) {
         try write { db in try db.execute(sql: "DELETE FROM node WHERE nodeId = ?", arguments: [nodeId]) }
+    }
+
+    public func appendAudit(_ entry: AuditEntry) throws(RoomStoreError) {
+        let entry = entry.bounded
+        try write { db in
+            try db.execute(sql: """
+                INSERT INTO audit (time, nodeId, actor, remoteAddress, action, outcome, detail) VALUES (?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [entry.time, entry.nodeId, entry.actor, entry.remoteAddress, entry.action, entry.outcome, entry.detail])
+        }
+    }
+
+    public func auditEntries(limit: Int) throws(RoomStoreError) -> [AuditEntry] {
+        try read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT sequence, time, nodeId, actor, remoteAddress, action, outcome, detail FROM audit ORDER BY sequence DESC LIMIT ?
+                """, arguments: [max(0, limit)]).map { row in
+                AuditEntry(sequence: row[0], time: row[1], nodeId: row[2], actor: row[3], remoteAddress: row[4], action: row[5],
+                           outcome: row[6], detail: row[7])
+            }
+        }
     }
 
     // MARK: Plumbing

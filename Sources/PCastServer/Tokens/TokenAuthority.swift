@@ -35,7 +35,7 @@ public struct TokenAuthority: PublishAuthorizing, Hashable {
 
     /// Capabilities a token may carry.
     public static let recognisedCapabilities: Set<String> = Set(["real-time", "streaming", "audio-only", "video-only", SimulcastLayer.capability,
-                                                                 RecordingAccess.capability, MetricsAccess.capability]
+                                                                 RecordingAccess.capability, MetricsAccess.capability, AdminAccess.capability]
                                                                 + QualityCeiling.allCases.map(\.rawValue))
 
     public init(applicationId: String, secret: String, maximumLifetime: TimeInterval? = Self.defaultMaximumLifetime) {
