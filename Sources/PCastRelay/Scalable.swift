@@ -40,19 +40,18 @@ struct ScalableLayers: Sendable, Equatable {
     /// packet, without inter-layer dependency, for a new picture and drop the rest).
     var referencedAbove = true
     /// AV1: the points of ``LayerPoint/ladder`` whose decode target the frame is part of, and
-    /// those a viewer may switch to at it (bit i: the ladder's point i), worked out once from the
-    /// descriptor's indications so that no viewer's decision needs the structure.
-    var decodeTargets: (partOf: UInt8, switchable: UInt8)?
+    /// those a viewer may switch to at it, worked out once from the descriptor's indications so
+    /// that no viewer's decision needs the structure.
+    var decodeTargets: DecodeTargets?
+
+    /// Sets of ``LayerPoint/ladder``'s points: bit i, the ladder's point i.
+    struct DecodeTargets: Sendable, Equatable {
+        var partOf: UInt8 = 0
+        var switchable: UInt8 = 0
+    }
 
     /// What a packet whose layers could not be read is taken for: the middle of a base-layer frame.
     static let unread = ScalableLayers(spatial: 0, temporal: 0, startsFrame: false, endsFrame: false, startsKeyframe: false)
-
-    static func == (a: Self, b: Self) -> Bool {
-        a.spatial == b.spatial && a.temporal == b.temporal && a.startsFrame == b.startsFrame && a.endsFrame == b.endsFrame
-            && a.startsKeyframe == b.startsKeyframe && a.interPicture == b.interPicture && a.switchingUp == b.switchingUp
-            && a.referencedAbove == b.referencedAbove && a.decodeTargets?.partOf == b.decodeTargets?.partOf
-            && a.decodeTargets?.switchable == b.decodeTargets?.switchable
-    }
 
     /// Whether the frame is sent to a viewer at `point`: AV1's by its decode target; VP9's when
     /// its layers are within the point's, and below its spatial layer only when a frame above
@@ -144,7 +143,7 @@ struct ScalableTrack: Sendable {
         }
         var layers = ScalableLayers(spatial: descriptor.spatial, temporal: descriptor.temporal, startsFrame: descriptor.startsFrame,
                                     endsFrame: descriptor.endsFrame, startsKeyframe: keyframe && descriptor.startsFrame)
-        var targets: (partOf: UInt8, switchable: UInt8) = (0, 0)
+        var targets = ScalableLayers.DecodeTargets()
         for (index, point) in LayerPoint.ladder.enumerated() {
             guard let target = decodeTarget(point), target < descriptor.indications.count else { continue }
             if descriptor.indications[target] != .notPresent { targets.partOf |= 1 << index }

@@ -25,11 +25,14 @@ enum VP9LayerFrames {
         let source = try depayloader.staticPad("src")
         return [
             sink.addBufferProbe { buffer in
-                guard let bytes = try? buffer.withUnsafeBytes({ [UInt8]($0) }),
-                      let layout = try? RTPPacketLayout(parsing: bytes) else { return .pass }
-                let payload = bytes[layout.payloadRange]
-                guard let descriptor = payload.withUnsafeBytes({ try? VP9Descriptor(parsing: $0) }) else { return .pass }
-                let length = payload.count - descriptor.length
+                // Read in place: every packet of the recording passes here.
+                let read = try? buffer.withUnsafeBytes { bytes -> (descriptor: VP9Descriptor, length: Int)? in
+                    guard let layout = try? RTPPacketLayout(parsing: bytes) else { return nil }
+                    let payload = UnsafeRawBufferPointer(rebasing: bytes[layout.payloadRange])
+                    guard let descriptor = try? VP9Descriptor(parsing: payload) else { return nil }
+                    return (descriptor, payload.count - descriptor.length)
+                }
+                guard let (descriptor, length) = read ?? nil else { return .pass }
                 sizes.state.withLock { state in
                     // Where the depayloader starts a picture (a first packet without inter-layer
                     // dependency), it drops what it had.
