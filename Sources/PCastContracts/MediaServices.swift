@@ -74,6 +74,22 @@ public protocol IngestControl: Sendable {
 
     /// Who hears of ingests that ended (source finished or failed, stopped, platform stopping).
     func setEndedHandler(_ handler: @escaping @Sendable (IngestEnded) async -> Void) async
+
+    /// How each running ingest's stream is fed, by stream id: ``IngestKind/pull`` (a URI asked for
+    /// by a session) or ``IngestKind/push`` (an encoder's RTMP push). For the operator's lists.
+    func kinds() async -> [String: IngestKind]
+}
+
+/// How an ingest's stream is fed.
+public enum IngestKind: String, Sendable, Codable {
+    /// A URI pulled for a session (`publish-remote`).
+    case pull
+    /// An encoder pushing to the RTMP endpoint.
+    case push
+}
+
+extension IngestControl {
+    public func kinds() async -> [String: IngestKind] { [:] }
 }
 
 /// One running ingest's progress, for its owner.

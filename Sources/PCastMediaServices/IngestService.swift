@@ -132,6 +132,10 @@ actor IngestService: IngestControl {
         await onEnded?(IngestEnded(owner: entry.owner, streamId: streamId, reason: reason, description: description))
     }
 
+    func kinds() -> [String: IngestKind] {
+        running.mapValues { $0.owner == nil ? .push : .pull }
+    }
+
     func stop(_ streamId: String, by owner: String) async -> ServerMessage.Failure? {
         guard let entry = running[streamId] else { return .init(status: .notFound, message: "no ingest '\(streamId)'") }
         guard entry.owner == owner else { return .init(status: .unauthorized, message: "ingest '\(streamId)' was started by another session") }

@@ -58,6 +58,8 @@ public enum PlatformServerError: Error, Sendable, Hashable, CustomStringConverti
 ///   JSON body's `description`. 200, 401, 404 or 400. In a cluster, a stream of another node is
 ///   ended by that node. Written to the audit log, done or failed.
 /// - `GET /admin/nodes`: this node's id and the cluster's live nodes.
+/// - `GET /admin/api/streams`: the streams this node has (``StreamSummary``: publisher and its
+///   kind, tracks with codecs and simulcast layers, tags, quality, viewers by kind), oldest first.
 /// - `GET /admin/api/audit?limit=N`: the audit log (``AuditEntry``), newest first (100 by
 ///   default, 1,000 at most): admin actions, and admin requests refused for want of credentials
 ///   (20 per 10 s at most; the rest counted on the next one), with who, from where and what; kept

@@ -11,12 +11,12 @@ struct MonitoringFilesTests {
     static let deploy = repositoryRoot.appendingPathComponent("deploy")
 
     @Test("promtool: the scrape configuration and the alerting rules check, and the alerts' unit tests pass (a node down, publisher loss, viewer loss, certificate expiry)")
-    func promtoolChecks() throws {
+    func promtoolChecks() async throws {
         let prometheus = Self.deploy.appendingPathComponent("prometheus")
         for arguments in [["check", "config", prometheus.appendingPathComponent("prometheus.yml").path],
                           ["check", "rules", prometheus.appendingPathComponent("alerts.yml").path],
                           ["test", "rules", prometheus.appendingPathComponent("alerts_test.yml").path]] {
-            let run = try runTool("promtool", arguments)
+            let run = try await offPool { try runTool("promtool", arguments) }
             #expect(run.status == 0 && run.output.contains("SUCCESS"), "promtool \(arguments.joined(separator: " ")): \(run.output.suffix(2_000))")
         }
     }
@@ -46,7 +46,8 @@ struct MonitoringFilesTests {
         let media = try await stampedMedia()
         let publisher = try await publisherSDK.publish(streamToken: try platform.token(.publish), mediaStream: media)
         let viewer = try await publisherSDK.subscribe(streamToken: try platform.token(.stream, originStreamId: publisher.streamId))
-        let scrape = try runTool("curl", ["-s", "--cacert", certificates.authority, platform.httpURL + "/metrics"])
+        let url = platform.httpURL + "/metrics", authority = certificates.authority
+        let scrape = try await offPool { try runTool("curl", ["-s", "--cacert", authority, url]) }
         let exported = Set(scrape.output.split(separator: "\n").filter { $0.hasPrefix("# TYPE ") }.map { String($0.split(separator: " ")[2]) })
         #expect(exported.count >= 20, "\(scrape.output.prefix(1_000))")
         let missing = named.filter { !exported.contains($0) }
@@ -90,22 +91,25 @@ struct MonitoringFilesTests {
             "--web.listen-address=127.0.0.1:\(port)",
         ], environment: ProcessInfo.processInfo.environment, output: directory.appendingPathComponent("prometheus.log").path, errorsToOutput: true)
         defer { prometheus.stop() }
-        @Sendable func query(_ promQL: String) -> [[String: Any]] {
+        /// Each sample's value (the text of the query's JSON answer, parsed on this side).
+        func query(_ promQL: String) async throws -> [Double] {
             let encoded = promQL.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? promQL
-            guard let run = try? runTool("curl", ["-s", "http://127.0.0.1:\(port)/api/v1/query?query=\(encoded)"]),
-                  let object = try? JSONSerialization.jsonObject(with: Data(run.output.utf8)) as? [String: Any],
-                  let data = object["data"] as? [String: Any] else { return [] }
-            return data["result"] as? [[String: Any]] ?? []
-        }
-        @Sendable func value(_ sample: [String: Any]) -> Double? {
-            ((sample["value"] as? [Any])?.last as? String).flatMap(Double.init)
+            let run = try await offPool { try runTool("curl", ["-s", "http://127.0.0.1:\(port)/api/v1/query?query=\(encoded)"]) }
+            guard let object = try? JSONSerialization.jsonObject(with: Data(run.output.utf8)) as? [String: Any],
+                  let data = object["data"] as? [String: Any], let result = data["result"] as? [[String: Any]] else { return [] }
+            return result.compactMap { ((($0["value"] as? [Any])?.last) as? String).flatMap(Double.init) }
         }
         // The first scrape of each target comes within the 15 s interval (spread over it).
-        let scraped = await eventually(.seconds(60)) { query("up{job=\"pcast\"}").compactMap(value) == [1, 1] }
+        var up: [Double] = []
+        for _ in 0..<120 where up != [1, 1] {
+            up = try await query("up{job=\"pcast\"}")
+            if up != [1, 1] { try await Task.sleep(for: .milliseconds(500)) }
+        }
         let log = (try? String(contentsOf: directory.appendingPathComponent("prometheus.log"), encoding: .utf8)) ?? ""
-        #expect(scraped, "up: \(query("up")); prometheus: \(log.suffix(1_500))")
-        #expect(query("sum(pcast_subscribers)").compactMap(value) == [3], "\(query("pcast_subscribers"))")
-        #expect(Set(query("pcast_streams").compactMap(value)) == [1])
+        #expect(up == [1, 1], "up: \(up); prometheus: \(log.suffix(1_500))")
+        let viewers = try await query("sum(pcast_subscribers)"), perNode = try await query("pcast_subscribers")
+        #expect(viewers == [3], "\(perNode)")
+        #expect(Set(try await query("pcast_streams")) == [1])
 
         for (sdk, media, publisher, streams) in running {
             for stream in streams { await stream.stop() }

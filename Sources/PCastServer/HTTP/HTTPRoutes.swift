@@ -67,6 +67,10 @@ struct HTTPRoutes: Sendable {
                 return Self.json(["error": error.description], status: .serviceUnavailable)
             }
         }
+        router.get("/admin/api/streams") { request, context in
+            guard await admin(request, context) != nil else { return Self.adminUnauthorized() }
+            return Self.encode(await platform.streamSummaries(), status: .ok)
+        }
         router.get("/admin/api/audit") { request, context in
             guard await admin(request, context) != nil else { return Self.adminUnauthorized() }
             let limit = min(AuditLog.maximumPage, max(1, request.uri.queryParameters.get("limit").flatMap { Int($0) } ?? AuditLog.defaultPage))
