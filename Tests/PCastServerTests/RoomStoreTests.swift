@@ -398,7 +398,7 @@ extension ManyClients {
             #expect(sequences(all) == Array(1...50))
             // The migration ran once.
             let migrations = try store.database.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations") }
-            #expect(migrations == ["v1", "v2-node", "v3-stream"])
+            #expect(migrations == ["v1", "v2-node", "v3-stream", "v4-audit"])
         }
 
         // MARK: Opening failures
