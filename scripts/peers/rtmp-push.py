@@ -15,10 +15,11 @@ import logging
 import os
 import sys
 import time
+import math
+from array import array
 from fractions import Fraction
 
 import av
-import numpy as np
 
 
 def main() -> int:
@@ -60,26 +61,30 @@ def main() -> int:
 
 
 def send(output, video, audio, frames, rate, width, height, start):
+    """The frames and their audio, paced to real time (no NumPy: plain bytes and arrays)."""
     samples_per_frame = 1024
     audio_pts = 0
+    # A second of a 440 Hz tone, as 32-bit floats (the AAC encoder's planar float input).
+    tone = array("f", (0.2 * math.sin(2 * math.pi * 440 * n / 44100) for n in range(44100)))
     for index in range(frames):
-        luma = np.full((height, width), 60, dtype=np.uint8)
-        bar = (index * 8) % width
-        luma[:, bar:bar + 16] = 220
-        chroma = np.full((height // 2, width // 2), 128, dtype=np.uint8)
         frame = av.VideoFrame(width, height, "yuv420p")
-        for plane, data in zip(frame.planes, (luma, chroma, chroma)):
-            rows = np.frombuffer(plane, dtype=np.uint8).reshape(plane.height, plane.line_size)
-            rows[:, : data.shape[1]] = data
+        luma, blue, red = frame.planes
+        bar = (index * 8) % (width - 16)
+        row = b"\x3c" * bar + b"\xdc" * 16 + b"\x3c" * (luma.line_size - bar - 16)
+        luma.update(row * luma.height)
+        for chroma in (blue, red):
+            chroma.update(b"\x80" * (chroma.line_size * chroma.height))
         frame.pts = index
         frame.time_base = Fraction(1, rate)
         for packet in video.encode(frame):
             output.mux(packet)
-        # Audio up to this frame's time: a 440 Hz tone.
+        # Audio up to this frame's time.
         while audio_pts < (index + 1) * 44100 // rate:
-            t = (np.arange(samples_per_frame) + audio_pts) / 44100
-            tone = (0.2 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
-            sound = av.AudioFrame.from_ndarray(np.stack([tone, tone]), format="fltp", layout="stereo")
+            sound = av.AudioFrame(format="fltp", layout="stereo", samples=samples_per_frame)
+            offset = audio_pts % 44100
+            chunk = (tone[offset:offset + samples_per_frame] + tone[:max(0, offset + samples_per_frame - 44100)]).tobytes()
+            for plane in sound.planes:
+                plane.update(chunk)
             sound.sample_rate = 44100
             sound.pts = audio_pts
             audio_pts += samples_per_frame
