@@ -165,7 +165,12 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
             throw Finding(description: "the chunk demuxer gave other messages for the same bytes split at \(cut)")
         }
 
-        // The bytes as a video message's body: AVC in the legacy form FLV demuxers read says the same.
+        // The bytes as a video message's body: its header alone names the codec the whole reading
+        // does; AVC in the legacy form FLV demuxers read says the same.
+        if let tag = try? FLVVideoTag(parsing: bytes), let named = FLVVideoTag.codec(of: bytes),
+           named.codec != tag.codec || named.isEnhanced != tag.isEnhanced {
+            throw Finding(description: "a video message's header names another codec than its reading")
+        }
         if let tag = try? FLVVideoTag(parsing: bytes), let legacy = tag.legacyAVCBody {
             guard let again = try? FLVVideoTag(parsing: legacy), !again.isEnhanced, again.codec == tag.codec,
                   again.content == tag.content, again.isKeyframe == tag.isKeyframe else {

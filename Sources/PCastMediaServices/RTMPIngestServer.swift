@@ -284,7 +284,7 @@ struct RTMPPushConnection {
     static func announcedCodec(of action: RTMPServerSession.Action, waited: Duration, heldBytes: Int) -> FLVVideoTag.Codec? {
         switch action {
         case .video(_, let payload):
-            if let tag = try? FLVVideoTag(parsing: payload) { return tag.codec }
+            if let (codec, _) = FLVVideoTag.codec(of: payload) { return codec }
         case .metadata(let object, _):
             if !FLVWriter.streams(announcedIn: object).video { return .h264 }
         default:
@@ -318,7 +318,16 @@ struct RTMPPushConnection {
         do throws(FLVWriterError) {
             switch action {
             case .video(let timestamp, let payload):
-                guard let tag = try? FLVVideoTag(parsing: payload), Self.carried(tag.codec) == video else {
+                guard let (codec, isEnhanced) = FLVVideoTag.codec(of: payload), Self.carried(codec) == video else {
+                    dropped += 1
+                    return
+                }
+                // Legacy AVC, nearly every H.264 push, goes on as it came: its frame is not copied.
+                if video == .h264, !isEnhanced {
+                    bytes = try flv.video(timestamp: timestamp, payload: payload)
+                    break
+                }
+                guard let tag = try? FLVVideoTag(parsing: payload) else {
                     dropped += 1
                     return
                 }
@@ -331,11 +340,7 @@ struct RTMPPushConnection {
                     }
                     return
                 }
-                if !tag.isEnhanced {
-                    bytes = try flv.video(timestamp: timestamp, payload: payload)
-                } else if let legacy = tag.legacyAVCBody {
-                    bytes = try flv.video(timestamp: timestamp, payload: legacy)
-                }
+                if let legacy = tag.legacyAVCBody { bytes = try flv.video(timestamp: timestamp, payload: legacy) }
             default:
                 bytes = try flv.write(action)
             }

@@ -274,8 +274,7 @@ extension Platform {
 
     func deliver(_ envelope: Envelope<ServerMessage>, to connection: Connection) {
         if let id = envelope.id, let arrived = pendingRequests[connection.id]?.removeValue(forKey: id) {
-            let waited = ContinuousClock.now - arrived
-            metrics.signalingRequest(answeredAfter: Double(waited.components.seconds) + Double(waited.components.attoseconds) / 1e18)
+            metrics.signalingRequest(answeredAfter: (ContinuousClock.now - arrived) / .seconds(1))
         }
         if case .failure(let failure) = envelope.message {
             metrics.refusals.increment()

@@ -56,6 +56,17 @@ struct FLVVideoTagTests {
         #expect(try FLVVideoTag(parsing: hex("93 68766331 00")).legacyAVCBody == nil)
     }
 
+    @Test("the codec is read from the header alone, as the whole reading names it; nil when the header is cut short")
+    func codecFromHeader() throws {
+        for body in [hex("17 00 000000 01"), hex("1c 01 000000 00"), hex("24 aabb"), hex("93 68766331 00"), hex("a1 61766331 000000 00"),
+                     hex("91 61763031 12"), hex("92 76703039"), hex("93 61626364 01")] {
+            let tag = try FLVVideoTag(parsing: body)
+            let named = try #require(FLVVideoTag.codec(of: body))
+            #expect(named.codec == tag.codec && named.isEnhanced == tag.isEnhanced, "\(body)")
+        }
+        #expect(FLVVideoTag.codec(of: []) == nil && FLVVideoTag.codec(of: hex("93 6876")) == nil)
+    }
+
     @Test("truncated headers, and multitrack / ModEx packets, are typed errors")
     func malformed() {
         #expect(throws: FLVVideoTagError.truncated) { try FLVVideoTag(parsing: []) }

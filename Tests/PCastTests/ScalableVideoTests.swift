@@ -50,17 +50,8 @@ extension OneAtATime {
             let alias = "svc-\(scenario.codec)"
             let collector = try ReportCollector()
             defer { collector.close() }
-            var query = URLComponents(string: platform.httpURL + "/")!
-            query.queryItems = [
-                URLQueryItem(name: "publish", value: alias),
-                URLQueryItem(name: "publishToken", value: try platform.token(.publish)),
-                URLQueryItem(name: "codec", value: scenario.codec),
-                URLQueryItem(name: "layers", value: scenario.layers),
-                URLQueryItem(name: "watch", value: alias),
-                URLQueryItem(name: "token", value: try platform.token(.stream, tag: .channelAlias(alias))),
-                URLQueryItem(name: "report", value: collector.url),
-            ]
-            let browser = try HeadlessChromium.open(query.url!.absoluteString)
+            let browser = try HeadlessChromium.open(try publishAndWatchPage(platform, alias: alias, codec: scenario.codec, layers: scenario.layers,
+                                                                             report: collector.url))
             defer { browser.close() }
             try await eventually("Chromium encoding \(scenario.codec) in \(scenario.layers)", within: .seconds(30)) {
                 collector.latest("publish").map { $0.string("scalabilityMode") == scenario.layers && $0.number("framesEncoded") >= 30 } ?? false

@@ -197,16 +197,8 @@ extension OneAtATime {
             let alias = "browser-\(codec.encodingName.lowercased())"
             let collector = try ReportCollector()
             defer { collector.close() }
-            var query = URLComponents(string: platform.httpURL + "/")!
-            query.queryItems = [
-                URLQueryItem(name: "publish", value: alias),
-                URLQueryItem(name: "publishToken", value: try platform.token(.publish)),
-                URLQueryItem(name: "codec", value: codec.encodingName.lowercased()),
-                URLQueryItem(name: "watch", value: alias),
-                URLQueryItem(name: "token", value: try platform.token(.stream, tag: .channelAlias(alias))),
-                URLQueryItem(name: "report", value: collector.url),
-            ]
-            let browser = try HeadlessChromium.open(query.url!.absoluteString)
+            let browser = try HeadlessChromium.open(try publishAndWatchPage(platform, alias: alias, codec: codec.encodingName.lowercased(),
+                                                                             report: collector.url))
             defer { browser.close() }
             let sdk = PCast(PCastOptions(uri: platform.signalingURL))
             try await sdk.start(authToken: try platform.token(.auth))
@@ -298,4 +290,21 @@ extension VideoCodec {
     /// GStreamer's encoder and decoder factories for the codec, as the stock pipelines name them.
     var encoderFactory: String { ["H264": "x264enc", "VP8": "vp8enc", "VP9": "vp9enc", "AV1": "av1enc", "H265": "x265enc"][encodingName]! }
     var decoderFactory: String { ["H264": "avdec_h264", "VP8": "vp8dec", "VP9": "vp9dec", "AV1": "av1dec", "H265": "avdec_h265"][encodingName]! }
+}
+
+/// The served page's address that publishes the page's camera to `alias` by WHIP in `codec` (with
+/// `layers`, a `scalabilityMode`, when given), watches `alias` back by WHEP and posts its reports
+/// to `report`.
+func publishAndWatchPage(_ platform: LocalPlatform, alias: String, codec: String, layers: String? = nil, report: String) throws -> String {
+    var query = URLComponents(string: platform.httpURL + "/")!
+    query.queryItems = [
+        URLQueryItem(name: "publish", value: alias),
+        URLQueryItem(name: "publishToken", value: try platform.token(.publish)),
+        URLQueryItem(name: "codec", value: codec),
+    ] + (layers.map { [URLQueryItem(name: "layers", value: $0)] } ?? []) + [
+        URLQueryItem(name: "watch", value: alias),
+        URLQueryItem(name: "token", value: try platform.token(.stream, tag: .channelAlias(alias))),
+        URLQueryItem(name: "report", value: report),
+    ]
+    return query.url!.absoluteString
 }

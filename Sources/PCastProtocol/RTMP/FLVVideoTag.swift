@@ -79,19 +79,29 @@ public struct FLVVideoTag: Sendable, Equatable {
         self = first & 0x80 == 0 ? try Self.legacy(body) : try Self.enhanced(body)
     }
 
+    /// The codec a body names and whether its header is enhanced, read from its first bytes only
+    /// (no copy of the frame: for routing each message); nil when too short to say.
+    public static func codec(of body: [UInt8]) -> (codec: Codec, isEnhanced: Bool)? {
+        guard let first = body.first else { return nil }
+        guard first & 0x80 != 0 else {
+            let id = first & 0x0F
+            return (id == 7 ? .h264 : id == 12 ? .h265 : .legacy(id), false)
+        }
+        guard body.count >= 5 else { return nil }
+        switch UInt32(body[1]) << 24 | UInt32(body[2]) << 16 | UInt32(body[3]) << 8 | UInt32(body[4]) {
+        case avc1: return (.h264, true)
+        case hvc1: return (.h265, true)
+        case av01: return (.av1, true)
+        case vp09: return (.vp9, true)
+        case let code: return (.fourCC(code), true)
+        }
+    }
+
     private static func enhanced(_ body: [UInt8]) throws(FLVVideoTagError) -> FLVVideoTag {
         let frameType = (body[0] >> 4) & 0x07
         let packetType = body[0] & 0x0F
         guard body.count >= 5 else { throw .truncated }
-        let code = UInt32(body[1]) << 24 | UInt32(body[2]) << 16 | UInt32(body[3]) << 8 | UInt32(body[4])
-        let codec: Codec
-        switch code {
-        case avc1: codec = .h264
-        case hvc1: codec = .h265
-        case av01: codec = .av1
-        case vp09: codec = .vp9
-        default: codec = .fourCC(code)
-        }
+        guard let (codec, _) = codec(of: body) else { throw .truncated }
         let rest = body[5...]
         var content: Content
         switch packetType {
